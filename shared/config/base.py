@@ -1,0 +1,94 @@
+"""Strict config models and a YAML loader whose errors name the file, line and key path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class StrictModel(BaseModel):
+    """Base of every config section: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be read or does not validate."""
+
+
+M = TypeVar("M", bound=BaseModel)
+_Path = tuple[str | int, ...]
+
+
+def _key_lines_into(node: yaml.Node, path: _Path, out: dict[_Path, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            child = (*path, str(key.value))
+            out[child] = key.start_mark.line + 1
+            _key_lines_into(value, child, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[(*path, i)] = item.start_mark.line + 1
+            _key_lines_into(item, (*path, i), out)
+
+
+def _line_for(lines: dict[_Path, int], loc: _Path) -> int | None:
+    # The deepest prefix of the error's location that exists in the file.
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return None
+
+
+def load_yaml_model(model: type[M], path: str | Path, overrides: dict[str, Any] | None = None) -> M:
+    """Validate a YAML file against `model`; raise ConfigError naming every bad key and line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text) or {}
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    lines: dict[_Path, int] = {}
+    if root is not None:
+        _key_lines_into(root, (), lines)
+    return validate_model(model, _merge(data, overrides or {}), source=str(path), lines=lines)
+
+
+def validate_model(
+    model: type[M],
+    data: dict[str, Any],
+    source: str = "<config>",
+    lines: dict[_Path, int] | None = None,
+) -> M:
+    """Validate a dict; errors read `file:line: a.b.c: message`."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        msgs = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            line = _line_for(lines or {}, loc)
+            where = f"{source}:{line}" if line else source
+            key = ".".join(str(p) for p in loc) or "<root>"
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            msgs.append(f"{where}: {key}: {msg}")
+        raise ConfigError("invalid config:\n  " + "\n  ".join(msgs)) from None
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,39 @@
+"""The wire contracts (generated from protos/) and the protocol version rules."""
+
+from __future__ import annotations
+
+from . import analytics_pb2, analytics_pb2_grpc, common_pb2, frame_pb2
+
+PROTOCOL_MAJOR = 1
+PROTOCOL_MINOR = 0
+
+
+class ProtocolVersionError(ValueError):
+    """A peer speaks a major protocol version this build does not understand."""
+
+
+def current_version() -> common_pb2.ProtocolVersion:
+    """The version stamped on every outgoing message."""
+    return common_pb2.ProtocolVersion(major=PROTOCOL_MAJOR, minor=PROTOCOL_MINOR)
+
+
+def check_version(version: common_pb2.ProtocolVersion) -> None:
+    """Raise ProtocolVersionError unless the major version is ours (minor may differ)."""
+    if version.major != PROTOCOL_MAJOR:
+        raise ProtocolVersionError(
+            f"unsupported protocol version {version.major}.{version.minor}; "
+            f"this build speaks {PROTOCOL_MAJOR}.x"
+        )
+
+
+__all__ = [
+    "PROTOCOL_MAJOR",
+    "PROTOCOL_MINOR",
+    "ProtocolVersionError",
+    "analytics_pb2",
+    "analytics_pb2_grpc",
+    "check_version",
+    "common_pb2",
+    "current_version",
+    "frame_pb2",
+]

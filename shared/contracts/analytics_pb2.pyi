@@ -1,0 +1,174 @@
+from . import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CropStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CROP_STATUS_UNSPECIFIED: _ClassVar[CropStatus]
+    CROP_STATUS_STORED: _ClassVar[CropStatus]
+    CROP_STATUS_INVALID: _ClassVar[CropStatus]
+    CROP_STATUS_RETRY: _ClassVar[CropStatus]
+CROP_STATUS_UNSPECIFIED: CropStatus
+CROP_STATUS_STORED: CropStatus
+CROP_STATUS_INVALID: CropStatus
+CROP_STATUS_RETRY: CropStatus
+
+class Crop(_message.Message):
+    __slots__ = ("crop_id", "edge_id", "camera_id", "sequence", "detection", "encoding", "width", "height", "image", "timing")
+    CROP_ID_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    DETECTION_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
+    crop_id: str
+    edge_id: str
+    camera_id: str
+    sequence: int
+    detection: _common_pb2.Detection
+    encoding: _common_pb2.Encoding
+    width: int
+    height: int
+    image: bytes
+    timing: _common_pb2.Timing
+    def __init__(self, crop_id: _Optional[str] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., image: _Optional[bytes] = ..., timing: _Optional[_Union[_common_pb2.Timing, _Mapping]] = ...) -> None: ...
+
+class CropBatch(_message.Message):
+    __slots__ = ("version", "crops")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CROPS_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    crops: _containers.RepeatedCompositeFieldContainer[Crop]
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., crops: _Optional[_Iterable[_Union[Crop, _Mapping]]] = ...) -> None: ...
+
+class LabelScore(_message.Message):
+    __slots__ = ("class_id", "label", "score")
+    CLASS_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    class_id: int
+    label: str
+    score: float
+    def __init__(self, class_id: _Optional[int] = ..., label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class CropAck(_message.Message):
+    __slots__ = ("crop_id", "status", "reason", "event_id", "labels", "retry_after_ms")
+    CROP_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    crop_id: str
+    status: CropStatus
+    reason: str
+    event_id: int
+    labels: _containers.RepeatedCompositeFieldContainer[LabelScore]
+    retry_after_ms: int
+    def __init__(self, crop_id: _Optional[str] = ..., status: _Optional[_Union[CropStatus, str]] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+
+class UplinkResponse(_message.Message):
+    __slots__ = ("version", "acks")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    acks: _containers.RepeatedCompositeFieldContainer[CropAck]
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., acks: _Optional[_Iterable[_Union[CropAck, _Mapping]]] = ...) -> None: ...
+
+class ClassifyRequest(_message.Message):
+    __slots__ = ("version", "encoding", "width", "height", "image", "top_k")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    encoding: _common_pb2.Encoding
+    width: int
+    height: int
+    image: bytes
+    top_k: int
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., image: _Optional[bytes] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class ClassifyResponse(_message.Message):
+    __slots__ = ("version", "labels", "model")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    labels: _containers.RepeatedCompositeFieldContainer[LabelScore]
+    model: str
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., model: _Optional[str] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("event_id", "edge_id", "camera_id", "sequence", "capture_ns", "edge_detection", "label", "score", "stored_ns", "crop_id")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_NS_FIELD_NUMBER: _ClassVar[int]
+    EDGE_DETECTION_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    STORED_NS_FIELD_NUMBER: _ClassVar[int]
+    CROP_ID_FIELD_NUMBER: _ClassVar[int]
+    event_id: int
+    edge_id: str
+    camera_id: str
+    sequence: int
+    capture_ns: int
+    edge_detection: _common_pb2.Detection
+    label: str
+    score: float
+    stored_ns: int
+    crop_id: str
+    def __init__(self, event_id: _Optional[int] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., stored_ns: _Optional[int] = ..., crop_id: _Optional[str] = ...) -> None: ...
+
+class QueryEventsRequest(_message.Message):
+    __slots__ = ("version", "camera_id", "start_ns", "end_ns", "label", "page_size", "page_token")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    camera_id: str
+    start_ns: int
+    end_ns: int
+    label: str
+    page_size: int
+    page_token: str
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., label: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class QueryEventsResponse(_message.Message):
+    __slots__ = ("version", "events", "next_page_token")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    next_page_token: str
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchEventsRequest(_message.Message):
+    __slots__ = ("version", "camera_id", "label")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    camera_id: str
+    label: str
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,42 @@
+"""Fixtures every tier's tests share: clips, free ports, the real test data."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from strata.shared.synthetic import SyntheticClip
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def synthetic_clip() -> SyntheticClip:
+    return SyntheticClip(width=320, height=240, frames=60, fps=10, objects=3, seed=1)
+
+
+@pytest.fixture(scope="session")
+def synthetic_mp4(tmp_path_factory: pytest.TempPathFactory, synthetic_clip: SyntheticClip) -> Path:
+    return synthetic_clip.write(tmp_path_factory.mktemp("clips") / "synthetic.mp4")
+
+
+@pytest.fixture(scope="session")
+def vtest_mp4() -> Path:
+    path = DATA / "vtest.mp4"
+    if not path.exists():
+        pytest.skip("data/vtest.mp4 missing: run `python .ci/test_data.py` (needs apt-get)")
+    return path

@@ -1,0 +1,42 @@
+from pathlib import Path
+
+import pytest
+from strata.shared.config import ConfigError, StrataConfig, load_config
+
+
+def test_defaults_validate() -> None:
+    cfg = load_config(None)
+    assert isinstance(cfg, StrataConfig)
+    assert cfg.logging.level == "INFO"
+
+
+def test_unknown_key_names_path_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("logging:\n  level: INFO\n  colour: blue\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"{path}:3: logging.colour: unknown key" in str(err.value)
+
+
+def test_bad_value_names_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("device:\n  metrics:\n    port: lots\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"{path}:3: device.metrics.port:" in str(err.value)
+
+
+def test_overrides_win(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("logging:\n  level: INFO\n")
+    cfg = load_config(path, {"logging": {"level": "DEBUG"}})
+    assert cfg.logging.level == "DEBUG"
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
