@@ -1,0 +1,165 @@
+"""Frame framing on ZeroMQ: [FrameHeader bytes, payload bytes], the payload never in a protobuf.
+
+The device agent's DEALER sends `pack_frame(header, payload)`; the edge node's ROUTER gets
+[identity, header, payload] and checks the last two with `unpack_frame`, which raises
+`MalformedMessage` with a short reason code (a metric label) and a sentence for the log.
+The ROUTER answers each frame with `pack_ack(...)` behind the identity; the DEALER reads it
+with `unpack_ack`.
+
+Sequence numbers are per camera and strictly increasing; the edge treats a sequence at or
+below the last one it saw from that camera as a duplicate. An agent starts its sequences at
+its start time in microseconds (see strata.device), so a restarted agent is never mistaken
+for a replay of the previous run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from .contracts import PROTOCOL_MAJOR, common_pb2, current_version, frame_pb2
+
+# Reason codes (metric label values); the message text carries the detail.
+REASON_PARTS = "parts"
+REASON_HEADER = "header"
+REASON_VERSION = "version"
+REASON_FIELDS = "fields"
+REASON_PAYLOAD = "payload"
+REASONS = (REASON_PARTS, REASON_HEADER, REASON_VERSION, REASON_FIELDS, REASON_PAYLOAD)
+
+
+class MalformedMessage(ValueError):  # noqa: N818 (the brief names it so)
+    """A message that cannot be a frame (or an ack); `reason` is one of REASONS.
+
+    `header` is the parsed header when the fault is past parsing, so a receiver can still
+    answer with a REJECTED ack naming the camera and sequence.
+    """
+
+    def __init__(
+        self, reason: str, detail: str = "", header: frame_pb2.FrameHeader | None = None
+    ) -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+        self.detail = detail or reason
+        self.header = header
+
+
+@dataclass(frozen=True, slots=True)
+class FrameMessage:
+    """A checked frame: its header and a zero-copy view of the payload part."""
+
+    header: frame_pb2.FrameHeader
+    payload: memoryview
+
+
+def pack_frame(header: frame_pb2.FrameHeader, payload: Any) -> list[Any]:
+    """Parts to send with `send_multipart(..., copy=False)`; fills payload_size and version.
+
+    `payload` is anything with the buffer protocol (bytes, numpy array, zmq.Frame); it is
+    not copied here.
+    """
+    size = memoryview(payload).nbytes
+    header.payload_size = size
+    if not header.HasField("version"):
+        header.version.CopyFrom(current_version())
+    return [header.SerializeToString(), payload]
+
+
+def unpack_frame(parts: Sequence[Any]) -> FrameMessage:
+    """Check a received [header, payload] pair; raise MalformedMessage saying what is wrong."""
+    if len(parts) != 2:
+        raise MalformedMessage(
+            REASON_PARTS, f"expected 2 parts (header, payload), got {len(parts)}"
+        )
+    header = frame_pb2.FrameHeader()
+    try:
+        header.ParseFromString(bytes(memoryview(parts[0])))
+    except (DecodeError, RuntimeWarning) as exc:
+        raise MalformedMessage(REASON_HEADER, f"header is not a FrameHeader: {exc}") from None
+    if header.version.major != PROTOCOL_MAJOR:
+        raise MalformedMessage(
+            REASON_VERSION,
+            f"unsupported protocol version {header.version.major}.{header.version.minor}; "
+            f"this node speaks {PROTOCOL_MAJOR}.x",
+            header,
+        )
+    if not header.camera_id:
+        raise MalformedMessage(REASON_FIELDS, "camera_id is empty", header)
+    if header.sequence < 1:
+        raise MalformedMessage(REASON_FIELDS, "sequence must start at 1", header)
+    if header.width == 0 or header.height == 0:
+        raise MalformedMessage(
+            REASON_FIELDS, f"bad frame size {header.width}x{header.height}", header
+        )
+    payload = memoryview(parts[1]).cast("B")
+    if payload.nbytes != header.payload_size:
+        raise MalformedMessage(
+            REASON_PAYLOAD,
+            f"payload is {payload.nbytes} bytes, header says {header.payload_size}",
+            header,
+        )
+    if header.encoding == common_pb2.ENCODING_BGR:
+        want = header.width * header.height * 3
+        if payload.nbytes != want:
+            raise MalformedMessage(
+                REASON_PAYLOAD,
+                f"BGR payload of {header.width}x{header.height} needs {want} bytes, "
+                f"got {payload.nbytes}",
+                header,
+            )
+    elif header.encoding != common_pb2.ENCODING_JPEG:
+        raise MalformedMessage(REASON_FIELDS, f"unknown encoding {header.encoding}", header)
+    return FrameMessage(header, payload)
+
+
+def make_ack(
+    camera_id: str, sequence: int, status: int = frame_pb2.ACK_STATUS_ACCEPTED, reason: str = ""
+) -> frame_pb2.FrameAck:
+    """An ack for one frame, stamped with this build's protocol version."""
+    return frame_pb2.FrameAck(
+        version=current_version(),
+        camera_id=camera_id,
+        sequence=sequence,
+        status=status,  # type: ignore[arg-type]
+        reason=reason,
+    )
+
+
+def pack_ack(ack: frame_pb2.FrameAck) -> list[bytes]:
+    """Parts of an ack (a ROUTER puts the peer's identity in front)."""
+    return [ack.SerializeToString()]
+
+
+def unpack_ack(parts: Sequence[Any]) -> frame_pb2.FrameAck:
+    """Check a received [ack] message; raise MalformedMessage saying what is wrong."""
+    if len(parts) != 1:
+        raise MalformedMessage(REASON_PARTS, f"expected 1 part (ack), got {len(parts)}")
+    ack = frame_pb2.FrameAck()
+    try:
+        ack.ParseFromString(bytes(memoryview(parts[0])))
+    except (DecodeError, RuntimeWarning) as exc:
+        raise MalformedMessage(REASON_HEADER, f"not a FrameAck: {exc}") from None
+    if ack.version.major != PROTOCOL_MAJOR:
+        raise MalformedMessage(
+            REASON_VERSION,
+            f"unsupported protocol version {ack.version.major}.{ack.version.minor}; "
+            f"this agent speaks {PROTOCOL_MAJOR}.x",
+        )
+    if not ack.camera_id or ack.sequence < 1:
+        raise MalformedMessage(REASON_FIELDS, "ack without camera_id or sequence")
+    return ack
+
+
+__all__ = [
+    "REASONS",
+    "FrameMessage",
+    "MalformedMessage",
+    "make_ack",
+    "pack_ack",
+    "pack_frame",
+    "unpack_ack",
+    "unpack_frame",
+]
