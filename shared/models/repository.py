@@ -1,0 +1,194 @@
+"""A model repository: one folder per model, each with a manifest and its files.
+
+`ModelRepository(path).open(name)` checks everything a tier needs before the first frame:
+the manifest validates, the file exists and matches its checksum, and the loaded model's
+input and output agree with the manifest. Any failure is a `ModelError` that says which
+model, which file and what disagreed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..config.base import ConfigError
+from ..runtime import ModelLoadError, ModelRunner, TensorSpec, create_runner
+from .manifest import MANIFEST_FILE, Manifest, Variant, load_manifest
+
+_CHUNK = 1 << 20
+
+
+class ModelError(ModelLoadError):
+    """A model cannot be used: missing, corrupt, or not what its manifest says."""
+
+
+def starter_repository() -> Path:
+    """The starter repository shipped inside the package (untrained models, see manifests)."""
+    return Path(str(resources.files("strata.shared") / "starter_models"))
+
+
+def sha256_of(path: str | Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """A model ready to run: its manifest, the variant loaded, and the runner."""
+
+    manifest: Manifest
+    variant: str
+    path: Path
+    runner: ModelRunner
+
+    def close(self) -> None:
+        """Release the runner."""
+        self.runner.close()
+
+
+class ModelRepository:
+    """A folder of models. An empty or None path means the starter repository."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.root = Path(path) if path else starter_repository()
+        if not self.root.is_dir():
+            raise ModelError(f"model repository {self.root} is not a folder")
+
+    def names(self) -> list[str]:
+        """Names of the models in the repository (folders with a manifest), sorted."""
+        return sorted(p.parent.name for p in self.root.glob(f"*/{MANIFEST_FILE}"))
+
+    def folder(self, name: str) -> Path:
+        """The folder of model `name`."""
+        return self.root / name
+
+    def manifest(self, name: str) -> Manifest:
+        """The validated manifest of `name`; ModelError if absent or invalid."""
+        path = self.root / name / MANIFEST_FILE
+        if not path.is_file():
+            known = ", ".join(self.names()) or "none"
+            raise ModelError(
+                f"model {name!r} not found in repository {self.root} (models: {known})"
+            )
+        try:
+            manifest = load_manifest(path)
+        except ConfigError as exc:
+            raise ModelError(f"model {name!r}: bad manifest {path}: {exc}") from None
+        if manifest.name != name:
+            raise ModelError(
+                f"model {name!r}: manifest {path} names the model {manifest.name!r}; "
+                "the folder and the manifest name must agree"
+            )
+        return manifest
+
+    def file_of(self, name: str, variant: str | None = None) -> tuple[Manifest, str, Path]:
+        """Manifest, variant key and path of a model file; checks it exists and its checksum."""
+        manifest = self.manifest(name)
+        key, file, sha = _pick(manifest, variant)
+        path = self.root / name / file
+        if not path.is_file():
+            raise ModelError(f"model {name!r} ({key}): file {path} is missing")
+        actual = sha256_of(path)
+        if actual != sha:
+            raise ModelError(
+                f"model {name!r} ({key}): checksum mismatch for {path}: "
+                f"manifest says {sha}, file has {actual}; the file is corrupt or was replaced "
+                "without updating the manifest"
+            )
+        return manifest, key, path
+
+    def open(
+        self,
+        name: str,
+        backend: str = "onnxruntime-cpu",
+        variant: str | None = None,
+        **options: Any,
+    ) -> LoadedModel:
+        """Verify and load `name` (its primary file, or `variant`) with a runtime back end."""
+        manifest, key, path = self.file_of(name, variant)
+        try:
+            runner = create_runner(path, backend, **options)
+        except ModelLoadError as exc:
+            raise ModelError(f"model {name!r} ({key}): {exc}") from exc
+        try:
+            check_io(manifest, runner.inputs, runner.outputs)
+        except ModelError as exc:
+            runner.close()
+            raise ModelError(f"model {name!r} ({key}) at {path}: {exc}") from None
+        return LoadedModel(manifest, key, path, runner)
+
+
+def _pick(manifest: Manifest, variant: str | None) -> tuple[str, str, str]:
+    if variant is not None and variant in manifest.variants:
+        v: Variant = manifest.variants[variant]
+        return variant, v.file, v.sha256
+    if variant in (None, "primary", manifest.precision):
+        return manifest.precision, manifest.file, manifest.sha256
+    known = ", ".join([manifest.precision, *manifest.variants])
+    raise ModelError(f"model {manifest.name!r} has no variant {variant!r} (has: {known})")
+
+
+def check_io(
+    manifest: Manifest, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]
+) -> None:
+    """Raise ModelError where the model's tensors disagree with the manifest."""
+    if len(inputs) != 1:
+        raise ModelError(f"expected one image input, the model has {len(inputs)}")
+    spec = inputs[0]
+    want = manifest.input
+    if spec.name != want.name:
+        raise ModelError(f"input is named {spec.name!r}, the manifest says {want.name!r}")
+    if len(spec.shape) != len(want.shape):
+        raise ModelError(
+            f"input {spec.name!r} has rank {len(spec.shape)} {_fmt(spec.shape)}, "
+            f"the manifest says {_fmt(want.shape)}"
+        )
+    for axis, (got, exp) in enumerate(zip(spec.shape, want.shape, strict=True)):
+        # A dynamic model axis accepts whatever the manifest fixes; a fixed model axis must
+        # equal the manifest's, and cannot honour a manifest that promises a dynamic one.
+        if got is not None and got != exp:
+            raise ModelError(
+                f"input {spec.name!r} shape {_fmt(spec.shape)} disagrees with the manifest "
+                f"{_fmt(want.shape)} at axis {axis}"
+            )
+    out = next((o for o in outputs if o.name == manifest.output.name), None)
+    if out is None:
+        names = ", ".join(o.name for o in outputs)
+        raise ModelError(f"no output {manifest.output.name!r} (the model has: {names})")
+    _check_output(manifest, out)
+
+
+def _check_output(manifest: Manifest, out: TensorSpec) -> None:
+    n = manifest.num_classes
+    if manifest.output.format == "yolov8":
+        if len(out.shape) != 3 or out.shape[1] not in (None, 4 + n):
+            raise ModelError(
+                f"output {out.name!r} shape {_fmt(out.shape)} is not yolov8 "
+                f"[N, 4 + {n} classes, anchors] for the manifest's {n} labels"
+            )
+    elif len(out.shape) != 2 or out.shape[1] not in (None, n):
+        raise ModelError(
+            f"output {out.name!r} shape {_fmt(out.shape)} is not [N, {n}] "
+            f"for the manifest's {n} labels"
+        )
+
+
+def _fmt(shape: tuple[int | None, ...]) -> str:
+    return "[" + ", ".join("N" if d is None else str(d) for d in shape) + "]"
+
+
+__all__ = [
+    "LoadedModel",
+    "ModelError",
+    "ModelRepository",
+    "check_io",
+    "sha256_of",
+    "starter_repository",
+]
