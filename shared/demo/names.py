@@ -1,0 +1,51 @@
+"""The tier metrics the demo reads (sample names as scraped: counters end in _total).
+
+These are the daemons' real metric names; the demo test checks each one is exported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """A sample of one tier, summed over labels unless `labels` narrows it."""
+
+    tier: str
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+# Progress and frame counts, in pipeline order.
+COUNTS: dict[str, Metric] = {
+    "decoded": Metric("device", "strata_device_frames_decoded_total"),
+    "dropped_motion": Metric("device", "strata_device_frames_dropped_motion_total"),
+    "dropped_gate": Metric("device", "strata_device_frames_dropped_gate_total"),
+    "sent_to_edge": Metric("device", "strata_device_frames_sent_total"),
+    "acked_by_edge": Metric("device", "strata_device_frames_acked_total"),
+    "edge_accepted": Metric("edge", "strata_edge_frames_total", (("status", "accepted"),)),
+    "detected": Metric("edge", "strata_edge_frames_processed_total"),
+    "boxes": Metric("edge", "strata_edge_detections_total"),
+    "crops_stored": Metric("edge", "strata_edge_crops_total", (("status", "stored"),)),
+    "classified": Metric("cloud", "strata_cloud_inference_count_total"),
+    "events_stored": Metric("cloud", "strata_cloud_events_stored_total"),
+}
+
+# Drops by reason: (tier, sample name, the label that holds the reason).
+DROPS: tuple[tuple[str, str, str], ...] = (
+    ("edge", "strata_edge_drops_total", "reason"),
+    ("edge", "strata_edge_rejected_total", "reason"),
+    ("cloud", "strata_cloud_request_failure_total", "reason"),
+)
+# Drops without a reason label: name -> (tier, sample name).
+PLAIN_DROPS: dict[str, Metric] = {
+    "device.motion": COUNTS["dropped_motion"],
+    "device.gate": COUNTS["dropped_gate"],
+    "device.overflow": Metric("device", "strata_device_frames_overflowed_total"),
+}
+
+BYTES: dict[str, Metric] = {
+    "to_edge": Metric("device", "strata_device_bytes_sent_total"),
+    "to_cloud": Metric("edge", "strata_edge_uplink_bytes_total"),
+}
