@@ -2,15 +2,133 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from .base import StrictModel
 from .common import MetricsConfig
 
 
+class CloudTlsConfig(StrictModel):
+    """Transport security; TLS is on when cert_file and key_file are both set."""
+
+    cert_file: str = Field("", description="PEM server certificate chain; empty: no TLS.")
+    key_file: str = Field("", description="PEM private key of cert_file.")
+    client_ca_file: str = Field(
+        "", description="PEM CA bundle; set: clients must present a certificate it signed (mTLS)."
+    )
+
+
+class CloudAuthConfig(StrictModel):
+    """Bearer-token authentication (metadata `authorization: Bearer TOKEN`)."""
+
+    token_file: str = Field(
+        "", description="File holding the bearer token clients must send; empty: no token."
+    )
+    health_without_token: bool = Field(
+        True, description="Let health checks through without a token (for load balancers)."
+    )
+
+
+class CloudModelConfig(StrictModel):
+    """The classifier (a Swin Transformer by default)."""
+
+    name: str = Field("swin", description="Model name in the model repository.")
+    path: str = Field("", description="ONNX file to load instead of the repository model.")
+    labels_file: str = Field(
+        "", description="Text file, one label per line, for `path`; empty: class_N."
+    )
+    backend: str = Field("onnxruntime-cpu", description="Runtime back end (shared.runtime).")
+    threads: int = Field(0, ge=0, description="Intra-op threads; 0: the runtime's default.")
+    input_size: int = Field(
+        224, ge=8, le=4096, description="Input side when the model's spatial axes are dynamic."
+    )
+    mean: tuple[float, float, float] = Field(
+        (0.485, 0.456, 0.406), description="RGB mean (0..1) subtracted before the model."
+    )
+    std: tuple[float, float, float] = Field(
+        (0.229, 0.224, 0.225), description="RGB standard deviation (0..1) divided by."
+    )
+    top_k: int = Field(5, ge=1, le=100, description="Labels returned when a request says 0.")
+
+
+class CloudBatcherConfig(StrictModel):
+    """The one dynamic batcher behind every call (Triton's dynamic_batching)."""
+
+    max_batch: int = Field(8, ge=1, le=1024, description="Largest batch sent to the model.")
+    max_queue_delay_ms: float = Field(
+        5.0, ge=0, description="Longest the oldest queued request waits for a batch to fill."
+    )
+    max_queue_size: int = Field(
+        64, ge=1, description="Queued requests; beyond it a call gets RESOURCE_EXHAUSTED."
+    )
+    retry_after_ms: int = Field(
+        200, ge=1, description="Retry hint sent with RESOURCE_EXHAUSTED and RETRY acks."
+    )
+    instances: int = Field(
+        1, ge=1, le=16, description="Model instances (worker threads) draining the queue."
+    )
+
+
+class CloudLimitsConfig(StrictModel):
+    """What a request may carry; beyond it is INVALID_ARGUMENT, never a crash."""
+
+    max_message_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="Largest gRPC message received or sent."
+    )
+    max_crops_per_batch: int = Field(64, ge=1, description="Crops in one CropBatch.")
+    max_image_width: int = Field(4096, ge=1, description="Widest image accepted, in pixels.")
+    max_image_height: int = Field(4096, ge=1, description="Tallest image accepted, in pixels.")
+    max_image_pixels: int = Field(
+        16_000_000, ge=1, description="Largest width x height accepted (decode-bomb guard)."
+    )
+    max_inflight_batches: int = Field(
+        8, ge=1, description="CropBatches of one Uplink stream being worked on at once."
+    )
+    default_page_size: int = Field(100, ge=1, description="QueryEvents page size when 0.")
+    max_page_size: int = Field(1000, ge=1, description="Largest QueryEvents page.")
+
+
+class CloudStoreConfig(StrictModel):
+    """The event store (SQLite, WAL)."""
+
+    path: str = Field("strata-events.sqlite", description="SQLite file (`--db`).")
+    write_batch: int = Field(256, ge=1, description="Events committed in one transaction at most.")
+    write_delay_ms: float = Field(
+        2.0, ge=0, description="How long the writer waits to fill a transaction."
+    )
+    max_pending: int = Field(
+        4096, ge=1, description="Events waiting for the writer; beyond it crops get RETRY."
+    )
+    synchronous: Literal["FULL", "NORMAL"] = Field(
+        "FULL", description="SQLite synchronous mode; FULL fsyncs each commit (durable acks)."
+    )
+
+
 class CloudConfig(StrictModel):
     """Options of `strata cloud`."""
 
+    listen: str = Field("127.0.0.1:50051", description="HOST:PORT the gRPC server binds to.")
+    allow_insecure: bool = Field(
+        False, description="Allow a non-loopback address without TLS (plaintext on a network)."
+    )
+    workers: int = Field(32, ge=2, description="gRPC handler threads (streams hold one each).")
+    max_watchers: int = Field(16, ge=0, description="Concurrent WatchEvents streams.")
+    watch_queue: int = Field(
+        1024, ge=1, description="Events buffered per watcher; a slower watcher is dropped."
+    )
+    grace_s: float = Field(5.0, ge=0, description="Shutdown grace for calls in flight.")
+    tls: CloudTlsConfig = Field(default_factory=CloudTlsConfig, description="TLS and mTLS.")
+    auth: CloudAuthConfig = Field(default_factory=CloudAuthConfig, description="Bearer token.")
+    model: CloudModelConfig = Field(default_factory=CloudModelConfig, description="Classifier.")
+    batcher: CloudBatcherConfig = Field(
+        default_factory=CloudBatcherConfig, description="Dynamic batcher."
+    )
+    limits: CloudLimitsConfig = Field(
+        default_factory=CloudLimitsConfig, description="Request limits."
+    )
+    store: CloudStoreConfig = Field(default_factory=CloudStoreConfig, description="Event store.")
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."
     )

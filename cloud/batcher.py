@@ -1,0 +1,179 @@
+"""The dynamic batcher: one bounded queue, batches of up to max_batch formed within max delay.
+
+Like Triton's dynamic batcher, the oldest queued request waits at most max_queue_delay for
+others to join it. A full queue refuses at once (the caller answers RESOURCE_EXHAUSTED with a
+retry hint) instead of letting latency grow without bound; a request whose deadline has passed
+or whose caller went away is dropped before it is computed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+from strata.shared.config.cloud import CloudBatcherConfig
+
+from .classifier import BatchBuffer, Classifier
+from .metrics import CloudMetrics
+
+log = logging.getLogger(__name__)
+
+
+class QueueFullError(RuntimeError):
+    """The batcher queue is full; try again after retry_after_ms."""
+
+    def __init__(self, retry_after_ms: int) -> None:
+        super().__init__(f"server busy: inference queue is full; retry after {retry_after_ms} ms")
+        self.retry_after_ms = retry_after_ms
+
+
+class DeadlineExpiredError(RuntimeError):
+    """The request's deadline passed while it was queued; it was not computed."""
+
+
+class BatcherClosedError(RuntimeError):
+    """The server is shutting down."""
+
+
+@dataclass(slots=True)
+class _Item:
+    image: np.ndarray
+    deadline: float | None  # time.monotonic() seconds
+    enqueued: float
+    future: Future[np.ndarray]
+
+
+class DynamicBatcher:
+    """Queue of model-sized images in, probability rows out (through futures)."""
+
+    def __init__(
+        self, classifier: Classifier, cfg: CloudBatcherConfig, metrics: CloudMetrics
+    ) -> None:
+        self.classifier = classifier
+        self.cfg = cfg
+        self.metrics = metrics
+        self.max_batch = (
+            min(cfg.max_batch, classifier.fixed_batch) if classifier.fixed_batch else cfg.max_batch
+        )
+        self._delay = cfg.max_queue_delay_ms / 1000.0
+        self._queue: queue.Queue[_Item] = queue.Queue(maxsize=cfg.max_queue_size)
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(
+                target=self._work,
+                args=(classifier.new_buffer(self.max_batch),),
+                name=f"batcher-{i}",
+                daemon=True,
+            )
+            for i in range(cfg.instances)
+        ]
+
+    def start(self) -> None:
+        """Start the model instances."""
+        for t in self._threads:
+            t.start()
+
+    def submit(self, image: np.ndarray, deadline: float | None = None) -> Future[np.ndarray]:
+        """Queue one model-sized BGR image; raises QueueFullError or BatcherClosedError."""
+        if self._stop.is_set():
+            raise BatcherClosedError("server is shutting down")
+        fut: Future[np.ndarray] = Future()
+        try:
+            self._queue.put_nowait(_Item(image, deadline, time.monotonic(), fut))
+        except queue.Full:
+            raise QueueFullError(self.cfg.retry_after_ms) from None
+        self.metrics.queue_depth.set(self._queue.qsize())
+        return fut
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Finish the batch in progress, fail what is still queued, join the workers."""
+        self._stop.set()
+        for t in self._threads:
+            if t.is_alive():
+                t.join(timeout)
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item.future.set_running_or_notify_cancel():
+                item.future.set_exception(BatcherClosedError("server is shutting down"))
+
+    def _collect(self) -> list[_Item]:
+        try:
+            first = self._queue.get(timeout=0.1)
+        except queue.Empty:
+            return []
+        items = [first]
+        close_at = first.enqueued + self._delay
+        while len(items) < self.max_batch:
+            try:
+                items.append(self._queue.get_nowait())
+                continue
+            except queue.Empty:
+                pass
+            remaining = close_at - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                items.append(self._queue.get(timeout=remaining))
+            except queue.Empty:
+                break
+        return items
+
+    def _work(self, buffer: BatchBuffer) -> None:
+        while not self._stop.is_set():
+            items = self._collect()
+            if not items:
+                continue
+            self.metrics.queue_depth.set(self._queue.qsize())
+            live = self._admit(items)
+            if live:
+                self._run(buffer, live)
+
+    def _admit(self, items: list[_Item]) -> list[_Item]:
+        now = time.monotonic()
+        live: list[_Item] = []
+        for item in items:
+            if not item.future.set_running_or_notify_cancel():
+                self.metrics.expired_skipped.inc()  # the caller gave up (cancelled, timed out)
+                continue
+            if item.deadline is not None and now >= item.deadline:
+                self.metrics.expired_skipped.inc()
+                item.future.set_exception(
+                    DeadlineExpiredError(
+                        f"deadline passed after {1000 * (now - item.enqueued):.0f} ms in queue; "
+                        "not computed"
+                    )
+                )
+                continue
+            self.metrics.queue_duration.observe(now - item.enqueued)
+            live.append(item)
+        return live
+
+    def _run(self, buffer: BatchBuffer, live: list[_Item]) -> None:
+        n = len(live)
+        try:
+            t0 = time.perf_counter()
+            buffer.fill([item.image for item in live])
+            t1 = time.perf_counter()
+            probs = self.classifier.run(buffer, n)
+            t2 = time.perf_counter()
+        except Exception as exc:  # a model failure fails this batch, not the server
+            log.exception("model %s failed on a batch of %d", self.classifier.name, n)
+            for item in live:
+                item.future.set_exception(exc)
+            return
+        m = self.metrics
+        m.compute_input_duration.observe(t1 - t0)
+        m.compute_duration.observe(t2 - t1)
+        m.batch_size.observe(n)
+        m.inference_count.inc(n)
+        m.exec_count.inc()
+        for i, item in enumerate(live):
+            item.future.set_result(probs[i])

@@ -1,0 +1,126 @@
+"""`strata cloud`: run the gRPC endpoint; `strata cloud query`: list stored events."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from strata.shared.cli.common import add_config_flag, load_or_exit, prune
+
+
+def register(subparsers: Any) -> None:
+    """Add `cloud` (and `cloud query`) to the strata CLI."""
+    p = subparsers.add_parser(
+        "cloud",
+        help="run the cloud gRPC endpoint (classify crops, store and query events)",
+        description="Run the cloud gRPC endpoint. Everything not given here comes from the "
+        "config file's `cloud` section.",
+    )
+    add_config_flag(p)
+    p.add_argument("--listen", metavar="HOST:PORT", help="override cloud.listen")
+    p.add_argument("--db", metavar="PATH", help="override cloud.store.path (SQLite file)")
+    p.set_defaults(func=run)
+    sub = p.add_subparsers(dest="cloud_command", metavar="COMMAND")
+    q = sub.add_parser("query", help="print stored events of a running endpoint")
+    add_config_flag(q)
+    q.add_argument("--target", default="127.0.0.1:50051", help="HOST:PORT of the endpoint")
+    q.add_argument("--camera", default="", help="only this camera")
+    q.add_argument("--label", default="", help="only this label")
+    q.add_argument("--start-ns", type=int, default=0, help="from this capture time (ns)")
+    q.add_argument("--end-ns", type=int, default=0, help="before this capture time (ns)")
+    q.add_argument("--limit", type=int, default=100, help="print at most this many events")
+    q.add_argument("--token-file", default="", help="file with the bearer token")
+    q.add_argument("--ca-file", default="", help="PEM CA of the server (turns on TLS)")
+    q.add_argument("--cert-file", default="", help="client certificate (mTLS)")
+    q.add_argument("--key-file", default="", help="client key (mTLS)")
+    q.add_argument("--json", action="store_true", help="one JSON object per event")
+    q.set_defaults(func=run_query)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT or SIGTERM."""
+    import signal
+    import threading
+
+    from strata.shared.runtime import ModelLoadError
+
+    from .security import SecurityError
+    from .server import CloudServer
+    from .store import StoreError
+
+    overrides = prune({"cloud": {"listen": args.listen, "store": {"path": args.db}}})
+    cfg = load_or_exit(args, overrides, "cloud")
+    try:
+        server = CloudServer(cfg.cloud, repository=cfg.models.repository)
+        server.start()
+    except (SecurityError, ModelLoadError, StoreError) as exc:
+        print(f"strata cloud: {exc}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    print(f"strata cloud: listening on {server.address}", flush=True)
+    done.wait()
+    server.stop()
+    return 0
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """Print events from QueryEvents, oldest first."""
+    import json
+    from pathlib import Path
+
+    import grpc
+    from google.protobuf.json_format import MessageToDict
+    from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
+
+    load_or_exit(args, {}, "cloud query")
+    try:
+        if args.ca_file:
+            creds = grpc.ssl_channel_credentials(
+                Path(args.ca_file).read_bytes(),
+                Path(args.key_file).read_bytes() if args.key_file else None,
+                Path(args.cert_file).read_bytes() if args.cert_file else None,
+            )
+            channel = grpc.secure_channel(args.target, creds)
+        else:
+            channel = grpc.insecure_channel(args.target)
+        metadata = []
+        if args.token_file:
+            token = Path(args.token_file).read_text().strip()
+            metadata.append(("authorization", f"Bearer {token}"))
+    except OSError as exc:
+        print(f"strata cloud query: {exc}", file=sys.stderr)
+        return 2
+    stub = analytics_pb2_grpc.AnalyticsStub(channel)  # type: ignore[no-untyped-call]
+    req = analytics_pb2.QueryEventsRequest(
+        version=current_version(),
+        camera_id=args.camera,
+        label=args.label,
+        start_ns=args.start_ns,
+        end_ns=args.end_ns,
+        page_size=min(max(args.limit, 1), 1000),
+    )
+    shown = 0
+    try:
+        for page in stub.QueryEvents(req, metadata=metadata, timeout=30):
+            for ev in page.events:
+                if shown >= args.limit:
+                    break
+                shown += 1
+                if args.json:
+                    print(json.dumps(MessageToDict(ev)))
+                else:
+                    print(
+                        f"{ev.event_id}\t{ev.capture_ns}\t{ev.camera_id}\t{ev.label}\t"
+                        f"{ev.score:.3f}\t{ev.edge_id}/{ev.crop_id}"
+                    )
+            if shown >= args.limit:
+                break
+    except grpc.RpcError as exc:
+        print(f"strata cloud query: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    finally:
+        channel.close()
+    return 0

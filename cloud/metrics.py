@@ -1,0 +1,107 @@
+"""The cloud endpoint's Prometheus metrics, named after Triton's where they fit."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from strata.shared.metrics import BATCH_BUCKETS, LATENCY_BUCKETS
+
+
+class CloudMetrics:
+    """One registry per server instance (tests run several side by side)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        # Triton: nv_inference_request_success / nv_inference_request_failure{reason}.
+        self.request_success = Counter(
+            "strata_cloud_request_success",
+            "Requests (Classify calls and uplinked crops) answered successfully.",
+            ["method"],
+            registry=r,
+        )
+        self.request_failure = Counter(
+            "strata_cloud_request_failure",
+            "Requests that failed, by reason.",
+            ["method", "reason"],
+            registry=r,
+        )
+        # Triton: nv_inference_queue_duration_us, nv_inference_compute_infer_duration_us.
+        self.queue_duration = Histogram(
+            "strata_cloud_queue_duration_seconds",
+            "Time a request waited in the batcher queue.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.compute_input_duration = Histogram(
+            "strata_cloud_compute_input_duration_seconds",
+            "Time to fill the batch buffer (normalize, layout) per batch.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.compute_duration = Histogram(
+            "strata_cloud_compute_infer_duration_seconds",
+            "Model execution time per batch.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "strata_cloud_batch_size",
+            "Requests per executed batch.",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        # Triton: nv_inference_count (items) and nv_inference_exec_count (batches).
+        self.inference_count = Counter(
+            "strata_cloud_inference_count", "Images run through the model.", registry=r
+        )
+        self.exec_count = Counter(
+            "strata_cloud_inference_exec_count", "Batches run through the model.", registry=r
+        )
+        self.expired_skipped = Counter(
+            "strata_cloud_expired_skipped",
+            "Queued requests not computed because their deadline passed or they were cancelled.",
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "strata_cloud_queue_depth", "Requests waiting in the batcher queue.", registry=r
+        )
+        self.store_latency = Histogram(
+            "strata_cloud_store_latency_seconds",
+            "Time from handing an event to the writer until its transaction committed.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.store_commit_duration = Histogram(
+            "strata_cloud_store_commit_duration_seconds",
+            "Duration of one write transaction (insert and commit).",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.store_batch_size = Histogram(
+            "strata_cloud_store_batch_size",
+            "Events per write transaction.",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.events_stored = Counter(
+            "strata_cloud_events_stored", "Events newly stored.", registry=r
+        )
+        self.crops_duplicate = Counter(
+            "strata_cloud_crops_duplicate",
+            "Crops received again (already stored; acked with the stored event).",
+            registry=r,
+        )
+        self.watchers = Gauge("strata_cloud_watchers", "Open WatchEvents streams.", registry=r)
+        self.watchers_dropped = Counter(
+            "strata_cloud_watchers_dropped",
+            "WatchEvents streams closed because they fell behind.",
+            registry=r,
+        )
+
+    def fail(self, method: str, reason: str) -> None:
+        """Count one failed request."""
+        self.request_failure.labels(method=method, reason=reason).inc()
+
+    def ok(self, method: str, n: int = 1) -> None:
+        """Count successful requests."""
+        self.request_success.labels(method=method).inc(n)

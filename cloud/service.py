@@ -1,0 +1,440 @@
+"""The Analytics gRPC service: Uplink, Classify, QueryEvents, WatchEvents."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+from strata.shared.config.cloud import CloudConfig
+from strata.shared.contracts import (
+    ProtocolVersionError,
+    analytics_pb2,
+    analytics_pb2_grpc,
+    check_version,
+    current_version,
+)
+
+from .batcher import BatcherClosedError, DeadlineExpiredError, DynamicBatcher, QueueFullError
+from .classifier import Classifier
+from .drops import Drops
+from .images import ImageLimits, InvalidImageError, decode, to_model_size
+from .metrics import CloudMetrics
+from .store import EventQuery, EventStore, PageKey, StoreBusyError, Stored
+from .watch import WatchHub
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_KEY = "retry-after-ms"
+UPLINK, CLASSIFY, QUERY, WATCH = "Uplink", "Classify", "QueryEvents", "WatchEvents"
+
+
+@dataclass(frozen=True, slots=True)
+class _Abort:
+    """Ends an Uplink stream with a status (raised from the handler thread)."""
+
+    code: grpc.StatusCode
+    message: str
+
+
+class _BatchAcks:
+    """One ack per crop of a CropBatch; the response goes out when the last one is in."""
+
+    def __init__(
+        self,
+        n: int,
+        send: Callable[[analytics_pb2.UplinkResponse], None],
+        release: Callable[[], None],
+    ) -> None:
+        self._acks: list[analytics_pb2.CropAck | None] = [None] * n
+        self._left = n
+        self._lock = threading.Lock()
+        self._send = send
+        self._release = release
+
+    def set(self, i: int, ack: analytics_pb2.CropAck) -> None:
+        with self._lock:
+            if self._acks[i] is not None:
+                return
+            self._acks[i] = ack
+            self._left -= 1
+            done = self._left == 0
+        if done:
+            acks = [a for a in self._acks if a is not None]
+            self._send(analytics_pb2.UplinkResponse(version=current_version(), acks=acks))
+            self._release()
+
+
+def _invalid(crop_id: str, reason: str) -> analytics_pb2.CropAck:
+    return analytics_pb2.CropAck(
+        crop_id=crop_id, status=analytics_pb2.CROP_STATUS_INVALID, reason=reason
+    )
+
+
+def _retry(crop_id: str, reason: str, after_ms: int) -> analytics_pb2.CropAck:
+    return analytics_pb2.CropAck(
+        crop_id=crop_id,
+        status=analytics_pb2.CROP_STATUS_RETRY,
+        reason=reason,
+        retry_after_ms=after_ms,
+    )
+
+
+class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[misc]
+    """Request handling; the batcher computes, the store persists, the hub fans out."""
+
+    def __init__(
+        self,
+        cfg: CloudConfig,
+        classifier: Classifier,
+        batcher: DynamicBatcher,
+        store: EventStore,
+        hub: WatchHub,
+        metrics: CloudMetrics,
+        drops: Drops,
+    ) -> None:
+        self.cfg = cfg
+        self.classifier = classifier
+        self.batcher = batcher
+        self.store = store
+        self.hub = hub
+        self.metrics = metrics
+        self.drops = drops
+        lim = cfg.limits
+        self.image_limits = ImageLimits(
+            lim.max_image_width, lim.max_image_height, lim.max_image_pixels
+        )
+        self.retry_ms = cfg.batcher.retry_after_ms
+
+    # helpers
+
+    @staticmethod
+    def _deadline(context: grpc.ServicerContext) -> tuple[float | None, float | None]:
+        """(remaining seconds, monotonic deadline), both None when the call has no deadline."""
+        remaining = context.time_remaining()
+        if remaining is None or remaining > 1e8:  # gRPC reports "no deadline" as ~infinity
+            return None, None
+        return float(remaining), time.monotonic() + float(remaining)
+
+    def _image(self, data: bytes, encoding: int, width: int, height: int) -> np.ndarray:
+        img = decode(data, encoding, width, height, self.image_limits, self.classifier.size)
+        return to_model_size(img, self.classifier.size)
+
+    # Uplink
+
+    def Uplink(  # noqa: N802
+        self,
+        request_iterator: Iterator[analytics_pb2.CropBatch],
+        context: grpc.ServicerContext,
+    ) -> Iterator[analytics_pb2.UplinkResponse]:
+        """Crop batches in, one ack per crop out; several batches are worked on at once."""
+        out: queue.SimpleQueue[analytics_pb2.UplinkResponse | _Abort | None] = queue.SimpleQueue()
+        window_size = self.cfg.limits.max_inflight_batches
+        window = threading.Semaphore(window_size)
+        _, deadline = self._deadline(context)
+
+        def acquire() -> bool:
+            while not window.acquire(timeout=0.25):
+                if not context.is_active():
+                    return False
+            return True
+
+        def read() -> None:
+            try:
+                for batch in request_iterator:
+                    if not acquire():
+                        return
+                    abort = self._start_batch(batch, deadline, out.put, window.release)
+                    if abort is not None:
+                        out.put(abort)
+                        return
+            except Exception as exc:  # the client went away mid-stream
+                log.debug("uplink stream ended: %s", exc)
+            finally:
+                # Acks of batches in flight still go out before the stream closes.
+                for _ in range(window_size):
+                    if not acquire():
+                        break
+                out.put(None)
+
+        threading.Thread(target=read, name="uplink-reader", daemon=True).start()
+        while True:
+            try:
+                item = out.get(timeout=0.25)
+            except queue.Empty:
+                if not context.is_active():
+                    return
+                continue
+            if item is None:
+                return
+            if isinstance(item, _Abort):
+                context.abort(item.code, item.message)
+                return
+            yield item
+
+    def _start_batch(
+        self,
+        batch: analytics_pb2.CropBatch,
+        deadline: float | None,
+        send: Callable[[analytics_pb2.UplinkResponse], None],
+        release: Callable[[], None],
+    ) -> _Abort | None:
+        try:
+            check_version(batch.version)
+        except ProtocolVersionError as exc:
+            self.drops(UPLINK, "protocol_version", str(exc))
+            release()
+            return _Abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        n = len(batch.crops)
+        if n == 0:
+            release()
+            return None
+        acks = _BatchAcks(n, send, release)
+        limit = self.cfg.limits.max_crops_per_batch
+        if n > limit:
+            reason = f"too_many_crops: batch has {n} crops; the limit is {limit}"
+            for i, crop in enumerate(batch.crops):
+                self.drops(UPLINK, "too_many_crops", reason)
+                acks.set(i, _invalid(crop.crop_id, reason))
+            return None
+        for i, crop in enumerate(batch.crops):
+            self._start_crop(i, crop, deadline, acks)
+        return None
+
+    def _start_crop(
+        self, i: int, crop: analytics_pb2.Crop, deadline: float | None, acks: _BatchAcks
+    ) -> None:
+        if not crop.crop_id:
+            self.drops(UPLINK, "no_crop_id", f"crop {i} of a batch has no crop_id")
+            acks.set(i, _invalid("", "no_crop_id: crop_id is empty"))
+            return
+        try:
+            existing = self.store.find(crop.edge_id, crop.crop_id)
+        except sqlite3.Error as exc:
+            self.drops(UPLINK, "store_error", f"crop {crop.crop_id}: {exc}")
+            acks.set(i, _retry(crop.crop_id, f"store_error: {exc}", self.retry_ms))
+            return
+        if existing is not None:
+            self.metrics.crops_duplicate.inc()
+            self.metrics.ok(UPLINK)
+            acks.set(i, self._stored_ack(crop.crop_id, existing, None))
+            return
+        try:
+            img = self._image(crop.image, crop.encoding, crop.width, crop.height)
+        except InvalidImageError as exc:
+            self.drops(UPLINK, exc.reason, f"crop {crop.crop_id} from {crop.edge_id}: {exc}")
+            acks.set(i, _invalid(crop.crop_id, f"{exc.reason}: {exc}"))
+            return
+        try:
+            fut = self.batcher.submit(img, deadline)
+        except QueueFullError as exc:
+            self.drops(UPLINK, "queue_full", f"crop {crop.crop_id}: {exc}")
+            acks.set(i, _retry(crop.crop_id, f"queue_full: {exc}", exc.retry_after_ms))
+            return
+        except BatcherClosedError as exc:
+            self.drops(UPLINK, "shutting_down", f"crop {crop.crop_id}: {exc}")
+            acks.set(i, _retry(crop.crop_id, f"shutting_down: {exc}", self.retry_ms))
+            return
+        fut.add_done_callback(lambda f: self._classified(f, i, crop, acks))
+
+    def _classified(
+        self, fut: Future[np.ndarray], i: int, crop: analytics_pb2.Crop, acks: _BatchAcks
+    ) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            reason = (
+                "deadline"
+                if isinstance(exc, DeadlineExpiredError)
+                else "shutting_down"
+                if isinstance(exc, BatcherClosedError)
+                else "model_error"
+            )
+            self.drops(UPLINK, reason, f"crop {crop.crop_id}: {exc}")
+            acks.set(i, _retry(crop.crop_id, f"{reason}: {exc}", self.retry_ms))
+            return
+        top = self.classifier.top_k(fut.result(), self.cfg.model.top_k)
+        event = analytics_pb2.Event(
+            edge_id=crop.edge_id,
+            camera_id=crop.camera_id,
+            sequence=crop.sequence,
+            capture_ns=crop.timing.capture_ns,
+            edge_detection=crop.detection,
+            label=top[0].label,
+            score=top[0].score,
+            crop_id=crop.crop_id,
+        )
+        try:
+            sfut = self.store.submit(event)
+        except StoreBusyError as exc:
+            self.drops(UPLINK, "store_busy", f"crop {crop.crop_id}: {exc}")
+            acks.set(i, _retry(crop.crop_id, f"store_busy: {exc}", self.retry_ms))
+            return
+        sfut.add_done_callback(lambda s: self._stored(s, i, crop.crop_id, top, acks))
+
+    def _stored(
+        self,
+        fut: Future[Stored],
+        i: int,
+        crop_id: str,
+        top: list[analytics_pb2.LabelScore],
+        acks: _BatchAcks,
+    ) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            self.drops(UPLINK, "store_error", f"crop {crop_id}: {exc}")
+            acks.set(i, _retry(crop_id, f"store_error: {exc}", self.retry_ms))
+            return
+        stored = fut.result()
+        if stored.duplicate:
+            self.metrics.crops_duplicate.inc()
+        self.metrics.ok(UPLINK)
+        acks.set(i, self._stored_ack(crop_id, stored.event, None if stored.duplicate else top))
+
+    @staticmethod
+    def _stored_ack(
+        crop_id: str, ev: analytics_pb2.Event, top: list[analytics_pb2.LabelScore] | None
+    ) -> analytics_pb2.CropAck:
+        labels = (
+            top if top is not None else [analytics_pb2.LabelScore(label=ev.label, score=ev.score)]
+        )
+        return analytics_pb2.CropAck(
+            crop_id=crop_id,
+            status=analytics_pb2.CROP_STATUS_STORED,
+            event_id=ev.event_id,
+            labels=labels,
+        )
+
+    # Classify
+
+    def Classify(  # noqa: N802
+        self, request: analytics_pb2.ClassifyRequest, context: grpc.ServicerContext
+    ) -> analytics_pb2.ClassifyResponse:
+        """One image, classified through the shared batcher."""
+        try:
+            check_version(request.version)
+        except ProtocolVersionError as exc:
+            self.drops(CLASSIFY, "protocol_version", str(exc))
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        try:
+            img = self._image(request.image, request.encoding, request.width, request.height)
+        except InvalidImageError as exc:
+            self.drops(CLASSIFY, exc.reason, str(exc))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.reason}: {exc}")
+        remaining, deadline = self._deadline(context)
+        if remaining is not None and remaining <= 0:
+            self.drops(CLASSIFY, "deadline", "deadline passed before the request was queued")
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed; not computed")
+        try:
+            fut = self.batcher.submit(img, deadline)
+        except QueueFullError as exc:
+            self.drops(CLASSIFY, "queue_full", str(exc))
+            context.set_trailing_metadata(((RETRY_AFTER_KEY, str(exc.retry_after_ms)),))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        except BatcherClosedError as exc:
+            self.drops(CLASSIFY, "shutting_down", str(exc))
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        context.add_callback(fut.cancel)
+        status: tuple[grpc.StatusCode, str, str] | None = None
+        try:
+            probs = fut.result(timeout=remaining)
+        except FutureTimeout:
+            fut.cancel()
+            status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", "deadline passed in queue")
+        except DeadlineExpiredError as exc:
+            status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", str(exc))
+        except CancelledError:
+            # gRPC ends a call whose deadline passes, which cancels its queued request.
+            if deadline is not None and time.monotonic() >= deadline - 0.001:
+                status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", "deadline passed in queue")
+            else:
+                status = (grpc.StatusCode.CANCELLED, "cancelled", "the client cancelled")
+        except BatcherClosedError as exc:
+            status = (grpc.StatusCode.UNAVAILABLE, "shutting_down", str(exc))
+        except Exception as exc:
+            status = (grpc.StatusCode.INTERNAL, "model_error", f"model failed: {exc}")
+        if status is not None:
+            self.drops(CLASSIFY, status[1], status[2])
+            context.abort(status[0], status[2])
+        self.metrics.ok(CLASSIFY)
+        return analytics_pb2.ClassifyResponse(
+            version=current_version(),
+            labels=self.classifier.top_k(probs, request.top_k or self.cfg.model.top_k),
+            model=self.classifier.name,
+        )
+
+    # queries
+
+    def QueryEvents(  # noqa: N802
+        self, request: analytics_pb2.QueryEventsRequest, context: grpc.ServicerContext
+    ) -> Iterator[analytics_pb2.QueryEventsResponse]:
+        """Pages of stored events, oldest first; each page carries the token of the next."""
+        try:
+            check_version(request.version)
+        except ProtocolVersionError as exc:
+            self.drops(QUERY, "protocol_version", str(exc))
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        if request.end_ns and request.end_ns < request.start_ns:
+            self.drops(QUERY, "bad_range", f"end_ns {request.end_ns} < start_ns")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "end_ns is before start_ns")
+        after: PageKey | None = None
+        if request.page_token:
+            try:
+                after = PageKey.parse(request.page_token)
+            except ValueError as exc:
+                self.drops(QUERY, "bad_page_token", str(exc))
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        lim = self.cfg.limits
+        size = min(request.page_size or lim.default_page_size, lim.max_page_size)
+        q = EventQuery(request.camera_id, request.label, request.start_ns, request.end_ns)
+        while context.is_active():
+            try:
+                events, after = self.store.query(q, after, size)
+            except sqlite3.Error as exc:
+                self.drops(QUERY, "store_error", str(exc))
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"event store: {exc}")
+            yield analytics_pb2.QueryEventsResponse(
+                version=current_version(),
+                events=events,
+                next_page_token=after.token() if after else "",
+            )
+            if after is None:
+                break
+        self.metrics.ok(QUERY)
+
+    def WatchEvents(  # noqa: N802
+        self, request: analytics_pb2.WatchEventsRequest, context: grpc.ServicerContext
+    ) -> Iterator[analytics_pb2.Event]:
+        """New events as they are committed, until the client goes away."""
+        try:
+            check_version(request.version)
+        except ProtocolVersionError as exc:
+            self.drops(WATCH, "protocol_version", str(exc))
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        sub = self.hub.subscribe(request.camera_id, request.label)
+        if sub is None:
+            self.drops(WATCH, "too_many_watchers", f"limit {self.hub.max_watchers}")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many WatchEvents streams")
+        assert sub is not None
+        # The header goes out now, so a client knows it is subscribed before events arrive.
+        context.send_initial_metadata(())
+        try:
+            while context.is_active() and not sub.closed:
+                try:
+                    yield sub.queue.get(timeout=0.25)
+                except queue.Empty:
+                    if sub.dropped:
+                        break
+        finally:
+            self.hub.unsubscribe(sub)
+        if sub.dropped:
+            self.drops(WATCH, "watcher_behind", "stream fell behind and was closed")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher fell behind; reconnect")
+        self.metrics.ok(WATCH)
