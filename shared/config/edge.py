@@ -2,15 +2,130 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from .base import StrictModel
 from .common import MetricsConfig
 
 
+class EdgeModelConfig(StrictModel):
+    """Which detector runs and how its output is read."""
+
+    name: str = Field("yolov8n", description="Model name in the model repository.")
+    path: str = Field("", description="ONNX file to load instead of the repository's model.")
+    input_size: int = Field(
+        640, ge=32, le=4096, description="Square input side when the model's is dynamic."
+    )
+    labels: list[str] = Field(
+        default_factory=list,
+        description="Class labels by id; empty: the model's metadata, else COCO-80.",
+    )
+
+
+class RuntimeConfig(StrictModel):
+    """Back end and GPU execution options."""
+
+    backend: Literal[
+        "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt", "torch-cuda"
+    ] = Field("onnxruntime-cpu", description="Inference back end (see shared/runtime).")
+    threads: int = Field(0, ge=0, description="CPU intra-op threads; 0: the runtime's default.")
+    device_id: int = Field(0, ge=0, description="CUDA device ordinal.")
+    streams: int = Field(2, ge=1, le=16, description="CUDA streams (pinned buffer sets) on GPU.")
+    fp16: bool = Field(True, description="Build engines in FP16 where the GPU supports it.")
+    min_batch: int = Field(1, ge=1, description="Optimization profile minimum batch.")
+    opt_batch: int = Field(4, ge=1, description="Optimization profile optimal batch.")
+    max_batch: int = Field(8, ge=1, description="Optimization profile maximum batch.")
+    engine_cache: str = Field(
+        "", description="Folder for TensorRT engines; empty: next to the ONNX file."
+    )
+    workspace_mib: int = Field(1024, ge=64, description="TensorRT builder workspace limit.")
+
+    @model_validator(mode="after")
+    def _profile_order(self) -> RuntimeConfig:
+        if not self.min_batch <= self.opt_batch <= self.max_batch:
+            raise ValueError("runtime profile needs min_batch <= opt_batch <= max_batch")
+        return self
+
+
+class BatchingConfig(StrictModel):
+    """Triton-style dynamic batching across cameras."""
+
+    max_batch: int = Field(4, ge=1, le=256, description="A batch leaves as soon as it is full.")
+    max_queue_delay_ms: float = Field(
+        10.0, ge=0.0, description="Or when its oldest frame has waited this long."
+    )
+    queue_per_camera: int = Field(
+        8, ge=1, description="Frames held per camera; the oldest is shed beyond this."
+    )
+    delay_target_ms: float = Field(
+        200.0,
+        ge=0.0,
+        description="Queue delay target (receive to inference); 0 turns degradation off.",
+    )
+    min_batch: int = Field(1, ge=1, description="Degradation never lowers the batch below this.")
+    adapt_every: int = Field(8, ge=1, description="Batches between degradation decisions.")
+
+
+class DetectionConfig(StrictModel):
+    """Decoding and NMS."""
+
+    score_threshold: float = Field(0.25, ge=0.0, le=1.0, description="Minimum class score.")
+    iou_threshold: float = Field(0.45, ge=0.0, le=1.0, description="NMS IoU threshold.")
+    max_detections: int = Field(300, ge=1, description="Most boxes kept per frame.")
+
+
+class CropsConfig(StrictModel):
+    """Which detections go to the cloud for a second opinion."""
+
+    classes: list[str] = Field(
+        default_factory=list, description="Labels eligible for the cloud; empty: every label."
+    )
+    score_min: float = Field(0.25, ge=0.0, le=1.0, description="Lowest score sent.")
+    score_max: float = Field(
+        0.6, ge=0.0, le=1.0, description="Scores above this are trusted; not sent."
+    )
+    max_per_frame: int = Field(4, ge=0, description="Most crops per frame; 0: none.")
+    jpeg_quality: int = Field(85, ge=1, le=100, description="JPEG quality of crops.")
+    pad: float = Field(0.1, ge=0.0, le=1.0, description="Margin added around a box, by its size.")
+
+
+class UplinkConfig(StrictModel):
+    """The gRPC stream to the cloud and its circuit breaker."""
+
+    queue: int = Field(256, ge=1, description="Crops waiting for the cloud; the oldest drop.")
+    batch: int = Field(8, ge=1, description="Most crops per CropBatch.")
+    ack_timeout_s: float = Field(5.0, gt=0.0, description="A crop unacked this long failed.")
+    failure_threshold: int = Field(
+        3, ge=1, description="Consecutive failures that open the breaker."
+    )
+    p99_limit_ms: float = Field(
+        2000.0, gt=0.0, description="Open the breaker when the p99 ack latency exceeds this."
+    )
+    latency_window: int = Field(100, ge=10, description="Acks in the p99 window.")
+    open_s: float = Field(5.0, gt=0.0, description="Seconds open before a half-open probe.")
+    connect_timeout_s: float = Field(2.0, gt=0.0, description="Wait for the channel to connect.")
+
+
 class EdgeConfig(StrictModel):
     """Options of `strata edge`."""
 
+    edge_id: str = Field("edge-1", description="This node's name in results and crops.")
+    listen: str = Field(
+        "tcp://127.0.0.1:5555", description="ZeroMQ ROUTER address device agents connect to."
+    )
+    publish: str = Field(
+        "tcp://127.0.0.1:5556", description="ZeroMQ PUB address of detections (topic: camera)."
+    )
+    cloud: str = Field("", description="Cloud HOST:PORT for crops; empty: no uplink.")
+    model: EdgeModelConfig = Field(default_factory=EdgeModelConfig, description="Detector.")
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Back end.")
+    batching: BatchingConfig = Field(default_factory=BatchingConfig, description="Batching.")
+    detection: DetectionConfig = Field(default_factory=DetectionConfig, description="NMS.")
+    crops: CropsConfig = Field(default_factory=CropsConfig, description="Second opinions.")
+    uplink: UplinkConfig = Field(default_factory=UplinkConfig, description="Cloud uplink.")
+    max_payload_mib: int = Field(32, ge=1, description="Frames larger than this are rejected.")
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."
     )

@@ -1,0 +1,87 @@
+"""`strata edge`: the edge node daemon."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from strata.shared.cli.common import add_config_flag, load_or_exit, prune
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    """Add the `edge` subcommand."""
+    p = subparsers.add_parser(
+        "edge",
+        help="run the edge node (frames in over ZeroMQ, detections out, crops to the cloud)",
+        description="Edge node: batches frames across cameras, runs YOLO, publishes detections.",
+    )
+    p.add_argument("--listen", metavar="tcp://HOST:PORT", help="ZeroMQ address agents connect to")
+    p.add_argument("--cloud", metavar="HOST:PORT", help="cloud gRPC endpoint for crops")
+    p.add_argument("--publish", metavar="tcp://HOST:PORT", help="ZeroMQ PUB address of results")
+    p.add_argument("--model", metavar="ONNX", help="detector ONNX file (overrides the repository)")
+    add_config_flag(p)
+    p.set_defaults(func=run)
+
+
+def resolve_model(name: str, path: str, repository: str) -> Path:
+    """The detector's ONNX file: an explicit path, else `name` from the model repository
+    (manifest validated, checksum verified)."""
+    if path:
+        return Path(path)
+    from strata.shared.models import ModelRepository
+
+    _manifest, _variant, file = ModelRepository(repository or None).file_of(name)
+    return file
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the node and serve until SIGINT/SIGTERM."""
+    overrides = prune(
+        {
+            "edge": {
+                "listen": args.listen,
+                "cloud": args.cloud,
+                "publish": args.publish,
+                "model": {"path": args.model},
+            }
+        }
+    )
+    cfg = load_or_exit(args, overrides, "edge")
+    from strata.shared.metrics import serve_metrics
+    from strata.shared.runtime import ModelLoadError
+
+    from .node import EdgeNode
+
+    edge = cfg.edge
+    try:
+        model = resolve_model(edge.model.name, edge.model.path, cfg.models.repository)
+        node = EdgeNode(edge, model, edge.model.name)
+    except ModelLoadError as exc:
+        print(f"strata edge: {exc}", file=sys.stderr)
+        return 2
+    serve_metrics(node.metrics.registry, edge.metrics.host, edge.metrics.port)
+    try:
+        node.start()
+    except Exception as exc:  # a busy port or a bad address: say which
+        print(f"strata edge: cannot bind: {exc}", file=sys.stderr)
+        node.runner.close()
+        return 2
+
+    def _term(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        node._stop.set()
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
+    node.wait()
+    node.stop()
+    if node.error is not None:
+        print(f"strata edge: stopped on error: {node.error}", file=sys.stderr)
+        return 1
+    return 0

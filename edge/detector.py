@@ -1,0 +1,127 @@
+"""YOLO on a staged runner: letterbox into the slot's buffer, launch, decode on completion."""
+
+from __future__ import annotations
+
+import ast
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from strata.shared.config.edge import DetectionConfig, EdgeConfig
+from strata.shared.runtime import ModelLoadError, create_runner
+from strata.shared.runtime.staging import HostStagedRunner, StagedRunner
+from strata.shared.vision import COCO80, FrameBoxes, Letterbox, LetterboxWriter, decode_yolo
+
+from .frames import QueuedFrame
+
+log = logging.getLogger(__name__)
+
+CPU_BACKENDS = ("onnxruntime-cpu",)
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A launched batch: which slot holds it, its frames and how each was letterboxed."""
+
+    slot: int
+    frames: tuple[QueuedFrame, ...]
+    letterboxes: tuple[Letterbox, ...]
+    start_ns: int
+    # time.monotonic() when preprocessing was done and the batch went to the runner.
+    launched: float
+
+    def elapsed(self) -> float:
+        """Seconds since launch: copy-in, inference, copy-out (and any wait for the slot)."""
+        return time.monotonic() - self.launched
+
+
+def model_labels(path: Path, classes: int, configured: Sequence[str]) -> tuple[str, ...]:
+    """Labels by class id: config, else the ONNX metadata `names` (ultralytics), else COCO."""
+    if configured:
+        return tuple(configured)
+    try:
+        import onnx
+
+        meta = {
+            p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props
+        }
+        names = ast.literal_eval(meta["names"]) if "names" in meta else None
+        if isinstance(names, dict) and len(names) == classes:
+            return tuple(str(names[i]) for i in range(classes))
+    except (OSError, ValueError, SyntaxError, KeyError) as exc:
+        log.warning("cannot read labels from %s: %s", path, exc)
+    if classes == len(COCO80):
+        return COCO80
+    return tuple(f"class{i}" for i in range(classes))
+
+
+def open_staged(path: Path, cfg: EdgeConfig, max_batch: int) -> StagedRunner:
+    """The configured back end behind the staged interface."""
+    rt = cfg.runtime
+    if rt.backend in CPU_BACKENDS:
+        runner = create_runner(path, rt.backend, threads=rt.threads)
+        shape = runner.inputs[0].shape
+        size = cfg.model.input_size
+        chw = (
+            int(shape[1] or 3),
+            int(shape[2] or size),
+            int(shape[3] or size),
+        )
+        return HostStagedRunner(runner, max_batch, chw, slots=1)
+    staged = create_runner(
+        path,
+        rt.backend,
+        device_id=rt.device_id,
+        streams=rt.streams,
+        fp16=rt.fp16,
+        min_batch=rt.min_batch,
+        opt_batch=rt.opt_batch,
+        max_batch=max(rt.max_batch, max_batch),
+        input_size=cfg.model.input_size,
+        engine_cache=rt.engine_cache,
+        workspace_mib=rt.workspace_mib,
+    )
+    if not isinstance(staged, StagedRunner):
+        raise ModelLoadError(f"back end {rt.backend} does not offer staged execution")
+    return staged
+
+
+class Detector:
+    """Preprocess a batch into a runner slot, launch it, and decode it when it is done."""
+
+    def __init__(self, runner: StagedRunner, labels: Sequence[str], det: DetectionConfig) -> None:
+        self.runner = runner
+        self.labels = tuple(labels)
+        self.det = det
+        shape = runner.host_input(0).shape
+        self.max_batch = int(shape[0])
+        self.input_size = int(shape[2])
+        if shape[2] != shape[3]:
+            raise ModelLoadError(f"the detector needs a square input, got {shape[2]}x{shape[3]}")
+        self.letterbox = LetterboxWriter(self.input_size)
+
+    def launch(self, frames: Sequence[QueuedFrame], start_ns: int) -> InFlight:
+        """Letterbox every frame into a free slot's host buffer and launch the batch."""
+        slot = self.runner.acquire()
+        buf = self.runner.host_input(slot)
+        lbs = tuple(self.letterbox.write(f.image, buf[i]) for i, f in enumerate(frames))
+        launched = time.monotonic()
+        self.runner.launch(slot, len(frames))
+        return InFlight(slot, tuple(frames), lbs, start_ns, launched)
+
+    def finish(self, job: InFlight) -> list[FrameBoxes]:
+        """Wait for a launched batch and decode its boxes in original frame pixels."""
+        outputs = self.runner.wait(job.slot, len(job.frames))
+        return decode_yolo(
+            outputs[0],
+            job.letterboxes,
+            self.det.score_threshold,
+            self.det.iou_threshold,
+            self.det.max_detections,
+        )
+
+    @property
+    def classes(self) -> int:
+        return len(self.labels)

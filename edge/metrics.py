@@ -1,0 +1,87 @@
+"""The edge node's Prometheus metrics, in one registry per node instance."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from strata.shared.metrics import BATCH_BUCKETS, LATENCY_BUCKETS
+
+# Breaker state gauge values.
+BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = 0, 1, 2
+
+
+class EdgeMetrics:
+    """Counters, gauges and histograms of one edge node."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.frames = Counter(
+            "strata_edge_frames", "Frame messages by ack status.", ["status"], registry=r
+        )
+        self.rejected = Counter(
+            "strata_edge_rejected", "Rejected frame messages by reason.", ["reason"], registry=r
+        )
+        self.drops = Counter(
+            "strata_edge_drops", "Frames or crops dropped, by reason.", ["reason"], registry=r
+        )
+        self.queue_depth = Gauge(
+            "strata_edge_queue_depth", "Frames waiting for a batch, all cameras.", registry=r
+        )
+        self.cameras = Gauge("strata_edge_cameras", "Cameras with a queue.", registry=r)
+        self.batch_size = Histogram(
+            "strata_edge_batch_size", "Frames per batch.", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.batch_limit = Gauge(
+            "strata_edge_batch_limit", "Current batch size limit (after degradation).", registry=r
+        )
+        self.queue_delay = Histogram(
+            "strata_edge_queue_delay_seconds",
+            "Receive to inference start.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.inference = Histogram(
+            "strata_edge_inference_seconds",
+            "Batch copy-in, inference and copy-out.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.node_latency = Histogram(
+            "strata_edge_node_latency_seconds",
+            "Receive to publish, per frame.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "strata_edge_e2e_seconds",
+            "Capture to publish, per frame (device and node clocks).",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.processed = Counter(
+            "strata_edge_frames_processed", "Frames detected and published.", registry=r
+        )
+        self.fps = Gauge(
+            "strata_edge_fps", "Frames published per second (last window).", registry=r
+        )
+        self.detections = Counter("strata_edge_detections", "Boxes published.", registry=r)
+        self.crops = Counter(
+            "strata_edge_crops", "Crops by outcome at the cloud.", ["status"], registry=r
+        )
+        self.crop_queue = Gauge(
+            "strata_edge_crop_queue_depth", "Crops waiting for the cloud.", registry=r
+        )
+        self.uplink_latency = Histogram(
+            "strata_edge_uplink_latency_seconds",
+            "Crop sent to ack received.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.breaker_state = Gauge(
+            "strata_edge_breaker_state", "Cloud breaker: 0 closed, 1 half-open, 2 open.", registry=r
+        )
+        self.breaker_trips = Counter(
+            "strata_edge_breaker_trips", "Times the cloud breaker opened.", registry=r
+        )
+        self.gpu_memory = Gauge(
+            "strata_edge_gpu_memory_bytes", "GPU memory in use on the device.", registry=r
+        )

@@ -1,0 +1,333 @@
+"""The edge node: ingest thread (ROUTER, acks), worker thread (batch, detect, publish), uplink.
+
+ZeroMQ sockets are not thread-safe, so each belongs to one thread: the ROUTER to ingest,
+the PUB to the worker. Frames cross between them through the per-camera queues.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strata.shared.config.edge import EdgeConfig
+from strata.shared.contracts import current_version, frame_pb2
+from strata.shared.runtime import ModelLoadError
+from strata.shared.runtime.staging import StagedRunner
+from strata.shared.vision import FrameBoxes
+
+from .crops import CropSelector
+from .degrade import AdaptiveBatchLimit
+from .detector import Detector, InFlight, model_labels, open_staged
+from .frames import QueuedFrame
+from .ingest import Ingest
+from .metrics import EdgeMetrics
+from .queues import CameraQueues
+from .uplink import Uplink
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    """Where the node actually bound (ports resolved when the config said 0)."""
+
+    listen: str
+    publish: str
+
+
+def _zmq() -> Any:
+    # Imported lazily (CLI start-up stays light) and typed loosely: the project's mypy
+    # config skips following zmq.
+    return importlib.import_module("zmq")
+
+
+def _bind(sock: Any, address: str) -> str:
+    zmq = _zmq()
+
+    if address.startswith("tcp://") and address.endswith(":0"):
+        address = address[:-2] + ":*"
+    sock.bind(address)
+    endpoint = sock.getsockopt(zmq.LAST_ENDPOINT)
+    return endpoint.decode() if isinstance(endpoint, bytes) else str(endpoint)
+
+
+class EdgeNode:
+    """One edge node daemon; `start()` binds and spawns its threads, `stop()` joins them."""
+
+    def __init__(
+        self,
+        cfg: EdgeConfig,
+        model_path: str | Path,
+        model_name: str = "",
+        metrics: EdgeMetrics | None = None,
+        runner: StagedRunner | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.metrics = metrics or EdgeMetrics()
+        self.model_path = Path(model_path)
+        self.model_name = model_name or cfg.model.name or self.model_path.stem
+        self.runner = runner or open_staged(self.model_path, cfg, cfg.batching.max_batch)
+        out_shape = self.runner.outputs[0].shape
+        classes = (out_shape[1] or 0) - 4 if len(out_shape) == 3 else 0
+        if classes <= 0:
+            classes = self._probe_classes()
+        labels = model_labels(self.model_path, classes, cfg.model.labels)
+        self.detector = Detector(self.runner, labels, cfg.detection)
+        max_batch = min(cfg.batching.max_batch, self.detector.max_batch)
+        if max_batch < cfg.batching.max_batch:
+            log.warning(
+                "model takes at most %d frames per batch; batching.max_batch lowered", max_batch
+            )
+        self.max_batch = max_batch
+        self.degrade = AdaptiveBatchLimit(
+            max_batch,
+            cfg.batching.min_batch,
+            cfg.batching.delay_target_ms / 1e3,
+            cfg.batching.adapt_every,
+        )
+        self.metrics.batch_limit.set(max_batch)
+        self._shed_log = _RateLimitedLog("shed", 1.0)
+        self.queues = CameraQueues(cfg.batching.queue_per_camera, on_shed=self._on_shed)
+        self.ingest = Ingest(self.metrics, cfg.max_payload_mib << 20)
+        self.uplink = Uplink(cfg.cloud, cfg.uplink, self.metrics) if cfg.cloud else None
+        self.crops = (
+            CropSelector(cfg.crops, labels, cfg.edge_id) if self.uplink is not None else None
+        )
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._threads: list[threading.Thread] = []
+        self._ctx: Any = None
+        self.endpoints = Endpoints("", "")
+
+    def _probe_classes(self) -> int:
+        # Output size is dynamic in the graph: one dummy run tells it.
+        slot = self.runner.acquire()
+        self.runner.host_input(slot)[:1] = 0
+        self.runner.launch(slot, 1)
+        out = self.runner.wait(slot, 1)[0]
+        if out.ndim != 3 or out.shape[1] < 5:
+            raise ModelLoadError(f"not a YOLO detection output: shape {out.shape}")
+        return int(out.shape[1]) - 4
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> Endpoints:
+        """Bind both sockets and start the threads; returns the bound addresses."""
+        zmq = _zmq()
+
+        self._ctx = zmq.Context()
+        router = self._ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        pub = self._ctx.socket(zmq.PUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        try:
+            listen = _bind(router, self.cfg.listen)
+            publish = _bind(pub, self.cfg.publish)
+        except zmq.ZMQError:
+            router.close()
+            pub.close()
+            self._ctx.term()
+            raise
+        self.endpoints = Endpoints(listen, publish)
+        if self.uplink is not None:
+            self.uplink.start()
+        self._threads = [
+            threading.Thread(target=self._ingest_loop, args=(router,), name="edge-ingest"),
+            threading.Thread(target=self._worker_loop, args=(pub,), name="edge-worker"),
+        ]
+        for t in self._threads:
+            t.start()
+        log.info(
+            "edge node %s: frames on %s, detections on %s, model %s (%s), cloud %s",
+            self.cfg.edge_id,
+            listen,
+            publish,
+            self.model_name,
+            self.runner.backend,
+            self.cfg.cloud or "off",
+        )
+        return self.endpoints
+
+    def stop(self) -> None:
+        """Stop threads, close sockets and the runner."""
+        self._stop.set()
+        self.queues.close()
+        for t in self._threads:
+            t.join(timeout=10)
+        if self.uplink is not None:
+            self.uplink.stop()
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+        self.runner.close()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until stopped (or timeout); True when stopped."""
+        return self._stop.wait(timeout)
+
+    @property
+    def error(self) -> BaseException | None:
+        """What stopped a thread, if one died."""
+        return self._error
+
+    # -- ingest ----------------------------------------------------------------------------
+
+    def _on_shed(self, frame: QueuedFrame) -> None:
+        self.metrics.drops.labels("overload").inc()
+        self._shed_log.warn(
+            "overload: shed oldest frame(s) of camera %s (queue of %d full); last seq %d",
+            frame.header.camera_id,
+            self.cfg.batching.queue_per_camera,
+            frame.header.sequence,
+        )
+
+    def _ingest_loop(self, router: Any) -> None:
+        zmq = _zmq()
+
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                if not poller.poll(POLL_MS):
+                    continue
+                while True:
+                    try:
+                        parts = router.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    identity = parts[0]
+                    result = self.ingest.handle(parts[1:], identity.bytes.hex())
+                    router.send_multipart([identity, result.ack.SerializeToString()], copy=False)
+                    if result.frame is not None:
+                        self.queues.put(result.frame)
+                    self.metrics.queue_depth.set(len(self.queues))
+                    self.metrics.cameras.set(self.queues.cameras)
+        except Exception as exc:
+            self._error = exc
+            log.exception("ingest thread failed")
+            self._stop.set()
+        finally:
+            router.close()
+
+    # -- detect and publish ----------------------------------------------------------------
+
+    def _worker_loop(self, pub: Any) -> None:
+        inflight: deque[InFlight] = deque()
+        window_start, window_frames = time.monotonic(), 0
+        delay_s = self.cfg.batching.max_queue_delay_ms / 1e3
+        try:
+            while not self._stop.is_set() or inflight:
+                frames = (
+                    []
+                    if self._stop.is_set()
+                    else self.queues.next_batch(
+                        self.degrade.limit, delay_s, 0.0 if inflight else POLL_MS / 1e3
+                    )
+                )
+                if frames:
+                    now = time.monotonic()
+                    delays = [now - f.received for f in frames]
+                    for d in delays:
+                        self.metrics.queue_delay.observe(d)
+                    self.metrics.batch_size.observe(len(frames))
+                    self.metrics.queue_depth.set(len(self.queues))
+                    inflight.append(self.detector.launch(frames, time.time_ns()))
+                    self.metrics.batch_limit.set(self.degrade.observe(delays))
+                if inflight and (len(inflight) >= self.runner.slots or not frames):
+                    window_frames += self._finish(pub, inflight.popleft())
+                now = time.monotonic()
+                if now - window_start >= 1.0:
+                    self.metrics.fps.set(window_frames / (now - window_start))
+                    window_start, window_frames = now, 0
+                    self._gpu_memory()
+        except Exception as exc:
+            self._error = exc
+            log.exception("worker thread failed")
+            self._stop.set()
+        finally:
+            pub.close()
+
+    def _gpu_memory(self) -> None:
+        used = getattr(self.runner, "memory_used", None)
+        if callable(used):
+            self.metrics.gpu_memory.set(float(used()))
+
+    def _finish(self, pub: Any, job: InFlight) -> int:
+        results = self.detector.finish(job)
+        end_ns = time.time_ns()
+        self.metrics.inference.observe(job.elapsed())
+        for frame, boxes in zip(job.frames, results, strict=True):
+            self._publish(pub, frame, boxes, job.start_ns, end_ns)
+        return len(results)
+
+    def _publish(
+        self, pub: Any, frame: QueuedFrame, boxes: FrameBoxes, start_ns: int, end_ns: int
+    ) -> None:
+        h = frame.header
+        msg = frame_pb2.FrameDetections(
+            version=current_version(),
+            edge_id=self.cfg.edge_id,
+            camera_id=h.camera_id,
+            sequence=h.sequence,
+            frame_index=h.frame_index,
+            width=h.width,
+            height=h.height,
+            model=self.model_name,
+        )
+        labels = self.detector.labels
+        nlab = len(labels)
+        # Serialization is per box by nature of the message; the numbers go over in bulk.
+        for (x1, y1, x2, y2), score, cid in zip(
+            boxes.boxes.tolist(), boxes.scores.tolist(), boxes.class_ids.tolist(), strict=True
+        ):
+            d = msg.detections.add(score=score, class_id=cid)
+            d.box.x1, d.box.y1, d.box.x2, d.box.y2 = x1, y1, x2, y2
+            d.label = labels[cid] if 0 <= cid < nlab else str(cid)
+        t = msg.timing
+        t.capture_ns, t.device_send_ns, t.edge_receive_ns = (
+            h.capture_ns,
+            h.send_ns,
+            frame.receive_ns,
+        )
+        t.inference_start_ns, t.inference_end_ns = start_ns, end_ns
+        t.edge_send_ns = time.time_ns()
+        pub.send_multipart([h.camera_id.encode(), msg.SerializeToString()])
+        self.metrics.processed.inc()
+        self.metrics.detections.inc(len(boxes))
+        self.metrics.node_latency.observe(time.monotonic() - frame.received)
+        if h.capture_ns:
+            self.metrics.e2e.observe(max(0.0, (t.edge_send_ns - h.capture_ns) / 1e9))
+        if self.uplink is not None and self.crops is not None and len(boxes):
+            crops = self.crops.crops(frame, boxes, msg.detections)
+            for c in crops:
+                c.timing.CopyFrom(t)
+            self.uplink.offer(crops)
+
+
+class _RateLimitedLog:
+    """A warning at most once per `period` seconds, with how many were folded into it."""
+
+    def __init__(self, name: str, period: float) -> None:
+        self.name = name
+        self.period = period
+        self._last = 0.0
+        self._folded = 0
+
+    def warn(self, fmt: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._last < self.period:
+            self._folded += 1
+            return
+        if self._folded:
+            fmt += f" (+{self._folded} more since the last line)"
+        log.warning(fmt, *args)
+        self._last, self._folded = now, 0

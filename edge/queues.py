@@ -1,0 +1,108 @@
+"""Per-camera bounded queues served round-robin, with Triton-style batch release.
+
+One busy camera cannot starve the others: a batch takes one frame per camera in turn,
+continuing next time where it stopped. A full camera queue sheds its oldest frame (counted
+and logged) instead of growing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from .frames import QueuedFrame
+
+log = logging.getLogger(__name__)
+
+
+class CameraQueues:
+    """Bounded FIFO per camera; `next_batch` implements max-batch / max-queue-delay release."""
+
+    def __init__(
+        self,
+        per_camera: int,
+        on_shed: Callable[[QueuedFrame], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.per_camera = per_camera
+        self._queues: dict[str, deque[QueuedFrame]] = {}
+        # Cameras that have frames, in serving order (the round-robin cursor is its head).
+        self._order: deque[str] = deque()
+        self._total = 0
+        self._cond = threading.Condition()
+        self._on_shed = on_shed
+        self._clock = clock
+        self._closed = False
+
+    def __len__(self) -> int:
+        return self._total
+
+    @property
+    def cameras(self) -> int:
+        """Cameras seen so far."""
+        return len(self._queues)
+
+    def put(self, frame: QueuedFrame) -> QueuedFrame | None:
+        """Enqueue; returns the frame shed to make room, if any."""
+        cam = frame.header.camera_id
+        shed = None
+        with self._cond:
+            q = self._queues.get(cam)
+            if q is None:
+                q = self._queues[cam] = deque()
+            if not q:
+                self._order.append(cam)
+            if len(q) >= self.per_camera:
+                shed = q.popleft()
+                self._total -= 1
+            q.append(frame)
+            self._total += 1
+            self._cond.notify()
+        if shed is not None and self._on_shed is not None:
+            self._on_shed(shed)
+        return shed
+
+    def close(self) -> None:
+        """Wake every waiter; next_batch returns what is left, then empty lists."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _oldest(self) -> float:
+        return min(q[0].received for q in self._queues.values() if q)
+
+    def next_batch(self, max_batch: int, max_delay_s: float, timeout_s: float) -> list[QueuedFrame]:
+        """Wait for a batch: full at `max_batch`, or when the oldest frame has waited
+        `max_delay_s`; an empty list when neither happened within `timeout_s`."""
+        with self._cond:
+            deadline = self._clock() + timeout_s
+            while not self._closed:
+                if self._total >= max_batch:
+                    break
+                now = self._clock()
+                if self._total > 0:
+                    due = self._oldest() + max_delay_s
+                    if now >= due:
+                        break
+                    if now >= deadline:
+                        return []
+                    self._cond.wait(min(due, deadline) - now)
+                else:
+                    if now >= deadline:
+                        return []
+                    self._cond.wait(deadline - now)
+            return self._take(max_batch)
+
+    def _take(self, n: int) -> list[QueuedFrame]:
+        out: list[QueuedFrame] = []
+        while self._order and len(out) < n:
+            cam = self._order.popleft()
+            q = self._queues[cam]
+            out.append(q.popleft())
+            if q:
+                self._order.append(cam)
+        self._total -= len(out)
+        return out

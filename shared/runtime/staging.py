@@ -1,0 +1,222 @@
+"""Staged execution: N buffer sets ("slots"), each tied to one stream, used round-robin.
+
+A caller acquires a slot, writes a batch straight into that slot's host input buffer,
+launches it (copy-in, inference, copy-out queued on the slot's stream) and later waits on
+it. On a GPU the host buffers are page-locked and allocated once, and the launches of
+different slots overlap; on the CPU (`HostStagedRunner`) the same interface runs the model
+synchronously, so the edge node has one code path. The planning helpers here (buffer
+sizes, slot rotation, optimization profiles) are pure Python so a CPU can test them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .base import ModelLoadError, ModelRunner, TensorSpec
+
+# cudaMalloc returns 256-byte aligned memory; TensorRT wants at least that for every tensor.
+ALIGNMENT = 256
+
+
+@dataclass(frozen=True, slots=True)
+class TensorPlan:
+    """One tensor of a slot at the maximum batch: its shape, dtype and aligned byte size."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[np.generic]
+    nbytes: int
+    aligned: int
+
+
+@dataclass(frozen=True, slots=True)
+class BufferPlan:
+    """Every buffer one slot needs, and the total over all slots (host and device alike)."""
+
+    inputs: tuple[TensorPlan, ...]
+    outputs: tuple[TensorPlan, ...]
+    slots: int
+
+    @property
+    def slot_bytes(self) -> int:
+        """Aligned bytes of one slot's tensors (inputs plus outputs)."""
+        return sum(t.aligned for t in (*self.inputs, *self.outputs))
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of host (pinned) memory, and again of device memory, for all slots."""
+        return self.slot_bytes * self.slots
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def _concrete(spec: TensorSpec, max_batch: int, fallback: Sequence[int] | None) -> tuple[int, ...]:
+    dims = list(spec.shape)
+    if not dims:
+        raise ModelLoadError(f"tensor {spec.name} has no shape")
+    dims[0] = max_batch
+    for i, d in enumerate(dims[1:], start=1):
+        if d is None:
+            if fallback is None or len(fallback) != len(dims) or fallback[i] <= 0:
+                raise ModelLoadError(
+                    f"tensor {spec.name} has a dynamic axis {i}; give its size to plan buffers"
+                )
+            dims[i] = int(fallback[i])
+    return tuple(int(d) for d in dims if d is not None)
+
+
+def plan_buffers(
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    max_batch: int,
+    slots: int,
+    input_shape: Sequence[int] | None = None,
+    output_shapes: Sequence[Sequence[int]] | None = None,
+    dtype: np.dtype[np.generic] | None = None,
+) -> BufferPlan:
+    """Size every buffer for `max_batch`; dynamic non-batch axes come from the given shapes.
+
+    `dtype` overrides the element type (an FP16 engine takes and returns float16).
+    """
+    if max_batch < 1 or slots < 1:
+        raise ValueError("max_batch and slots must be at least 1")
+
+    def plan(spec: TensorSpec, fallback: Sequence[int] | None) -> TensorPlan:
+        shape = _concrete(spec, max_batch, fallback)
+        dt = np.dtype(dtype) if dtype is not None else spec.dtype
+        nbytes = int(np.prod(shape)) * dt.itemsize
+        return TensorPlan(spec.name, shape, dt, nbytes, _aligned(nbytes))
+
+    ins = tuple(plan(s, input_shape) for s in inputs)
+    outs = tuple(
+        plan(s, output_shapes[i] if output_shapes else None) for i, s in enumerate(outputs)
+    )
+    return BufferPlan(ins, outs, slots)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """An optimization profile's batch sizes (TensorRT: min <= opt <= max)."""
+
+    min: int
+    opt: int
+    max: int
+
+    def shapes(self, chw: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+        """(min, opt, max) input shapes for a (C, H, W) image input."""
+        return tuple((b, *(int(d) for d in chw)) for b in (self.min, self.opt, self.max))
+
+
+def select_profile(profiles: Sequence[Profile], batch: int) -> int:
+    """Index of the profile to run `batch` with: the tightest one whose range holds it."""
+    fits = [i for i, p in enumerate(profiles) if p.min <= batch <= p.max]
+    if not fits:
+        raise ValueError(f"batch {batch} is outside every optimization profile {profiles}")
+    return min(
+        fits, key=lambda i: (profiles[i].max - profiles[i].min, abs(profiles[i].opt - batch))
+    )
+
+
+class Event(Protocol):
+    """What a slot waits on: a CUDA event (or a stand-in that is always done)."""
+
+    def query(self) -> bool: ...
+
+    def synchronize(self) -> None: ...
+
+
+class SlotRing:
+    """Round-robin over slots; a slot is reused only after its last launch has finished."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("need at least one slot")
+        self.slots = slots
+        self._next = 0
+        self._pending: list[Event | None] = [None] * slots
+
+    def acquire(self) -> int:
+        """The next slot in turn, waiting for its previous work if still running."""
+        slot = self._next
+        self._next = (slot + 1) % self.slots
+        event = self._pending[slot]
+        if event is not None:
+            event.synchronize()
+            self._pending[slot] = None
+        return slot
+
+    def launched(self, slot: int, event: Event) -> None:
+        """Record the event that marks the end of `slot`'s work."""
+        self._pending[slot] = event
+
+    def busy(self) -> int:
+        """Slots whose work has not finished yet."""
+        return sum(1 for e in self._pending if e is not None and not e.query())
+
+
+@runtime_checkable
+class StagedRunner(Protocol):
+    """Slot-based asynchronous execution (see the module docstring)."""
+
+    backend: str
+    slots: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def acquire(self) -> int:
+        """A free slot; blocks until the slot's previous work is done."""
+        ...
+
+    def host_input(self, slot: int) -> np.ndarray:
+        """The slot's host input buffer (max_batch, C, H, W); write a batch into [:n]."""
+        ...
+
+    def launch(self, slot: int, n: int) -> None:
+        """Queue copy-in, inference and copy-out of the first n rows on the slot's stream."""
+        ...
+
+    def wait(self, slot: int, n: int) -> list[np.ndarray]:
+        """Block until the slot's work is done; views of its host outputs [:n] (reused)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class HostStagedRunner:
+    """A synchronous ModelRunner behind the staged interface, with buffers allocated once."""
+
+    def __init__(
+        self, runner: ModelRunner, max_batch: int, input_chw: Sequence[int], slots: int = 1
+    ) -> None:
+        self.runner = runner
+        self.backend = runner.backend
+        self.inputs = runner.inputs
+        self.outputs = runner.outputs
+        self.slots = slots
+        dtype = runner.inputs[0].dtype
+        self._host = [
+            np.zeros((max_batch, *(int(d) for d in input_chw)), dtype) for _ in range(slots)
+        ]
+        self._results: list[list[np.ndarray]] = [[] for _ in range(slots)]
+        self._ring = SlotRing(slots)
+
+    def acquire(self) -> int:
+        return self._ring.acquire()
+
+    def host_input(self, slot: int) -> np.ndarray:
+        return self._host[slot]
+
+    def launch(self, slot: int, n: int) -> None:
+        self._results[slot] = self.runner.run(self._host[slot][:n])
+
+    def wait(self, slot: int, n: int) -> list[np.ndarray]:
+        return [o[:n] for o in self._results[slot]]
+
+    def close(self) -> None:
+        self.runner.close()

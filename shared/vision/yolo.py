@@ -1,0 +1,103 @@
+"""Decoding of ultralytics YOLOv8/11 detection output: [N, 4 + classes, anchors].
+
+Rows 0-3 are cx, cy, w, h in model-input pixels, the rest per-class scores (already
+sigmoid-ed, no objectness). Score filtering is vectorized over the whole batch; class-aware
+NMS is OpenCV's batched NMS; boxes come back in the original frame's pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from .letterbox import Letterbox
+
+COCO80: tuple[str, ...] = (
+    "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",
+    "traffic light", "fire hydrant", "stop sign", "parking meter", "bench", "bird", "cat", "dog",
+    "horse", "sheep", "cow", "elephant", "bear", "zebra", "giraffe", "backpack", "umbrella",
+    "handbag", "tie", "suitcase", "frisbee", "skis", "snowboard", "sports ball", "kite",
+    "baseball bat", "baseball glove", "skateboard", "surfboard", "tennis racket", "bottle",
+    "wine glass", "cup", "fork", "knife", "spoon", "bowl", "banana", "apple", "sandwich",
+    "orange", "broccoli", "carrot", "hot dog", "pizza", "donut", "cake", "chair", "couch",
+    "potted plant", "bed", "dining table", "toilet", "tv", "laptop", "mouse", "remote",
+    "keyboard", "cell phone", "microwave", "oven", "toaster", "sink", "refrigerator", "book",
+    "clock", "vase", "scissors", "teddy bear", "hair drier", "toothbrush",
+)  # fmt: skip
+
+# Most candidates per image handed to NMS (as ultralytics' max_nms).
+MAX_NMS = 30000
+
+
+@dataclass(frozen=True, slots=True)
+class FrameBoxes:
+    """Detections of one frame: boxes (k, 4) x1,y1,x2,y2 in original pixels, scores, classes."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    class_ids: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+
+_EMPTY = FrameBoxes(
+    np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0,), np.int32)
+)
+
+
+def _any(a: np.ndarray) -> Any:
+    # OpenCV's stubs say Sequence; its binding takes numpy arrays without a copy.
+    return cast(Any, a)
+
+
+def decode_yolo(
+    output: np.ndarray,
+    letterboxes: Sequence[Letterbox],
+    score_threshold: float = 0.25,
+    iou_threshold: float = 0.45,
+    max_detections: int = 300,
+) -> list[FrameBoxes]:
+    """Per-frame detections for the first len(letterboxes) rows of `output`."""
+    import cv2
+
+    n = len(letterboxes)
+    if output.ndim != 3 or output.shape[1] < 5:
+        raise ValueError(f"expected YOLO output [N, 4+classes, anchors], got {output.shape}")
+    out = output[:n]
+    cls_scores = out[:, 4:, :]
+    best = cls_scores.max(axis=1)  # (n, anchors)
+    keep_n, keep_a = np.nonzero(best > score_threshold)
+    if keep_n.size == 0:
+        return [_EMPTY] * n
+    scores_all = best[keep_n, keep_a].astype(np.float32)
+    classes_all = cls_scores[keep_n, :, keep_a].argmax(axis=1).astype(np.int32)
+    xywh = out[keep_n, :4, keep_a].astype(np.float32)  # (k, 4) cx, cy, w, h
+    # cv2 NMS wants x, y, w, h (top-left); keep cx,cy,w,h -> x1,y1,w,h in place.
+    xywh[:, 0] -= xywh[:, 2] * 0.5
+    xywh[:, 1] -= xywh[:, 3] * 0.5
+    bounds = np.searchsorted(keep_n, np.arange(n + 1))
+    results: list[FrameBoxes] = []
+    for i in range(n):  # per frame (not per box): NMS must not mix frames
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        if lo == hi:
+            results.append(_EMPTY)
+            continue
+        boxes, scores, classes = xywh[lo:hi], scores_all[lo:hi], classes_all[lo:hi]
+        if boxes.shape[0] > MAX_NMS:
+            top = np.argpartition(-scores, MAX_NMS)[:MAX_NMS]
+            boxes, scores, classes = boxes[top], scores[top], classes[top]
+        idx = np.asarray(
+            cv2.dnn.NMSBoxesBatched(
+                _any(boxes), _any(scores), _any(classes), score_threshold, iou_threshold
+            ),
+            dtype=np.int64,
+        ).reshape(-1)[:max_detections]
+        kept = boxes[idx]
+        kept[:, 2:] += kept[:, :2]  # x1,y1,w,h -> x1,y1,x2,y2
+        letterboxes[i].to_original(kept)
+        results.append(FrameBoxes(kept, scores[idx], classes[idx]))
+    return results

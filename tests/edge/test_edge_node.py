@@ -1,0 +1,195 @@
+"""Integration: real DEALER agents and a real edge node over loopback ZeroMQ."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import MODEL_SIZE, Listener, RawAgent
+from strata.edge.node import EdgeNode
+from strata.shared.config.edge import EdgeConfig
+from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.metrics import sample
+from strata.shared.synthetic import SyntheticClip
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def make_cfg(**over: Any) -> EdgeConfig:
+    base: dict[str, Any] = {
+        "listen": "tcp://127.0.0.1:0",
+        "publish": "tcp://127.0.0.1:0",
+        "model": {"input_size": MODEL_SIZE},
+        "batching": {"max_batch": 4, "max_queue_delay_ms": 5},
+    }
+    for k, v in over.items():
+        base[k] = {**base[k], **v} if isinstance(v, dict) and k in base else v
+    return EdgeConfig.model_validate(base)
+
+
+@pytest.fixture
+def node_factory(colour_model: Path) -> Iterator[Any]:
+    nodes: list[EdgeNode] = []
+
+    def make(**over: Any) -> EdgeNode:
+        node = EdgeNode(make_cfg(**over), colour_model, "colour")
+        node.start()
+        nodes.append(node)
+        return node
+
+    yield make
+    for n in nodes:
+        n.stop()
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _overlaps(clip: SyntheticClip, index: int) -> bool:
+    b = clip.boxes(index)
+    for i in range(len(b)):
+        for j in range(i + 1, len(b)):
+            if b[i].x1 < b[j].x2 and b[j].x1 < b[i].x2 and b[i].y1 < b[j].y2 and b[j].y1 < b[i].y2:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("encoding", [common_pb2.ENCODING_BGR, common_pb2.ENCODING_JPEG])
+def test_detections_match_ground_truth_in_original_pixels(
+    node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip, encoding: int
+) -> None:
+    node = node_factory()
+    sub = Listener(zctx, node.endpoints.publish)
+    agents = [RawAgent(zctx, node.endpoints.listen, f"agent-{i}") for i in range(2)]
+    time.sleep(0.3)  # PUB/SUB: let the subscription reach the node
+    frames = [i for i in range(len(synthetic_clip)) if not _overlaps(synthetic_clip, i)]
+    sent = 0
+    for n, idx in enumerate(frames):
+        cam = f"cam{n % 2}"
+        agents[n % 2].send_image(
+            cam, n // 2 + 1, synthetic_clip.frame(idx).image, encoding, frame_index=idx
+        )
+        sent += 1
+    acks = agents[0].acks(sent - sent // 2) + agents[1].acks(sent // 2)
+    assert {a.status for a in acks} == {frame_pb2.ACK_STATUS_ACCEPTED}
+    results = sub.collect(sent)
+    assert len(results) == sent
+    tol = 3.0 if encoding == common_pb2.ENCODING_JPEG else 2.0
+    matched = 0
+    for msg in results:
+        truth = synthetic_clip.boxes(msg.frame_index)
+        assert (msg.width, msg.height) == (synthetic_clip.width, synthetic_clip.height)
+        assert len(msg.detections) == len(truth), msg.frame_index
+        by_label = {d.label: d for d in msg.detections}
+        for t in truth:
+            d = by_label[t.label]
+            got = np.array([d.box.x1, d.box.y1, d.box.x2, d.box.y2])
+            np.testing.assert_allclose(got, [t.x1, t.y1, t.x2, t.y2], atol=tol)
+            assert d.class_id == t.class_id
+            matched += 1
+        tm = msg.timing
+        assert 0 < tm.capture_ns <= tm.edge_receive_ns <= tm.inference_start_ns
+        assert tm.inference_start_ns <= tm.inference_end_ns <= tm.edge_send_ns
+    assert matched > 20
+    reg = node.metrics.registry
+    # The counter moves right after the send; give the worker that moment.
+    wait_for(lambda: sample(reg, "strata_edge_frames_processed_total") == sent)
+    assert sample(reg, "strata_edge_frames_processed_total") == sent
+    assert sample(reg, "strata_edge_batch_size_count") >= 1
+
+
+def test_malformed_and_version_mismatch_are_rejected_and_counted(
+    node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    node = node_factory()
+    agent = RawAgent(zctx, node.endpoints.listen)
+    image = synthetic_clip.frame(30).image
+    agent.send_parts([b"not a protobuf \xff\xff\xff", b"x"])  # bad header
+    agent.send_parts([b"only one part"])
+    wrong = frame_pb2.FrameHeader(camera_id="c", sequence=1, width=4, height=4, payload_size=48)
+    wrong.version.major = 9
+    agent.send_parts([wrong.SerializeToString(), bytes(48)])  # unknown major version
+    jpeg = frame_pb2.FrameHeader(camera_id="c", sequence=2, width=4, height=4, payload_size=5)
+    jpeg.version.major = 1
+    jpeg.encoding = common_pb2.ENCODING_JPEG
+    agent.send_parts([jpeg.SerializeToString(), b"\x00garb"])  # payload does not decode
+    short = frame_pb2.FrameHeader(camera_id="c", sequence=3, width=8, height=8, payload_size=10)
+    short.version.major = 1
+    short.encoding = common_pb2.ENCODING_BGR
+    agent.send_parts([short.SerializeToString(), bytes(10)])  # BGR size disagrees
+    agent.send_image("c", 4, image)  # and a good one still goes through
+    agent.send_image("c", 4, image)  # duplicate
+    acks = agent.acks(7)
+    status = [a.status for a in acks]
+    assert status == [frame_pb2.ACK_STATUS_REJECTED] * 5 + [
+        frame_pb2.ACK_STATUS_ACCEPTED,
+        frame_pb2.ACK_STATUS_DUPLICATE,
+    ]
+    assert "version" in acks[2].reason and "9.0" in acks[2].reason
+    reg = node.metrics.registry
+    for reason, n in (("header", 1), ("parts", 1), ("version", 1), ("payload", 2)):
+        assert sample(reg, "strata_edge_rejected_total", {"reason": reason}) == n, reason
+    assert sample(reg, "strata_edge_frames_total", {"status": "rejected"}) == 5
+    assert sample(reg, "strata_edge_frames_total", {"status": "duplicate"}) == 1
+    assert node.error is None
+
+
+def test_overload_sheds_oldest_per_camera_and_counts(
+    node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    # Batch of 1 with a long delay target keeps the worker slow relative to the burst.
+    node = node_factory(batching={"max_batch": 1, "queue_per_camera": 2, "max_queue_delay_ms": 0})
+    sub = Listener(zctx, node.endpoints.publish)
+    agent = RawAgent(zctx, node.endpoints.listen)
+    time.sleep(0.3)
+    image = synthetic_clip.frame(30).image
+    burst = 200
+    for seq in range(1, burst + 1):
+        agent.send_image("busy", seq, image)
+    agent.send_image("quiet", 1, image)
+    acks = agent.acks(burst + 1)
+    assert len(acks) == burst + 1
+    results = sub.collect(burst + 1, timeout_s=5.0)
+    reg = node.metrics.registry
+    wait_for(lambda: sample(reg, "strata_edge_frames_processed_total") == len(results))
+    shed = sample(reg, "strata_edge_drops_total", {"reason": "overload"})
+    assert shed > 0
+    assert len(results) + shed == burst + 1
+    # The quiet camera's only frame is not starved by the busy one.
+    assert any(r.camera_id == "quiet" for r in results)
+    # The newest busy frame survives shedding (oldest go first).
+    assert max(r.sequence for r in results if r.camera_id == "busy") == burst
+
+
+def test_no_cloud_opens_breaker_and_detection_goes_on(
+    node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip, port: int
+) -> None:
+    node = node_factory(
+        cloud=f"127.0.0.1:{port}",  # nothing listens there
+        crops={"score_max": 1.0, "max_per_frame": 2},
+        uplink={"failure_threshold": 2, "connect_timeout_s": 0.2, "open_s": 30, "queue": 5},
+    )
+    sub = Listener(zctx, node.endpoints.publish)
+    agent = RawAgent(zctx, node.endpoints.listen)
+    time.sleep(0.3)
+    frames = [i for i in range(15, 45) if synthetic_clip.boxes(i)]
+    for seq, idx in enumerate(frames, start=1):
+        agent.send_image("c", seq, synthetic_clip.frame(idx).image, frame_index=idx)
+        time.sleep(0.02)
+    results = sub.collect(len(frames))
+    assert len(results) == len(frames)
+    assert all(len(r.detections) >= 1 for r in results)
+    reg = node.metrics.registry
+    wait_for(lambda: sample(reg, "strata_edge_breaker_state") == 2, 10.0)
+    assert sample(reg, "strata_edge_breaker_state") == 2
+    assert sample(reg, "strata_edge_breaker_trips_total") >= 1
+    # Crops wait in the bounded buffer; the overflow is dropped and counted.
+    assert node.uplink is not None and node.uplink.buffered <= 5
+    assert sample(reg, "strata_edge_drops_total", {"reason": "crop_buffer_full"}) > 0
