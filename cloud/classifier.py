@@ -17,28 +17,31 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Normalization:
-    """Per-channel RGB mean and standard deviation on the 0..1 scale."""
+    """value = (pixel * scale - mean) / std per channel, channels in the model's order."""
 
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
+    scale: float = 1.0 / 255.0
+    rgb: bool = True
 
 
 class BatchBuffer:
     """Preallocated input of one model instance: uint8 staging and the NCHW float tensor.
 
-    Filling it is one strided copy (BGR->RGB, HWC->CHW, uint8->float32) and two in-place
-    operations over the whole batch, so a batch allocates nothing.
+    Filling it is one strided copy (channel order, HWC->CHW, uint8->float32) and two
+    in-place operations over the whole batch, so a batch allocates nothing.
     """
 
     def __init__(self, max_batch: int, size: int, norm: Normalization) -> None:
         self.max_batch = max_batch
         self.staging = np.empty((max_batch, size, size, 3), np.uint8)
         self.tensor = np.zeros((max_batch, 3, size, size), np.float32)
+        self._rgb = norm.rgb
         std = np.asarray(norm.std, np.float32)
         mean = np.asarray(norm.mean, np.float32)
-        # (x/255 - mean)/std == x*scale - offset
-        self._scale = (1.0 / (255.0 * std)).reshape(1, 3, 1, 1)
-        self._offset = (mean / std).reshape(1, 3, 1, 1)
+        # (x*scale - mean)/std == x*gain - offset
+        self._gain = (norm.scale / std).astype(np.float32).reshape(1, 3, 1, 1)
+        self._offset = (mean / std).astype(np.float32).reshape(1, 3, 1, 1)
 
     def fill(self, images: Sequence[np.ndarray]) -> np.ndarray:
         """Write model-sized BGR images into the buffer; returns the first len(images) rows."""
@@ -46,8 +49,9 @@ class BatchBuffer:
         for i, img in enumerate(images):
             self.staging[i] = img
         out = self.tensor[:n]
-        np.copyto(out, self.staging[:n, :, :, ::-1].transpose(0, 3, 1, 2), casting="unsafe")
-        out *= self._scale
+        src = self.staging[:n, :, :, ::-1] if self._rgb else self.staging[:n]
+        np.copyto(out, src.transpose(0, 3, 1, 2), casting="unsafe")
+        out *= self._gain
         out -= self._offset
         return out
 
@@ -62,6 +66,8 @@ class Classifier:
         norm: Normalization,
         name: str,
         default_size: int = 224,
+        output: str = "",
+        logits: bool | None = None,
     ) -> None:
         self.runner = runner
         self.name = name
@@ -78,6 +84,10 @@ class Classifier:
         # A fixed batch axis caps the batch; the batcher pads partial batches.
         self.fixed_batch = spec.shape[0]
         self.labels = tuple(labels)
+        names = [o.name for o in runner.outputs]
+        self._out = names.index(output) if output in names else 0
+        # None: decide per batch (a bare ONNX file does not say whether it emits logits).
+        self._logits = logits
 
     def new_buffer(self, max_batch: int) -> BatchBuffer:
         """A buffer for one model instance."""
@@ -87,8 +97,10 @@ class Classifier:
     def run(self, buffer: BatchBuffer, n: int) -> np.ndarray:
         """Probabilities (n, classes) for the first n rows of a filled buffer."""
         rows = buffer.tensor[: self.fixed_batch] if self.fixed_batch else buffer.tensor[:n]
-        out = self.runner.run(rows)[0][:n].reshape(n, -1)
-        return _as_probabilities(out.astype(np.float32, copy=False))
+        out = self.runner.run(rows)[self._out][:n].reshape(n, -1).astype(np.float32, copy=False)
+        if self._logits is False:
+            return out
+        return _softmax(out) if self._logits else _as_probabilities(out)
 
     def label(self, class_id: int) -> str:
         """The label of a class id (class_N when the model has no label list)."""
@@ -114,10 +126,13 @@ class Classifier:
 
 
 def _as_probabilities(out: np.ndarray) -> np.ndarray:
-    """Softmax when the model emits logits; probabilities pass through."""
-    sums = out.sum(axis=1)
-    if out.min() >= 0 and np.allclose(sums, 1.0, atol=1e-3):
+    """Softmax unless the rows already are probabilities."""
+    if out.min() >= 0 and np.allclose(out.sum(axis=1), 1.0, atol=1e-3):
         return out
+    return _softmax(out)
+
+
+def _softmax(out: np.ndarray) -> np.ndarray:
     shifted = out - out.max(axis=1, keepdims=True)
     np.exp(shifted, out=shifted)
     shifted /= shifted.sum(axis=1, keepdims=True)
@@ -134,30 +149,50 @@ def _read_labels(path: str) -> list[str]:
 
 def load_classifier(cfg: CloudModelConfig, repository: str = "") -> Classifier:
     """The classifier the config names: an ONNX file, or a model of the repository."""
-    norm = Normalization(cfg.mean, cfg.std)
     options: dict[str, int] = {"threads": cfg.threads} if cfg.threads else {}
     if cfg.path:
         runner = create_runner(cfg.path, cfg.backend, **options)
         labels = _read_labels(cfg.labels_file) if cfg.labels_file else []
-        name = Path(cfg.path).stem
+        clf = Classifier(
+            runner, labels, Normalization(cfg.mean, cfg.std), Path(cfg.path).stem, cfg.input_size
+        )
     else:
-        runner, labels, norm, name = _from_repository(cfg, repository, options)
-    clf = Classifier(runner, labels, norm, name, cfg.input_size)
+        clf = _from_repository(cfg, repository, options)
     log.info(
         "classifier %s: input %dx%d, %d labels, backend %s",
-        name,
+        clf.name,
         clf.size,
         clf.size,
         len(clf.labels),
-        runner.backend,
+        clf.runner.backend,
     )
     return clf
 
 
-def _from_repository(
-    cfg: CloudModelConfig, repository: str, options: dict[str, int]
-) -> tuple[ModelRunner, list[str], Normalization, str]:
-    raise ModelLoadError(
-        f"model {cfg.name!r}: the model repository is not available in this build; "
-        "set cloud.model.path to an ONNX classifier"
-    )
+def _from_repository(cfg: CloudModelConfig, repository: str, options: dict[str, int]) -> Classifier:
+    from strata.shared.models import ModelRepository
+
+    repo = ModelRepository(repository)
+    loaded = repo.open(cfg.name, cfg.backend, variant=cfg.variant or None, **options)
+    m = loaded.manifest
+    try:
+        if m.task != "classify":
+            raise ModelLoadError(f"model {cfg.name!r} is a {m.task} model; the cloud classifies")
+        if m.input.resize != "stretch":
+            raise ModelLoadError(
+                f"model {cfg.name!r}: the cloud resizes by stretching, "
+                f"the manifest asks for {m.input.resize}"
+            )
+        norm = Normalization(m.input.mean, m.input.std, m.input.scale, m.input.colour == "RGB")
+        return Classifier(
+            loaded.runner,
+            m.labels,
+            norm,
+            m.name,
+            cfg.input_size,
+            output=m.output.name,
+            logits=m.output.format == "logits",
+        )
+    except ModelLoadError:
+        loaded.close()
+        raise

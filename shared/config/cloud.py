@@ -35,6 +35,7 @@ class CloudModelConfig(StrictModel):
     """The classifier (a Swin Transformer by default)."""
 
     name: str = Field("swin", description="Model name in the model repository.")
+    variant: str = Field("", description="Repository variant (e.g. int8); empty: primary file.")
     path: str = Field("", description="ONNX file to load instead of the repository model.")
     labels_file: str = Field(
         "", description="Text file, one label per line, for `path`; empty: class_N."
@@ -42,13 +43,13 @@ class CloudModelConfig(StrictModel):
     backend: str = Field("onnxruntime-cpu", description="Runtime back end (shared.runtime).")
     threads: int = Field(0, ge=0, description="Intra-op threads; 0: the runtime's default.")
     input_size: int = Field(
-        224, ge=8, le=4096, description="Input side when the model's spatial axes are dynamic."
+        224, ge=8, le=4096, description="Input side when `path`'s spatial axes are dynamic."
     )
     mean: tuple[float, float, float] = Field(
-        (0.485, 0.456, 0.406), description="RGB mean (0..1) subtracted before the model."
+        (0.485, 0.456, 0.406), description="RGB mean (0..1) for `path` (manifests say their own)."
     )
     std: tuple[float, float, float] = Field(
-        (0.229, 0.224, 0.225), description="RGB standard deviation (0..1) divided by."
+        (0.229, 0.224, 0.225), description="RGB standard deviation (0..1) for `path`."
     )
     top_k: int = Field(5, ge=1, le=100, description="Labels returned when a request says 0.")
 
