@@ -2,15 +2,144 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from .base import StrictModel
 from .common import MetricsConfig
 
 
+class CameraConfig(StrictModel):
+    """One camera: a source and the id its frames carry."""
+
+    id: str = Field("", description="Camera id on the wire; empty: derived from the source.")
+    source: str = Field(
+        ...,
+        min_length=1,
+        description="File path, rtsp://HOST:PORT/PATH, or synthetic://?frames=N&seed=S&...",
+    )
+
+
+class SourceConfig(StrictModel):
+    """How sources are opened, read and reopened."""
+
+    open_timeout_s: float = Field(5.0, gt=0, description="Give up opening a stream after this.")
+    read_timeout_s: float = Field(
+        5.0, gt=0, description="A stream with no data (or no decoded frame) this long is dead."
+    )
+    loop: bool = Field(False, description="Files and synthetic clips start over at the end.")
+    backoff_initial_s: float = Field(0.5, gt=0, description="First wait before reopening.")
+    backoff_max_s: float = Field(30.0, gt=0, description="Longest wait before reopening.")
+    backoff_jitter: float = Field(
+        0.25, ge=0, le=1, description="Each wait is scaled by a random factor in 1 +/- this."
+    )
+    max_reopen_attempts: int = Field(
+        0, ge=0, description="Consecutive failed reopens before a camera gives up; 0: never."
+    )
+    decode_threads: int = Field(
+        0, ge=0, description="FFmpeg decoder threads per camera; 0: FFmpeg's choice."
+    )
+
+
+class IgnoreRect(StrictModel):
+    """A region the motion gate ignores, in fractions of the frame (0..1)."""
+
+    x1: float = Field(..., ge=0, le=1, description="Left edge.")
+    y1: float = Field(..., ge=0, le=1, description="Top edge.")
+    x2: float = Field(..., ge=0, le=1, description="Right edge (exclusive).")
+    y2: float = Field(..., ge=0, le=1, description="Bottom edge (exclusive).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> IgnoreRect:
+        if self.x2 <= self.x1 or self.y2 <= self.y1:
+            raise ValueError("need x1 < x2 and y1 < y2")
+        return self
+
+
+class MotionConfig(StrictModel):
+    """The motion gate: difference to the last kept frame, grey and down-scaled."""
+
+    enabled: bool = Field(True, description="Off: every decoded frame passes.")
+    width: int = Field(192, ge=8, description="Width of the down-scaled grey frame.")
+    height: int = Field(144, ge=8, description="Height of the down-scaled grey frame.")
+    threshold: float = Field(
+        4.0,
+        ge=0,
+        description="Keep a frame whose RMS grey difference to the last kept one (L2 norm / "
+        "sqrt(pixels), 0-255) reaches this.",
+    )
+    max_interval_s: float = Field(
+        5.0, ge=0, description="Keep a frame anyway this long (stream time) after the last kept."
+    )
+    ignore: list[IgnoreRect] = Field(
+        default_factory=list, description="Regions left out of the difference (e.g. a clock)."
+    )
+
+
+class GateConfig(StrictModel):
+    """The MobileNetV3 relevance gate over frames that passed motion (ONNX Runtime, CPU)."""
+
+    enabled: bool = Field(True, description="Off: every frame that passed motion is sent.")
+    model: str = Field(
+        "mobilenetv3_small", description="Model name in the model repository (models section)."
+    )
+    model_path: str = Field(
+        "", description="An ONNX file to use instead of the repository model (ImageNet input)."
+    )
+    positive_class_ids: list[int] = Field(
+        default_factory=list,
+        description="Classes that make a frame relevant; empty: any class.",
+    )
+    threshold: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Keep a frame when the summed probability of the positive classes "
+        "(or the top probability, with no classes listed) reaches this.",
+    )
+    max_batch: int = Field(8, ge=1, le=256, description="Largest batch per inference.")
+    max_delay_ms: float = Field(
+        10.0, ge=0, description="Longest wait for a batch to fill after its first frame."
+    )
+    queue_frames: int = Field(
+        16, ge=1, description="Frames per camera waiting for the gate; beyond, live drops."
+    )
+    threads: int = Field(1, ge=0, description="ONNX Runtime intra-op threads; 0: all cores.")
+
+
+class SenderConfig(StrictModel):
+    """ZeroMQ sender to the edge node: in-flight window and spool."""
+
+    encoding: Literal["jpeg", "bgr"] = Field("jpeg", description="Payload encoding.")
+    jpeg_quality: int = Field(85, ge=1, le=100, description="JPEG quality (1-100).")
+    window: int = Field(32, ge=1, description="Frames per camera sent but not yet acked.")
+    spool_frames: int = Field(
+        2000, ge=1, description="Frames per camera waiting to be sent; beyond, oldest dropped."
+    )
+    spool_mb: float = Field(
+        256.0, gt=0, description="Bytes per camera waiting to be sent (MiB); beyond, oldest go."
+    )
+    ack_timeout_s: float = Field(
+        3.0, gt=0, description="Unacked frames are sent again (oldest first) after this."
+    )
+    drain_timeout_s: float = Field(
+        10.0, ge=0, description="At the end of finite sources, wait this long for acks."
+    )
+
+
 class DeviceConfig(StrictModel):
     """Options of `strata device`."""
 
+    agent_id: str = Field("", description="Agent id on the wire; empty: the host name.")
+    edge: str = Field("tcp://127.0.0.1:5555", description="ZeroMQ endpoint of the edge node.")
+    cameras: list[CameraConfig] = Field(
+        default_factory=list, description="Cameras; --source adds more."
+    )
+    source: SourceConfig = Field(default_factory=SourceConfig, description="Source handling.")
+    motion: MotionConfig = Field(default_factory=MotionConfig, description="Motion gate.")
+    gate: GateConfig = Field(default_factory=GateConfig, description="MobileNetV3 gate.")
+    sender: SenderConfig = Field(default_factory=SenderConfig, description="Sender.")
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."
     )

@@ -1,0 +1,140 @@
+"""The device agent: camera threads -> gate worker -> sender, with one metrics registry.
+
+camera thread (decode, motion gate) ─┐
+camera thread (decode, motion gate) ─┼─▶ gate inbox ─▶ gate worker (MobileNetV3, JPEG)
+camera thread ...                   ─┘                     │
+                                                           ▼
+                              edge ROUTER ◀──frames── sender (DEALER, window, spool)
+                                          ───acks──▶
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry
+from strata.shared.config.device import CameraConfig, DeviceConfig
+
+from .camera import CameraState, CameraStatus, CameraWorker
+from .gate import RelevanceGate, load_gate
+from .inbox import GateInbox
+from .metrics import DeviceMetrics
+from .sender import Sender
+from .sources import camera_name
+
+log = logging.getLogger(__name__)
+
+
+def camera_ids(cameras: Sequence[CameraConfig]) -> list[str]:
+    """Ids for the cameras: the configured one, else derived from the source, made unique."""
+    seen: dict[str, int] = {}
+    out = []
+    for cam in cameras:
+        base = cam.id or camera_name(cam.source)
+        n = seen.get(base, 0) + 1
+        seen[base] = n
+        out.append(base if n == 1 else f"{base}-{n}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"camera ids are not unique: {out}")
+    return out
+
+
+class Agent:
+    """Runs every camera of one device; `run_until_done` for finite sources."""
+
+    def __init__(
+        self,
+        cfg: DeviceConfig,
+        models_repository: str = "",
+        registry: CollectorRegistry | None = None,
+        gate: RelevanceGate | None = None,
+    ) -> None:
+        if not cfg.cameras:
+            raise ValueError("no cameras: give at least one --source")
+        self.cfg = cfg
+        self.agent_id = cfg.agent_id or socket.gethostname()
+        self.metrics = DeviceMetrics(registry)
+        if gate is None and cfg.gate.enabled:
+            gate = load_gate(cfg.gate, models_repository)
+        self.gate = gate if cfg.gate.enabled else None
+        self.inbox = GateInbox(cfg.gate.queue_frames)
+        self.sender = Sender(cfg.edge, cfg.sender, self.metrics)
+        from .worker import GateWorker  # cv2 import stays out of `strata --help`
+
+        self.worker = GateWorker(
+            self.inbox, self.gate, cfg.gate, cfg.sender, self.sender, self.metrics, self.agent_id
+        )
+        self.cameras: list[CameraWorker] = []
+        for cam_id, cam in zip(camera_ids(cfg.cameras), cfg.cameras, strict=True):
+            self.inbox.add_camera(cam_id)
+            self.sender.add_camera(cam_id)
+            self.worker.add_camera(cam_id)
+            self.cameras.append(
+                CameraWorker(
+                    cam_id,
+                    cam.source,
+                    cfg.source,
+                    cfg.motion,
+                    self.inbox,
+                    self.metrics.camera(cam_id),
+                )
+            )
+        self._started = False
+        self._stopped = False
+
+    def start(self) -> None:
+        """Start the sender, the gate worker and every camera."""
+        self.sender.start()
+        self.worker.start()
+        for cam in self.cameras:
+            log.info("camera %s: %s", cam.camera_id, cam.source)
+            cam.start()
+        self._started = True
+
+    def statuses(self) -> list[CameraStatus]:
+        """A snapshot of every camera."""
+        return [c.status() for c in self.cameras]
+
+    def cameras_done(self) -> bool:
+        """Every camera thread has finished (ended or failed)."""
+        return all(c.done for c in self.cameras)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until every camera has finished; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.cameras_done():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self, drain_timeout_s: float | None = None) -> None:
+        """Stop cameras, gate the frames still queued, deliver what the edge will ack
+        within the drain timeout, and close everything."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for cam in self.cameras:
+            cam.stop()
+        for cam in self.cameras:
+            if not cam.join(self.cfg.source.read_timeout_s + 2.0):
+                log.warning("camera %s did not stop in time", cam.camera_id)
+        self.inbox.close()
+        self.worker.finish()
+        drain = self.cfg.sender.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        self.sender.stop(drain)
+        if self.gate is not None:
+            self.gate.close()
+
+    def run_until_done(self, timeout: float | None = None) -> int:
+        """Start, wait for every camera to end, drain, stop. Exit code: 0 when every camera
+        ended normally, 1 when any failed."""
+        if not self._started:
+            self.start()
+        self.wait(timeout)
+        self.stop()
+        failed = [s for s in self.statuses() if s.state == CameraState.FAILED]
+        return 1 if failed else 0

@@ -1,0 +1,223 @@
+"""One camera: its own thread reads the source, applies the motion gate, feeds the gate queue.
+
+A stream that dies or stalls is reopened with exponential backoff and jitter; an error
+that retrying cannot fix (missing file, not a video) ends this camera with one clear log
+line, and never touches the other cameras.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+from strata.shared.config.device import MotionConfig, SourceConfig
+
+from .inbox import GateInbox, GateItem
+from .metrics import CameraMetrics, DropLog
+from .motion import MotionGate
+from .sources import Source, SourceError, is_live, open_source
+
+log = logging.getLogger(__name__)
+
+
+class CameraState(Enum):
+    """Where a camera is in its life."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    RECONNECTING = "reconnecting"
+    ENDED = "ended"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class CameraStatus:
+    """A snapshot for the CLI, tests and the bench."""
+
+    camera_id: str
+    source: str
+    state: CameraState
+    error: str
+    frames: int
+    reconnects: int
+
+
+def backoff_delay(attempt: int, cfg: SourceConfig, rng: random.Random) -> float:
+    """Wait before reopen attempt `attempt` (1-based): doubling, capped, with jitter."""
+    base = min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** max(0, attempt - 1))
+    return float(base * (1.0 + cfg.backoff_jitter * rng.uniform(-1.0, 1.0)))
+
+
+class CameraWorker:
+    """Reads one source in its own thread until it ends, fails for good, or is stopped."""
+
+    def __init__(
+        self,
+        camera_id: str,
+        source: str,
+        source_cfg: SourceConfig,
+        motion_cfg: MotionConfig,
+        inbox: GateInbox,
+        metrics: CameraMetrics,
+    ) -> None:
+        self.camera_id = camera_id
+        self.source = source
+        self.cfg = source_cfg
+        self.live = is_live(source)
+        self.motion = MotionGate(motion_cfg) if motion_cfg.enabled else None
+        self.inbox = inbox
+        self.m = metrics
+        self.state = CameraState.STARTING
+        self.error = ""
+        self.frames = 0
+        self.reconnects = 0
+        self._stop = threading.Event()
+        self._rng = random.Random()
+        self._motion_log = DropLog(log, camera_id, "motion gate dropped")
+        self._overload_log = DropLog(
+            log, camera_id, "gate queue full, dropped the oldest", logging.WARNING
+        )
+        self._thread = threading.Thread(target=self._run, name=f"camera-{camera_id}", daemon=True)
+
+    def start(self) -> None:
+        """Start the camera's thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to finish (a blocked read returns within the read timeout)."""
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread; True when it has finished."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def done(self) -> bool:
+        """The thread has finished."""
+        return not self._thread.is_alive()
+
+    def status(self) -> CameraStatus:
+        """A snapshot of this camera."""
+        return CameraStatus(
+            self.camera_id, self.source, self.state, self.error, self.frames, self.reconnects
+        )
+
+    def _run(self) -> None:
+        failures = 0  # consecutive failed opens/reads
+        lost = False  # we had the stream and lost it: the next success is a reconnect
+        try:
+            while not self._stop.is_set():
+                try:
+                    src = open_source(self.source, self.cfg)
+                except SourceError as exc:
+                    if not self._failed(exc, failures := failures + 1):
+                        return
+                    continue
+                if lost or failures:
+                    if lost:
+                        self.reconnects += 1
+                        self.m.reconnects.inc()
+                    log.info("camera %s: %s open again", self.camera_id, self.source)
+                try:
+                    got = self._read(src)
+                except SourceError as exc:
+                    lost = lost or self.frames > 0
+                    failures = 0 if self.state == CameraState.RUNNING else failures
+                    if not self._failed(exc, failures := failures + 1):
+                        return
+                    continue
+                finally:
+                    src.close()
+                    self.m.camera_up.set(0)
+                failures = 0
+                if self._stop.is_set():
+                    break
+                if self.live:
+                    lost = True
+                    self._failed(SourceError(f"{self.source}: stream ended"), 1)
+                    continue
+                if self.cfg.loop and got:
+                    if self.motion:
+                        self.motion.reset()
+                    continue
+                self.state = CameraState.ENDED
+                log.info("camera %s: %s ended after %d frames", self.camera_id, self.source, got)
+                return
+            self.state = CameraState.ENDED
+        except Exception as exc:  # a bug must not take the other cameras down
+            self.state = CameraState.FAILED
+            self.error = f"unexpected error: {exc!r}"
+            log.exception("camera %s: %s", self.camera_id, self.error)
+        finally:
+            self._motion_log.flush()
+            self._overload_log.flush()
+
+    def _failed(self, exc: SourceError, attempt: int) -> bool:
+        """Log and count a failure; wait the backoff. False: the camera gives up."""
+        self.m.source_errors.inc()
+        self.error = str(exc)
+        limit = self.cfg.max_reopen_attempts
+        if exc.fatal or not self.live or (limit and attempt > limit):
+            self.state = CameraState.FAILED
+            log.error("camera %s: %s", self.camera_id, exc)
+            return False
+        delay = backoff_delay(attempt, self.cfg, self._rng)
+        self.state = CameraState.RECONNECTING
+        # One clear line when trouble starts; the retries that follow are debug noise.
+        level = logging.ERROR if attempt == 1 else logging.DEBUG
+        log.log(
+            level,
+            "camera %s: %s; reopening in %.1fs (attempt %d, backoff up to %.0fs)",
+            self.camera_id,
+            exc,
+            delay,
+            attempt,
+            self.cfg.backoff_max_s,
+        )
+        self._stop.wait(delay)
+        return not self._stop.is_set()
+
+    def _read(self, src: Source) -> int:
+        """Run the source until it ends; returns frames read. SourceError when it dies."""
+        got = 0
+        wait = not self.live
+        for frame in src.frames():
+            if got == 0:
+                self.state = CameraState.RUNNING
+                self.error = ""
+                self.m.camera_up.set(1)
+            got += 1
+            self.frames += 1
+            self.m.decoded.inc()
+            score = 0.0
+            if self.motion is not None:
+                verdict = self.motion.check(frame.motion_input(), frame.ts)
+                if not verdict.keep:
+                    self.m.dropped_motion.inc()
+                    self._motion_log.add()
+                    if self._stop.is_set():
+                        break
+                    continue
+                score = verdict.score
+            item = GateItem(
+                self.camera_id,
+                self.frames - 1,
+                frame.capture_ns,
+                frame.bgr(),
+                score,
+                time.monotonic(),
+            )
+            dropped = self.inbox.put(item, wait, self._stop)
+            if dropped is item:
+                break  # stopping while waiting for room
+            if dropped is not None:
+                self.m.dropped_overload.inc()
+                self._overload_log.add(1, "the gate is slower than the camera")
+            if self._stop.is_set():
+                break
+        return got

@@ -1,0 +1,159 @@
+"""`strata device`: run the device agent on one or more cameras."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from strata.shared.cli.common import add_config_flag, load_or_exit, prune
+
+log = logging.getLogger("strata.device")
+
+_EPILOG = """\
+sources:
+  PATH                      a video file (MP4, AVI, MKV, ...); ends at its end unless --loop
+  rtsp://HOST:PORT/PATH     an RTSP stream over TCP; reopened with backoff when it dies
+  synthetic://?frames=300&seed=1&width=640&height=480&fps=10&objects=4&realtime=0
+                            the synthetic clip (moving shapes on a textured background)
+
+Camera ids come from --camera-id (in --source order), else from the source (file stem,
+RTSP path, synthetic-SEED). Cameras from the config file (device.cameras) run too.
+Exit status: 0 when every camera ended normally or the agent was stopped, 1 when a
+camera failed, 2 for a bad config.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the `device` subcommand."""
+    p = subparsers.add_parser(
+        "device",
+        help="run the device agent (decode, motion gate, relevance gate, send to an edge node)",
+        description="The device agent: decodes cameras, drops quiet and irrelevant frames, "
+        "and sends the rest to an edge node over ZeroMQ.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="SRC",
+        help="a camera source (repeat for several cameras)",
+    )
+    p.add_argument(
+        "--camera-id",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="id of the matching --source (repeat in the same order)",
+    )
+    p.add_argument("--edge", metavar="ENDPOINT", help="edge node, e.g. tcp://127.0.0.1:5555")
+    p.add_argument("--agent-id", help="agent id on the wire (default: host name)")
+    p.add_argument("--loop", action="store_true", default=None, help="restart files at the end")
+    p.add_argument("--no-motion", action="store_true", help="switch the motion gate off")
+    p.add_argument("--motion-threshold", type=float, metavar="RMS", help="motion gate threshold")
+    p.add_argument("--no-gate", action="store_true", help="switch the relevance gate off")
+    p.add_argument(
+        "--gate-model", metavar="ONNX", help="ONNX classifier instead of the repository model"
+    )
+    p.add_argument("--gate-threshold", type=float, metavar="P", help="relevance gate threshold")
+    p.add_argument("--encoding", choices=["jpeg", "bgr"], help="payload encoding")
+    p.add_argument("--jpeg-quality", type=int, metavar="Q", help="JPEG quality 1-100")
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="Prometheus port (0: off)")
+    p.add_argument(
+        "--duration", type=float, metavar="S", help="stop after S seconds (default: run on)"
+    )
+    add_config_flag(p)
+    p.set_defaults(func=run)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    device: dict[str, Any] = {
+        "edge": args.edge,
+        "agent_id": args.agent_id,
+        "source": {"loop": args.loop},
+        "motion": {
+            "enabled": False if args.no_motion else None,
+            "threshold": args.motion_threshold,
+        },
+        "gate": {
+            "enabled": False if args.no_gate else None,
+            "model_path": args.gate_model,
+            "threshold": args.gate_threshold,
+        },
+        "sender": {"encoding": args.encoding, "jpeg_quality": args.jpeg_quality},
+        "metrics": {"port": args.metrics_port},
+    }
+    return prune({"device": device})
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the agent until its sources end, --duration passes, or SIGINT/SIGTERM."""
+    if len(args.camera_id) > len(args.source):
+        print("strata device: more --camera-id than --source", file=sys.stderr)
+        return 2
+    cfg = load_or_exit(args, _overrides(args), "device")
+    from strata.shared.config import ConfigError, validate_model
+    from strata.shared.config.device import DeviceConfig
+    from strata.shared.metrics import serve_metrics
+
+    from .agent import Agent
+    from .gate import GateLoadError
+    from .metrics import CameraCounts
+
+    extra = [
+        {"source": src, "id": args.camera_id[i] if i < len(args.camera_id) else ""}
+        for i, src in enumerate(args.source)
+    ]
+    try:
+        dev = validate_model(
+            DeviceConfig,
+            {**cfg.device.model_dump(), "cameras": [*cfg.device.model_dump()["cameras"], *extra]},
+            source="command line",
+        )
+    except ConfigError as exc:
+        print(f"strata device: {exc}", file=sys.stderr)
+        return 2
+    if not dev.cameras:
+        print("strata device: no cameras; give --source (see --help)", file=sys.stderr)
+        return 2
+    try:
+        agent = Agent(dev, models_repository=cfg.models.repository)
+    except (GateLoadError, ValueError) as exc:
+        print(f"strata device: {exc}", file=sys.stderr)
+        return 2
+    serve_metrics(agent.metrics.registry, dev.metrics.host, dev.metrics.port)
+
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    agent.start()
+    deadline = time.monotonic() + args.duration if args.duration else float("inf")
+    while not stop.is_set() and not agent.cameras_done() and time.monotonic() < deadline:
+        stop.wait(0.1)
+    agent.stop()
+    failed = 0
+    for s in agent.statuses():
+        failed += s.state.value == "failed"
+        c = CameraCounts.read(agent.metrics.registry, s.camera_id)
+        log.info(
+            "camera %s: %s; decoded %d, dropped by motion %d, by gate %d, sent %d, acked %d, "
+            "overflowed %d, reconnects %d%s",
+            s.camera_id,
+            s.state.value,
+            c.decoded,
+            c.dropped_motion,
+            c.dropped_gate,
+            c.sent,
+            c.acked,
+            c.overflowed,
+            c.reconnects,
+            f" ({s.error})" if s.error else "",
+        )
+    return 1 if failed else 0

@@ -1,0 +1,152 @@
+"""The relevance gate: a small classifier (MobileNetV3) on frames that passed the motion gate.
+
+A frame is relevant when the summed probability of the configured positive classes (or the
+top probability, with none configured) reaches the threshold. Batches are preprocessed into
+one preallocated input tensor; per frame only the resize and a few in-place array ops run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+from strata.shared.config.device import GateConfig
+from strata.shared.runtime import ModelLoadError, ModelRunner, create_runner
+
+log = logging.getLogger(__name__)
+
+
+class GateLoadError(RuntimeError):
+    """The gate's model cannot be loaded or does not fit the gate."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateInput:
+    """How the classifier wants its input (from the model manifest, or ImageNet defaults)."""
+
+    height: int = 224
+    width: int = 224
+    rgb: bool = True
+    scale: float = 1.0 / 255.0
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    output: Literal["logits", "probabilities"] = "logits"
+
+
+class RelevanceGate:
+    """Scores batches of BGR frames with a classifier and decides which to keep."""
+
+    def __init__(
+        self, runner: ModelRunner, cfg: GateConfig, spec: GateInput, name: str = "gate"
+    ) -> None:
+        self.runner = runner
+        self.cfg = cfg
+        self.spec = spec
+        self.name = name
+        n_out = runner.outputs[0].shape[-1] if runner.outputs else None
+        bad = [c for c in cfg.positive_class_ids if c < 0 or (n_out and c >= n_out)]
+        if bad:
+            raise GateLoadError(f"{name}: positive class ids {bad} outside the model's classes")
+        self._classes = np.asarray(sorted(set(cfg.positive_class_ids)), np.intp)
+        h, w = spec.height, spec.width
+        self._batch = np.empty((cfg.max_batch, 3, h, w), np.float32)
+        self._resized = np.empty((h, w, 3), np.uint8)
+        self._rgb = np.empty((h, w, 3), np.uint8)
+        # x * scale - mean) / std folded into one multiply and one add per channel.
+        std = np.asarray(spec.std, np.float32)
+        self._mul = (spec.scale / std).reshape(1, 3, 1, 1).astype(np.float32)
+        self._add = (-np.asarray(spec.mean, np.float32) / std).reshape(1, 3, 1, 1)
+
+    def score(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        """Relevance score in [0, 1] for each BGR image (at most max_batch of them)."""
+        n = len(images)
+        if n == 0:
+            return np.empty(0, np.float32)
+        if n > self.cfg.max_batch:
+            raise ValueError(f"batch of {n} exceeds max_batch {self.cfg.max_batch}")
+        size = (self.spec.width, self.spec.height)
+        for i, image in enumerate(images):
+            cv2.resize(image, size, dst=self._resized, interpolation=cv2.INTER_LINEAR)
+            src = self._resized
+            if self.spec.rgb:
+                cv2.cvtColor(self._resized, cv2.COLOR_BGR2RGB, dst=self._rgb)
+                src = self._rgb
+            # HWC uint8 -> CHW float32 straight into the batch tensor.
+            np.copyto(self._batch[i], src.transpose(2, 0, 1), casting="unsafe")
+        batch = self._batch[:n]
+        np.multiply(batch, self._mul, out=batch)
+        np.add(batch, self._add, out=batch)
+        out = self.runner.run(batch)[0].reshape(n, -1).astype(np.float32, copy=False)
+        if self.spec.output == "logits":
+            out = _softmax(out)
+        if self._classes.size:
+            return np.asarray(out[:, self._classes].sum(axis=1), np.float32)
+        return np.asarray(out.max(axis=1), np.float32)
+
+    def decide(self, scores: np.ndarray) -> np.ndarray:
+        """Boolean keep mask for the scores."""
+        return np.asarray(scores >= self.cfg.threshold)
+
+    def close(self) -> None:
+        """Release the model."""
+        self.runner.close()
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z: np.ndarray = logits - logits.max(axis=1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=1, keepdims=True)
+    return z
+
+
+def load_gate(cfg: GateConfig, repository: str = "") -> RelevanceGate:
+    """The gate's model: `cfg.model_path` if set, else `cfg.model` from the model repository."""
+    options: dict[str, Any] = {"threads": cfg.threads}
+    if cfg.model_path:
+        try:
+            runner = create_runner(cfg.model_path, **options)
+        except ModelLoadError as exc:
+            raise GateLoadError(f"gate model: {exc}") from None
+        spec = _spec_from_runner(runner)
+        log.info("gate: %s (ImageNet preprocessing assumed)", cfg.model_path)
+        return RelevanceGate(runner, cfg, spec, name=cfg.model_path)
+    try:
+        models: Any = importlib.import_module("strata.shared.models")
+    except ModuleNotFoundError:
+        raise GateLoadError(
+            "no model repository in this build; set device.gate.model_path to an ONNX file"
+        ) from None
+    try:
+        loaded = models.ModelRepository(repository or None).open(cfg.model, **options)
+    except Exception as exc:  # ModelError and whatever the runtime raises, one clear line
+        raise GateLoadError(f"gate model {cfg.model!r}: {exc}") from None
+    m = loaded.manifest
+    if m.task != "classify":
+        loaded.close()
+        raise GateLoadError(f"gate model {cfg.model!r} is a {m.task} model, not classify")
+    spec = GateInput(
+        height=m.input.height,
+        width=m.input.width,
+        rgb=m.input.colour == "RGB",
+        scale=m.input.scale,
+        mean=tuple(m.input.mean),
+        std=tuple(m.input.std),
+        output=m.output.format,
+    )
+    if not m.source.trained:
+        log.warning("gate model %r has untrained weights: its decisions are arbitrary", m.name)
+    return RelevanceGate(loaded.runner, cfg, spec, name=m.name)
+
+
+def _spec_from_runner(runner: ModelRunner) -> GateInput:
+    if len(runner.inputs) != 1 or len(runner.inputs[0].shape) != 4:
+        raise GateLoadError("gate model needs one NCHW image input")
+    _, c, h, w = runner.inputs[0].shape
+    if c not in (None, 3):
+        raise GateLoadError(f"gate model input has {c} channels, not 3")
+    return GateInput(height=h or 224, width=w or 224)

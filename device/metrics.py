@@ -1,0 +1,176 @@
+"""Per-camera Prometheus metrics of the device agent, and rate-limited drop logging."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, fields
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from strata.shared.metrics import BATCH_BUCKETS, LATENCY_BUCKETS, sample
+
+
+class DeviceMetrics:
+    """Every metric of one agent, in its own registry; `camera(id)` gives the labelled set."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r, cam = self.registry, ["camera"]
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(f"strata_device_{name}", doc, cam, registry=r)
+
+        self.decoded = counter("frames_decoded", "Frames decoded from the source.")
+        self.dropped_motion = counter("frames_dropped_motion", "Frames the motion gate dropped.")
+        self.dropped_gate = counter("frames_dropped_gate", "Frames the relevance gate dropped.")
+        self.dropped_overload = counter(
+            "frames_dropped_overload", "Live frames dropped because the gate queue was full."
+        )
+        self.sent = counter("frames_sent", "Frames sent to the edge (first sends).")
+        self.retransmitted = counter("frames_retransmitted", "Frames sent again after no ack.")
+        self.acked = counter("frames_acked", "Frames the edge acknowledged (incl. duplicates).")
+        self.rejected = counter("frames_rejected", "Frames the edge rejected as malformed.")
+        self.spooled = counter("frames_spooled", "Frames that waited in the spool.")
+        self.overflowed = counter("frames_overflowed", "Frames dropped from a full spool.")
+        self.bytes_sent = counter("bytes_sent", "Payload bytes sent (first sends).")
+        self.reconnects = counter("reconnects", "Sources reopened after a loss.")
+        self.source_errors = counter("source_errors", "Failures to open or read a source.")
+        self.spool_frames = Gauge(
+            "strata_device_spool_frames", "Frames waiting in the spool.", cam, registry=r
+        )
+        self.inflight_frames = Gauge(
+            "strata_device_inflight_frames", "Frames sent and not yet acked.", cam, registry=r
+        )
+        self.camera_up = Gauge(
+            "strata_device_camera_up", "1 while the source delivers frames.", cam, registry=r
+        )
+        self.gate_latency = Histogram(
+            "strata_device_gate_latency_seconds",
+            "Queue wait plus inference of the relevance gate, per frame.",
+            cam,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.gate_batch = Histogram(
+            "strata_device_gate_batch_size",
+            "Frames per relevance-gate inference.",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+
+    def camera(self, camera_id: str) -> CameraMetrics:
+        """The metric children of one camera (cached by the caller: lookups cost)."""
+        return CameraMetrics(self, camera_id)
+
+
+class CameraMetrics:
+    """Labelled children for one camera, resolved once."""
+
+    def __init__(self, m: DeviceMetrics, camera_id: str) -> None:
+        c = camera_id
+        self.decoded = m.decoded.labels(c)
+        self.dropped_motion = m.dropped_motion.labels(c)
+        self.dropped_gate = m.dropped_gate.labels(c)
+        self.dropped_overload = m.dropped_overload.labels(c)
+        self.sent = m.sent.labels(c)
+        self.retransmitted = m.retransmitted.labels(c)
+        self.acked = m.acked.labels(c)
+        self.rejected = m.rejected.labels(c)
+        self.spooled = m.spooled.labels(c)
+        self.overflowed = m.overflowed.labels(c)
+        self.bytes_sent = m.bytes_sent.labels(c)
+        self.reconnects = m.reconnects.labels(c)
+        self.source_errors = m.source_errors.labels(c)
+        self.spool_frames = m.spool_frames.labels(c)
+        self.inflight_frames = m.inflight_frames.labels(c)
+        self.camera_up = m.camera_up.labels(c)
+        self.gate_latency = m.gate_latency.labels(c)
+
+
+class DropLog:
+    """Logs drops without flooding: the first at once, then a summary at most every period."""
+
+    def __init__(
+        self,
+        log: logging.Logger,
+        camera_id: str,
+        what: str,
+        level: int = logging.INFO,
+        period_s: float = 10.0,
+    ) -> None:
+        self.log, self.camera_id, self.what = log, camera_id, what
+        self.level, self.period_s = level, period_s
+        self.total = 0
+        self._pending = 0
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def add(self, n: int = 1, detail: str = "") -> None:
+        """Count `n` drops; log now if the period has passed (or it is the first)."""
+        now = time.monotonic()
+        with self._lock:
+            self.total += n
+            self._pending += n
+            if self._last and now - self._last < self.period_s:
+                return
+            pending, self._pending, self._last = self._pending, 0, now
+        self.log.log(
+            self.level,
+            "camera %s: %s: %d frame(s)%s (%d in all)",
+            self.camera_id,
+            self.what,
+            pending,
+            f" ({detail})" if detail else "",
+            self.total,
+        )
+
+    def flush(self) -> None:
+        """Log what is still unreported (at shutdown)."""
+        with self._lock:
+            pending, self._pending = self._pending, 0
+        if pending:
+            self.log.log(
+                self.level,
+                "camera %s: %s: %d frame(s) (%d in all)",
+                self.camera_id,
+                self.what,
+                pending,
+                self.total,
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class CameraCounts:
+    """The counters of one camera, read back (for the CLI summary, the bench and tests)."""
+
+    decoded: int
+    dropped_motion: int
+    dropped_gate: int
+    dropped_overload: int
+    sent: int
+    retransmitted: int
+    acked: int
+    rejected: int
+    spooled: int
+    overflowed: int
+    bytes_sent: int
+    reconnects: int
+    source_errors: int
+
+    @classmethod
+    def read(cls, registry: CollectorRegistry, camera_id: str) -> CameraCounts:
+        """Current values from `registry`."""
+        labels = {"camera": camera_id}
+
+        def get(name: str) -> int:
+            return int(sample(registry, f"strata_device_{name}_total", labels))
+
+        return cls(**{f.name: get(_METRIC_OF.get(f.name, f"frames_{f.name}")) for f in fields(cls)})
+
+
+_METRIC_OF = {
+    "bytes_sent": "bytes_sent",
+    "reconnects": "reconnects",
+    "source_errors": "source_errors",
+}

@@ -1,0 +1,93 @@
+import numpy as np
+import pytest
+from strata.device.motion import MotionGate
+from strata.shared.config.device import IgnoreRect, MotionConfig
+
+
+def _scene(h: int = 144, w: int = 192) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return rng.integers(60, 120, size=(h, w, 3), dtype=np.uint8)
+
+
+def _with_box(img: np.ndarray, x: int, y: int, size: int = 30) -> np.ndarray:
+    out = img.copy()
+    out[y : y + size, x : x + size] = 255
+    return out
+
+
+def test_first_frame_is_kept_and_identical_frames_dropped() -> None:
+    gate = MotionGate(MotionConfig(threshold=2.0, max_interval_s=0))
+    scene = _scene()
+    assert gate.check(scene, 0.0).why == "first"
+    for i in range(1, 10):
+        d = gate.check(scene, i / 10)
+        assert not d.keep and d.score == pytest.approx(0.0)
+
+
+def test_a_moving_object_is_kept() -> None:
+    gate = MotionGate(MotionConfig(threshold=2.0, max_interval_s=0))
+    scene = _scene()
+    gate.check(scene, 0.0)
+    d = gate.check(_with_box(scene, 50, 50), 0.1)
+    assert d.keep and d.why == "motion" and d.score > 2.0
+
+
+def test_score_is_against_the_last_kept_frame_so_slow_drift_adds_up() -> None:
+    gate = MotionGate(MotionConfig(threshold=6.0, max_interval_s=0))
+    base = _scene().astype(np.int16)
+    gate.check(base.astype(np.uint8), 0.0)
+    kept_at = None
+    for step in range(1, 30):
+        # Each frame is only 1 grey level brighter than the previous one.
+        d = gate.check(np.clip(base + step, 0, 255).astype(np.uint8), step / 10)
+        if step < 6:
+            assert not d.keep, "a 1-level step must not pass a threshold of 6"
+        if d.keep:
+            kept_at = step
+            break
+    # Against the PREVIOUS frame the score would stay at 1 forever.
+    assert kept_at == 6
+
+
+def test_max_interval_keeps_a_still_scene_reporting() -> None:
+    gate = MotionGate(MotionConfig(threshold=2.0, max_interval_s=1.0))
+    scene = _scene()
+    kept = [gate.check(scene, i / 10).keep for i in range(35)]
+    assert [i for i, k in enumerate(kept) if k] == [0, 10, 20, 30]
+
+
+def test_ignored_region_does_not_count() -> None:
+    cfg = MotionConfig(
+        threshold=2.0, max_interval_s=0, ignore=[IgnoreRect(x1=0.0, y1=0.0, x2=0.5, y2=0.5)]
+    )
+    gate = MotionGate(cfg)
+    scene = _scene()
+    gate.check(scene, 0.0)
+    assert not gate.check(_with_box(scene, 10, 10), 0.1).keep  # inside the ignored quarter
+    assert gate.check(_with_box(scene, 140, 100), 0.2).keep  # outside it
+
+
+def test_grey_and_bgr_inputs_agree_and_any_size_works() -> None:
+    import cv2
+
+    big = cv2.resize(_scene(), (768, 576), interpolation=cv2.INTER_NEAREST)
+    moved = _with_box(big, 300, 200, 120)
+    a, b = MotionGate(MotionConfig()), MotionGate(MotionConfig())
+    a.check(big, 0.0)
+    b.check(cv2.cvtColor(big, cv2.COLOR_BGR2GRAY), 0.0)
+    sa = a.check(moved, 0.1).score
+    # A strided grey view (like a decoder's luma plane with padding) works in place.
+    padded = np.zeros((576, 800), np.uint8)
+    padded[:, :768] = cv2.cvtColor(moved, cv2.COLOR_BGR2GRAY)
+    sb = b.check(padded[:, :768], 0.1).score
+    assert sa == pytest.approx(sb, rel=0.05)
+
+
+def test_buffers_are_reused() -> None:
+    gate = MotionGate(MotionConfig(threshold=1.0))
+    scene = _scene()
+    gate.check(scene, 0.0)
+    buffers = {id(gate._grey), id(gate._kept)}
+    for i in range(1, 6):
+        gate.check(_with_box(scene, 10 * i, 10), i / 10)
+    assert {id(gate._grey), id(gate._kept)} == buffers
