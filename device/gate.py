@@ -7,7 +7,6 @@ one preallocated input tensor; per frame only the resize and a few in-place arra
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,14 +114,10 @@ def load_gate(cfg: GateConfig, repository: str = "") -> RelevanceGate:
         spec = _spec_from_runner(runner)
         log.info("gate: %s (ImageNet preprocessing assumed)", cfg.model_path)
         return RelevanceGate(runner, cfg, spec, name=cfg.model_path)
+    from strata.shared.models import ModelRepository
+
     try:
-        models: Any = importlib.import_module("strata.shared.models")
-    except ModuleNotFoundError:
-        raise GateLoadError(
-            "no model repository in this build; set device.gate.model_path to an ONNX file"
-        ) from None
-    try:
-        loaded = models.ModelRepository(repository or None).open(cfg.model, **options)
+        loaded = ModelRepository(repository or None).open(cfg.model, **options)
     except Exception as exc:  # ModelError and whatever the runtime raises, one clear line
         raise GateLoadError(f"gate model {cfg.model!r}: {exc}") from None
     m = loaded.manifest
@@ -134,9 +129,9 @@ def load_gate(cfg: GateConfig, repository: str = "") -> RelevanceGate:
         width=m.input.width,
         rgb=m.input.colour == "RGB",
         scale=m.input.scale,
-        mean=tuple(m.input.mean),
-        std=tuple(m.input.std),
-        output=m.output.format,
+        mean=m.input.mean,
+        std=m.input.std,
+        output="probabilities" if m.output.format == "probabilities" else "logits",
     )
     if not m.source.trained:
         log.warning("gate model %r has untrained weights: its decisions are arbitrary", m.name)

@@ -88,3 +88,14 @@ def test_full_inbox_drops_the_oldest_for_live_cameras() -> None:
     dropped = inbox.put(_item("a", 2), wait=False)
     assert dropped is not None and dropped.index == 0
     assert [b.index for b in inbox.take(8, 0.0, 1.0)] == [1, 2]
+
+
+def test_default_gate_loads_the_starter_repository_model() -> None:
+    gate = load_gate(GateConfig(max_batch=2))
+    assert gate.name == "mobilenetv3_small"
+    assert (gate.spec.height, gate.spec.width) == (224, 224)
+    scores = gate.score([RED, GREY])
+    assert scores.shape == (2,) and np.all((scores >= 0) & (scores <= 1))
+    gate.close()
+    with pytest.raises(GateLoadError, match="not found"):
+        load_gate(GateConfig(model="no_such_model"))
