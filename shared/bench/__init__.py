@@ -1,0 +1,1 @@
+"""`strata bench`: every tier's benchmark plus the cascade's accuracy, in one report."""

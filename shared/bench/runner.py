@@ -1,0 +1,174 @@
+"""The bench's steps in order: machine, tier benchmarks, cascade, side by side, report."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import machine, plots, report
+from .cascade import ClipResult, Labels, measure_clip, synthetic_truth
+from .tiers import TIERS, TierRun, lookup, run_tier
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BenchOptions:
+    """What `strata bench` was asked to do."""
+
+    out: Path
+    quick: bool = False
+    skip: set[str] = field(default_factory=set)
+    vtest: Path | None = None
+    tier_timeout_s: float | None = None
+    command: str = "strata bench"
+
+
+def say(text: str) -> None:
+    """Progress on stderr."""
+    print(f"strata bench: {text}", file=sys.stderr, flush=True)
+
+
+def run_tiers(opts: BenchOptions, logs: Path) -> dict[str, TierRun]:
+    """Each tier's benchmark, one after another (they would compete for the cores)."""
+    timeout = opts.tier_timeout_s or (60.0 if opts.quick else 900.0)
+    runs: dict[str, TierRun] = {}
+    for tier in TIERS:
+        if tier in opts.skip:
+            continue
+        say(f"{tier} benchmark ...")
+        run = run_tier(tier, logs, opts.quick, timeout)
+        runs[tier] = run
+        if run.error:
+            say(f"{tier} benchmark failed: {run.error}")
+        else:
+            say(f"{tier} benchmark done in {run.seconds:.0f}s")
+    return runs
+
+
+def run_cascade(opts: BenchOptions, work: Path) -> list[ClipResult]:
+    """The synthetic clip (with ground truth), then vtest when present and not quick."""
+    from ..synthetic import SyntheticClip
+
+    clips: list[ClipResult] = []
+    frames = 60 if opts.quick else 300
+    clip = SyntheticClip(width=640, height=480, frames=frames, fps=10, objects=4, seed=0)
+    path = clip.write(work / "synthetic.mp4")
+    labels = Labels()
+    say(f"cascade on the synthetic clip ({frames} frames): reference run, then cascade run ...")
+    clips.append(measure_clip(path, work / "synthetic", synthetic_truth(clip, labels), labels))
+    if "vtest" in opts.skip:
+        return clips
+    if opts.vtest is None or not opts.vtest.is_file():
+        say("vtest.mp4 not found (python .ci/test_data.py fetches it); cascade on it skipped")
+    elif opts.quick:
+        say("--quick: cascade on vtest.mp4 skipped (795 frames of YOLO at 640 take minutes)")
+    else:
+        say(f"cascade on {opts.vtest.name}: reference run, then cascade run ...")
+        clips.append(measure_clip(opts.vtest, work / "vtest"))
+    return clips
+
+
+def ultralytics_side_by_side(clip: Path, strata_fps: float | None) -> dict[str, Any] | None:
+    """ultralytics' own predict loop over the same clip and ONNX model, when installed."""
+    try:
+        from ultralytics import YOLO
+    except ImportError:
+        return None
+    from ..models import ModelRepository
+
+    _manifest, _variant, onnx_path = ModelRepository().file_of("yolov8n")
+    model = YOLO(str(onnx_path), task="detect")
+    n = 0
+    started = time.perf_counter()
+    for _ in model.predict(str(clip), stream=True, imgsz=640, device="cpu", verbose=False):
+        n += 1
+    seconds = time.perf_counter() - started
+    fps = n / seconds if seconds > 0 else 0.0
+    return {
+        "model": str(onnx_path),
+        "clip": clip.name,
+        "frames": n,
+        "ultralytics_fps": round(fps, 2),
+        "strata_pipeline_fps": strata_fps,
+        "ratio": round(strata_fps / fps, 3) if strata_fps and fps else None,
+    }
+
+
+def plot_data(runs: dict[str, TierRun], clips: list[ClipResult]) -> plots.PlotData:
+    """Series for the plots from whatever the benchmarks measured."""
+    data = plots.PlotData()
+    for c in clips:
+        data.latency_ms[f"capture to edge result, {c.clip} (pipeline)"] = c.edge_latency_ms
+    for tier in ("edge", "cloud"):
+        run = runs.get(tier)
+        samples = lookup(run.data, "latencies_ms") if run else None
+        if isinstance(samples, list):
+            data.latency_ms[f"{tier} benchmark"] = samples
+    edge = runs.get("edge")
+    sweep = lookup(edge.data, "sweep") if edge else None
+    if isinstance(sweep, list):
+        data.throughput["edge node"] = [
+            (float(p["batch"]), float(p["node_fps"])) for p in sweep if "node_fps" in p
+        ]
+        data.throughput["bare ONNX Runtime"] = [
+            (float(p["batch"]), float(p["bare_fps"])) for p in sweep if "bare_fps" in p
+        ]
+    device = runs.get("device")
+    motion = lookup(device.data, "motion_sweep") if device else None
+    if isinstance(motion, list):
+        by_clip: dict[str, list[tuple[float, float]]] = {}
+        for p in motion:
+            by_clip.setdefault(str(p.get("clip", "clip")), []).append(
+                (float(p["threshold"]), float(p["kept_fraction"]))
+            )
+        data.kept.update(by_clip)
+    return data
+
+
+def run_bench(opts: BenchOptions) -> dict[str, Any]:
+    """Everything, in order; writes report.json, report.md and plots; returns the report."""
+    out = opts.out
+    out.mkdir(parents=True, exist_ok=True)
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+    started = time.monotonic()
+    info = machine.describe()
+    say(f"machine: {machine.one_line(info)}")
+    runs = run_tiers(opts, logs)
+    clips: list[ClipResult] = []
+    extra: dict[str, Any] = {}
+    if "cascade" not in opts.skip:
+        try:
+            clips = run_cascade(opts, out / "cascade")
+        except Exception as exc:  # the report still gets written, with the failure in it
+            say(f"cascade failed: {exc}")
+            extra["cascade_error"] = str(exc)
+    if "ultralytics" not in opts.skip and clips:
+        strata_fps = clips[0].reference_fps or None
+        try:
+            side = ultralytics_side_by_side(out / "cascade" / "synthetic.mp4", strata_fps)
+        except Exception as exc:
+            side = {"error": str(exc)}
+        if side is None:
+            say("ultralytics is not installed (the export extra); side by side skipped")
+        extra["ultralytics"] = side
+    written, notes = plots.write_all(plot_data(runs, clips), out)
+    for note in notes:
+        say(note)
+    extra["plots"] = [p.name for p in written]
+    extra["seconds"] = round(time.monotonic() - started, 1)
+    rep = report.build(info, runs, clips, extra, opts.quick)
+    report.write_json(rep, out / "report.json")
+    (out / "report.md").write_text(report.markdown(rep, clips, opts.command))
+    say(
+        f"wrote {out / 'report.json'}, {out / 'report.md'} and {len(written)} plots "
+        f"in {extra['seconds']}s"
+    )
+    if rep["missing"]:
+        say(f"missing keys: {', '.join(rep['missing'])}")
+    return rep
