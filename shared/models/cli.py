@@ -57,6 +57,51 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-simplify", action="store_true", help="Skip onnxslim.")
     p.set_defaults(func=run_build)
 
+    p = sub.add_parser("fp16", help="Add an FP16 variant of a model's ONNX file (no torch).")
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    _into(p)
+    p.set_defaults(func=run_fp16)
+
+    p = sub.add_parser(
+        "quantize", help="INT8 static quantization calibrated on a clip; reports agreement."
+    )
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    p.add_argument("--clip", required=True, help="Video to calibrate and evaluate on.")
+    p.add_argument(
+        "--method",
+        choices=["entropy", "minmax", "percentile"],
+        default="entropy",
+        help="Calibration method.",
+    )
+    p.add_argument("--samples", type=int, default=32, help="Calibration frames.")
+    p.add_argument("--eval-frames", type=int, default=32, help="Frames to measure agreement on.")
+    p.add_argument(
+        "--keep-float",
+        default="LayerNormalization,Softmax",
+        help="Comma-separated operator types left in float ('' for none).",
+    )
+    p.add_argument("--exclude-nodes", default="", help="Regex over node names kept in float.")
+    p.add_argument("--runs", type=int, default=30, help="Timed batch-1 runs per model.")
+    p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads.")
+    p.add_argument("--conf", type=float, default=0.25, help="Detector score threshold for F1.")
+    p.add_argument("--variant", default="int8", help="Variant key to record.")
+    _into(p)
+    p.set_defaults(func=run_quantize)
+
+    p = sub.add_parser("engine", help="Build a TensorRT engine (GPU, TensorRT 10).")
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    p.add_argument("--min-batch", type=int, default=1, help="Profile: smallest batch.")
+    p.add_argument("--opt-batch", type=int, default=8, help="Profile: batch tuned for.")
+    p.add_argument("--max-batch", type=int, default=16, help="Profile: largest batch.")
+    p.add_argument("--no-fp16", action="store_true", help="Build in FP32.")
+    p.add_argument("--from-variant", help="ONNX variant to build from (default: primary).")
+    p.add_argument("--force", action="store_true", help="Rebuild even when up to date.")
+    _into(p)
+    p.set_defaults(func=run_engine)
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     add_config_flag(p)
@@ -65,6 +110,31 @@ def _common(p: argparse.ArgumentParser) -> None:
         "-r",
         help="Model repository folder (default: models.repository, else the starter one).",
     )
+
+
+def _into(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--into",
+        help="Repository to write to (default: the source repository; required when that is "
+        "the starter repository, which ships with strata and stays as built).",
+    )
+
+
+def _target(args: argparse.Namespace, repo: Any) -> Any:
+    """The repository a command writes to; refuses to modify the starter repository."""
+    from .repository import ModelRepository, starter_repository
+
+    if args.into:
+        Path(args.into).mkdir(parents=True, exist_ok=True)
+        return ModelRepository(args.into)
+    if repo.root.resolve() == starter_repository().resolve():
+        print(
+            "strata models: give --into DIR: the starter repository is not modified "
+            "(the model is copied into DIR first)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return repo
 
 
 def _repo_path(args: argparse.Namespace) -> str:
@@ -185,4 +255,124 @@ def run_build(args: argparse.Namespace) -> int:
         print(f"fp16 variant -> {Path(path) / manifest.name / variant.file}")
     if not manifest.source.trained:
         print("note: no checkpoint given, so the weights are random: labelled untrained")
+    return 0
+
+
+def run_fp16(args: argparse.Namespace) -> int:
+    """Add an FP16 variant, copying the model into --into first when given."""
+    from .fp16 import add_fp16_variant
+    from .quantize import copy_model
+    from .repository import ModelError
+
+    repo = _repo(args)
+    target = _target(args, repo)
+    try:
+        if target.root != repo.root:
+            copy_model(repo, target, args.name)
+        variant = add_fp16_variant(target.root, args.name)
+    except ModelError as exc:
+        print(f"strata models fp16: {exc}", file=sys.stderr)
+        return 2
+    print(f"fp16 variant -> {target.folder(args.name) / variant.file}")
+    return 0
+
+
+def run_quantize(args: argparse.Namespace) -> int:
+    """Quantize, record the variant, print agreement and speed."""
+    from .quantize import QuantizeRequest, quantize
+    from .repository import ModelError
+
+    repo = _repo(args)
+    target = _target(args, repo)
+    keep = tuple(t.strip() for t in args.keep_float.split(",") if t.strip())
+    req = QuantizeRequest(
+        name=args.name,
+        clip=Path(args.clip),
+        method=args.method,
+        samples=args.samples,
+        keep_float=keep,
+        exclude_nodes=args.exclude_nodes,
+        eval_frames=args.eval_frames,
+        timing_runs=args.runs,
+        threads=args.threads,
+        conf=args.conf,
+        variant=args.variant,
+        progress=sys.stderr.isatty(),
+    )
+    try:
+        rep = quantize(repo, req, into=target)
+    except (ModelError, FileNotFoundError, ValueError) as exc:
+        print(f"strata models quantize: {exc}", file=sys.stderr)
+        return 2
+    a = rep.agreement
+    value = "undefined" if a.value is None else f"{a.value:.3f}"
+    what = "top-1 agreement" if a.metric == "top1" else "box F1 @ IoU 0.5"
+    print(f"{rep.name}: int8 written to {rep.path}")
+    print(
+        f"  calibration      {rep.method}, {rep.samples} frames of {req.clip.name}; "
+        f"{rep.kept_float_nodes} nodes kept in float"
+    )
+    print(
+        f"  {what:<16} {value} over {a.frames} frames "
+        f"(float items {a.reference_items}, int8 items {a.test_items}); "
+        f"output relative error {a.output_rel_error:.4f}"
+    )
+    print(
+        f"  latency (batch 1) fp32 {rep.float_timing.median_ms:.2f} ms "
+        f"(p90 {rep.float_timing.p90_ms:.2f}), int8 {rep.int8_timing.median_ms:.2f} ms "
+        f"(p90 {rep.int8_timing.p90_ms:.2f}): x{rep.speedup:.2f}, {rep.int8_timing.runs} runs"
+    )
+    print(
+        f"  size             fp32 {rep.float_bytes / 1e6:.1f} MB, "
+        f"int8 {rep.int8_bytes / 1e6:.1f} MB"
+    )
+    for note in rep.notes:
+        print(f"  note: {note}")
+    return 0
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    """Build (or keep) the TensorRT engine for this GPU and TensorRT version."""
+    from .engine import ensure_engine, plan_profile
+    from .repository import ModelError
+
+    repo = _repo(args)
+    target = _target(args, repo)
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        print(
+            "strata models engine: needs TensorRT 10 and an NVIDIA GPU: pip install 'strata[gpu]'",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        from .quantize import copy_model
+
+        if target.root != repo.root:
+            copy_model(repo, target, args.name)
+        manifest = target.manifest(args.name)
+        profile = plan_profile(manifest.input, args.min_batch, args.opt_batch, args.max_batch)
+        fp16 = not args.no_fp16
+        res = ensure_engine(
+            target,
+            args.name,
+            profile,
+            fp16=fp16,
+            key="trt-fp16" if fp16 else "trt-fp32",
+            source_variant=args.from_variant,
+            force=args.force,
+            progress=sys.stderr.isatty(),
+        )
+    except ModelError as exc:
+        print(f"strata models engine: {exc}", file=sys.stderr)
+        return 2
+    rec = res.variant.tensorrt
+    assert rec is not None
+    state = f"built ({res.reason})" if res.rebuilt else "up to date"
+    print(
+        f"{args.name}: engine {res.path} {state}: TensorRT {rec.tensorrt_version}, "
+        f"{rec.gpu_name} (sm {rec.compute_capability}), batch "
+        f"{rec.min_batch}/{rec.opt_batch}/{rec.max_batch}, fp16={rec.fp16}"
+    )
     return 0
