@@ -138,8 +138,9 @@ class CameraWorker:
                 if self._stop.is_set():
                     break
                 if self.live:
-                    lost = True
-                    self._failed(SourceError(f"{self.source}: stream ended"), 1)
+                    lost, failures = True, 1
+                    if not self._failed(SourceError(f"{self.source}: stream ended"), failures):
+                        return
                     continue
                 if self.cfg.loop and got:
                     if self.motion:
@@ -172,7 +173,7 @@ class CameraWorker:
         level = logging.ERROR if attempt == 1 else logging.DEBUG
         log.log(
             level,
-            "camera %s: %s; reopening in %.1fs (attempt %d, backoff up to %.0fs)",
+            "camera %s: %s; reopening in %.1fs (attempt %d, backoff up to %gs)",
             self.camera_id,
             exc,
             delay,

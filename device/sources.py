@@ -83,9 +83,13 @@ class AvSource(Source):
             raise SourceError(f"no such file: {spec}", fatal=True)
         if not self.live and Path(spec).is_dir():
             raise SourceError(f"is a folder, not a video file: {spec}", fatal=True)
+        # FFmpeg's RTSP demuxer can hand out one held-back packet when a read times out
+        # and then wait a whole timeout again; half the budget per read keeps a stall
+        # noticed within read_timeout_s (measured: 2 x the per-read timeout).
+        read_timeout = cfg.read_timeout_s / 2 if self.live else cfg.read_timeout_s
         try:
             self.container: Any = av.open(
-                spec, options=options, timeout=(cfg.open_timeout_s, cfg.read_timeout_s)
+                spec, options=options, timeout=(cfg.open_timeout_s, read_timeout)
             )
         except av.error.ExitError:
             raise SourceError(

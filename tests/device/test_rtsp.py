@@ -1,0 +1,160 @@
+"""Against a real GStreamer RTSP server (Debian's gst-rtsp-server run by /usr/bin/python3)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from strata.device.agent import Agent
+from strata.device.camera import CameraState
+from strata.device.metrics import CameraCounts
+from strata.device.sink import FrameSink
+from strata.shared.config.device import CameraConfig, MotionConfig, SourceConfig
+from strata.shared.synthetic import SyntheticClip
+
+from .conftest import fast_config
+
+pytestmark = pytest.mark.rtsp
+
+SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "rtsp_server.py"
+SYSTEM_PY = "/usr/bin/python3"
+
+
+def _gst_rtsp_missing() -> str:
+    if not os.path.exists(SYSTEM_PY):
+        return f"{SYSTEM_PY} not found"
+    probe = subprocess.run(
+        [
+            SYSTEM_PY,
+            "-c",
+            "import gi; gi.require_version('GstRtspServer', '1.0'); "
+            "from gi.repository import GstRtspServer",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return "" if probe.returncode == 0 else probe.stderr.strip().splitlines()[-1]
+
+
+_MISSING = _gst_rtsp_missing()
+if _MISSING:
+    pytest.skip(
+        f"GStreamer RTSP server unavailable ({_MISSING}); install python3-gi and "
+        "gir1.2-gst-rtsp-server-1.0 (.ci/system-deps does)",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def rtsp_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    clip = SyntheticClip(width=320, height=240, frames=450, fps=30, objects=4, seed=5)
+    return clip.write(tmp_path_factory.mktemp("rtsp") / "cam.mp4")
+
+
+ServerFactory = Callable[[], subprocess.Popen[str]]
+
+
+@pytest.fixture
+def rtsp_server(rtsp_clip: Path, port: int) -> Iterator[tuple[str, ServerFactory]]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start() -> subprocess.Popen[str]:
+        cmd = [SYSTEM_PY, str(SERVER), "--port", str(port), "--name", "cam"]
+        proc = subprocess.Popen([*cmd, "--file", str(rtsp_clip)], stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == "READY", f"RTSP server did not start: {line!r}"
+        return proc
+
+    yield f"rtsp://127.0.0.1:{port}/cam", start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+        proc.wait(5)
+
+
+def _until(cond: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _agent(url: str, edge: str) -> Agent:
+    cfg = fast_config(
+        edge,
+        None,
+        cameras=[CameraConfig(id="cam", source=url)],
+        source=SourceConfig(
+            open_timeout_s=1.5, read_timeout_s=1.5, backoff_initial_s=0.2, backoff_max_s=0.5
+        ),
+        motion=MotionConfig(enabled=False),  # every frame goes to the sink
+    )
+    return Agent(cfg, registry=CollectorRegistry())
+
+
+def test_killed_server_is_reconnected_and_counted(
+    rtsp_server: tuple[str, ServerFactory], port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, start = rtsp_server
+    edge = f"tcp://127.0.0.1:{port + 1 if port < 65535 else port - 1}"
+    server = start()
+    with FrameSink(edge) as sink:
+        agent = _agent(url, edge)
+        agent.start()
+        try:
+            counts = lambda: CameraCounts.read(agent.metrics.registry, "cam")  # noqa: E731
+            assert _until(lambda: counts().decoded >= 30, 10.0), agent.statuses()
+            server.kill()  # mid-stream, no goodbye
+            server.wait(5)
+            assert _until(lambda: agent.cameras[0].state == CameraState.RECONNECTING, 5.0)
+            before = counts().decoded
+            time.sleep(0.5)
+            start()
+            assert _until(lambda: counts().decoded >= before + 30, 10.0), agent.statuses()
+            status = agent.statuses()[0]
+            assert status.state == CameraState.RUNNING and status.reconnects == 1
+            assert counts().reconnects == 1 and counts().source_errors >= 1
+        finally:
+            agent.stop(drain_timeout_s=3.0)
+        got = sink.received()
+    assert max(r.frame_index for r in got) >= before + 20  # frames after the reconnect arrived
+    assert CameraCounts.read(agent.metrics.registry, "cam").acked == len(got)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "camera cam:" in errors[0].getMessage()  # one line per outage
+
+
+def test_stalled_stream_is_noticed_within_the_read_timeout(
+    rtsp_server: tuple[str, ServerFactory], port: int
+) -> None:
+    url, start = rtsp_server
+    edge = f"tcp://127.0.0.1:{port + 1 if port < 65535 else port - 1}"
+    server = start()
+    agent = _agent(url, edge)
+    agent.start()
+    try:
+        counts = lambda: CameraCounts.read(agent.metrics.registry, "cam")  # noqa: E731
+        assert _until(lambda: counts().decoded >= 20, 10.0), agent.statuses()
+        server.send_signal(signal.SIGSTOP)  # alive but silent: a stalled stream
+        t = time.monotonic()
+        assert _until(lambda: agent.cameras[0].state == CameraState.RECONNECTING, 6.0)
+        noticed = time.monotonic() - t
+        assert noticed < 1.5 + 0.5, f"stall noticed after {noticed:.1f}s"
+        server.send_signal(signal.SIGCONT)
+        assert _until(lambda: agent.statuses()[0].reconnects == 1, 10.0), agent.statuses()
+        n = counts().decoded
+        assert _until(lambda: counts().decoded >= n + 10, 10.0)
+    finally:
+        agent.stop(drain_timeout_s=0.0)
