@@ -352,7 +352,8 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", str(exc))
         except CancelledError:
             # gRPC ends a call whose deadline passes, which cancels its queued request.
-            if deadline is not None and time.monotonic() >= deadline - 0.001:
+            left = context.time_remaining()
+            if deadline is not None and (left is None or left <= 0.005):
                 status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", "deadline passed in queue")
             else:
                 status = (grpc.StatusCode.CANCELLED, "cancelled", "the client cancelled")

@@ -1,0 +1,96 @@
+"""`strata cloud` as a process: the starter Swin from the repository, query, clean stop."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from cloud_helpers import jpeg
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, current_version
+from strata.shared.models import ModelRepository
+
+STRATA = [sys.executable, "-m", "strata.shared.cli.main"]
+
+
+def wait_serving(address: str, proc: subprocess.Popen[str], timeout: float = 90.0) -> None:
+    channel = grpc.insecure_channel(address)
+    stub = health_pb2_grpc.HealthStub(channel)
+    end = time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                time.sleep(0.2)
+        raise AssertionError(f"{address} did not become SERVING in {timeout}s")
+    finally:
+        channel.close()
+
+
+@pytest.mark.slow
+def test_cli_serves_the_starter_swin_and_queries(tmp_path: Path, port: int) -> None:
+    address = f"127.0.0.1:{port}"
+    db = tmp_path / "events.sqlite"
+    cfg = tmp_path / "strata.yaml"
+    cfg.write_text("cloud:\n  model:\n    name: swin\n  batcher:\n    max_batch: 4\n")
+    proc = subprocess.Popen(
+        [*STRATA, "cloud", "--config", str(cfg), "--listen", address, "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_serving(address, proc)
+        channel = grpc.insecure_channel(address)
+        stub = analytics_pb2_grpc.AnalyticsStub(channel)
+        crops = [
+            analytics_pb2.Crop(
+                crop_id=f"k{i}",
+                edge_id="edge-1",
+                camera_id="cam-7",
+                encoding=common_pb2.ENCODING_JPEG,
+                image=jpeg((40 * i, 90, 200), w=96, h=64),
+                timing=common_pb2.Timing(capture_ns=10**18 + i),
+            )
+            for i in range(3)
+        ]
+        batch = analytics_pb2.CropBatch(version=current_version(), crops=crops)
+        acks = [a for r in stub.Uplink(iter([batch]), timeout=60) for a in r.acks]
+        assert [a.status for a in acks] == [analytics_pb2.CROP_STATUS_STORED] * 3
+        channel.close()
+        out = subprocess.run(
+            [*STRATA, "cloud", "query", "--target", address, "--camera", "cam-7", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        events = [json.loads(line) for line in out.stdout.splitlines()]
+        assert [e["cropId"] for e in events] == ["k0", "k1", "k2"]
+        labels = set(ModelRepository().manifest("swin").labels)
+        assert all(e["label"] in labels for e in events)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+    assert rc == 0
+
+
+def test_cli_refuses_plaintext_on_a_network_address(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [*STRATA, "cloud", "--listen", "0.0.0.0:50999", "--db", str(tmp_path / "e.sqlite")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "refusing to serve plaintext gRPC on 0.0.0.0:50999" in out.stderr

@@ -1,0 +1,114 @@
+"""Unit tests: JPEG header parsing, the batch buffer, the store's schema and pages."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from cloud_helpers import jpeg
+from strata.cloud.classifier import BatchBuffer, Normalization
+from strata.cloud.images import ImageLimits, InvalidImageError, decode, jpeg_size
+from strata.cloud.metrics import CloudMetrics
+from strata.cloud.store import SCHEMA_VERSION, EventQuery, EventStore, PageKey, StoreError
+from strata.shared.config.cloud import CloudStoreConfig
+from strata.shared.contracts import analytics_pb2, common_pb2
+
+LIMITS = ImageLimits(4096, 4096, 16_000_000)
+
+
+def test_jpeg_size_reads_the_frame_header() -> None:
+    assert jpeg_size(jpeg((1, 2, 3), w=123, h=45)) == (123, 45)
+    assert jpeg_size(b"\xff\xd8\xff\xda\x00\x02") is None  # scan before any frame header
+    assert jpeg_size(b"GIF89a") is None
+    assert jpeg_size(b"") is None
+
+
+def test_decode_rejects_before_decoding() -> None:
+    with pytest.raises(InvalidImageError) as err:
+        decode(
+            jpeg((0, 0, 0), w=64, h=64),
+            common_pb2.ENCODING_JPEG,
+            0,
+            0,
+            ImageLimits(32, 4096, 10**9),
+            224,
+        )
+    assert err.value.reason == "too_large"
+    with pytest.raises(InvalidImageError) as err:
+        decode(b"x" * 10, common_pb2.ENCODING_UNSPECIFIED, 0, 0, LIMITS, 224)
+    assert err.value.reason == "bad_encoding"
+    with pytest.raises(InvalidImageError) as err:
+        decode(b"", common_pb2.ENCODING_JPEG, 0, 0, LIMITS, 224)
+    assert err.value.reason == "empty"
+
+
+def test_large_jpeg_decodes_reduced() -> None:
+    img = np.full((1000, 1600, 3), 200, np.uint8)
+    ok, buf = cv2.imencode(".jpg", img)
+    assert ok
+    out = decode(bytes(buf), common_pb2.ENCODING_JPEG, 0, 0, LIMITS, 224)
+    assert out.shape == (250, 400, 3)  # 1/4 scale still covers 224
+
+
+def test_batch_buffer_matches_reference_normalization() -> None:
+    norm = Normalization((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    buf = BatchBuffer(4, 8, norm)
+    rng = np.random.default_rng(0)
+    imgs = [rng.integers(0, 256, (8, 8, 3), np.uint8) for _ in range(3)]
+    out = buf.fill(imgs)
+    assert out.shape == (3, 3, 8, 8)
+    for i, img in enumerate(imgs):
+        rgb = img[:, :, ::-1].astype(np.float32) / 255.0
+        want = ((rgb - np.array(norm.mean)) / np.array(norm.std)).transpose(2, 0, 1)
+        np.testing.assert_allclose(out[i], want, atol=1e-5)
+    bgr = BatchBuffer(1, 8, Normalization((0, 0, 0), (1, 1, 1), 1.0, rgb=False))
+    np.testing.assert_array_equal(bgr.fill(imgs[:1])[0], imgs[0].transpose(2, 0, 1))
+
+
+def event(i: int, camera: str = "cam", t: int = 0) -> analytics_pb2.Event:
+    return analytics_pb2.Event(
+        edge_id="e",
+        crop_id=f"c{i}",
+        camera_id=camera,
+        sequence=2**64 - 1 - i,
+        capture_ns=t or 1000 + i,
+        label="car" if i % 2 else "person",
+        score=0.5,
+    )
+
+
+def test_store_writes_dedups_pages_and_refuses_newer_schema(tmp_path: Path) -> None:
+    cfg = CloudStoreConfig(path=str(tmp_path / "db" / "e.sqlite"), write_delay_ms=1.0)
+    store = EventStore(cfg, CloudMetrics())
+    store.start()
+    futs = [store.submit(event(i)) for i in range(25)] + [store.submit(event(3))]
+    results = [f.result(10) for f in futs]
+    assert [r.duplicate for r in results] == [False] * 25 + [True]
+    assert results[-1].event.event_id == results[3].event.event_id
+    assert results[0].event.sequence == 2**64 - 1  # uint64 survives SQLite's int64
+    seen: list[str] = []
+    key: PageKey | None = None
+    while True:
+        page, key = store.query(EventQuery(camera_id="cam"), key, 10)
+        seen += [e.crop_id for e in page]
+        if key is None:
+            break
+    assert seen == [f"c{i}" for i in range(25)]
+    cars, _ = store.query(EventQuery(label="car", start_ns=1005, end_ns=1010), None, 100)
+    assert [e.crop_id for e in cars] == ["c5", "c7", "c9"]
+    assert PageKey.parse(PageKey(5, 7).token()) == PageKey(5, 7)
+    store.close()
+
+    conn = sqlite3.connect(cfg.path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+    indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert {"events_camera_time", "events_time", "events_label_time"} <= indexes
+    conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="schema version"):
+        EventStore(cfg, CloudMetrics())
