@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ast
 import logging
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +93,13 @@ def open_staged(path: Path, cfg: EdgeConfig, max_batch: int) -> StagedRunner:
 class Detector:
     """Preprocess a batch into a runner slot, launch it, and decode it when it is done."""
 
-    def __init__(self, runner: StagedRunner, labels: Sequence[str], det: DetectionConfig) -> None:
+    def __init__(
+        self,
+        runner: StagedRunner,
+        labels: Sequence[str],
+        det: DetectionConfig,
+        preprocess_threads: int = 1,
+    ) -> None:
         self.runner = runner
         self.labels = tuple(labels)
         self.det = det
@@ -100,13 +108,23 @@ class Detector:
         self.input_size = int(shape[2])
         if shape[2] != shape[3]:
             raise ModelLoadError(f"the detector needs a square input, got {shape[2]}x{shape[3]}")
+        self._pool = ThreadPoolExecutor(preprocess_threads) if preprocess_threads > 1 else None
+        # A writer per thread: its scratch buffers must not be shared between threads.
+        self._local = threading.local()
         self.letterbox = LetterboxWriter(self.input_size)
 
     def launch(self, frames: Sequence[QueuedFrame], start_ns: int) -> InFlight:
         """Letterbox every frame into a free slot's host buffer and launch the batch."""
         slot = self.runner.acquire()
         buf = self.runner.host_input(slot)
-        lbs = tuple(self.letterbox.write(f.image, buf[i]) for i, f in enumerate(frames))
+        if self._pool is None or len(frames) == 1:
+            lbs = tuple(self.letterbox.write(f.image, buf[i]) for i, f in enumerate(frames))
+        else:
+            lbs = tuple(
+                self._pool.map(
+                    lambda i: self._writer().write(frames[i].image, buf[i]), range(len(frames))
+                )
+            )
         launched = time.monotonic()
         self.runner.launch(slot, len(frames))
         return InFlight(slot, tuple(frames), lbs, start_ns, launched)
@@ -121,6 +139,16 @@ class Detector:
             self.det.iou_threshold,
             self.det.max_detections,
         )
+
+    def _writer(self) -> LetterboxWriter:
+        w: LetterboxWriter | None = getattr(self._local, "writer", None)
+        if w is None:
+            w = self._local.writer = LetterboxWriter(self.input_size)
+        return w
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
 
     @property
     def classes(self) -> int:

@@ -80,7 +80,7 @@ class EdgeNode:
         if classes <= 0:
             classes = self._probe_classes()
         labels = model_labels(self.model_path, classes, cfg.model.labels)
-        self.detector = Detector(self.runner, labels, cfg.detection)
+        self.detector = Detector(self.runner, labels, cfg.detection, cfg.runtime.preprocess_threads)
         max_batch = min(cfg.batching.max_batch, self.detector.max_batch)
         if max_batch < cfg.batching.max_batch:
             log.warning(
@@ -168,6 +168,7 @@ class EdgeNode:
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
+        self.detector.close()
         self.runner.close()
 
     def wait(self, timeout: float | None = None) -> bool:

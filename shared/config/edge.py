@@ -41,6 +41,9 @@ class RuntimeConfig(StrictModel):
         "", description="Folder for TensorRT engines; empty: next to the ONNX file."
     )
     workspace_mib: int = Field(1024, ge=64, description="TensorRT builder workspace limit.")
+    preprocess_threads: int = Field(
+        1, ge=1, le=64, description="Threads letterboxing a batch (OpenCV and numpy free the GIL)."
+    )
 
     @model_validator(mode="after")
     def _profile_order(self) -> RuntimeConfig:

@@ -15,6 +15,11 @@ from .base import ModelLoadError, ModelRunner, TensorSpec
 # name -> "module:Class"; modules are imported only when that back end is chosen.
 BACKENDS: dict[str, str] = {
     "onnxruntime-cpu": "strata.shared.runtime.onnxruntime_cpu:OnnxRuntimeRunner",
+    # GPU back ends: staged (pinned buffers, N CUDA streams); see runtime/staging.py.
+    "onnxruntime-cuda": "strata.shared.runtime.onnxruntime_gpu:OrtCudaRunner",
+    "onnxruntime-tensorrt": "strata.shared.runtime.onnxruntime_gpu:OrtTensorrtRunner",
+    "tensorrt": "strata.shared.runtime.tensorrt_runner:TensorRTRunner",
+    "torch-cuda": "strata.shared.runtime.torch_cuda:TorchCudaRunner",
 }
 
 

@@ -1,99 +1,20 @@
-"""Fixtures of the edge tests: the colour detector, a raw DEALER agent and a SUB listener."""
+"""Fixtures of the edge tests: the colour detector model and a ZeroMQ context."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import zmq
 from edge_colour_model import build_colour_detector
-from strata.shared.contracts import common_pb2, frame_pb2
-from strata.shared.wire import pack_frame
-
-MODEL_SIZE = 256
+from edge_testkit import MODEL_SIZE
 
 
 @pytest.fixture(scope="session")
 def colour_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_colour_detector(tmp_path_factory.mktemp("models") / "colour.onnx", MODEL_SIZE)
-
-
-class RawAgent:
-    """A real ZeroMQ DEALER speaking the frame protocol (what a device agent does)."""
-
-    def __init__(self, ctx: Any, address: str, agent_id: str = "agent-1") -> None:
-        self.sock = ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(address)
-        self.agent_id = agent_id
-
-    def send_image(
-        self,
-        camera: str,
-        seq: int,
-        image: np.ndarray,
-        encoding: int = common_pb2.ENCODING_BGR,
-        frame_index: int = 0,
-    ) -> None:
-        if encoding == common_pb2.ENCODING_JPEG:
-            import cv2
-
-            ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 95])
-            assert ok
-            payload: Any = buf.tobytes()
-        else:
-            payload = np.ascontiguousarray(image)
-        header = frame_pb2.FrameHeader(
-            agent_id=self.agent_id,
-            camera_id=camera,
-            sequence=seq,
-            capture_ns=time.time_ns(),
-            send_ns=time.time_ns(),
-            width=image.shape[1],
-            height=image.shape[0],
-            encoding=encoding,  # type: ignore[arg-type]
-            frame_index=frame_index,
-        )
-        self.sock.send_multipart(pack_frame(header, payload), copy=False)
-
-    def send_parts(self, parts: list[bytes]) -> None:
-        self.sock.send_multipart(parts)
-
-    def acks(self, n: int, timeout_s: float = 10.0) -> list[frame_pb2.FrameAck]:
-        out = []
-        deadline = time.monotonic() + timeout_s
-        while len(out) < n and time.monotonic() < deadline:
-            if self.sock.poll(100):
-                ack = frame_pb2.FrameAck()
-                ack.ParseFromString(self.sock.recv())
-                out.append(ack)
-        return out
-
-
-class Listener:
-    """A SUB socket on the node's results."""
-
-    def __init__(self, ctx: Any, address: str, topic: str = "") -> None:
-        self.sock = ctx.socket(zmq.SUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt_string(zmq.SUBSCRIBE, topic)
-        self.sock.connect(address)
-
-    def collect(self, n: int, timeout_s: float = 20.0) -> list[frame_pb2.FrameDetections]:
-        out = []
-        deadline = time.monotonic() + timeout_s
-        while len(out) < n and time.monotonic() < deadline:
-            if self.sock.poll(100):
-                topic, body = self.sock.recv_multipart()
-                msg = frame_pb2.FrameDetections()
-                msg.ParseFromString(body)
-                assert topic.decode() == msg.camera_id
-                out.append(msg)
-        return out
 
 
 @pytest.fixture

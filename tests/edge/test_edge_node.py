@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import MODEL_SIZE, Listener, RawAgent
+from edge_testkit import MODEL_SIZE, Listener, RawAgent
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
@@ -61,11 +61,14 @@ def _overlaps(clip: SyntheticClip, index: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("encoding", [common_pb2.ENCODING_BGR, common_pb2.ENCODING_JPEG])
+@pytest.mark.parametrize(
+    ("encoding", "prep_threads"),
+    [(common_pb2.ENCODING_BGR, 1), (common_pb2.ENCODING_JPEG, 1), (common_pb2.ENCODING_BGR, 3)],
+)
 def test_detections_match_ground_truth_in_original_pixels(
-    node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip, encoding: int
+    node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip, encoding: int, prep_threads: int
 ) -> None:
-    node = node_factory()
+    node = node_factory(runtime={"preprocess_threads": prep_threads})
     sub = Listener(zctx, node.endpoints.publish)
     agents = [RawAgent(zctx, node.endpoints.listen, f"agent-{i}") for i in range(2)]
     time.sleep(0.3)  # PUB/SUB: let the subscription reach the node

@@ -1,0 +1,129 @@
+"""The uplink against a small real gRPC server implementing the generated AnalyticsServicer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+from strata.edge.breaker import BreakerState
+from strata.edge.metrics import EdgeMetrics
+from strata.edge.uplink import Uplink
+from strata.shared.config.edge import UplinkConfig
+from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
+from strata.shared.metrics import sample
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Cloud(analytics_pb2_grpc.AnalyticsServicer):
+    """Stores every crop it gets; `delay_s` makes it slow."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.crops: list[analytics_pb2.Crop] = []
+        self.lock = threading.Lock()
+
+    def Uplink(
+        self, request_iterator: Iterator[analytics_pb2.CropBatch], context: Any
+    ) -> Iterator[analytics_pb2.UplinkResponse]:
+        for batch in request_iterator:
+            time.sleep(self.delay_s)
+            with self.lock:
+                self.crops.extend(batch.crops)
+            yield analytics_pb2.UplinkResponse(
+                version=current_version(),
+                acks=[
+                    analytics_pb2.CropAck(
+                        crop_id=c.crop_id, status=analytics_pb2.CROP_STATUS_STORED
+                    )
+                    for c in batch.crops
+                ],
+            )
+
+
+def serve(cloud: Cloud, port: int) -> Any:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    analytics_pb2_grpc.add_AnalyticsServicer_to_server(cloud, server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    return server
+
+
+def crops(n: int, start: int = 0) -> list[analytics_pb2.Crop]:
+    return [
+        analytics_pb2.Crop(crop_id=f"c{i}", camera_id="cam", sequence=i + 1, image=b"\xff\xd8")
+        for i in range(start, start + n)
+    ]
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
+def make(port: int, **over: Any) -> tuple[Uplink, EdgeMetrics]:
+    metrics = EdgeMetrics()
+    cfg = UplinkConfig.model_validate(
+        {"connect_timeout_s": 0.2, "open_s": 0.5, "failure_threshold": 2, **over}
+    )
+    up = Uplink(f"127.0.0.1:{port}", cfg, metrics)
+    up.start()
+    return up, metrics
+
+
+def test_crops_reach_the_cloud_and_are_acked(port: int) -> None:
+    cloud = Cloud()
+    server = serve(cloud, port)
+    up, m = make(port, batch=3)
+    try:
+        up.offer(crops(7))
+        assert wait_for(
+            lambda: sample(m.registry, "strata_edge_crops_total", {"status": "stored"}) == 7
+        )
+        assert sorted(c.crop_id for c in cloud.crops) == sorted(f"c{i}" for i in range(7))
+        assert up.breaker.state is BreakerState.CLOSED
+    finally:
+        up.stop()
+        server.stop(0)
+
+
+def test_cloud_down_opens_breaker_then_half_open_probe_closes_it(port: int) -> None:
+    up, m = make(port, queue=4)
+    cloud = Cloud()
+    server = None
+    try:
+        up.offer(crops(6))  # 2 over the bound: dropped and counted
+        assert sample(m.registry, "strata_edge_drops_total", {"reason": "crop_buffer_full"}) == 2
+        assert wait_for(lambda: up.breaker.state is BreakerState.OPEN)
+        assert sample(m.registry, "strata_edge_breaker_state") == 2
+        assert up.buffered == 4  # crops wait while the breaker is open
+        server = serve(cloud, port)  # the cloud recovers
+        assert wait_for(lambda: up.breaker.state is BreakerState.CLOSED, 15.0)
+        assert wait_for(lambda: len(cloud.crops) == 4)
+        assert sorted(c.crop_id for c in cloud.crops) == ["c2", "c3", "c4", "c5"]
+        assert sample(m.registry, "strata_edge_breaker_state") == 0
+    finally:
+        up.stop()
+        if server is not None:
+            server.stop(0)
+
+
+def test_slow_cloud_p99_opens_breaker(port: int) -> None:
+    cloud = Cloud(delay_s=0.05)
+    server = serve(cloud, port)
+    up, m = make(port, batch=1, p99_limit_ms=20, latency_window=10, open_s=30)
+    try:
+        up.offer(crops(15))
+        assert wait_for(lambda: up.breaker.state is BreakerState.OPEN)
+        assert "p99" in up.breaker.reason
+        assert sample(m.registry, "strata_edge_breaker_trips_total") == 1
+    finally:
+        up.stop()
+        server.stop(0)
