@@ -93,3 +93,23 @@ class Listener:
                 assert topic.decode() == msg.camera_id
                 out.append(msg)
         return out
+
+
+def wait_until_subscribed(
+    agent: RawAgent, sub: Listener, image: np.ndarray, timeout_s: float = 30.0
+) -> int:
+    """Send probe frames (camera `probe`) until one comes back on the SUB socket, so no
+    result of the test proper is lost to PUB/SUB's slow join. Returns probes sent."""
+    deadline = time.monotonic() + timeout_s
+    seq = 0
+    while time.monotonic() < deadline:
+        seq += 1
+        agent.send_image("probe", seq, image)
+        if sub.collect(1, timeout_s=0.5):
+            break
+    else:
+        raise AssertionError("the node's results never reached the subscriber")
+    agent.acks(seq, timeout_s=5.0)
+    while sub.collect(1, timeout_s=0.3):  # drain the other probes' results
+        pass
+    return seq

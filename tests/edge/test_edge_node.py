@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from edge_testkit import MODEL_SIZE, Listener, RawAgent
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
@@ -71,7 +71,9 @@ def test_detections_match_ground_truth_in_original_pixels(
     node = node_factory(runtime={"preprocess_threads": prep_threads})
     sub = Listener(zctx, node.endpoints.publish)
     agents = [RawAgent(zctx, node.endpoints.listen, f"agent-{i}") for i in range(2)]
-    time.sleep(0.3)  # PUB/SUB: let the subscription reach the node
+    wait_until_subscribed(agents[0], sub, synthetic_clip.frame(0).image)
+    reg = node.metrics.registry
+    base = sample(reg, "strata_edge_frames_processed_total")
     frames = [i for i in range(len(synthetic_clip)) if not _overlaps(synthetic_clip, i)]
     sent = 0
     for n, idx in enumerate(frames):
@@ -101,10 +103,9 @@ def test_detections_match_ground_truth_in_original_pixels(
         assert 0 < tm.capture_ns <= tm.edge_receive_ns <= tm.inference_start_ns
         assert tm.inference_start_ns <= tm.inference_end_ns <= tm.edge_send_ns
     assert matched > 20
-    reg = node.metrics.registry
     # The counter moves right after the send; give the worker that moment.
-    wait_for(lambda: sample(reg, "strata_edge_frames_processed_total") == sent)
-    assert sample(reg, "strata_edge_frames_processed_total") == sent
+    wait_for(lambda: sample(reg, "strata_edge_frames_processed_total") == base + sent)
+    assert sample(reg, "strata_edge_frames_processed_total") == base + sent
     assert sample(reg, "strata_edge_batch_size_count") >= 1
 
 
@@ -151,8 +152,10 @@ def test_overload_sheds_oldest_per_camera_and_counts(
     node = node_factory(batching={"max_batch": 1, "queue_per_camera": 2, "max_queue_delay_ms": 0})
     sub = Listener(zctx, node.endpoints.publish)
     agent = RawAgent(zctx, node.endpoints.listen)
-    time.sleep(0.3)
     image = synthetic_clip.frame(30).image
+    wait_until_subscribed(agent, sub, image)
+    reg = node.metrics.registry
+    base = sample(reg, "strata_edge_frames_processed_total")
     burst = 200
     for seq in range(1, burst + 1):
         agent.send_image("busy", seq, image)
@@ -160,8 +163,7 @@ def test_overload_sheds_oldest_per_camera_and_counts(
     acks = agent.acks(burst + 1)
     assert len(acks) == burst + 1
     results = sub.collect(burst + 1, timeout_s=5.0)
-    reg = node.metrics.registry
-    wait_for(lambda: sample(reg, "strata_edge_frames_processed_total") == len(results))
+    wait_for(lambda: sample(reg, "strata_edge_frames_processed_total") == base + len(results))
     shed = sample(reg, "strata_edge_drops_total", {"reason": "overload"})
     assert shed > 0
     assert len(results) + shed == burst + 1
@@ -181,7 +183,7 @@ def test_no_cloud_opens_breaker_and_detection_goes_on(
     )
     sub = Listener(zctx, node.endpoints.publish)
     agent = RawAgent(zctx, node.endpoints.listen)
-    time.sleep(0.3)
+    wait_until_subscribed(agent, sub, synthetic_clip.frame(0).image)
     frames = [i for i in range(15, 45) if synthetic_clip.boxes(i)]
     for seq, idx in enumerate(frames, start=1):
         agent.send_image("c", seq, synthetic_clip.frame(idx).image, frame_index=idx)
