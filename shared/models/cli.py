@@ -90,6 +90,26 @@ def register(subparsers: Any) -> None:
     _into(p)
     p.set_defaults(func=run_quantize)
 
+    p = sub.add_parser(
+        "bench", help="Compare a model's variants on a clip: agreement and latency, one run."
+    )
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    p.add_argument(
+        "--variants",
+        default="",
+        help="Comma-separated variant keys; the first is the reference "
+        "(default: primary, then every ONNX variant).",
+    )
+    p.add_argument("--clip", required=True, help="Video whose frames are the inputs.")
+    p.add_argument("--frames", type=int, default=32, help="Frames for agreement.")
+    p.add_argument("--runs", type=int, default=30, help="Timed runs per variant.")
+    p.add_argument("--batch", type=int, default=1, help="Batch size of the timed runs.")
+    p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads.")
+    p.add_argument("--conf", type=float, default=0.25, help="Detector score threshold for F1.")
+    p.add_argument("--backend", default="onnxruntime-cpu", help="Runtime back end.")
+    p.set_defaults(func=run_bench)
+
     p = sub.add_parser("engine", help="Build a TensorRT engine (GPU, TensorRT 10).")
     _common(p)
     p.add_argument("name", help="Model name.")
@@ -375,4 +395,40 @@ def run_engine(args: argparse.Namespace) -> int:
         f"{rec.gpu_name} (sm {rec.compute_capability}), batch "
         f"{rec.min_batch}/{rec.opt_batch}/{rec.max_batch}, fp16={rec.fp16}"
     )
+    return 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Print a markdown table comparing the variants, with the machine."""
+    from .bench import compare
+    from .repository import ModelError
+
+    repo = _repo(args)
+    try:
+        manifest = repo.manifest(args.name)
+        if args.variants:
+            variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        else:
+            onnx = [k for k, v in manifest.variants.items() if v.format == "onnx"]
+            variants = ["primary", *onnx]
+        rep = compare(
+            repo,
+            args.name,
+            variants,
+            Path(args.clip),
+            frames=args.frames,
+            runs=args.runs,
+            batch=args.batch,
+            threads=args.threads,
+            conf=args.conf,
+            backend=args.backend,
+        )
+    except (ModelError, FileNotFoundError, ValueError) as exc:
+        print(f"strata models bench: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{rep.name}: batch {rep.batch}, {rep.runs} interleaved runs per variant, "
+        f"agreement over {rep.frames} frames of {Path(args.clip).name}; {rep.machine}"
+    )
+    print(rep.markdown())
     return 0

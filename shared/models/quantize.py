@@ -220,18 +220,25 @@ def quantize_file(
         extra: dict[str, Any] = {"CalibTensorRangeSymmetric": False}
         if method == "percentile":
             extra["CalibPercentile"] = 99.999
-        quantize_static(
-            str(prepped),
-            str(dst),
-            _Reader(input_name, batch, progress),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            nodes_to_exclude=exclude,
-            calibrate_method=methods[method],
-            extra_options=extra,
-        )
+        # onnxruntime.quantization logs every tensor it touches on the root logger.
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(max(level, logging.WARNING))
+        try:
+            quantize_static(
+                str(prepped),
+                str(dst),
+                _Reader(input_name, batch, progress),
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                nodes_to_exclude=exclude,
+                calibrate_method=methods[method],
+                extra_options=extra,
+            )
+        finally:
+            root.setLevel(level)
     return len(exclude)
 
 

@@ -1,0 +1,143 @@
+"""`strata models bench`: a model's variants side by side on one clip, in one run.
+
+Every variant is loaded through the repository (checksums and shapes checked), runs the
+same frames, and is compared with the first variant (the reference): agreement as in
+`quantize`, and latency with the variants' runs interleaved round-robin so that load from
+other processes hits all of them alike.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .agreement import Agreement, agreement
+from .inputs import prepare
+from .quantize import read_frames
+from .repository import LoadedModel, ModelRepository
+
+
+@dataclass(frozen=True, slots=True)
+class VariantResult:
+    """One variant's figures."""
+
+    variant: str
+    precision: str
+    file_bytes: int
+    median_ms: float
+    p90_ms: float
+    agreement: Agreement | None  # None for the reference itself
+
+
+@dataclass(frozen=True, slots=True)
+class BenchReport:
+    """The comparison, with what it ran on."""
+
+    name: str
+    batch: int
+    runs: int
+    frames: int
+    machine: str
+    results: list[VariantResult]
+
+    def markdown(self) -> str:
+        """A markdown table of the results."""
+        ref = self.results[0]
+        lines = [
+            f"| {self.name} | precision | size MB | median ms | p90 ms | speed-up | agreement |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in self.results:
+            if r.agreement is None:
+                agree = "reference"
+            elif r.agreement.value is None:
+                agree = f"{r.agreement.metric} undefined (no boxes)"
+            else:
+                agree = f"{r.agreement.metric} {r.agreement.value:.3f}"
+            if r.agreement is not None:
+                agree += f", rel. error {r.agreement.output_rel_error:.3f}"
+            lines.append(
+                f"| {r.variant} | {r.precision} | {r.file_bytes / 1e6:.1f} | {r.median_ms:.2f} "
+                f"| {r.p90_ms:.2f} | x{ref.median_ms / max(r.median_ms, 1e-9):.2f} | {agree} |"
+            )
+        return "\n".join(lines)
+
+
+def machine() -> str:
+    """CPU model and core count, for the record."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def compare(
+    repo: ModelRepository,
+    name: str,
+    variants: list[str],
+    clip: Path,
+    frames: int = 32,
+    runs: int = 30,
+    batch: int = 1,
+    threads: int = 0,
+    conf: float = 0.25,
+    backend: str = "onnxruntime-cpu",
+) -> BenchReport:
+    """Load each variant, check agreement with the first, and time them interleaved."""
+    loaded: list[LoadedModel] = [
+        repo.open(name, backend=backend, variant=v, threads=threads) for v in variants
+    ]
+    try:
+        manifest = loaded[0].manifest
+        x = prepare(manifest.input, read_frames(clip, frames, 0.5))
+        outs = [_run_all(m, x, batch) for m in loaded]
+        probe = x[:batch]
+        for m in loaded:  # warm-up
+            m.runner.run(probe)
+            m.runner.run(probe)
+        times: list[list[float]] = [[] for _ in loaded]
+        for _ in range(runs):
+            for i, m in enumerate(loaded):
+                t0 = time.perf_counter()
+                m.runner.run(probe)
+                times[i].append((time.perf_counter() - t0) * 1e3)
+        results = []
+        for i, m in enumerate(loaded):
+            t = sorted(times[i])
+            agree = None if i == 0 else agreement(manifest, outs[0], outs[i], conf)
+            results.append(
+                VariantResult(
+                    variant=m.variant,
+                    precision=_precision(m),
+                    file_bytes=m.path.stat().st_size,
+                    median_ms=statistics.median(t),
+                    p90_ms=t[min(len(t) - 1, round(0.9 * (len(t) - 1)))],
+                    agreement=agree,
+                )
+            )
+    finally:
+        for m in loaded:
+            m.close()
+    return BenchReport(name, batch, runs, len(x), machine(), results)
+
+
+def _precision(m: LoadedModel) -> str:
+    v = m.manifest.variants.get(m.variant)
+    return v.precision if v is not None else m.manifest.precision
+
+
+def _run_all(m: LoadedModel, x: np.ndarray, batch: int) -> np.ndarray:
+    outs = [m.runner.run(x[i : i + batch])[0] for i in range(0, len(x), batch)]
+    return np.concatenate(outs, axis=0)
