@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
@@ -67,6 +68,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="Prometheus port (0: off)")
     p.add_argument(
         "--duration", type=float, metavar="S", help="stop after S seconds (default: run on)"
+    )
+    p.add_argument(
+        "--metrics-file",
+        metavar="FILE",
+        help="write the final metrics here (Prometheus text) at exit, for scripts and the demo",
     )
     add_config_flag(p)
     p.set_defaults(func=run)
@@ -138,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
     while not stop.is_set() and not agent.cameras_done() and time.monotonic() < deadline:
         stop.wait(0.1)
     agent.stop()
+    if args.metrics_file:
+        from prometheus_client import generate_latest
+
+        Path(args.metrics_file).write_bytes(generate_latest(agent.metrics.registry))
     failed = 0
     for s in agent.statuses():
         failed += s.state.value == "failed"

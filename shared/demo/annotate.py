@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,15 +79,16 @@ def draw_frame(
     )
 
 
-def annotate_video(
-    source: Path,
+def annotate_frames(
+    frames: Iterable[np.ndarray],
+    fps: float,
     camera: str,
     results: Mapping[tuple[str, int], Received],
     events: Sequence[analytics_pb2.Event],
     out_path: Path,
     max_frames: int | None = None,
 ) -> int:
-    """Decode `source`, draw each frame's results (by frame index), encode H.264; frames written."""
+    """Draw each frame's results (by frame index) and encode H.264; returns frames written."""
     import av
 
     by_sequence: dict[int, list[analytics_pb2.Event]] = {}
@@ -95,18 +98,18 @@ def annotate_video(
     written = 0
     last: Received | None = None
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(source)) as inp, av.open(str(out_path), "w") as out:
-        vin = inp.streams.video[0]
-        rate = vin.average_rate or 10
-        vout = out.add_stream("libx264", rate=rate)
-        vout.width = vin.codec_context.width - vin.codec_context.width % 2
-        vout.height = vin.codec_context.height - vin.codec_context.height % 2
-        vout.pix_fmt = "yuv420p"
-        vout.options = {"crf": "23", "preset": "veryfast"}
-        for index, frame in enumerate(inp.decode(vin)):
+    with av.open(str(out_path), "w") as out:
+        vout: Any = None
+        for index, frame in enumerate(frames):
             if max_frames is not None and index >= max_frames:
                 break
-            img = frame.to_ndarray(format="bgr24")[: vout.height, : vout.width].copy()
+            if vout is None:
+                vout = out.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
+                vout.width = frame.shape[1] - frame.shape[1] % 2
+                vout.height = frame.shape[0] - frame.shape[0] % 2
+                vout.pix_fmt = "yuv420p"
+                vout.options = {"crf": "23", "preset": "veryfast"}
+            img = np.ascontiguousarray(frame[: vout.height, : vout.width])
             got = results.get((camera, index))
             if got is not None:
                 last = got
@@ -117,6 +120,36 @@ def annotate_video(
             for packet in vout.encode(av.VideoFrame.from_ndarray(img, format="bgr24")):
                 out.mux(packet)
             written += 1
-        for packet in vout.encode():
-            out.mux(packet)
+        if vout is not None:
+            for packet in vout.encode():
+                out.mux(packet)
     return written
+
+
+def decoded_frames(source: Path) -> tuple[Iterator[np.ndarray], float]:
+    """BGR frames of a video file (copies: they are drawn on) and its frame rate."""
+    import av
+
+    container = av.open(str(source))
+    stream = container.streams.video[0]
+    fps = float(stream.average_rate or 10)
+
+    def frames() -> Iterator[np.ndarray]:
+        with container:
+            for frame in container.decode(stream):
+                yield frame.to_ndarray(format="bgr24")
+
+    return frames(), fps
+
+
+def annotate_video(
+    source: Path,
+    camera: str,
+    results: Mapping[tuple[str, int], Received],
+    events: Sequence[analytics_pb2.Event],
+    out_path: Path,
+    max_frames: int | None = None,
+) -> int:
+    """Decode `source` and annotate it (see annotate_frames)."""
+    frames, fps = decoded_frames(source)
+    return annotate_frames(frames, fps, camera, results, events, out_path, max_frames)

@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--out", default="demo-out", metavar="DIR", help="output folder (demo-out)")
     p.add_argument(
-        "--frames", type=int, default=200, help="length of the synthetic clip in frames (200)"
+        "--frames", type=int, default=150, help="length of the synthetic clip in frames (150)"
     )
     p.add_argument(
         "--duration",

@@ -127,9 +127,18 @@ class PipelineRun:
                 break
             if device_done_at is None and not stack.procs["device"].running():
                 device_done_at = now
+                final = stack.final_metrics("device")
+                if final is not None:
+                    self.scrapes["device"] = final
             if device_done_at is not None:
-                idle = counts["detected"] >= counts["edge_accepted"]
-                if idle and now - still_since >= opts.quiet_s:
+                edge = self.scrapes.get("edge")
+                queued = (
+                    edge.total("strata_edge_queue_depth")
+                    + edge.total("strata_edge_crop_queue_depth")
+                    if edge is not None
+                    else 0.0
+                )
+                if queued == 0 and now - still_since >= opts.quiet_s:
                     break
                 if now - device_done_at > opts.drain_timeout_s:
                     self.notes.append("the pipeline did not drain in time; reporting what it has")
@@ -156,6 +165,9 @@ class PipelineRun:
         if device is not None:
             device.stop()  # no new frames; then a last look at what the others finished
             self.scrapes.update(stack.scrape_all())
+            final = stack.final_metrics("device")
+            if final is not None:
+                self.scrapes["device"] = final
         if collector is not None:
             collector.stop()
         codes = stack.stop()

@@ -9,8 +9,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ..synthetic import SyntheticClip
 from . import summary as summary_mod
-from .annotate import annotate_video
+from .annotate import annotate_frames, annotate_video
 from .pipeline import Outcome, PipelineRun, RunOptions
 from .stack import Camera
 
@@ -23,16 +24,38 @@ class DemoOptions:
 
     out: Path
     sources: list[str]
-    synthetic_frames: int = 200
+    synthetic_frames: int = 150
     duration_s: float | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     progress: bool = True
     startup_timeout_s: float = 120.0
 
 
+SYNTHETIC = "synthetic://"
+# The built-in clip, paced at its frame rate like a camera (5 fps: what YOLOv8n at 640 keeps
+# up with on two CPU cores once the gates have dropped the quiet frames).
+SYNTHETIC_PARAMS = {"width": 640, "height": 480, "fps": 5, "objects": 4, "seed": 0}
+
+
+def synthetic_source(frames: int) -> str:
+    """The device agent's source string for the built-in clip."""
+    query = "&".join(f"{k}={v}" for k, v in {**SYNTHETIC_PARAMS, "frames": frames}.items())
+    return f"{SYNTHETIC}?{query}&realtime=1"
+
+
+def synthetic_clip(source: str) -> SyntheticClip:
+    """The clip a synthetic:// source string describes (the same frames the agent makes)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    args = {k: v[0] for k, v in parse_qs(urlsplit(source).query).items() if k != "realtime"}
+    floats = {"noise"}
+    kwargs = {k: float(v) if k in floats else int(v) for k, v in args.items()}
+    return SyntheticClip(**kwargs)  # type: ignore[arg-type]
+
+
 def is_file_source(source: str) -> bool:
     """Files are re-read for the annotated video; live streams are not."""
-    return not source.startswith(_LIVE)
+    return not source.startswith((*_LIVE, SYNTHETIC))
 
 
 def cameras_for(sources: list[str]) -> list[Camera]:
@@ -41,6 +64,9 @@ def cameras_for(sources: list[str]) -> list[Camera]:
 
     cams = []
     for i, src in enumerate(sources):
+        if src.startswith(SYNTHETIC):
+            cams.append(Camera(f"cam{i}-synthetic", src))
+            continue
         if is_file_source(src) and not Path(src).is_file():
             raise FileNotFoundError(f"--source {src}: no such file")
         path = str(Path(src).resolve()) if is_file_source(src) else src
@@ -81,10 +107,7 @@ class DemoSession:
         sources = list(self.opts.sources)
         try:
             if not sources:
-                from ..synthetic import SyntheticClip
-
-                clip = SyntheticClip(640, 480, frames=self.opts.synthetic_frames, seed=0)
-                sources = [str(clip.write(out / "synthetic.mp4"))]
+                sources = [synthetic_source(self.opts.synthetic_frames)]
             cameras = cameras_for(sources)
         except (OSError, ValueError) as exc:
             print(f"strata demo: {exc}", file=sys.stderr)
@@ -120,6 +143,14 @@ class DemoSession:
         finally:
             signal.signal(signal.SIGINT, previous)
 
+    def _source_bytes(self, cam: Camera) -> int | None:
+        """A file's size; the synthetic clip's size as H.264 (written next to the report)."""
+        if cam.source.startswith(SYNTHETIC):
+            path = synthetic_clip(cam.source).write(self.opts.out / f"source-{cam.id}.mp4")
+            return path.stat().st_size
+        path = Path(cam.source)
+        return path.stat().st_size if path.is_file() else None
+
     def _report(self, o: Outcome) -> int:
         out = self.opts.out
         notes = list(o.notes)
@@ -128,18 +159,14 @@ class DemoSession:
             for tier, code in o.exit_codes.items()
         }
         sources = [
-            {
-                "camera": c.id,
-                "source": c.source,
-                "bytes": Path(c.source).stat().st_size if Path(c.source).is_file() else None,
-            }
-            for c in o.cameras
+            {"camera": c.id, "source": c.source, "bytes": self._source_bytes(c)} for c in o.cameras
         ]
         report = summary_mod.build(sources, o.scrapes, o.results, o.events, processes, o.duration_s)
         report.interrupted = o.interrupted
         report.error = str(o.error) if o.error is not None else None
         for cam in o.cameras:
-            if not Path(cam.source).is_file():
+            synthetic = cam.source.startswith(SYNTHETIC)
+            if not synthetic and not Path(cam.source).is_file():
                 notes.append(f"{cam.id}: a live stream, so no annotated video")
                 continue
             seen = [i for (c, i) in o.results if c == cam.id]
@@ -147,7 +174,12 @@ class DemoSession:
             limit = (max(seen) + 1) if cut and seen else (0 if cut else None)
             path = out / f"annotated-{cam.id}.mp4"
             try:
-                n = annotate_video(Path(cam.source), cam.id, o.results, o.events, path, limit)
+                if synthetic:
+                    clip = synthetic_clip(cam.source)
+                    frames = (f.image for f in clip)
+                    n = annotate_frames(frames, clip.fps, cam.id, o.results, o.events, path, limit)
+                else:
+                    n = annotate_video(Path(cam.source), cam.id, o.results, o.events, path, limit)
                 report.outputs[f"video {cam.id}"] = f"{path} ({n} frames)"
             except Exception as exc:  # a source that fails to decode must not lose the report
                 notes.append(f"{cam.id}: annotating failed: {exc}")

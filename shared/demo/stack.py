@@ -13,7 +13,7 @@ import yaml
 
 from ..config import load_config
 from .procs import TierExitedError, TierProcess
-from .scrape import Samples, scrape
+from .scrape import Samples, parse, scrape
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +121,24 @@ class Stack:
         self.config_path.write_text(yaml.safe_dump(data, sort_keys=False))
         return self.config_path
 
+    def final_metrics_path(self, tier: str) -> Path:
+        """Where a daemon that exits on its own leaves its last metrics (the device does)."""
+        return self.workdir / f"{tier}-final.prom"
+
+    def final_metrics(self, tier: str) -> Samples | None:
+        """The metrics a daemon wrote as it exited, if it did."""
+        path = self.final_metrics_path(tier)
+        try:
+            return parse(path.read_text())
+        except (OSError, ValueError):
+            return None
+
     def _start(self, tier: str) -> TierProcess:
-        proc = TierProcess(
-            tier, [tier, "--config", str(self.config_path)], self.workdir / f"{tier}.log"
-        )
+        args = [tier, "--config", str(self.config_path)]
+        if tier == "device":
+            self.final_metrics_path(tier).unlink(missing_ok=True)
+            args += ["--metrics-file", str(self.final_metrics_path(tier))]
+        proc = TierProcess(tier, args, self.workdir / f"{tier}.log")
         proc.start()
         self.procs[tier] = proc
         log.info("started %s (pid %s)", tier, proc.pid)
