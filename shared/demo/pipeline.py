@@ -12,6 +12,7 @@ from typing import Any
 
 from ..contracts import analytics_pb2
 from . import summary
+from .names import COUNTS
 from .procs import TierExitedError
 from .results import DetectionCollector, Received, query_events
 from .scrape import Samples
@@ -145,6 +146,21 @@ class PipelineRun:
                     break
             time.sleep(0.25)
 
+    def _settle(self, collector: DetectionCollector | None, timeout: float = 5.0) -> None:
+        """Last scrapes, until the edge's count of published frames matches what arrived.
+
+        The edge publishes a frame before it counts it, so a scrape can be one behind.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self.scrapes.update(self.stack.scrape_all(timeout=3.0))
+            if collector is None or self.interrupted or time.monotonic() > deadline:
+                return
+            edge = self.scrapes.get("edge")
+            if edge is None or summary.value(self.scrapes, COUNTS["detected"]) >= collector.count():
+                return
+            time.sleep(0.1)
+
     def _stop(
         self,
         collector: DetectionCollector | None,
@@ -153,7 +169,7 @@ class PipelineRun:
         error: TierExitedError | None,
     ) -> Outcome:
         stack = self.stack
-        self.scrapes.update(stack.scrape_all())
+        self._settle(collector)
         events: list[analytics_pb2.Event] = []
         cloud = stack.procs.get("cloud")
         if cloud is not None and cloud.running():
@@ -164,7 +180,7 @@ class PipelineRun:
         device = stack.procs.get("device")
         if device is not None:
             device.stop()  # no new frames; then a last look at what the others finished
-            self.scrapes.update(stack.scrape_all())
+            self.scrapes.update(stack.scrape_all(timeout=3.0))
             final = stack.final_metrics("device")
             if final is not None:
                 self.scrapes["device"] = final

@@ -179,11 +179,13 @@ class Stack:
                 continue
             raise TierExitedError(name, rc, proc.tail())
 
-    def scrape_all(self) -> dict[str, Samples]:
+    def scrape_all(self, timeout: float = 1.0) -> dict[str, Samples]:
         """Current metrics of each running tier (absent when it does not answer)."""
         out = {}
-        for tier in self.procs:
-            got = scrape(self.metrics_url(tier), timeout=1.0)
+        for tier, proc in self.procs.items():
+            if not proc.running():
+                continue
+            got = scrape(self.metrics_url(tier), timeout=timeout)
             if got is not None:
                 out[tier] = got
         return out
