@@ -26,6 +26,7 @@ from .repository import (
     ModelError,
     ModelRepository,
     check_io,
+    promote_variant,
     sha256_of,
     starter_repository,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "check_io",
     "dump_manifest",
     "load_manifest",
+    "promote_variant",
     "save_manifest",
     "sha256_of",
     "starter_repository",

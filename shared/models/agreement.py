@@ -25,7 +25,9 @@ class Agreement:
     frames: int
     reference_items: int  # classifier: frames; detector: reference boxes
     test_items: int  # classifier: frames; detector: test boxes
-    output_rel_error: float  # ||test - ref|| / ||ref|| over the raw outputs
+    # ||test - ref|| / ||ref|| over the raw outputs; a detector's class-score rows only, since
+    # its box rows (hundreds of pixels) would hide any error in the scores.
+    output_rel_error: float
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -60,7 +62,8 @@ def agreement(
     manifest: Manifest, ref: np.ndarray, test: np.ndarray, conf: float = 0.25, iou: float = 0.45
 ) -> Agreement:
     """Top-1 agreement (classify) or box F1 at IoU 0.5 (detect) of `test` against `ref`."""
-    rel = float(np.linalg.norm(test - ref) / max(float(np.linalg.norm(ref)), 1e-12))
+    a, b = (ref[:, 4:], test[:, 4:]) if manifest.task == "detect" else (ref, test)
+    rel = float(np.linalg.norm(b - a) / max(float(np.linalg.norm(a)), 1e-12))
     n = int(ref.shape[0])
     if manifest.task == "classify":
         same = int((ref.argmax(axis=1) == test.argmax(axis=1)).sum())

@@ -87,8 +87,23 @@ def register(subparsers: Any) -> None:
     p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads.")
     p.add_argument("--conf", type=float, default=0.25, help="Detector score threshold for F1.")
     p.add_argument("--variant", default="int8", help="Variant key to record.")
+    p.add_argument(
+        "--as-model",
+        metavar="NAME",
+        help="Also store the INT8 file as a model of its own (e.g. yolov8n-int8), which any "
+        "tier loads by name.",
+    )
     _into(p)
     p.set_defaults(func=run_quantize)
+
+    p = sub.add_parser(
+        "promote", help="Store a variant as a model of its own, loadable by name in any tier."
+    )
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    p.add_argument("--variant", required=True, help="Variant key, e.g. int8 or fp16.")
+    p.add_argument("--as", dest="as_model", required=True, help="New model name.")
+    p.set_defaults(func=run_promote)
 
     p = sub.add_parser(
         "bench", help="Compare a model's variants on a clip: agreement and latency, one run."
@@ -348,6 +363,26 @@ def run_quantize(args: argparse.Namespace) -> int:
     )
     for note in rep.notes:
         print(f"  note: {note}")
+    if args.as_model:
+        from .repository import promote_variant
+
+        promote_variant(target, args.name, args.variant, args.as_model)
+        print(f"  stored as model {args.as_model!r} in {target.root}")
+    return 0
+
+
+def run_promote(args: argparse.Namespace) -> int:
+    """Copy a variant into a model folder of its own."""
+    from .repository import ModelError, promote_variant
+
+    repo = _repo(args)
+    _target(argparse.Namespace(into=None), repo)  # refuses the starter repository
+    try:
+        m = promote_variant(repo, args.name, args.variant, args.as_model)
+    except ModelError as exc:
+        print(f"strata models promote: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.name}:{args.variant} -> model {m.name!r} ({m.precision}) in {repo.root}")
     return 0
 
 

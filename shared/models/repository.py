@@ -16,7 +16,7 @@ from typing import Any
 
 from ..config.base import ConfigError
 from ..runtime import ModelLoadError, ModelRunner, TensorSpec, create_runner
-from .manifest import MANIFEST_FILE, Manifest, Variant, load_manifest
+from .manifest import MANIFEST_FILE, Manifest, Variant, load_manifest, save_manifest
 
 _CHUNK = 1 << 20
 
@@ -125,6 +125,42 @@ class ModelRepository:
         return LoadedModel(manifest, key, path, runner)
 
 
+def promote_variant(repo: ModelRepository, name: str, variant: str, new_name: str) -> Manifest:
+    """Make `name`'s `variant` a model of its own, `new_name`, with that file as primary.
+
+    Every tier loads a model by name, so this is how a tier runs an INT8 or FP16 file
+    without a variant setting: point its model name at `new_name`.
+    """
+    import shutil
+
+    manifest, key, path = repo.file_of(name, variant)
+    v = manifest.variants.get(key)
+    if v is None or v.format != "onnx":
+        raise ModelError(f"model {name!r}: {variant!r} is not an ONNX variant")
+    folder = repo.folder(new_name)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, folder / "model.onnx")
+    source = manifest.source.model_copy(
+        update={
+            "made_by": f"{v.made_by}; promoted from {name}:{key}",
+            "notes": (manifest.source.notes + f" ({key} copy of {name})").strip(),
+        }
+    )
+    promoted = manifest.model_copy(
+        update={
+            "name": new_name,
+            "file": "model.onnx",
+            "sha256": v.sha256,
+            "precision": v.precision,
+            "source": source,
+            "variants": {},
+        }
+    )
+    promoted = Manifest.model_validate(promoted.model_dump())
+    save_manifest(promoted, folder)
+    return promoted
+
+
 def _pick(manifest: Manifest, variant: str | None) -> tuple[str, str, str]:
     if variant is not None and variant in manifest.variants:
         v: Variant = manifest.variants[variant]
@@ -189,6 +225,7 @@ __all__ = [
     "ModelError",
     "ModelRepository",
     "check_io",
+    "promote_variant",
     "sha256_of",
     "starter_repository",
 ]

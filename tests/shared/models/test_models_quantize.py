@@ -142,3 +142,22 @@ def test_quantize_starter_mobilenet(synthetic_mp4: Path, tmp_path: Path) -> None
     )  # fmt: skip
     assert rep.int8_bytes < rep.float_bytes / 2
     assert ModelRepository(tmp_path).open("mobilenetv3_small", variant="int8").variant == "int8"
+
+
+def test_promoted_int8_loads_by_name(
+    tiny_repo: Path, synthetic_mp4: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["models", "quantize", "tiny", "-r", str(tiny_repo), "--clip", str(synthetic_mp4),
+               "--samples", "3", "--eval-frames", "3", "--runs", "1", "--method", "minmax",
+               "--as-model", "tiny-int8"])  # fmt: skip
+    assert rc == 0
+    repo = ModelRepository(tiny_repo)
+    m = repo.manifest("tiny-int8")
+    assert m.precision == "int8" and m.variants == {}
+    assert m.sha256 == repo.manifest("tiny").variants["int8"].sha256
+    assert "promoted from tiny:int8" in m.source.made_by
+    loaded = repo.open("tiny-int8")
+    assert loaded.runner.run(np.zeros((1, 3, 16, 16), np.float32))[0].shape == (1, 3)
+    assert main(["models", "promote", "tiny", "-r", str(tiny_repo), "--variant", "fp16",
+                 "--as", "x"]) == 2  # fmt: skip
+    assert "no variant 'fp16'" in capsys.readouterr().err
