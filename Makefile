@@ -26,7 +26,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 typecheck: setup
-	PATH=$(VENV)/bin:$$PATH bash .ci/typecheck
+	MYPY=$(abspath $(VENV))/bin/mypy bash .ci/typecheck
 
 contracts: setup
 	$(PY) protos/generate.py
