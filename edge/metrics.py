@@ -67,6 +67,11 @@ class EdgeMetrics:
         self.crops = Counter(
             "strata_edge_crops", "Crops by outcome at the cloud.", ["status"], registry=r
         )
+        self.uplink_bytes = Counter(
+            "strata_edge_uplink_bytes",
+            "Crop image bytes sent to the cloud (resends included).",
+            registry=r,
+        )
         self.crop_queue = Gauge(
             "strata_edge_crop_queue_depth", "Crops waiting for the cloud.", registry=r
         )

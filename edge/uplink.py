@@ -206,6 +206,7 @@ class Uplink:
             assert self._requests is not None
             self._requests.put(analytics_pb2.CropBatch(version=current_version(), crops=crops))
             self.metrics.crops.labels("sent").inc(len(crops))
+            self.metrics.uplink_bytes.inc(sum(len(c.image) for c in crops))
 
     def _expire(self) -> None:
         now = time.monotonic()

@@ -264,3 +264,54 @@ def test_prometheus_scrape_config() -> None:
                 assert host and int(port) == METRICS_PORTS[tier]
     pods = next(j for j in jobs if "kubernetes_sd_configs" in j)
     assert any(r.get("action") == "keep" for r in pods["relabel_configs"])
+
+
+def exported_names() -> set[str]:
+    """Every sample name the three tiers' metric registries can export (labelled or not)."""
+    from prometheus_client import CollectorRegistry
+    from strata.cloud.metrics import CloudMetrics
+    from strata.device.metrics import DeviceMetrics
+    from strata.edge.metrics import EdgeMetrics
+
+    suffixes = {
+        "counter": ("_total",),
+        "gauge": ("",),
+        "histogram": ("_bucket", "_count", "_sum"),
+        "summary": ("", "_count", "_sum"),
+    }
+    names: set[str] = set()
+    for cls in (DeviceMetrics, EdgeMetrics, CloudMetrics):
+        registry = CollectorRegistry()
+        cls(registry)
+        for family in registry.collect():
+            names.update(family.name + s for s in suffixes[family.type])
+    return names
+
+
+def test_grafana_dashboard_uses_only_exported_metrics() -> None:
+    dash = json.loads((DEPLOY / "grafana" / "strata.json").read_text())
+    exported = exported_names()
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    used: set[str] = set()
+    for panel in dash["panels"]:
+        pos = panel["gridPos"]
+        assert pos["x"] + pos["w"] <= 24
+        for target in panel.get("targets", []):
+            found = set(re.findall(r"\bstrata_[a-z0-9_]+", target["expr"]))
+            assert found, f"{panel['title']}: a query without a strata metric"
+            used |= found
+    missing = used - exported
+    assert not missing, f"the dashboard uses metrics no tier exports: {sorted(missing)}"
+    # Each tier has panels.
+    for tier in TIERS:
+        assert any(n.startswith(f"strata_{tier}_") for n in used)
+
+
+def test_demo_reads_only_exported_metrics() -> None:
+    from strata.shared.demo.names import BYTES, COUNTS, DROPS, PLAIN_DROPS
+
+    exported = exported_names()
+    names = {m.name for m in (*COUNTS.values(), *BYTES.values(), *PLAIN_DROPS.values())}
+    names |= {name for _tier, name, _label in DROPS}
+    assert names - exported == set()
