@@ -209,7 +209,7 @@ class CameraWorker:
                 self.camera_id,
                 self.frames - 1,
                 frame.capture_ns,
-                frame.bgr(),
+                frame,
                 score,
                 time.monotonic(),
             )

@@ -12,17 +12,18 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-import numpy as np
+from .frames import Frame
 
 
 @dataclass(slots=True)
 class GateItem:
-    """A frame that passed motion, with what its header will need."""
+    """A frame that passed motion (still in decoder format: BGR conversion happens in the
+    gate worker, off the decode thread), with what its header will need."""
 
     camera_id: str
     index: int
     capture_ns: int
-    image: np.ndarray
+    frame: Frame
     motion_score: float
     queued_at: float
 

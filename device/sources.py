@@ -107,9 +107,7 @@ class AvSource(Source):
             self.container.close()
             raise SourceError(f"{spec} has no video stream", fatal=True)
         self.stream = self.container.streams.video[0]
-        if cfg.decode_threads:
-            self.stream.codec_context.thread_count = cfg.decode_threads
-        self.stream.thread_type = "AUTO"
+        configure_decoder(self.stream, cfg)
         self._tb = float(self.stream.time_base) if self.stream.time_base else 0.0
         rate = self.stream.average_rate or self.stream.guessed_rate
         self._fps = float(rate) if rate else 0.0
@@ -188,6 +186,15 @@ class SyntheticSource(Source):
                     time.sleep(delay)
             image = self.clip.frame(i).image
             yield Frame(i, i / self.clip.fps, time.time_ns(), bgr=image)
+
+
+def configure_decoder(stream: Any, cfg: SourceConfig) -> None:
+    """Decoder threading: PyAV's default (slice threads) unless decode_threads is set,
+    then that many threads, frame and slice. The agent's other threads (gate, encoder)
+    need the remaining cores, so frame threading is opt-in."""
+    if cfg.decode_threads:
+        stream.codec_context.thread_count = cfg.decode_threads
+        stream.thread_type = "AUTO"
 
 
 def open_source(spec: str, cfg: SourceConfig) -> Source:

@@ -38,7 +38,10 @@ class SourceConfig(StrictModel):
         0, ge=0, description="Consecutive failed reopens before a camera gives up; 0: never."
     )
     decode_threads: int = Field(
-        0, ge=0, description="FFmpeg decoder threads per camera; 0: FFmpeg's choice."
+        0,
+        ge=0,
+        description="FFmpeg frame+slice decoder threads per camera; 0: PyAV's default "
+        "(slice threads), leaving cores to the gates.",
     )
 
 
@@ -64,7 +67,7 @@ class MotionConfig(StrictModel):
     width: int = Field(192, ge=8, description="Width of the down-scaled grey frame.")
     height: int = Field(144, ge=8, description="Height of the down-scaled grey frame.")
     threshold: float = Field(
-        4.0,
+        10.0,
         ge=0,
         description="Keep a frame whose RMS grey difference to the last kept one (L2 norm / "
         "sqrt(pixels), 0-255) reaches this.",
@@ -96,7 +99,8 @@ class GateConfig(StrictModel):
         ge=0,
         le=1,
         description="Keep a frame when the summed probability of the positive classes "
-        "(or the top probability, with no classes listed) reaches this.",
+        "(or the top probability, with no classes listed) reaches this; 0 keeps all (the "
+        "starter model is untrained: set classes and a threshold for a trained one).",
     )
     max_batch: int = Field(8, ge=1, le=256, description="Largest batch per inference.")
     max_delay_ms: float = Field(
@@ -112,7 +116,7 @@ class SenderConfig(StrictModel):
     """ZeroMQ sender to the edge node: in-flight window and spool."""
 
     encoding: Literal["jpeg", "bgr"] = Field("jpeg", description="Payload encoding.")
-    jpeg_quality: int = Field(85, ge=1, le=100, description="JPEG quality (1-100).")
+    jpeg_quality: int = Field(80, ge=1, le=100, description="JPEG quality (1-100).")
     window: int = Field(32, ge=1, description="Frames per camera sent but not yet acked.")
     spool_frames: int = Field(
         2000, ge=1, description="Frames per camera waiting to be sent; beyond, oldest dropped."

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from strata.device.frames import Frame
 from strata.device.gate import GateLoadError, load_gate
 from strata.device.inbox import GateInbox, GateItem
 from strata.shared.config.device import GateConfig
@@ -51,7 +52,7 @@ def test_bad_model_and_bad_classes_are_clear_errors(tmp_path: Path, red_model: P
 
 
 def _item(cam: str, i: int) -> GateItem:
-    return GateItem(cam, i, 0, GREY, 0.0, 0.0)
+    return GateItem(cam, i, 0, Frame(i, 0.0, 0, bgr=GREY), 0.0, 0.0)
 
 
 def test_inbox_batches_round_robin_over_cameras() -> None:
