@@ -174,7 +174,7 @@ def _drive(
 
     def loop(i: int) -> None:
         channel = grpc.insecure_channel(address)
-        stub = analytics_pb2_grpc.AnalyticsStub(channel)
+        stub = analytics_pb2_grpc.AnalyticsStub(channel)  # type: ignore[no-untyped-call]
         while time.monotonic() < start:
             time.sleep(0.005)
         n = 0

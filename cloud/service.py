@@ -34,6 +34,7 @@ from .watch import WatchHub
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_KEY = "retry-after-ms"
+_DEADLINE_SLACK_S = 0.05
 UPLINK, CLASSIFY, QUERY, WATCH = "Uplink", "Classify", "QueryEvents", "WatchEvents"
 
 
@@ -351,9 +352,10 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         except DeadlineExpiredError as exc:
             status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", str(exc))
         except CancelledError:
-            # gRPC ends a call whose deadline passes, which cancels its queued request.
+            # A call cancelled at its deadline: the client's own timer usually fires first and
+            # its cancel arrives a little before the server's deadline, hence the slack.
             left = context.time_remaining()
-            if deadline is not None and (left is None or left <= 0.005):
+            if deadline is not None and (left is None or left <= _DEADLINE_SLACK_S):
                 status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", "deadline passed in queue")
             else:
                 status = (grpc.StatusCode.CANCELLED, "cancelled", "the client cancelled")
