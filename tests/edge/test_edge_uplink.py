@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -16,6 +17,7 @@ from strata.edge.uplink import Uplink
 from strata.shared.config.edge import UplinkConfig
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
 from strata.shared.metrics import sample
+from strata.shared.synthetic import SyntheticClip
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -127,3 +129,57 @@ def test_slow_cloud_p99_opens_breaker(port: int) -> None:
     finally:
         up.stop()
         server.stop(0)
+
+
+def test_node_sends_chosen_crops_to_the_cloud(
+    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip, port: int
+) -> None:
+    import cv2
+    import numpy as np
+    from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+    from strata.edge.node import EdgeNode
+    from strata.shared.config.edge import EdgeConfig
+
+    cloud = Cloud()
+    server = serve(cloud, port)
+    cfg = EdgeConfig.model_validate(
+        {
+            "listen": "tcp://127.0.0.1:0",
+            "publish": "tcp://127.0.0.1:0",
+            "cloud": f"127.0.0.1:{port}",
+            "model": {"input_size": MODEL_SIZE},
+            "crops": {
+                "classes": ["person", "car"],
+                "score_min": 0.5,
+                "score_max": 1.0,
+                "max_per_frame": 1,
+                "pad": 0.0,
+            },
+        }
+    )
+    node = EdgeNode(cfg, colour_model)
+    ep = node.start()
+    try:
+        sub = Listener(zctx, ep.publish)
+        agent = RawAgent(zctx, ep.listen)
+        wait_until_subscribed(agent, sub, synthetic_clip.frame(0).image)
+        frames = [
+            i
+            for i in range(len(synthetic_clip))
+            if {b.label for b in synthetic_clip.boxes(i)} & {"person", "car"}
+        ]
+        for seq, idx in enumerate(frames, start=1):
+            agent.send_image("cam", seq, synthetic_clip.frame(idx).image, frame_index=idx)
+        assert len(sub.collect(len(frames))) == len(frames)
+        assert wait_for(lambda: len(cloud.crops) == len(frames))
+    finally:
+        node.stop()
+        server.stop(0)
+    assert len({c.crop_id for c in cloud.crops}) == len(frames)
+    for c in cloud.crops:
+        assert c.detection.label in ("person", "car") and c.camera_id == "cam"
+        img = cv2.imdecode(np.frombuffer(c.image, np.uint8), cv2.IMREAD_COLOR)
+        assert img is not None and (img.shape[1], img.shape[0]) == (c.width, c.height)
+        b = c.detection.box
+        assert abs(c.width - (b.x2 - b.x1)) <= 2 and abs(c.height - (b.y2 - b.y1)) <= 2
+        assert c.timing.inference_end_ns >= c.timing.inference_start_ns > 0

@@ -1,0 +1,90 @@
+"""The real device agent (strata.device) feeding a real edge node over loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from prometheus_client import CollectorRegistry
+from strata.device.agent import Agent
+from strata.edge.node import EdgeNode
+from strata.shared.config.device import (
+    CameraConfig,
+    DeviceConfig,
+    GateConfig,
+    MotionConfig,
+    SenderConfig,
+)
+from strata.shared.config.edge import EdgeConfig
+from strata.shared.metrics import sample
+from strata.shared.synthetic import SyntheticClip
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+CLIP = "synthetic://?frames=60&seed=1&width=320&height=240&objects=3&fps=10&realtime=0"
+
+
+@pytest.mark.parametrize("encoding", ["bgr", "jpeg"])
+def test_device_agent_to_edge_node_detections_match_ground_truth(
+    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip, encoding: str
+) -> None:
+    node = EdgeNode(
+        EdgeConfig.model_validate(
+            {
+                "listen": "tcp://127.0.0.1:0",
+                "publish": "tcp://127.0.0.1:0",
+                "model": {"input_size": MODEL_SIZE},
+                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
+            }
+        ),
+        colour_model,
+    )
+    ep = node.start()
+    sub = Listener(zctx, ep.publish)
+    # The agent's first frames must find the subscription in place.
+    wait_until_subscribed(RawAgent(zctx, ep.listen, "probe"), sub, synthetic_clip.frame(0).image)
+    accepted0 = sample(node.metrics.registry, "strata_edge_frames_total", {"status": "accepted"})
+    agent = Agent(
+        DeviceConfig(
+            agent_id="agent-under-test",
+            edge=ep.listen,
+            cameras=[CameraConfig(id="cam-a", source=CLIP), CameraConfig(id="cam-b", source=CLIP)],
+            motion=MotionConfig(enabled=False),
+            gate=GateConfig(enabled=False),
+            sender=SenderConfig(encoding=encoding, jpeg_quality=95),
+        ),
+        registry=CollectorRegistry(),
+    )
+    try:
+        agent.start()
+        results = sub.collect(2 * len(synthetic_clip), timeout_s=60.0)
+        agent.stop(drain_timeout_s=5.0)
+    finally:
+        node.stop()
+    assert len(results) == 2 * len(synthetic_clip)
+    assert {r.camera_id for r in results} == {"cam-a", "cam-b"}
+    assert (
+        sample(node.metrics.registry, "strata_edge_frames_total", {"status": "accepted"})
+        == accepted0 + 120
+    )
+    tol = 3.0 if encoding == "jpeg" else 2.0
+    checked = 0
+    for msg in results:
+        truth = synthetic_clip.boxes(msg.frame_index)
+        by_label = {d.label: d for d in msg.detections}
+        assert set(by_label) <= {t.label for t in truth}
+        for t in truth:
+            # Overlapping objects hide each other's edges; compare the unoccluded ones.
+            if any(
+                o is not t and o.x1 < t.x2 and t.x1 < o.x2 and o.y1 < t.y2 and t.y1 < o.y2
+                for o in truth
+            ):
+                continue
+            d = by_label[t.label]
+            got = [d.box.x1, d.box.y1, d.box.x2, d.box.y2]
+            np.testing.assert_allclose(got, [t.x1, t.y1, t.x2, t.y2], atol=tol)
+            checked += 1
+    assert checked > 40
