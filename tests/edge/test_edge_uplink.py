@@ -171,11 +171,11 @@ def test_node_sends_chosen_crops_to_the_cloud(
         for seq, idx in enumerate(frames, start=1):
             agent.send_image("cam", seq, synthetic_clip.frame(idx).image, frame_index=idx)
         assert len(sub.collect(len(frames))) == len(frames)
-        assert wait_for(lambda: len(cloud.crops) == len(frames))
+        # Under load an ack may time out and the crop be sent again: the cloud stores by id.
+        assert wait_for(lambda: len({c.crop_id for c in cloud.crops}) == len(frames), 30.0)
     finally:
         node.stop()
         server.stop(0)
-    assert len({c.crop_id for c in cloud.crops}) == len(frames)
     for c in cloud.crops:
         assert c.detection.label in ("person", "car") and c.camera_id == "cam"
         img = cv2.imdecode(np.frombuffer(c.image, np.uint8), cv2.IMREAD_COLOR)
