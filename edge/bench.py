@@ -258,7 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per node run")
     p.add_argument("--rounds", type=int, default=2, help="alternating bare/node rounds")
     p.add_argument("--json", metavar="OUT", help="write the results here")
+    p.add_argument(
+        "--quick", action="store_true", help="batch 1,2, 6 frames, 1 round (for strata bench)"
+    )
     args = p.parse_args(argv)
+    if args.quick:
+        args.batch, args.frames, args.rounds = "1,2", 6, 1
 
     from .cli import resolve_model
 
@@ -271,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     encoding = common_pb2.ENCODING_JPEG if args.encoding == "jpeg" else common_pb2.ENCODING_BGR
     images = bench_frames(args.width, args.height, 16)
     points: list[Point] = []
+    latencies_ms: dict[int, list[float]] = {}
     for b in (int(x) for x in args.batch.split(",")):
         inflight = args.inflight or max(2 * b, args.cameras)
         cfg = EdgeConfig.model_validate(
@@ -310,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         fps, lat, mean_batch = best_node.fps, best_node.latencies_s, best_node.mean_batch
         bare_best = max(bare_runs)
         ms = np.array(lat) * 1e3
+        latencies_ms[b] = sorted(round(float(x), 2) for x in ms)
         pt = Point(
             b,
             args.frames,
@@ -337,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         "p99_ms": best.p99_ms,
         "best_batch": best.batch,
         "sweep": [asdict(q) for q in points],
+        # The best point's per-frame latencies, for a CDF.
+        "latencies_ms": latencies_ms[best.batch],
         "model": str(model),
         "backend": args.backend,
         "threads": threads,

@@ -129,6 +129,32 @@ def _agreement_row(name: str, a: Agreement | None) -> str:
     return f"| {name} | {a.tagging:.3f} | {a.counting:.3f} | {a.f1:.3f} |"
 
 
+def meaning(clips: list[ClipResult]) -> list[str]:
+    """What the agreement numbers mean, said from the data rather than assumed."""
+    out = [
+        "What these mean: agreement with the reference measures only what the device's gates "
+        "cost (frames the edge never saw); it says nothing about whether the detector is right. "
+        "Bytes: the source is H.264 (inter-frame compressed); the device sends each kept frame "
+        "as a JPEG, so bytes to the edge can exceed the file's size."
+    ]
+    for c in clips:
+        ref_boxes = c.vs_reference.true_positives + c.vs_reference.false_negatives
+        if ref_boxes == 0:
+            out.append(
+                f"On {c.clip} the reference YOLO found no objects at all (the starter model's "
+                "weights are untrained), so agreement with it is trivially perfect and means "
+                "nothing; bring trained weights (README) for a meaningful figure."
+            )
+        if c.vs_truth is not None:
+            out.append(
+                f"On {c.clip} the ground truth is known: `cascade vs ground truth` scores an "
+                "oracle detector on the kept frames only (a dropped frame reuses the last kept "
+                "frame's truth), which is the real cost of dropping frames whatever the "
+                "detector; `YOLO vs ground truth` shows how far the detector itself is from right."
+            )
+    return out
+
+
 def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> str:
     """report.md: tables a person reads, with the machine and the command."""
     r = report
@@ -176,16 +202,7 @@ def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> s
                     f"{c.clip}: YOLO on every frame vs ground truth", c.detector_vs_truth
                 )
             )
-    lines += [
-        "",
-        "What these mean: agreement with the reference measures only what the device's gates "
-        "cost; it says nothing about whether the detector is right. The starter YOLO is "
-        "untrained (no weights can be downloaded here), so its boxes are noise and the "
-        "reference agreement mostly reflects how stable that noise is between similar frames. "
-        "On the synthetic clip the ground truth is known, so `cascade vs ground truth` (an "
-        "oracle detector on the kept frames) is the meaningful cost of dropping frames; "
-        "`YOLO vs ground truth` shows how far the untrained detector is from right.",
-    ]
+    lines += ["", *meaning(clips)]
     side = r.get("ultralytics")
     if side:
         lines += ["", "## ultralytics side by side", "", f"{side}"]

@@ -55,7 +55,7 @@ def run_cascade(opts: BenchOptions, work: Path) -> list[ClipResult]:
     from ..synthetic import SyntheticClip
 
     clips: list[ClipResult] = []
-    frames = 60 if opts.quick else 300
+    frames = 30 if opts.quick else 300
     clip = SyntheticClip(width=640, height=480, frames=frames, fps=10, objects=4, seed=0)
     path = clip.write(work / "synthetic.mp4")
     labels = Labels()

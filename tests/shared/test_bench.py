@@ -1,0 +1,77 @@
+"""`strata bench`: report assembly, and the cascade over the real daemons."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from strata.shared.bench import report
+from strata.shared.bench.agreement import Agreement
+from strata.shared.bench.cascade import ClipResult
+from strata.shared.bench.tiers import TierRun, first_number, lookup
+
+
+def clip_result() -> ClipResult:
+    a = Agreement(10, 0.9, 0.8, 0.7, 7, 3, 3)
+    return ClipResult("c.mp4", 10, 6, 2, 1000, 500.0, 50.0, a, a, a)
+
+
+def test_report_keys_come_from_tier_json() -> None:
+    runs = {
+        "device": TierRun("device", ["x"], {"decode_fps": 100, "agent_fps": 90, "ratio": 0.9}),
+        "edge": TierRun(
+            "edge",
+            ["x"],
+            {"bare_fps": 5, "node_fps": 4.5, "ratio": 0.9, "p50_ms": 10, "p99_ms": 20},
+        ),
+        "cloud": TierRun("cloud", ["x"], error="exit status 1"),
+    }
+    rep = report.build({"cpu": "x", "cores": 2, "gpu": "none"}, runs, [clip_result()], {}, True)
+    assert rep["device.ratio"] == 0.9 and rep["device"]["ratio"] == 0.9
+    assert rep["edge.p99_ms"] == 20
+    assert rep["cascade.frames_to_edge"] == 6 and rep["cascade.f1"] == 0.7
+    assert rep["missing"] == [k for k in report.REQUIRED if k.startswith("cloud.")]
+    md = report.markdown(rep, [clip_result()], "strata bench --quick")
+    assert "cloud benchmark: exit status 1" in md and "| c.mp4 | 10 | 6 | 2 |" in md
+    json.dumps(rep)  # serialisable
+
+
+def test_lookup_paths() -> None:
+    data = {"a": {"b": 3}, "c": True, "d": "x"}
+    assert lookup(data, "a.b") == 3 and lookup(data, "a.x") is None
+    assert first_number(data, ("c", "d", "a.b")) == 3.0  # booleans and strings are not numbers
+
+
+def test_meaning_says_when_the_reference_found_nothing() -> None:
+    empty = Agreement(10, 1.0, 1.0, 1.0, 0, 0, 0)
+    c = ClipResult("s.mp4", 10, 4, 0, 1, 1.0, 0.0, empty)
+    assert any("found no objects" in line for line in report.meaning([c]))
+    assert not any("found no objects" in line for line in report.meaning([clip_result()]))
+
+
+@pytest.mark.slow
+def test_cascade_over_the_real_daemons(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    skips = ["--skip", "device", "--skip", "edge", "--skip", "cloud", "--skip", "ultralytics"]
+    cmd = [sys.executable, "-m", "strata.shared.cli.main", "bench", "--quick", "--out", str(out)]
+    proc = subprocess.run([*cmd, *skips], capture_output=True, text=True, timeout=280)
+    # The tiers' keys are missing on purpose, so the bench says so and exits 1.
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rep = json.loads((out / "report.json").read_text())
+    for key in report.CASCADE_KEYS:
+        assert isinstance(rep[key], int | float), key
+    assert rep["cascade.frames_total"] == 30
+    assert 0 < rep["cascade.frames_to_edge"] <= 30
+    assert rep["cascade.bytes_to_edge"] > 0 and rep["cascade.bytes_source"] > 0
+    assert 0 <= rep["cascade.f1"] <= 1
+    truth = rep["clips"]["synthetic.mp4"]["vs_truth"]
+    assert truth["frames"] == 30 and 0 <= truth["f1"] <= 1
+    assert rep["machine"]["cores"] >= 1
+    assert set(rep["missing"]) == {k for k in report.REQUIRED if not k.startswith("cascade.")}
+    assert "Cascade" in (out / "report.md").read_text()
+    if "latency_cdf.png" in rep["plots"]:
+        assert np.frombuffer((out / "latency_cdf.png").read_bytes()[:4], np.uint8)[1] == ord("P")
