@@ -54,6 +54,7 @@ class ClipReport:
     frames: int
     seconds: float
     fps: float
+    cpu_seconds: float
     dropped_motion: int
     dropped_gate: int
     sent: int
@@ -65,19 +66,19 @@ class ClipReport:
     bytes_ratio: float
 
 
-def decode_fps(path: Path, cfg: SourceConfig) -> tuple[int, float]:
-    """Bare PyAV: decode every frame and convert it to BGR; (frames, seconds)."""
+def decode_fps(path: Path, cfg: SourceConfig) -> tuple[int, float, float]:
+    """Bare PyAV: decode every frame and convert it to BGR; (frames, seconds, CPU seconds)."""
     import av
 
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         configure_decoder(stream, cfg)  # the decoder threading the agent's sources use
         n = 0
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         for frame in container.decode(stream):
             frame.to_ndarray(format="bgr24")
             n += 1
-        return n, time.perf_counter() - t
+        return n, time.perf_counter() - t, time.process_time() - cpu
 
 
 def free_endpoint() -> str:
@@ -87,7 +88,9 @@ def free_endpoint() -> str:
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-def run_agent(path: Path, base: DeviceConfig, camera_id: str = "bench") -> ClipReport:
+def run_agent(
+    path: Path, base: DeviceConfig, models_repository: str = "", camera_id: str = "bench"
+) -> ClipReport:
     """The agent over one clip, to a real acking ROUTER; timed from start to last ack."""
     edge = free_endpoint()
     cfg = DeviceConfig.model_validate(
@@ -98,10 +101,10 @@ def run_agent(path: Path, base: DeviceConfig, camera_id: str = "bench") -> ClipR
         }
     )
     with FrameSink(edge, keep_log=False) as sink:
-        agent = Agent(cfg, registry=CollectorRegistry())
-        t = time.perf_counter()
+        agent = Agent(cfg, models_repository, registry=CollectorRegistry())
+        t, cpu = time.perf_counter(), time.process_time()
         rc = agent.run_until_done(timeout=600)
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         got = sink.stats
     if rc != 0:
         raise RuntimeError(f"agent failed on {path}: {agent.statuses()}")
@@ -115,6 +118,7 @@ def run_agent(path: Path, base: DeviceConfig, camera_id: str = "bench") -> ClipR
         frames=c.decoded,
         seconds=seconds,
         fps=c.decoded / seconds,
+        cpu_seconds=cpu,
         dropped_motion=c.dropped_motion,
         dropped_gate=c.dropped_gate,
         sent=c.sent,
@@ -158,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--repeats", type=int, default=3, help="alternating runs of each side")
     p.add_argument("--motion-threshold", type=float, help="override device.motion.threshold")
-    p.add_argument("--gate-model", help="ONNX classifier instead of the repository model")
+    p.add_argument("--gate-name", help="gate model name in the repository (mobilenetv3_small)")
+    p.add_argument("--models-repository", default="", help="model repository (default: starter)")
+    p.add_argument("--gate-model", help="ONNX classifier file instead of a repository model")
     p.add_argument(
         "--positive-classes",
         help="comma-separated class ids for the relevance gate (default: the config's)",
@@ -177,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     gate: dict[str, Any] = {"enabled": True}
     if args.gate_model:
         gate["model_path"] = args.gate_model
+    if args.gate_name:
+        gate["model"] = args.gate_name
     if args.positive_classes:
         gate["positive_class_ids"] = [int(x) for x in args.positive_classes.split(",")]
     if args.gate_threshold is not None:
@@ -185,27 +193,29 @@ def main(argv: list[str] | None = None) -> int:
 
     info = machine()
     decode_runs: list[float] = []
+    decode_cpu: list[float] = []
     agent_runs: list[ClipReport] = []
     frames = 0
-    run_agent(args.clip, base)  # warm-up: model load, page cache
+    run_agent(args.clip, base, args.models_repository)  # warm-up: model load, page cache
     for _ in range(args.repeats):
-        n, s = decode_fps(args.clip, base.source)
+        n, s, cpu = decode_fps(args.clip, base.source)
         frames = n
         decode_runs.append(n / s)
-        agent_runs.append(run_agent(args.clip, base))
+        decode_cpu.append(cpu / n * 1000)
+        agent_runs.append(run_agent(args.clip, base, args.models_repository))
     dec = statistics.median(decode_runs)
     main_run = sorted(agent_runs, key=lambda r: r.fps)[len(agent_runs) // 2]
     agent = main_run.fps
 
-    clips: dict[str, ClipReport] = {"vtest.mp4": main_run}
+    clips: dict[str, ClipReport] = {args.clip.name: main_run}
     if args.avi.exists():
-        clips["vtest.avi"] = run_agent(args.avi, base)
+        clips[args.avi.name] = run_agent(args.avi, base, args.models_repository)
     from strata.shared.synthetic import SyntheticClip
 
     params = {k: int(v) for k, v in (kv.split("=") for kv in args.synthetic.split(",") if kv)}
     with tempfile.TemporaryDirectory() as tmp:
         syn = SyntheticClip(**params).write(Path(tmp) / "synthetic.mp4")  # type: ignore[arg-type]
-        clips["synthetic.mp4"] = run_agent(syn, base)
+        clips["synthetic"] = run_agent(syn, base, args.models_repository)
 
     result: dict[str, Any] = {
         "decode_fps": dec,
@@ -218,18 +228,27 @@ def main(argv: list[str] | None = None) -> int:
         "bytes_source": main_run.bytes_source,
         "decode_fps_runs": decode_runs,
         "agent_fps_runs": [r.fps for r in agent_runs],
+        # Process CPU time per frame (all threads; the agent's includes the in-process
+        # ROUTER): what the ratio tends to when other load leaves no core idle.
+        "decode_cpu_ms_per_frame": statistics.median(decode_cpu),
+        "agent_cpu_ms_per_frame": statistics.median(
+            r.cpu_seconds / r.frames * 1000 for r in agent_runs
+        ),
         "clips": {k: asdict(v) for k, v in clips.items()},
         "config": {
             "motion": base.motion.model_dump(),
             "gate": base.gate.model_dump(),
             "sender": base.sender.model_dump(),
         },
-        "machine": info,
+        "machine": {**info, "load_avg_1m_at_end": os.getloadavg()[0]},
         "command": "python -m strata.device.bench " + " ".join(argv or sys.argv[1:]),
     }
     print(
         f"decode {dec:.1f} fps, agent {agent:.1f} fps, ratio {agent / dec:.2f} "
-        f"({frames} frames, {info['cpu']}, {info['cores']} cores)"
+        f"({frames} frames, {info['cpu']}, {info['cores']} cores, load "
+        f"{info['load_avg_1m_at_start']:.1f} -> {os.getloadavg()[0]:.1f}); CPU per frame: "
+        f"decode {result['decode_cpu_ms_per_frame']:.2f} ms, "
+        f"agent {result['agent_cpu_ms_per_frame']:.2f} ms"
     )
     for name, r in clips.items():
         print(

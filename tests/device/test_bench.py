@@ -1,0 +1,46 @@
+"""The benchmark command runs and writes the keys `strata bench` reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from strata.device.bench import main
+
+KEYS = {
+    "decode_fps",
+    "agent_fps",
+    "ratio",
+    "frames",
+    "dropped_motion",
+    "dropped_gate",
+    "bytes_sent",
+    "bytes_source",
+}
+
+
+def test_bench_writes_its_json(tmp_path: Path, synthetic_mp4: Path) -> None:
+    out = tmp_path / "device.json"
+    rc = main(
+        [
+            "--clip",
+            str(synthetic_mp4),
+            "--avi",
+            str(tmp_path / "absent.avi"),
+            "--synthetic",
+            "width=160,height=120,frames=20,seed=2",
+            "--repeats",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert KEYS <= doc.keys()
+    assert doc["frames"] == 60 and doc["decode_fps"] > 0 and doc["agent_fps"] > 0
+    assert doc["ratio"] == doc["agent_fps"] / doc["decode_fps"]
+    assert doc["bytes_source"] == synthetic_mp4.stat().st_size
+    assert 0 < doc["dropped_motion"] < 60  # the clip has still and moving stretches
+    assert set(doc["clips"]) == {synthetic_mp4.name, "synthetic"}
+    assert doc["machine"]["cores"] >= 1
