@@ -37,7 +37,7 @@ def test_bench_writes_its_json(tmp_path: Path, synthetic_mp4: Path) -> None:
     )
     assert rc == 0
     doc = json.loads(out.read_text())
-    assert KEYS <= doc.keys()
+    assert doc.keys() >= KEYS
     assert doc["frames"] == 60 and doc["decode_fps"] > 0 and doc["agent_fps"] > 0
     assert doc["ratio"] == doc["agent_fps"] / doc["decode_fps"]
     assert doc["bytes_source"] == synthetic_mp4.stat().st_size
