@@ -235,3 +235,38 @@ def test_plaintext_refuses_non_loopback(
     model, labels = colour_model
     with pytest.raises(SecurityError, match="refusing to serve plaintext"):
         CloudServer(make_config(model, tmp_path / "e.sqlite", labels, listen=listen))
+
+
+def test_one_batcher_batches_classify_and_uplink_together(
+    colour_model: tuple[Path, Path],
+    tmp_path: Path,
+    start_server: Callable[[CloudConfig], CloudServer],
+) -> None:
+    model, labels = colour_model
+    server = start_server(
+        make_config(
+            model,
+            tmp_path / "e.sqlite",
+            labels,
+            batcher={"max_batch": 4, "max_queue_delay_ms": 1000},
+        )
+    )
+    channel, stub = stub_for(server)
+    fut = stub.Classify.future(
+        analytics_pb2.ClassifyRequest(
+            version=current_version(), encoding=common_pb2.ENCODING_JPEG, image=jpeg(RED)
+        ),
+        timeout=10,
+    )
+    batch = analytics_pb2.CropBatch(
+        version=current_version(), crops=[crop(i, GREEN) for i in range(9)]
+    )
+    acks = uplink(stub, [batch])
+    assert fut.result().labels[0].label == "red"
+    assert len(acks) == 9 and all(a.labels[0].label == "green" for a in acks)
+    reg = server.metrics.registry
+    # 10 requests, at most 4 a batch: 3 batches, the Classify call among the uplinked crops.
+    assert sample(reg, "strata_cloud_batch_size_sum") == 10
+    assert sample(reg, "strata_cloud_inference_exec_count_total") == 3
+    assert sample(reg, "strata_cloud_batch_size_bucket", {"le": "4.0"}) == 3
+    channel.close()
