@@ -137,6 +137,10 @@ def register(subparsers: Any) -> None:
     _into(p)
     p.set_defaults(func=run_engine)
 
+    from ..distill.cli import add_parser as add_distill
+
+    add_distill(sub)
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     add_config_flag(p)
