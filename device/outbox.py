@@ -19,6 +19,8 @@ from typing import Any
 
 from strata.shared.contracts import frame_pb2
 
+from .diskspool import DiskSpool
+
 
 @dataclass(slots=True)
 class Outgoing:
@@ -50,6 +52,7 @@ class Outbox:
         max_frames: int,
         max_bytes: int,
         first_sequence: int = 1,
+        disk: DiskSpool | None = None,
     ) -> None:
         if window < 1 or max_frames < 1 or max_bytes < 1:
             raise ValueError("window, max_frames and max_bytes must be positive")
@@ -62,6 +65,16 @@ class Outbox:
         self._spool_bytes = 0
         self._inflight: OrderedDict[int, Outgoing] = OrderedDict()
         self._lock = threading.Lock()
+        self.disk = disk
+        self.restored = 0
+        if disk is not None:
+            # Frames a previous run never got acked go first, under their own sequences.
+            for header, payload in disk.load():
+                self._spool.append(Outgoing(header, payload, len(payload)))
+                self._spool_bytes += len(payload)
+                self._next_seq = max(self._next_seq, header.sequence + 1)
+            self._trim()
+            self.restored = len(self._spool)
 
     def put(self, header: frame_pb2.FrameHeader, payload: Any) -> PutResult:
         """Give the frame the next sequence and spool it; drop the oldest on overflow."""
@@ -70,6 +83,9 @@ class Outbox:
             seq = self._next_seq
             self._next_seq += 1
             header.sequence = seq
+            header.payload_size = nbytes
+            if self.disk is not None:
+                self.disk.save(header, payload)
             # It waits when the window is already taken: the edge is slow, gone or not acking.
             waited = len(self._spool) + len(self._inflight) >= self.window
             self._spool.append(Outgoing(header, payload, nbytes))
@@ -86,6 +102,8 @@ class Outbox:
             old = self._spool.popleft()
             self._spool_bytes -= old.nbytes
             dropped.append(old.header.sequence)
+            if self.disk is not None:
+                self.disk.remove(old.header.sequence)
         return tuple(dropped)
 
     def take(self, now: float) -> Outgoing | None:
@@ -112,7 +130,10 @@ class Outbox:
     def ack(self, sequence: int) -> Outgoing | None:
         """Free an acked frame; None when it was not in flight (a late duplicate ack)."""
         with self._lock:
-            return self._inflight.pop(sequence, None)
+            item = self._inflight.pop(sequence, None)
+        if item is not None and self.disk is not None:
+            self.disk.remove(sequence)
+        return item
 
     def expire(self, now: float, timeout: float) -> tuple[int, tuple[int, ...]]:
         """Go back N when the oldest in-flight frame is older than `timeout`.

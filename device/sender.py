@@ -17,6 +17,7 @@ from strata.shared.config.device import SenderConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.wire import MalformedMessage, pack_frame, unpack_ack
 
+from .diskspool import DiskSpool
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
 from .outbox import Outbox
 
@@ -57,13 +58,22 @@ class Sender:
 
     def add_camera(self, camera_id: str) -> Outbox:
         """Register a camera (before start or while running)."""
+        disk = DiskSpool(self.cfg.spool_dir, camera_id) if self.cfg.spool_dir else None
         box = Outbox(
             camera_id,
             self.cfg.window,
             self.cfg.spool_frames,
             int(self.cfg.spool_mb * 1024 * 1024),
             self.first_sequence,
+            disk,
         )
+        if box.restored:
+            log.info(
+                "camera %s: %d unacked frame(s) from a previous run in %s go first",
+                camera_id,
+                box.restored,
+                disk.dir if disk else "",
+            )
         cam = _Camera(
             box,
             self.metrics.camera(camera_id),

@@ -124,6 +124,11 @@ class SenderConfig(StrictModel):
     spool_mb: float = Field(
         256.0, gt=0, description="Bytes per camera waiting to be sent (MiB); beyond, oldest go."
     )
+    spool_dir: str = Field(
+        "",
+        description="Keep unacked frames on disk here too, so a restart resends them; "
+        "empty: memory only.",
+    )
     ack_timeout_s: float = Field(
         3.0, gt=0, description="Unacked frames are sent again (oldest first) after this."
     )
