@@ -32,6 +32,7 @@ class Point:
     """One batch size's figures."""
 
     batch: int
+    streams: int
     frames: int
     bare_fps: float
     node_fps: float
@@ -52,6 +53,22 @@ def cpu_model() -> str:
     except OSError:
         pass
     return f"{name}, {os.cpu_count()} cores"
+
+
+def gpu_model() -> str:
+    """The GPU's name from nvidia-smi, for the record."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
 
 
 def bench_frames(width: int, height: int, count: int) -> list[np.ndarray]:
@@ -253,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--height", type=int, default=480)
     p.add_argument("--encoding", choices=["jpeg", "bgr"], default="jpeg")
     p.add_argument("--backend", default="onnxruntime-cpu")
-    p.add_argument("--streams", type=int, default=2, help="CUDA streams (GPU back ends)")
+    p.add_argument("--streams", default="1", help="CUDA streams to sweep (GPU back ends)")
+    p.add_argument("--preprocess-threads", type=int, default=1, help="letterbox threads")
+    p.add_argument("--no-fp16", action="store_true", help="GPU engines in FP32")
     p.add_argument("--delay-ms", type=float, default=50.0, help="batching max queue delay")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per node run")
     p.add_argument("--rounds", type=int, default=2, help="alternating bare/node rounds")
@@ -276,9 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     encoding = common_pb2.ENCODING_JPEG if args.encoding == "jpeg" else common_pb2.ENCODING_BGR
     images = bench_frames(args.width, args.height, 16)
     points: list[Point] = []
-    latencies_ms: dict[int, list[float]] = {}
-    for b in (int(x) for x in args.batch.split(",")):
-        inflight = args.inflight or max(2 * b, args.cameras)
+    latencies_ms: dict[tuple[int, int], list[float]] = {}
+    sweep = [(int(st), int(b)) for st in args.streams.split(",") for b in args.batch.split(",")]
+    for streams, b in sweep:
+        inflight = args.inflight or max(2 * b * streams, args.cameras)
         cfg = EdgeConfig.model_validate(
             {
                 "listen": "tcp://127.0.0.1:0",
@@ -286,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                 "runtime": {
                     "backend": args.backend,
                     "threads": threads,
-                    "streams": args.streams,
+                    "streams": streams,
+                    "fp16": not args.no_fp16,
+                    "preprocess_threads": args.preprocess_threads,
                     "min_batch": 1,
                     "opt_batch": b,
                     "max_batch": b,
@@ -316,9 +338,10 @@ def main(argv: list[str] | None = None) -> int:
         fps, lat, mean_batch = best_node.fps, best_node.latencies_s, best_node.mean_batch
         bare_best = max(bare_runs)
         ms = np.array(lat) * 1e3
-        latencies_ms[b] = sorted(round(float(x), 2) for x in ms)
+        latencies_ms[(streams, b)] = sorted(round(float(x), 2) for x in ms)
         pt = Point(
             b,
+            streams,
             args.frames,
             round(bare_best, 2),
             round(fps, 2),
@@ -329,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         points.append(pt)
         print(
-            f"batch {b}: bare {pt.bare_fps:.2f} fps, node {pt.node_fps:.2f} fps, "
+            f"streams {streams} batch {b}: bare {pt.bare_fps:.2f} fps, node {pt.node_fps:.2f} fps, "
             f"ratio {pt.ratio:.3f}, latency p50 {pt.p50_ms} ms p99 {pt.p99_ms} ms, "
             f"mean batch {pt.mean_batch}",
             flush=True,
@@ -345,7 +368,14 @@ def main(argv: list[str] | None = None) -> int:
         "best_batch": best.batch,
         "sweep": [asdict(q) for q in points],
         # The best point's per-frame latencies, for a CDF.
-        "latencies_ms": latencies_ms[best.batch],
+        "latencies_ms": latencies_ms[(best.streams, best.batch)],
+        # Node frames/s with N streams over 1 stream, per batch size (GPU back ends).
+        "stream_gain": {
+            f"{q.streams}x_b{q.batch}": round(q.node_fps / one.node_fps, 3)
+            for q in points
+            for one in points
+            if one.streams == 1 and one.batch == q.batch and q.streams != 1
+        },
         "model": str(model),
         "backend": args.backend,
         "threads": threads,
@@ -355,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "inflight": args.inflight or "2 batches",
         "machine": cpu_model(),
+        "gpu": gpu_model() if args.backend != "onnxruntime-cpu" else "",
     }
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")

@@ -59,7 +59,7 @@ class Ingest:
         self.max_payload = max_payload
         self._last_seq: dict[str, int] = {}
 
-    def handle(self, parts: Sequence[Any], identity: str = "?") -> IngestResult:
+    def handle(self, parts: Sequence[Any], identity: Any = None) -> IngestResult:
         """Check one message (without its identity part); never raises."""
         header: frame_pb2.FrameHeader | None = None
         try:
@@ -85,14 +85,14 @@ class Ingest:
         frame = QueuedFrame(header, image, time.time_ns(), time.monotonic())
         return IngestResult(make_ack(cam, seq, ACCEPTED), frame)
 
-    def _reject(self, parts: Sequence[Any], exc: MalformedMessage, identity: str) -> IngestResult:
+    def _reject(self, parts: Sequence[Any], exc: MalformedMessage, identity: Any) -> IngestResult:
         # Name the frame in the ack when the header got far enough to be parsed.
         cam, seq = (exc.header.camera_id, exc.header.sequence) if exc.header else ("", 0)
         self.metrics.frames.labels("rejected").inc()
         self.metrics.rejected.labels(exc.reason).inc()
         log.warning(
-            "rejected frame from %s camera=%r seq=%d (%s): %s",
-            identity,
+            "rejected frame from peer %s camera=%r seq=%d (%s): %s",
+            bytes(memoryview(identity)).hex() if identity is not None else "?",
             cam,
             seq,
             exc.reason,

@@ -206,7 +206,7 @@ class EdgeNode:
                     except zmq.Again:
                         break
                     identity = parts[0]
-                    result = self.ingest.handle(parts[1:], identity.bytes.hex())
+                    result = self.ingest.handle(parts[1:], identity)
                     router.send_multipart([identity, result.ack.SerializeToString()], copy=False)
                     if result.frame is not None:
                         self.queues.put(result.frame)

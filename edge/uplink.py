@@ -57,6 +57,8 @@ class Uplink:
         self._call: Any = None
         self._channel: Any = None
         self._broken = threading.Event()
+        # The cloud asked for a pause (CROP_STATUS_RETRY with retry_after_ms) until then.
+        self._retry_until = 0.0
         self._thread = threading.Thread(target=self._run, name="edge-uplink", daemon=True)
 
     def _on_breaker(self, state: BreakerState) -> None:
@@ -183,6 +185,10 @@ class Uplink:
                 self._stop.wait(min(wait, 0.2))
                 continue
             self._expire()
+            pause = self._retry_until - time.monotonic()
+            if pause > 0:
+                self._stop.wait(min(pause, 0.2))
+                continue
             with self._cond:
                 inflight = len(self._pending)
             # In half-open state only the probe batch is out; wait for its verdict.
@@ -261,6 +267,7 @@ class Uplink:
             else:
                 self.metrics.crops.labels("retry").inc()
                 retry.append(p.crop)
+                self._retry_until = max(self._retry_until, now + ack.retry_after_ms / 1e3)
                 self.breaker.failure(f"cloud busy: {ack.reason or 'retry'}")
         if retry:
             self._requeue(retry)

@@ -24,7 +24,8 @@ def make_cfg(**over: Any) -> EdgeConfig:
         "listen": "tcp://127.0.0.1:0",
         "publish": "tcp://127.0.0.1:0",
         "model": {"input_size": MODEL_SIZE},
-        "batching": {"max_batch": 4, "max_queue_delay_ms": 5},
+        # Queues deep enough that a test's burst is never shed (the overload test says less).
+        "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
     }
     for k, v in over.items():
         base[k] = {**base[k], **v} if isinstance(v, dict) and k in base else v
