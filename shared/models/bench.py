@@ -31,6 +31,7 @@ class VariantResult:
     file_bytes: int
     median_ms: float
     p90_ms: float
+    cpu_ms: float  # median process CPU time per run: steadier than wall time under load
     agreement: Agreement | None  # None for the reference itself
 
 
@@ -49,8 +50,9 @@ class BenchReport:
         """A markdown table of the results."""
         ref = self.results[0]
         lines = [
-            f"| {self.name} | precision | size MB | median ms | p90 ms | speed-up | agreement |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            f"| {self.name} | precision | size MB | median ms | p90 ms | CPU ms | speed-up "
+            "(wall / CPU) | agreement |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for r in self.results:
             if r.agreement is None:
@@ -59,11 +61,14 @@ class BenchReport:
                 agree = f"{r.agreement.metric} undefined (no boxes)"
             else:
                 agree = f"{r.agreement.metric} {r.agreement.value:.3f}"
+            if r.agreement is not None and r.agreement.metric == "box_f1":
+                agree += f" ({r.agreement.reference_items} vs {r.agreement.test_items} boxes)"
             if r.agreement is not None:
                 agree += f", rel. error {r.agreement.output_rel_error:.3f}"
             lines.append(
                 f"| {r.variant} | {r.precision} | {r.file_bytes / 1e6:.1f} | {r.median_ms:.2f} "
-                f"| {r.p90_ms:.2f} | x{ref.median_ms / max(r.median_ms, 1e-9):.2f} | {agree} |"
+                f"| {r.p90_ms:.2f} | {r.cpu_ms:.2f} | x{ref.median_ms / max(r.median_ms, 1e-9):.2f}"
+                f" / x{ref.cpu_ms / max(r.cpu_ms, 1e-9):.2f} | {agree} |"
             )
         return "\n".join(lines)
 
@@ -95,10 +100,23 @@ def compare(
     conf: float = 0.25,
     backend: str = "onnxruntime-cpu",
 ) -> BenchReport:
-    """Load each variant, check agreement with the first, and time them interleaved."""
-    loaded: list[LoadedModel] = [
-        repo.open(name, backend=backend, variant=v, threads=threads) for v in variants
-    ]
+    """Load each variant, check agreement with the first, and time them interleaved.
+
+    A variant may name its back end, `key@backend` (e.g. `primary@onnxruntime-cuda`,
+    `trt-fp16@tensorrt`); otherwise `backend` runs it.
+
+    With threads=1 the CPU time per run is the compute cost itself, which other processes
+    on a shared machine inflate far less than the wall time.
+    """
+    loaded: list[LoadedModel] = []
+    labels: list[str] = []
+    for spec in variants:
+        # "variant@backend" runs that variant on another back end (e.g. trt-fp16@tensorrt).
+        key, _, on = spec.partition("@")
+        on = on or backend
+        options = {"threads": threads} if on.startswith("onnxruntime-cpu") else {}
+        loaded.append(repo.open(name, backend=on, variant=key, **options))
+        labels.append(spec if "@" in spec else loaded[-1].variant)
     try:
         manifest = loaded[0].manifest
         x = prepare(manifest.input, read_frames(clip, frames, 0.5))
@@ -108,22 +126,25 @@ def compare(
             m.runner.run(probe)
             m.runner.run(probe)
         times: list[list[float]] = [[] for _ in loaded]
+        cpu: list[list[float]] = [[] for _ in loaded]
         for _ in range(runs):
             for i, m in enumerate(loaded):
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 m.runner.run(probe)
                 times[i].append((time.perf_counter() - t0) * 1e3)
+                cpu[i].append((time.process_time() - c0) * 1e3)
         results = []
         for i, m in enumerate(loaded):
             t = sorted(times[i])
             agree = None if i == 0 else agreement(manifest, outs[0], outs[i], conf)
             results.append(
                 VariantResult(
-                    variant=m.variant,
+                    variant=labels[i],
                     precision=_precision(m),
                     file_bytes=m.path.stat().st_size,
                     median_ms=statistics.median(t),
                     p90_ms=t[min(len(t) - 1, round(0.9 * (len(t) - 1)))],
+                    cpu_ms=statistics.median(cpu[i]),
                     agreement=agree,
                 )
             )

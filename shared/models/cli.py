@@ -113,7 +113,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--variants",
         default="",
-        help="Comma-separated variant keys; the first is the reference "
+        help="Comma-separated variant keys, each optionally KEY@BACKEND (e.g. "
+        "primary@onnxruntime-cuda,trt-fp16@tensorrt); the first is the reference "
         "(default: primary, then every ONNX variant).",
     )
     p.add_argument("--clip", required=True, help="Video whose frames are the inputs.")

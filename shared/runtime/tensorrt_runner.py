@@ -70,7 +70,13 @@ class TensorRTRunner(CudaStagedRunner):
         self._logger = trt.Logger(trt.Logger.WARNING)
         profile = Profile(min_batch, opt_batch, max_batch)
         cached = engine_path(path, engine_cache, profile, fp16, trt.__version__, cuda.device_name())
-        if cached.is_file():
+        if path.suffix == ".engine":
+            # A prebuilt engine from the model repository (`strata models engine`), whose
+            # manifest records the GPU and TensorRT version it was built for.
+            log.info("loading prebuilt TensorRT engine %s", path)
+            cached = path
+            blob = path.read_bytes()
+        elif cached.is_file():
             log.info("loading TensorRT engine %s", cached)
             blob = cached.read_bytes()
         else:
