@@ -357,7 +357,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--crop-width", type=int, default=192)
     p.add_argument("--crop-height", type=int, default=256)
     p.add_argument("--json", metavar="OUT", help="write the results here")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="1 and 4 clients, 2 s windows, 1 round (for strata bench)",
+    )
     args = p.parse_args(argv)
+    if args.quick:
+        args.concurrency, args.seconds, args.rounds = [1, 4], 2.0, 1
+        args.warmup, args.bare_seconds = 0.5, 1.5
     result = run_bench(args)
     text = json.dumps(result, indent=2)
     if args.json:

@@ -171,9 +171,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--gate-threshold", type=float, help="override device.gate.threshold")
     p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument(
+        "--motion-sweep",
+        default="0,2,4,6,8,10,14,20",
+        help="motion thresholds for the frames-kept curve (gate off); empty: none",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="1 repeat, no vtest.avi, a 120-frame synthetic clip, 4 sweep points (strata bench)",
+    )
     args = p.parse_args(argv)
+    if args.quick:
+        args.repeats, args.avi = 1, Path("/nonexistent")
+        args.synthetic = args.synthetic.replace("frames=300", "frames=120")
+        args.motion_sweep = "0,4,10,20"
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
+    if args.quick and not args.clip.exists():
+        from strata.shared.synthetic import SyntheticClip
+
+        # No real clip here (no apt): --quick still measures a 768x576 H.264 clip.
+        print(f"bench: {args.clip} missing; --quick uses a synthetic 768x576 clip", file=sys.stderr)
+        fallback = Path(tempfile.mkdtemp(prefix="strata-bench-")) / "synthetic-768x576.mp4"
+        args.clip = SyntheticClip(width=768, height=576, frames=300, seed=2).write(fallback)
     if not args.clip.exists():
         print(f"bench: {args.clip} missing; run `python .ci/test_data.py`", file=sys.stderr)
         return 2
@@ -213,9 +234,28 @@ def main(argv: list[str] | None = None) -> int:
     from strata.shared.synthetic import SyntheticClip
 
     params = {k: int(v) for k, v in (kv.split("=") for kv in args.synthetic.split(",") if kv)}
+    sweep: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         syn = SyntheticClip(**params).write(Path(tmp) / "synthetic.mp4")  # type: ignore[arg-type]
         clips["synthetic"] = run_agent(syn, base, args.models_repository)
+        sweep_clips = [syn] if args.quick else [syn, args.clip]
+        for t in (float(x) for x in args.motion_sweep.split(",") if x.strip()):
+            # The motion gate alone: the curve shows what each threshold keeps.
+            cfg = base.model_copy(
+                update={
+                    "motion": base.motion.model_copy(update={"threshold": t}),
+                    "gate": base.gate.model_copy(update={"enabled": False}),
+                }
+            )
+            for path in sweep_clips:
+                r = run_agent(path, cfg, args.models_repository)
+                sweep.append(
+                    {
+                        "clip": path.name,
+                        "threshold": t,
+                        "kept_fraction": round(r.sent / r.frames, 4) if r.frames else 0.0,
+                    }
+                )
 
     result: dict[str, Any] = {
         "decode_fps": dec,
@@ -235,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             r.cpu_seconds / r.frames * 1000 for r in agent_runs
         ),
         "clips": {k: asdict(v) for k, v in clips.items()},
+        "motion_sweep": sweep,
         "config": {
             "motion": base.motion.model_dump(),
             "gate": base.gate.model_dump(),

@@ -118,6 +118,14 @@ def plot_data(runs: dict[str, TierRun], clips: list[ClipResult]) -> plots.PlotDa
         data.throughput["bare ONNX Runtime"] = [
             (float(p["batch"]), float(p["bare_fps"])) for p in sweep if "bare_fps" in p
         ]
+    cloud = runs.get("cloud")
+    points = lookup(cloud.data, "sweep") if cloud else None
+    if isinstance(points, list):
+        data.throughput["cloud Classify (x: batch the batcher formed)"] = [
+            (float(p["mean_batch"]), float(p["served_ips"]))
+            for p in points
+            if "mean_batch" in p and "served_ips" in p
+        ]
     device = runs.get("device")
     motion = lookup(device.data, "motion_sweep") if device else None
     if isinstance(motion, list):

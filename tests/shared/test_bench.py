@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from strata.shared.bench import report
 from strata.shared.bench.agreement import Agreement
@@ -54,24 +53,26 @@ def test_meaning_says_when_the_reference_found_nothing() -> None:
 
 
 @pytest.mark.slow
-def test_cascade_over_the_real_daemons(tmp_path: Path) -> None:
+def test_bench_quick_writes_every_key(tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    skips = ["--skip", "device", "--skip", "edge", "--skip", "cloud", "--skip", "ultralytics"]
     cmd = [sys.executable, "-m", "strata.shared.cli.main", "bench", "--quick", "--out", str(out)]
-    proc = subprocess.run([*cmd, *skips], capture_output=True, text=True, timeout=280)
-    # The tiers' keys are missing on purpose, so the bench says so and exits 1.
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    proc = subprocess.run(
+        [*cmd, "--skip", "ultralytics"], capture_output=True, text=True, timeout=400
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     rep = json.loads((out / "report.json").read_text())
-    for key in report.CASCADE_KEYS:
-        assert isinstance(rep[key], int | float), key
+    assert rep["missing"] == []
+    for key in report.REQUIRED:
+        assert isinstance(rep[key], int | float) and not isinstance(rep[key], bool), key
     assert rep["cascade.frames_total"] == 30
     assert 0 < rep["cascade.frames_to_edge"] <= 30
     assert rep["cascade.bytes_to_edge"] > 0 and rep["cascade.bytes_source"] > 0
-    assert 0 <= rep["cascade.f1"] <= 1
+    for key in ("cascade.tagging", "cascade.counting", "cascade.f1", "device.ratio"):
+        assert 0 <= rep[key] <= 1.5, key
     truth = rep["clips"]["synthetic.mp4"]["vs_truth"]
     assert truth["frames"] == 30 and 0 <= truth["f1"] <= 1
-    assert rep["machine"]["cores"] >= 1
-    assert set(rep["missing"]) == {k for k in report.REQUIRED if not k.startswith("cascade.")}
+    assert rep["machine"]["cores"] >= 1 and rep["machine"]["cpu"]
     assert "Cascade" in (out / "report.md").read_text()
-    if "latency_cdf.png" in rep["plots"]:
-        assert np.frombuffer((out / "latency_cdf.png").read_bytes()[:4], np.uint8)[1] == ord("P")
+    for name in rep["plots"]:
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert "kept_vs_motion_threshold.png" in rep["plots"]
