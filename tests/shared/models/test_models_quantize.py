@@ -161,3 +161,9 @@ def test_promoted_int8_loads_by_name(
     assert main(["models", "promote", "tiny", "-r", str(tiny_repo), "--variant", "fp16",
                  "--as", "x"]) == 2  # fmt: skip
     assert "no variant 'fp16'" in capsys.readouterr().err
+
+
+def test_calibration_stride_divides_the_samples() -> None:
+    from strata.shared.models.quantize import calibration_stride
+
+    assert [calibration_stride(n) for n in (1, 2, 6, 7, 8, 9, 32)] == [1, 2, 3, 1, 4, 3, 4]
