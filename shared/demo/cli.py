@@ -30,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--source",
         action="append",
         metavar="FILE|URL",
-        help="a video file or rtsp:// URL; repeat for several cameras (default: synthetic clip)",
+        help="a video file or rtsp:// URL; repeat for several cameras (default: the synthetic "
+        "clip at camera pace). Files are read as fast as they decode, so the edge is set to "
+        "queue every kept frame rather than shed",
     )
     p.add_argument("--out", default="demo-out", metavar="DIR", help="output folder (demo-out)")
     p.add_argument(

@@ -37,6 +37,10 @@ SYNTHETIC = "synthetic://"
 SYNTHETIC_PARAMS = {"width": 640, "height": 480, "fps": 5, "objects": 4, "seed": 0}
 
 
+# Edge queue per camera when a source is a file (see DemoSession.run).
+FILE_QUEUE = 100_000
+
+
 def synthetic_source(frames: int) -> str:
     """The device agent's source string for the built-in clip."""
     query = "&".join(f"{k}={v}" for k, v in {**SYNTHETIC_PARAMS, "frames": frames}.items())
@@ -118,7 +122,13 @@ class DemoSession:
             startup_timeout_s=self.opts.startup_timeout_s,
             progress_every_s=0.5 if tty else 5.0,
         )
-        overrides = {"cloud": {"store": {"path": str(self.db_dir / "events.sqlite")}}}
+        overrides: dict[str, Any] = {
+            "cloud": {"store": {"path": str(self.db_dir / "events.sqlite")}}
+        }
+        if any(is_file_source(c.source) for c in cameras):
+            # A file is read as fast as it decodes, not at camera pace: let the edge queue
+            # every kept frame (latency shows the wait) instead of shedding most of them.
+            overrides["edge"] = {"batching": {"queue_per_camera": FILE_QUEUE}}
         from .stack import merge
 
         self.pipeline = PipelineRun(
