@@ -31,6 +31,7 @@ class CameraState(Enum):
     RUNNING = "running"
     RECONNECTING = "reconnecting"
     ENDED = "ended"
+    STOPPED = "stopped"
     FAILED = "failed"
 
 
@@ -149,7 +150,7 @@ class CameraWorker:
                 self.state = CameraState.ENDED
                 log.info("camera %s: %s ended after %d frames", self.camera_id, self.source, got)
                 return
-            self.state = CameraState.ENDED
+            self.state = CameraState.STOPPED
         except Exception as exc:  # a bug must not take the other cameras down
             self.state = CameraState.FAILED
             self.error = f"unexpected error: {exc!r}"
@@ -180,8 +181,10 @@ class CameraWorker:
             attempt,
             self.cfg.backoff_max_s,
         )
-        self._stop.wait(delay)
-        return not self._stop.is_set()
+        if self._stop.wait(delay):
+            self.state = CameraState.STOPPED
+            return False
+        return True
 
     def _read(self, src: Source) -> int:
         """Run the source until it ends; returns frames read. SourceError when it dies."""

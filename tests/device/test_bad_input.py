@@ -52,6 +52,7 @@ def test_bad_sources_fail_alone_with_one_clear_line(
         status = {s.camera_id: s for s in agent.statuses()}
         errors = CameraCounts.read(agent.metrics.registry, "unreachable").source_errors
         agent.stop(drain_timeout_s=5.0)
+        after_stop = {s.camera_id: s.state for s in agent.statuses()}
         good = CameraCounts.read(agent.metrics.registry, "good")
         received = sink.received()
 
@@ -60,6 +61,7 @@ def test_bad_sources_fail_alone_with_one_clear_line(
     for cam in ("missing", "truncated", "text"):
         assert status[cam].state == CameraState.FAILED, status[cam]
     assert status["unreachable"].state == CameraState.RECONNECTING
+    assert after_stop["unreachable"] == CameraState.STOPPED
     assert errors >= 2, "the unreachable camera keeps retrying"
 
     lines = {
