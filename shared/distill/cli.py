@@ -51,7 +51,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--student-hours", type=float, default=0.0, help="Detector time budget (overrides epochs)."
     )
-    p.add_argument("--student-batch", type=int, default=16, help="Detector batch size.")
+    p.add_argument("--student-batch", type=int, default=8, help="Detector batch size.")
     p.add_argument(
         "--student-weights", help="Skip detector training: export and score this checkpoint."
     )

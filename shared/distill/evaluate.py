@@ -21,17 +21,24 @@ IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
 
 @dataclass(frozen=True, slots=True)
 class SpeedComparison:
-    """Per-frame time of the student and of the HOG teacher, measured interleaved."""
+    """Per-frame time of the student and of the HOG teacher, measured interleaved.
+
+    Both run on one thread (ONNX Runtime intra-op 1, cv2.setNumThreads(1)), so CPU time
+    per frame is comparable and far less inflated than wall time by other jobs.
+    """
 
     frames: int
-    student_ms: float  # median, letterbox + inference + decode, batch 1
-    hog_ms: float  # median, detectMultiScale on the full frame
+    student_ms: float  # median wall, letterbox + inference + decode, batch 1
+    hog_ms: float  # median wall, detectMultiScale on the full frame
+    student_cpu_ms: float  # median CPU time of the same calls
+    hog_cpu_ms: float
     student_imgsz: int
     frame_size: str
 
     @property
     def speedup(self) -> float:
-        return self.hog_ms / self.student_ms if self.student_ms > 0 else float("nan")
+        """HOG CPU time over student CPU time (above 1: the student is faster)."""
+        return self.hog_cpu_ms / self.student_cpu_ms if self.student_cpu_ms > 0 else float("nan")
 
 
 def score_detector(
@@ -57,8 +64,12 @@ def compare_speed(
     onnx: Path, clips: list[ClipLabels], frames: int = 40, warmup: int = 3
 ) -> SpeedComparison:
     """Student vs HOG per frame on the same held-out frames, alternating, medians."""
-    det = YoloDetector(onnx, conf=0.25)
+    import cv2
+
+    det = YoloDetector(onnx, conf=0.25, threads=1)
     hog = HogTeacher()
+    threads_before = cv2.getNumThreads()
+    cv2.setNumThreads(1)
     picked: list[np.ndarray] = []
     for lab in clips:
         for i, frame in enumerate(read_frames(lab.clip)):
@@ -68,25 +79,30 @@ def compare_speed(
         raise ValueError("no held-out frames to time")
     s_times: list[float] = []
     h_times: list[float] = []
+    s_cpu: list[float] = []
+    h_cpu: list[float] = []
     try:
         for k, frame in enumerate(picked):
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             det.detect(frame)
-            t1 = time.perf_counter()
+            c1, t1 = time.thread_time(), time.perf_counter()
             hog.detect(frame)
-            t2 = time.perf_counter()
+            c2, t2 = time.thread_time(), time.perf_counter()
             if k >= warmup:
                 s_times.append(t1 - t0)
                 h_times.append(t2 - t1)
+                s_cpu.append(c1 - c0)
+                h_cpu.append(c2 - c1)
     finally:
         det.close()
+        cv2.setNumThreads(threads_before)
     h, w = picked[0].shape[:2]
+
+    def med(v: list[float]) -> float:
+        return 1000.0 * float(np.median(v)) if v else float("nan")
+
     return SpeedComparison(
-        len(s_times),
-        1000.0 * float(np.median(s_times)) if s_times else float("nan"),
-        1000.0 * float(np.median(h_times)) if h_times else float("nan"),
-        det.size,
-        f"{w}x{h}",
+        len(s_times), med(s_times), med(h_times), med(s_cpu), med(h_cpu), det.size, f"{w}x{h}"
     )
 
 

@@ -44,7 +44,7 @@ class DistillRequest:
     imgsz: int = 320
     student_epochs: int = 30
     student_hours: float = 0.0
-    student_batch: int = 16
+    student_batch: int = 8
     student_weights: Path | None = None  # skip training: export and score this checkpoint
     gate_epochs: int = 3
     gate_size: int = 224
