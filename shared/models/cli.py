@@ -36,7 +36,11 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "kind", choices=["yolo", "mobilenetv3_small", "swin"], help="Architecture family."
     )
-    p.add_argument("--name", help="Model name in the repository (default: from the kind).")
+    p.add_argument(
+        "--name",
+        help="Model name in the repository (default: yolov8n or the yaml's stem, "
+        "mobilenetv3_small, swin).",
+    )
     p.add_argument(
         "--weights",
         default="",
@@ -270,6 +274,8 @@ def run_build(args: argparse.Namespace) -> int:
             line.strip() for line in Path(args.labels).read_text().splitlines() if line.strip()
         )
     default_name = {"yolo": "yolov8n", "mobilenetv3_small": "mobilenetv3_small", "swin": "swin"}
+    if args.kind == "yolo" and args.arch:
+        default_name["yolo"] = Path(args.arch).stem  # yolov8s.yaml -> yolov8s
     req = BuildRequest(
         kind=args.kind,
         name=args.name or default_name[args.kind],

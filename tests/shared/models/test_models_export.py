@@ -98,3 +98,23 @@ def test_build_from_a_checkpoint_is_labelled_with_it(tmp_path: Path) -> None:
     with torch.no_grad():
         want = model.eval()(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(_run(tmp_path / "repo", "gate", x), want, rtol=1e-3, atol=1e-4)
+
+
+def test_build_yolo_from_an_ultralytics_checkpoint(tmp_path: Path) -> None:
+    from ultralytics.nn.tasks import DetectionModel
+
+    torch.manual_seed(2)
+    model = DetectionModel("yolov8n.yaml", nc=3, verbose=False)
+    model.names = {0: "person", 1: "car", 2: "bicycle"}
+    ckpt = tmp_path / "det3.pt"
+    torch.save({"model": model, "train_args": {}}, ckpt)
+    assert main(["models", "build", "yolo", "--weights", str(ckpt), "-r", str(tmp_path / "r"),
+                 "--imgsz", "64"]) == 0  # fmt: skip
+    m = ModelRepository(tmp_path / "r").manifest("yolov8n")
+    assert m.labels == ("person", "car", "bicycle") and m.source.trained is True
+    x = np.random.default_rng(0).random((2, 3, 64, 64), dtype=np.float32)
+    out = _run(tmp_path / "r", "yolov8n", x)
+    assert out.shape == (2, 4 + 3, 84)
+    with torch.no_grad():
+        want = model.float().eval().fuse(verbose=False)(torch.from_numpy(x))[0].numpy()
+    np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-2)
