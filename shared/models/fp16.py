@@ -28,7 +28,7 @@ def add_fp16_variant(repository: Path, name: str, key: str = "fp16") -> Variant:
     """Convert `name`'s primary file to FP16 and record it as variant `key`."""
     repo = ModelRepository(repository)
     manifest, _, src = repo.file_of(name)
-    dst = src.with_name(f"{src.stem}.fp16.onnx")
+    dst = src.with_name(f"{src.stem}.{key}.onnx")
     convert_fp16(src, dst)
     variant = Variant(
         file=dst.name,

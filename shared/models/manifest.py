@@ -13,6 +13,7 @@ scripts) build a `Manifest` and call `save_manifest`; readers call `load_manifes
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -171,6 +172,15 @@ class Manifest(StrictModel):
     variants: dict[str, Variant] = Field(
         default_factory=dict, description="Other files by key, e.g. fp16, int8, trt-fp16."
     )
+
+    @field_validator("variants")
+    @classmethod
+    def _keys_are_names(cls, v: dict[str, Variant]) -> dict[str, Variant]:
+        for key in v:
+            # Keys name files (model.<key>.onnx) and appear on command lines.
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", key) or key == "primary":
+                raise ValueError(f"variant key {key!r}: letters, digits, _ . - only, not 'primary'")
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:

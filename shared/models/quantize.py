@@ -320,7 +320,9 @@ def quantize(
     calib_frames = read_frames(req.clip, req.samples, 0.0, req.progress)
     calib = prepare(manifest.input, calib_frames)
     del calib_frames
-    dst = src.with_name(f"{src.stem}.int8.onnx")
+    # One file per variant key, so a second calibration (e.g. --variant int8-minmax) keeps
+    # the first.
+    dst = src.with_name(f"{src.stem}.{req.variant}.onnx")
     n_float = quantize_file(
         src,
         dst,

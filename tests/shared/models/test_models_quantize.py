@@ -167,3 +167,17 @@ def test_calibration_stride_divides_the_samples() -> None:
     from strata.shared.models.quantize import calibration_stride
 
     assert [calibration_stride(n) for n in (1, 2, 6, 7, 8, 9, 32)] == [1, 2, 3, 1, 4, 3, 4]
+
+
+def test_each_variant_key_has_its_own_file(tiny_repo: Path, synthetic_mp4: Path) -> None:
+    repo = ModelRepository(tiny_repo)
+    for method, key in (("minmax", "int8"), ("percentile", "int8-pct")):
+        quantize(repo, QuantizeRequest(name="tiny", clip=synthetic_mp4, method=method, samples=3,
+                                       eval_frames=2, timing_runs=1, variant=key,
+                                       progress=False))  # fmt: skip
+    m = repo.manifest("tiny")
+    assert m.variants["int8"].file != m.variants["int8-pct"].file
+    for key in ("int8", "int8-pct"):
+        assert repo.open("tiny", variant=key).variant == key  # both checksums still hold
+    with pytest.raises(ValueError, match="variant key"):
+        m.model_validate({**m.model_dump(), "variants": {"../x": m.variants["int8"].model_dump()}})
