@@ -3,7 +3,9 @@
 Starts `strata cloud` as its own process, sweeps the number of concurrent Classify clients
 (each loop bounded in requests and time), reads the batch sizes the batcher formed from the
 server's /metrics, and after each point times the bare model session on batches of that size
-in this process. Reports throughput, p50/p90/p99 latency and served/bare at each point.
+in this process. Reports throughput, p50/p90/p99 latency and served/bare at each point, and
+CPU seconds per image of both (server process plus client threads, against the bare session):
+on a machine shared with other jobs the CPU ratio is the steadier figure.
 
     python -m strata.cloud.bench --json cloud-bench.json
 """
@@ -46,6 +48,9 @@ class Point:
     bare_batch: int
     bare_ips: float
     ratio: float
+    served_cpu_ms: float
+    bare_cpu_ms: float
+    cpu_ratio: float
 
 
 def _free_port() -> int:
@@ -109,10 +114,17 @@ def _load_bare(args: argparse.Namespace) -> tuple[object, int, str]:
     return loaded.runner, m.input.height, desc
 
 
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process, all threads."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _bare_ips(
     runner: object, side: int, batch: int, seconds: float, max_runs: int, reps: int = 3
-) -> float:
-    """Images per second of runner.run on a prefilled (batch, 3, side, side) tensor.
+) -> tuple[float, float]:
+    """(images per second, CPU seconds per image) of runner.run on a prefilled tensor.
 
     The best of `reps` windows: the machine is shared, and the bare figure is the limit the
     served figure is held against, so it must not be understated by a noisy moment.
@@ -121,6 +133,8 @@ def _bare_ips(
     run = runner.run  # type: ignore[attr-defined]
     run(x)
     best = 0.0
+    images = 0
+    cpu0 = time.process_time()
     for _ in range(reps):
         runs = 0
         t0 = time.perf_counter()
@@ -128,7 +142,8 @@ def _bare_ips(
             run(x)
             runs += 1
         best = max(best, runs * batch / (time.perf_counter() - t0))
-    return best
+        images += runs * batch
+    return best, (time.process_time() - cpu0) / images
 
 
 def _wait_serving(address: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -154,8 +169,12 @@ def _wait_serving(address: str, proc: subprocess.Popen[bytes], timeout: float) -
 
 def _drive(
     address: str, image: bytes, clients: int, warmup: float, seconds: float, max_requests: int
-) -> tuple[list[list[float]], int, float]:
-    """Run `clients` closed loops; (per-client latencies in the window, errors, seconds)."""
+) -> tuple[list[list[float]], int, float, int]:
+    """Run `clients` closed loops.
+
+    Returns per-client latencies in the window, errors in it, its seconds, and all requests
+    answered (warm-up included, for CPU per image).
+    """
     import grpc
     from strata.shared.contracts import (
         analytics_pb2,
@@ -172,6 +191,7 @@ def _drive(
     window_end = window_start + seconds
     lat: list[list[float]] = [[] for _ in range(clients)]
     errs = [0] * clients
+    done = [0] * clients
 
     def loop(i: int) -> None:
         channel = grpc.insecure_channel(address)
@@ -190,6 +210,7 @@ def _drive(
                 ok = False
             t1 = time.monotonic()
             n += 1
+            done[i] += ok
             # A request counts in the window when it completes inside it.
             if window_start <= t1 <= window_end:
                 if ok:
@@ -203,7 +224,7 @@ def _drive(
         t.start()
     for t in threads:
         t.join(warmup + seconds + 120)
-    return lat, sum(errs), seconds
+    return lat, sum(errs), seconds, sum(done)
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, object]:
@@ -250,12 +271,18 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
             window = 0.0
             bsum = bcount = 0.0
             bares: list[float] = []
+            bare_cpu: list[float] = []
+            served_cpu = 0.0
+            served_done = 0
             # Served and bare windows alternate, so both see the same load on a shared machine.
             for _ in range(args.rounds):
                 s0, n0 = _batch_stats(metrics_url)
-                got, errs, secs = _drive(
+                cpu0 = _proc_cpu(proc.pid) + time.process_time()
+                got, errs, secs, answered = _drive(
                     address, image, c, args.warmup, args.seconds / args.rounds, args.max_requests
                 )
+                served_cpu += _proc_cpu(proc.pid) + time.process_time() - cpu0
+                served_done += answered
                 s1, n1 = _batch_stats(metrics_url)
                 for mine, new in zip(per_client, got, strict=True):
                     mine.extend(new)
@@ -265,9 +292,11 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
                 bcount += n1 - n0
                 b = max(1, round(bsum / bcount)) if bcount else 1
                 time.sleep(0.3)  # let the server's runtime threads go idle
-                bares.append(
-                    _bare_ips(runner, side, b, args.bare_seconds / args.rounds, args.max_requests)
+                ips, cpu = _bare_ips(
+                    runner, side, b, args.bare_seconds / args.rounds, args.max_requests
                 )
+                bares.append(ips)
+                bare_cpu.append(cpu)
             mean_batch = bsum / bcount if bcount else 0.0
             b = max(1, round(mean_batch))
             bare = float(np.mean(bares))
@@ -292,6 +321,11 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
                     bare_batch=b,
                     bare_ips=round(bare, 2),
                     ratio=round(served / bare, 3) if bare else 0.0,
+                    served_cpu_ms=round(1000 * served_cpu / max(served_done, 1), 2),
+                    bare_cpu_ms=round(1000 * float(np.mean(bare_cpu)), 2),
+                    cpu_ratio=round(float(np.mean(bare_cpu)) * max(served_done, 1) / served_cpu, 3)
+                    if served_cpu
+                    else 0.0,
                 )
             )
             print(json.dumps(asdict(points[-1])), flush=True)
@@ -310,6 +344,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
             "cpu": _cpu_model(),
             "cores": os.cpu_count(),
             "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
             "python": platform.python_version(),
         },
         "settings": {
@@ -329,6 +364,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
         "ratio": best.ratio,
         "p50_ms": best.p50_ms,
         "p99_ms": best.p99_ms,
+        "cpu_ratio": best.cpu_ratio,
     }
 
 
