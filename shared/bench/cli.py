@@ -34,6 +34,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--tier-timeout", type=float, default=None, metavar="S", help="limit per tier benchmark"
     )
+    p.add_argument(
+        "--ultralytics-python",
+        default=sys.executable,
+        metavar="PYTHON",
+        help="interpreter with the export extra for the ultralytics side by side (default: this)",
+    )
     p.set_defaults(func=run)
 
 
@@ -59,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         vtest=find_vtest(args.vtest),
         tier_timeout_s=args.tier_timeout,
         command=" ".join(["strata", "bench", *sys.argv[2:]]),
+        ultralytics_python=args.ultralytics_python,
     )
     report: dict[str, Any] = run_bench(opts)
     return 0 if not report["missing"] else 1

@@ -204,8 +204,18 @@ def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> s
             )
     lines += ["", *meaning(clips)]
     side = r.get("ultralytics")
-    if side:
-        lines += ["", "## ultralytics side by side", "", f"{side}"]
+    if side and "ultralytics_fps" in side:
+        lines += [
+            "",
+            "## ultralytics side by side",
+            "",
+            f"On {side['clip']} ({side['frames']} frames, model {Path(side['model']).name}): "
+            f"ultralytics `YOLO(model).predict(stream=True)` {side['ultralytics_fps']} frames/s, "
+            f"strata's edge path {side['strata_pipeline_fps']} frames/s "
+            f"(ratio {side['ratio']}). {side['what']}.",
+        ]
+    elif side:
+        lines += ["", f"ultralytics side by side failed: {side.get('error')}"]
     if r.get("missing"):
         lines += ["", f"Missing (a benchmark failed or is absent): {', '.join(r['missing'])}"]
     errors = {t: x["error"] for t, x in r.get("tier_runs", {}).items() if x.get("error")}

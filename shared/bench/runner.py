@@ -26,6 +26,7 @@ class BenchOptions:
     vtest: Path | None = None
     tier_timeout_s: float | None = None
     command: str = "strata bench"
+    ultralytics_python: str = sys.executable
 
 
 def say(text: str) -> None:
@@ -73,29 +74,67 @@ def run_cascade(opts: BenchOptions, work: Path) -> list[ClipResult]:
     return clips
 
 
-def ultralytics_side_by_side(clip: Path, strata_fps: float | None) -> dict[str, Any] | None:
-    """ultralytics' own predict loop over the same clip and ONNX model, when installed."""
-    try:
-        from ultralytics import YOLO
-    except ImportError:
-        return None
+# Run in the interpreter that has ultralytics (the export extra), which need not have strata.
+_ULTRALYTICS = """
+import json, sys, time
+try:
+    from ultralytics import YOLO
+except ImportError:
+    sys.exit(3)
+clip, model = sys.argv[1], sys.argv[2]
+yolo = YOLO(model, task="detect")
+for _ in yolo.predict(clip, stream=True, imgsz=640, device="cpu", verbose=False, rect=False):
+    break  # warm-up: session creation and the first inference
+n, t = 0, time.perf_counter()
+for _ in yolo.predict(clip, stream=True, imgsz=640, device="cpu", verbose=False, rect=False):
+    n += 1
+print(json.dumps({"frames": n, "seconds": time.perf_counter() - t}))
+"""
+# rect=False: the ONNX model's batch axis is dynamic, which makes ultralytics letterbox to a
+# rectangle; the spatial axes are fixed at 640, so it must pad to the square like strata does.
+
+
+def ultralytics_side_by_side(
+    clip: Path, strata_fps: float | None, python: str, timeout_s: float = 600.0
+) -> dict[str, Any] | None:
+    """ultralytics' own `YOLO(model).predict(stream=True)` over the same clip and ONNX model.
+
+    None when `python` has no ultralytics (the export extra is not installed there).
+    """
+    import json
+    import os
+    import subprocess
+    import tempfile
+
     from ..models import ModelRepository
 
     _manifest, _variant, onnx_path = ModelRepository().file_of("yolov8n")
-    model = YOLO(str(onnx_path), task="detect")
-    n = 0
-    started = time.perf_counter()
-    for _ in model.predict(str(clip), stream=True, imgsz=640, device="cpu", verbose=False):
-        n += 1
-    seconds = time.perf_counter() - started
-    fps = n / seconds if seconds > 0 else 0.0
+    with tempfile.TemporaryDirectory() as cfg_dir:
+        env = {**os.environ, "YOLO_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "YOLO_CONFIG_DIR": cfg_dir}
+        proc = subprocess.run(
+            [python, "-c", _ULTRALYTICS, str(clip), str(onnx_path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+        )
+    if proc.returncode == 3:
+        return None
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1:] or ["failed"]}
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    fps = got["frames"] / got["seconds"] if got["seconds"] > 0 else 0.0
     return {
+        "python": python,
         "model": str(onnx_path),
         "clip": clip.name,
-        "frames": n,
+        "frames": got["frames"],
         "ultralytics_fps": round(fps, 2),
-        "strata_pipeline_fps": strata_fps,
+        "strata_pipeline_fps": round(strata_fps, 2) if strata_fps else None,
         "ratio": round(strata_fps / fps, 3) if strata_fps and fps else None,
+        "what": "ultralytics' predict loop (decode, letterbox, ONNX Runtime, NMS) in one "
+        "process against strata's reference run (device decode, ZeroMQ, edge batching, "
+        "YOLO, NMS, PUB), both over every frame of the same clip with the same ONNX model",
     }
 
 
@@ -159,11 +198,16 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     if "ultralytics" not in opts.skip and clips:
         strata_fps = clips[0].reference_fps or None
         try:
-            side = ultralytics_side_by_side(out / "cascade" / "synthetic.mp4", strata_fps)
+            side = ultralytics_side_by_side(
+                out / "cascade" / "synthetic.mp4", strata_fps, opts.ultralytics_python
+            )
         except Exception as exc:
             side = {"error": str(exc)}
         if side is None:
-            say("ultralytics is not installed (the export extra); side by side skipped")
+            say(
+                f"ultralytics is not installed for {opts.ultralytics_python} (the export extra; "
+                "--ultralytics-python names another interpreter); side by side skipped"
+            )
         extra["ultralytics"] = side
     written, notes = plots.write_all(plot_data(runs, clips), out)
     for note in notes:
