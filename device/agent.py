@@ -86,8 +86,10 @@ class Agent:
         self._stopped = False
 
     def start(self) -> None:
-        """Start the sender, the gate worker and every camera."""
-        self.sender.start()
+        """Start the sender, the gate worker and every camera; SenderError if the edge
+        endpoint is unusable."""
+        if not self.sender.started:
+            self.sender.start()
         self.worker.start()
         for cam in self.cameras:
             log.info("camera %s: %s", cam.camera_id, cam.source)

@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from .agent import Agent
     from .gate import GateLoadError
     from .metrics import CameraCounts
+    from .sender import SenderError
 
     extra = [
         {"source": src, "id": args.camera_id[i] if i < len(args.camera_id) else ""}
@@ -134,6 +135,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"strata device: {exc}", file=sys.stderr)
         return 2
     serve_metrics(agent.metrics.registry, dev.metrics.host, dev.metrics.port)
+    try:
+        agent.sender.start()
+    except SenderError as exc:
+        print(f"strata device: {exc}", file=sys.stderr)
+        return 2
 
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 _POLL_MS = 5
 
 
+class SenderError(RuntimeError):
+    """The sender cannot start (e.g. a malformed edge endpoint)."""
+
+
 class _Camera:
     __slots__ = ("box", "m", "overflow_log")
 
@@ -54,6 +58,8 @@ class Sender:
         self._stop = threading.Event()
         self._drain_deadline = float("inf")
         self._thread = threading.Thread(target=self._run, name="sender", daemon=True)
+        self._ready = threading.Event()
+        self.started = False
         self.error: str | None = None
 
     def add_camera(self, camera_id: str) -> Outbox:
@@ -100,8 +106,12 @@ class Sender:
         return sum(c.box.pending for c in self._cams.values())
 
     def start(self) -> None:
-        """Start the sender thread."""
+        """Start the sender thread; SenderError if it cannot connect its socket."""
+        self.started = True
         self._thread.start()
+        self._ready.wait(10.0)
+        if self.error is not None:
+            raise SenderError(self.error)
 
     def stop(self, drain_timeout_s: float = 0.0) -> None:
         """Stop after every frame is acked or `drain_timeout_s` has passed; then close."""
@@ -130,10 +140,11 @@ class Sender:
         try:
             sock.connect(self.endpoint)
         except zmq.ZMQError as exc:
-            self.error = f"cannot connect to edge {self.endpoint}: {exc}"
-            log.error("%s", self.error)
+            self.error = f"cannot use edge endpoint {self.endpoint!r}: {exc}"
             sock.close(0)
+            self._ready.set()
             return
+        self._ready.set()
         log.info("sending to edge %s", self.endpoint)
         try:
             while True:

@@ -56,3 +56,9 @@ def test_bad_config_key_is_named(tmp_path: Path) -> None:
     res = _strata("device", "--config", str(cfg), "--source", "x.mp4")
     assert res.returncode == 2
     assert "device.motion.treshold: unknown key" in res.stderr
+
+
+def test_bad_edge_endpoint_is_a_clear_error() -> None:
+    res = _strata("device", "--source", "synthetic://?frames=5", "--edge", "nonsense", "--no-gate")
+    assert res.returncode == 2
+    assert "cannot use edge endpoint 'nonsense'" in res.stderr

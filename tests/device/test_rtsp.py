@@ -151,7 +151,7 @@ def test_stalled_stream_is_noticed_within_the_read_timeout(
         t = time.monotonic()
         assert _until(lambda: agent.cameras[0].state == CameraState.RECONNECTING, 6.0)
         noticed = time.monotonic() - t
-        assert noticed < 1.5 + 0.5, f"stall noticed after {noticed:.1f}s"
+        assert noticed < 1.5 + 1.0, f"stall noticed after {noticed:.1f}s"
         server.send_signal(signal.SIGCONT)
         assert _until(lambda: agent.statuses()[0].reconnects == 1, 10.0), agent.statuses()
         n = counts().decoded
