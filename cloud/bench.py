@@ -232,7 +232,10 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
     runner, side, model_desc = _load_bare(args)
     image = _crop_jpeg(args.crop_width, args.crop_height)
     tmp = Path(tempfile.mkdtemp(prefix="strata-cloud-bench-"))
-    port, mport = _free_port(), _free_port()
+    port = _free_port()
+    mport = _free_port()
+    while mport == port:
+        mport = _free_port()
     address = f"127.0.0.1:{port}"
     model_yaml = (
         f"    path: {args.model_path}\n" if args.model_path else f"    name: {args.model}\n"

@@ -25,7 +25,7 @@ def test_bench_writes_the_sweep(colour_model: tuple[Path, Path], tmp_path: Path)
             "--rounds",
             "1",
             "--seconds",
-            "0.6",
+            "1.0",
             "--warmup",
             "0.2",
             "--bare-seconds",
@@ -39,7 +39,7 @@ def test_bench_writes_the_sweep(colour_model: tuple[Path, Path], tmp_path: Path)
         text=True,
         timeout=180,
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
     for key in ("bare_ips", "served_ips", "ratio", "p50_ms", "p99_ms"):
         assert doc[key] > 0, key
