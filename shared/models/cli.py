@@ -75,9 +75,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--clip", required=True, help="Video to calibrate and evaluate on.")
     p.add_argument(
         "--method",
-        choices=["entropy", "minmax", "percentile"],
+        choices=["entropy", "minmax", "percentile", "auto"],
         default="entropy",
-        help="Calibration method.",
+        help="Calibration method; auto tries all three and keeps the best agreement.",
     )
     p.add_argument("--samples", type=int, default=32, help="Calibration frames.")
     p.add_argument("--eval-frames", type=int, default=32, help="Frames to measure agreement on.")
@@ -372,6 +372,12 @@ def run_quantize(args: argparse.Namespace) -> int:
         f"  size             fp32 {rep.float_bytes / 1e6:.1f} MB, "
         f"int8 {rep.int8_bytes / 1e6:.1f} MB"
     )
+    if len(rep.tried) > 1:
+        tried = ", ".join(
+            f"{m} {_fmt_value(t.value)} (error {t.output_rel_error:.4f})"
+            for m, t in rep.tried.items()
+        )
+        print(f"  tried            {tried}; kept {rep.method}")
     for note in rep.notes:
         print(f"  note: {note}")
     if args.as_model:
@@ -395,6 +401,10 @@ def run_promote(args: argparse.Namespace) -> int:
         return 2
     print(f"{args.name}:{args.variant} -> model {m.name!r} ({m.precision}) in {repo.root}")
     return 0
+
+
+def _fmt_value(v: float | None) -> str:
+    return "undefined" if v is None else f"{v:.3f}"
 
 
 def run_engine(args: argparse.Namespace) -> int:

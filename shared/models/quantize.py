@@ -29,6 +29,7 @@ from .repository import ModelError, ModelRepository, sha256_of
 log = logging.getLogger(__name__)
 
 Method = Literal["entropy", "minmax", "percentile"]
+MethodChoice = Literal["entropy", "minmax", "percentile", "auto"]
 DEFAULT_KEEP_FLOAT = ("LayerNormalization", "Softmax")
 
 
@@ -38,7 +39,7 @@ class QuantizeRequest:
 
     name: str
     clip: Path
-    method: Method = "entropy"
+    method: MethodChoice = "entropy"
     samples: int = 32
     keep_float: tuple[str, ...] = DEFAULT_KEEP_FLOAT
     exclude_nodes: str = ""  # regex over node names, kept in float as well
@@ -75,6 +76,7 @@ class QuantizeReport:
     float_bytes: int
     int8_bytes: int
     notes: list[str] = field(default_factory=list)
+    tried: dict[str, Agreement] = field(default_factory=dict)  # method -> agreement
 
     @property
     def speedup(self) -> float:
@@ -310,41 +312,52 @@ def _timing(times: list[float]) -> Timing:
 def quantize(
     repository: ModelRepository, req: QuantizeRequest, into: ModelRepository | None = None
 ) -> QuantizeReport:
-    """Quantize `req.name`, measure it, and record it as variant `req.variant` in `into`."""
+    """Quantize `req.name`, measure it, and record it as variant `req.variant` in `into`.
+
+    With method "auto" every calibrator is tried and the one whose model agrees best with
+    the float model is kept (ties: the smaller output error); the others' figures are in
+    `report.tried`.
+    """
     target = into or repository
     manifest, _, src = repository.file_of(req.name)
     if manifest.precision != "fp32":
         raise ModelError(f"model {req.name!r}: quantize needs an fp32 primary file")
     if target.root != repository.root:
         src = copy_model(repository, target, req.name)
-    calib_frames = read_frames(req.clip, req.samples, 0.0, req.progress)
-    calib = prepare(manifest.input, calib_frames)
-    del calib_frames
+    calib = prepare(manifest.input, read_frames(req.clip, req.samples, 0.0, req.progress))
+    # Evaluate on frames between the calibration ones, so the two sets do not overlap.
+    evals = prepare(manifest.input, read_frames(req.clip, req.eval_frames, 0.5, req.progress))
+    name = manifest.input.name
+    f_sess = _session(src, req.threads)
+    ref = run_batched(f_sess, name, evals, "fp32", req.progress)
     # One file per variant key, so a second calibration (e.g. --variant int8-minmax) keeps
     # the first.
     dst = src.with_name(f"{src.stem}.{req.variant}.onnx")
-    n_float = quantize_file(
-        src,
-        dst,
-        calib,
-        manifest.input.name,
-        req.method,
-        req.keep_float,
-        req.exclude_nodes,
-        manifest.task,
-        req.progress,
+    methods: list[Method] = (
+        ["entropy", "minmax", "percentile"] if req.method == "auto" else [req.method]
     )
+    tried: dict[str, Agreement] = {}
+    best: tuple[Method, Agreement, int] | None = None
+    for method in methods:
+        out = dst if len(methods) == 1 else dst.with_name(f"{dst.stem}.{method}.onnx")
+        n_float = quantize_file(
+            src, out, calib, name, method, req.keep_float, req.exclude_nodes, manifest.task,
+            req.progress,
+        )  # fmt: skip
+        test = run_batched(_session(out, req.threads), name, evals, method, req.progress)
+        agree = agreement(manifest, ref, test, req.conf, req.iou)
+        tried[method] = agree
+        if best is None or _rank(agree) > _rank(best[1]):
+            best = (method, agree, n_float)
+            if out != dst:
+                out.replace(dst)
+        if out != dst and out.exists():
+            out.unlink()
+    assert best is not None
+    method, agree, n_float = best
     del calib
-
-    # Evaluate on frames between the calibration ones, so the two sets do not overlap.
-    evals = prepare(manifest.input, read_frames(req.clip, req.eval_frames, 0.5, req.progress))
-    f_sess, q_sess = _session(src, req.threads), _session(dst, req.threads)
-    name = manifest.input.name
-    ref = run_batched(f_sess, name, evals, "fp32", req.progress)
-    test = run_batched(q_sess, name, evals, "int8", req.progress)
-    agree = agreement(manifest, ref, test, req.conf, req.iou)
-    x = evals[:1]
-    f_time, q_time = time_pair(f_sess, q_sess, name, x, req.timing_runs)
+    q_sess = _session(dst, req.threads)
+    f_time, q_time = time_pair(f_sess, q_sess, name, evals[:1], req.timing_runs)
 
     notes = []
     if not manifest.source.trained:
@@ -361,7 +374,7 @@ def quantize(
             "per-channel S8 weights, U8 activations)"
         ),
         calibration=Calibration(
-            method=req.method,
+            method=method,
             samples=req.samples,
             clip=req.clip.name,
             kept_float=req.keep_float,
@@ -377,7 +390,7 @@ def quantize(
     return QuantizeReport(
         name=req.name,
         path=dst,
-        method=req.method,
+        method=method,
         samples=req.samples,
         kept_float_nodes=n_float,
         agreement=agree,
@@ -386,7 +399,13 @@ def quantize(
         float_bytes=src.stat().st_size,
         int8_bytes=dst.stat().st_size,
         notes=notes,
+        tried=tried,
     )
+
+
+def _rank(a: Agreement) -> tuple[float, float]:
+    # Higher agreement first (undefined counts as neither good nor bad), then lower error.
+    return (a.value if a.value is not None else -1.0, -a.output_rel_error)
 
 
 def copy_model(src: ModelRepository, dst: ModelRepository, name: str) -> Path:

@@ -181,3 +181,21 @@ def test_each_variant_key_has_its_own_file(tiny_repo: Path, synthetic_mp4: Path)
         assert repo.open("tiny", variant=key).variant == key  # both checksums still hold
     with pytest.raises(ValueError, match="variant key"):
         m.model_validate({**m.model_dump(), "variants": {"../x": m.variants["int8"].model_dump()}})
+
+
+def test_auto_method_keeps_the_best_calibrator(
+    tiny_repo: Path, synthetic_mp4: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["models", "quantize", "tiny", "-r", str(tiny_repo), "--clip", str(synthetic_mp4),
+               "--samples", "4", "--eval-frames", "4", "--runs", "1",
+               "--method", "auto"])  # fmt: skip
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "tried            entropy" in out and "minmax" in out and "percentile" in out
+    m = ModelRepository(tiny_repo).manifest("tiny")
+    cal = m.variants["int8"].calibration
+    assert cal is not None and cal.method in ("entropy", "minmax", "percentile")
+    assert sorted(p.name for p in (tiny_repo / "tiny").glob("*.onnx")) == [
+        "model.int8.onnx",
+        "model.onnx",
+    ]
