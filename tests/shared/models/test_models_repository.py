@@ -161,3 +161,16 @@ def test_tiny_classifier_helper_is_deterministic(tmp_path: Path) -> None:
     tiny_classifier(tmp_path / "a.onnx")
     tiny_classifier(tmp_path / "b.onnx")
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+def test_starter_files_are_package_data() -> None:
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parents[3]
+    cfg = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = cfg["package-data"]["strata.shared"]
+    for path in starter_repository().rglob("*"):
+        if path.is_file():
+            rel = path.relative_to(root / "shared").as_posix()
+            assert any(fnmatch.fnmatch(rel, p) for p in patterns), f"{rel} would miss the wheel"
