@@ -104,3 +104,16 @@ def test_build_engine_on_a_gpu(tiny_repo: Path) -> None:
     assert not again.rebuilt
     changed = ensure_engine(repo, "tiny", Profile(1, 4, 4), fp16=True, progress=False)
     assert changed.rebuilt and changed.reason is not None and "profile" in changed.reason
+
+
+def test_cli_engine_without_tensorrt_is_a_clear_error(
+    tiny_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from strata.shared.cli.main import main
+
+    if importlib.util.find_spec("tensorrt") is not None:
+        pytest.skip("tensorrt is installed here")
+    assert main(["models", "engine", "tiny", "-r", str(tiny_repo)]) == 2
+    assert "needs TensorRT 10" in capsys.readouterr().err
