@@ -92,11 +92,11 @@ def _until(cond: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
-def _agent(url: str, edge: str) -> Agent:
+def _agent(url: str, edge: str, *others: CameraConfig) -> Agent:
     cfg = fast_config(
         edge,
         None,
-        cameras=[CameraConfig(id="cam", source=url)],
+        cameras=[CameraConfig(id="cam", source=url), *others],
         source=SourceConfig(
             open_timeout_s=1.5, read_timeout_s=1.5, backoff_initial_s=0.2, backoff_max_s=0.5
         ),
@@ -142,16 +142,24 @@ def test_stalled_stream_is_noticed_within_the_read_timeout(
     url, start = rtsp_server
     edge = f"tcp://127.0.0.1:{port + 1 if port < 65535 else port - 1}"
     server = start()
-    agent = _agent(url, edge)
+    # A second camera, paced like a live one, must not notice the first one's trouble.
+    other = CameraConfig(
+        id="other", source="synthetic://?frames=2000&width=160&height=120&fps=20&realtime=1"
+    )
+    agent = _agent(url, edge, other)
     agent.start()
     try:
         counts = lambda: CameraCounts.read(agent.metrics.registry, "cam")  # noqa: E731
+        others = lambda: CameraCounts.read(agent.metrics.registry, "other").decoded  # noqa: E731
         assert _until(lambda: counts().decoded >= 20, 10.0), agent.statuses()
         server.send_signal(signal.SIGSTOP)  # alive but silent: a stalled stream
         t = time.monotonic()
+        during = others()
         assert _until(lambda: agent.cameras[0].state == CameraState.RECONNECTING, 6.0)
         noticed = time.monotonic() - t
         assert noticed < 1.5 + 1.0, f"stall noticed after {noticed:.1f}s"
+        # About 20 frames/s went on while the stream was stalled.
+        assert others() - during >= int(10 * noticed), (others() - during, noticed)
         server.send_signal(signal.SIGCONT)
         assert _until(lambda: agent.statuses()[0].reconnects == 1, 10.0), agent.statuses()
         n = counts().decoded
