@@ -138,7 +138,10 @@ class DemoSession:
             options,
             self._progress if self.opts.progress else None,
         )
+        # SIGTERM too (a supervisor or a test timeout): the daemons live in their own sessions,
+        # so only the demo can stop them.
         previous = signal.signal(signal.SIGINT, self._on_sigint)
+        previous_term = signal.signal(signal.SIGTERM, self._on_sigint)
         try:
             try:
                 outcome = self.pipeline.execute()
@@ -149,9 +152,11 @@ class DemoSession:
                 print(file=sys.stderr)
             # A second Ctrl-C must not cut the report short.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             return self._report(outcome)
         finally:
             signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, previous_term)
 
     def _source_bytes(self, cam: Camera) -> int | None:
         """A file's size; the synthetic clip's size as H.264 (written next to the report)."""

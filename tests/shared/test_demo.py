@@ -26,8 +26,12 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> str:
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        proc.terminate()  # the demo stops its daemons on SIGTERM
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
         pytest.fail(f"the demo did not finish in {timeout}s:\n{out}")
     return out
 
