@@ -26,8 +26,11 @@ from .agreement import Agreement, FrameBoxes, agreement, propagate
 
 log = logging.getLogger(__name__)
 
-# Both runs: the edge must not shed frames (a shed reference frame has no answer).
-NO_SHEDDING: dict[str, Any] = {"edge": {"batching": {"queue_per_camera": 100_000}}}
+# Both runs: the edge must not shed frames (a shed reference frame has no answer), and the
+# deep queue of a file read at full speed must not trigger batch-size degradation.
+NO_SHEDDING: dict[str, Any] = {
+    "edge": {"batching": {"queue_per_camera": 100_000, "delay_target_ms": 0}}
+}
 GATES_OFF: dict[str, Any] = {
     "device": {"motion": {"enabled": False}, "gate": {"enabled": False}},
     # The reference needs only the detector; no crops for the cloud.
@@ -105,7 +108,7 @@ def measure_clip(
     truth: list[FrameBoxes] | None = None,
     truth_labels: Labels | None = None,
     overrides: dict[str, Any] | None = None,
-    timeout_s: float = 300.0,
+    timeout_s: float = 1800.0,
 ) -> ClipResult:
     """Reference and cascade runs over `clip`, compared."""
     labels = truth_labels or Labels()

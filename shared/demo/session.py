@@ -127,8 +127,9 @@ class DemoSession:
         }
         if any(is_file_source(c.source) for c in cameras):
             # A file is read as fast as it decodes, not at camera pace: let the edge queue
-            # every kept frame (latency shows the wait) instead of shedding most of them.
-            overrides["edge"] = {"batching": {"queue_per_camera": FILE_QUEUE}}
+            # every kept frame (latency shows the wait) instead of shedding most of them, and
+            # keep the batch size (that wait is not a missed delay target).
+            overrides["edge"] = {"batching": {"queue_per_camera": FILE_QUEUE, "delay_target_ms": 0}}
         from .stack import merge
 
         self.pipeline = PipelineRun(
