@@ -56,7 +56,17 @@ def find_vtest(explicit: str | None) -> Path | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run everything asked for; 0 when every report key has a number."""
+    import signal
+
     from .runner import BenchOptions, run_bench
+
+    def _interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM and SIGINT (even where a shell started the bench with SIGINT ignored) unwind
+    # through the pipeline runs' cleanup, which stops the daemons they started.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
 
     opts = BenchOptions(
         out=Path(args.out),
