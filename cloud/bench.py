@@ -101,14 +101,17 @@ def _load_bare(args: argparse.Namespace) -> tuple[object, int, str]:
     """(runner, input side, description) of the same model the server loads."""
     from strata.shared.runtime import create_runner
 
-    options = {"threads": args.threads} if args.threads else {}
+    options: dict[str, int | bool] = {"threads": args.threads} if args.threads else {}
+    options["spin"] = args.spin
     if args.model_path:
         runner = create_runner(args.model_path, "onnxruntime-cpu", **options)
         side = runner.inputs[0].shape[2] or 224
         return runner, int(side), f"{args.model_path} (ONNX file)"
     from strata.shared.models import ModelRepository
 
-    loaded = ModelRepository(args.repository).open(args.model, "onnxruntime-cpu", **options)
+    loaded = ModelRepository(args.repository).open(
+        args.model, "onnxruntime-cpu", variant=None, **options
+    )
     m = loaded.manifest
     desc = f"{m.name}: {m.source.architecture}; trained={m.source.trained}"
     return loaded.runner, m.input.height, desc
@@ -246,6 +249,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
         + "cloud:\n  workers: 48\n  model:\n"
         + model_yaml
         + (f"    threads: {args.threads}\n" if args.threads else "")
+        + f"    spin: {str(args.spin).lower()}\n"
         + f"  batcher:\n    max_batch: {args.max_batch}\n"
         + f"    max_queue_delay_ms: {args.max_queue_delay_ms}\n    max_queue_size: 256\n"
         + f"  metrics:\n    port: {mport}\n"
@@ -354,6 +358,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
             "max_batch": args.max_batch,
             "max_queue_delay_ms": args.max_queue_delay_ms,
             "threads": args.threads,
+            "spin": args.spin,
             "crop": f"{args.crop_width}x{args.crop_height} JPEG",
             "rounds": args.rounds,
             "warmup_s": args.warmup,
@@ -378,6 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repository", default="", help="model repository; empty: the starter one")
     p.add_argument("--model-path", default="", help="an ONNX classifier instead of --model")
     p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads")
+    p.add_argument(
+        "--spin", action="store_true", help="let idle ONNX Runtime threads spin (both sides)"
+    )
     p.add_argument(
         "--concurrency",
         type=lambda s: [int(x) for x in s.split(",")],

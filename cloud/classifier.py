@@ -149,7 +149,9 @@ def _read_labels(path: str) -> list[str]:
 
 def load_classifier(cfg: CloudModelConfig, repository: str = "") -> Classifier:
     """The classifier the config names: an ONNX file, or a model of the repository."""
-    options: dict[str, int] = {"threads": cfg.threads} if cfg.threads else {}
+    options: dict[str, int | bool] = {"threads": cfg.threads} if cfg.threads else {}
+    if cfg.backend == "onnxruntime-cpu":
+        options["spin"] = cfg.spin
     if cfg.path:
         runner = create_runner(cfg.path, cfg.backend, **options)
         labels = _read_labels(cfg.labels_file) if cfg.labels_file else []
@@ -169,7 +171,9 @@ def load_classifier(cfg: CloudModelConfig, repository: str = "") -> Classifier:
     return clf
 
 
-def _from_repository(cfg: CloudModelConfig, repository: str, options: dict[str, int]) -> Classifier:
+def _from_repository(
+    cfg: CloudModelConfig, repository: str, options: dict[str, int | bool]
+) -> Classifier:
     from strata.shared.models import ModelRepository
 
     repo = ModelRepository(repository)

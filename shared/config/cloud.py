@@ -42,6 +42,10 @@ class CloudModelConfig(StrictModel):
     )
     backend: str = Field("onnxruntime-cpu", description="Runtime back end (shared.runtime).")
     threads: int = Field(0, ge=0, description="Intra-op threads; 0: the runtime's default.")
+    spin: bool = Field(
+        False,
+        description="Let idle ONNX Runtime CPU threads spin (lower latency, burns idle CPU).",
+    )
     input_size: int = Field(
         224, ge=8, le=4096, description="Input side when `path`'s spatial axes are dynamic."
     )

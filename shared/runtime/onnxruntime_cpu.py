@@ -37,6 +37,7 @@ class OnnxRuntimeRunner:
         path: str | Path,
         threads: int = 0,
         providers: list[str | tuple[str, dict[str, str]]] | None = None,
+        spin: bool = True,
     ) -> None:
         import onnxruntime as ort
 
@@ -48,6 +49,11 @@ class OnnxRuntimeRunner:
         if threads > 0:
             opts.intra_op_num_threads = threads
             opts.inter_op_num_threads = 1
+        if not spin:
+            # Idle pool threads sleep instead of spinning: a server that waits between
+            # requests gives those cycles to its network and decode threads.
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(
                 str(path), opts, providers=providers or ["CPUExecutionProvider"]
