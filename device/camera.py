@@ -161,6 +161,9 @@ class CameraWorker:
 
     def _failed(self, exc: SourceError, attempt: int) -> bool:
         """Log and count a failure; wait the backoff. False: the camera gives up."""
+        if self._stop.is_set():  # a read cut short by shutdown is not a failure
+            self.state = CameraState.STOPPED
+            return False
         self.m.source_errors.inc()
         self.error = str(exc)
         limit = self.cfg.max_reopen_attempts

@@ -124,9 +124,10 @@ class Sender:
             left = cam.box.pending
             if left:
                 log.warning(
-                    "camera %s: %d frame(s) not acked by the edge at shutdown (lost)",
+                    "camera %s: %d frame(s) not acked by the edge at shutdown (%s)",
                     cam.box.camera_id,
                     left,
+                    f"kept in {cam.box.disk.dir} for the next run" if cam.box.disk else "lost",
                 )
 
     def _run(self) -> None:
