@@ -31,7 +31,9 @@ class DeviceMetrics:
         self.retransmitted = counter("frames_retransmitted", "Frames sent again after no ack.")
         self.acked = counter("frames_acked", "Frames the edge acknowledged (incl. duplicates).")
         self.rejected = counter("frames_rejected", "Frames the edge rejected as malformed.")
-        self.spooled = counter("frames_spooled", "Frames that waited in the spool.")
+        self.spooled = counter(
+            "frames_spooled", "Frames queued behind a full window (edge slow, away or not acking)."
+        )
         self.overflowed = counter("frames_overflowed", "Frames dropped from a full spool.")
         self.bytes_sent = counter("bytes_sent", "Payload bytes sent (first sends).")
         self.reconnects = counter("reconnects", "Sources reopened after a loss.")
