@@ -89,6 +89,7 @@ class CloudServer:
             raise SecurityError(f"cannot bind {cfg.listen} (in use, or not a local address)")
         self.address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
         self.metrics_port: int | None = None
+        self._stopped = False
 
     def _unauthenticated(self, method: str, reason: str) -> None:
         self.drops(method.rsplit("/", 1)[-1], "unauthenticated", f"{method}: {reason}")
@@ -115,6 +116,9 @@ class CloudServer:
 
     def stop(self, grace: float | None = None) -> None:
         """NOT_SERVING, let calls in flight finish for `grace` seconds, then close everything."""
+        if self._stopped:
+            return
+        self._stopped = True
         self.health.enter_graceful_shutdown()
         self.hub.close()
         self._server.stop(self.cfg.grace_s if grace is None else grace).wait()

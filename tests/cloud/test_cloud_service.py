@@ -270,3 +270,40 @@ def test_one_batcher_batches_classify_and_uplink_together(
     assert sample(reg, "strata_cloud_inference_exec_count_total") == 3
     assert sample(reg, "strata_cloud_batch_size_bucket", {"le": "4.0"}) == 3
     channel.close()
+
+
+def test_stop_ends_watchers_and_keeps_acked_events(
+    colour_model: tuple[Path, Path],
+    tmp_path: Path,
+    start_server: Callable[[CloudConfig], CloudServer],
+) -> None:
+    from strata.cloud.metrics import CloudMetrics
+    from strata.cloud.store import EventQuery, EventStore
+
+    model, labels = colour_model
+    cfg = make_config(model, tmp_path / "e.sqlite", labels)
+    server = start_server(cfg)
+    channel, stub = stub_for(server)
+    watch = stub.WatchEvents(
+        analytics_pb2.WatchEventsRequest(version=current_version()), timeout=30
+    )
+    watch.initial_metadata()
+    acks = uplink(
+        stub,
+        [
+            analytics_pb2.CropBatch(
+                version=current_version(), crops=[crop(i, BLUE) for i in range(5)]
+            )
+        ],
+    )
+    assert len(acks) == 5
+    seen = [next(watch).crop_id for _ in range(5)]
+    assert sorted(seen) == [f"c{i}" for i in range(5)]
+    server.stop(5.0)  # returns as soon as the watch handler has ended
+    with pytest.raises(StopIteration):
+        next(watch)  # the stream ends cleanly when the server stops
+    channel.close()
+    store = EventStore(cfg.store, CloudMetrics())
+    events, _ = store.query(EventQuery(), None, 100)
+    assert {e.event_id for e in events} == {a.event_id for a in acks}
+    store.close()
