@@ -141,9 +141,10 @@ def meaning(clips: list[ClipResult]) -> list[str]:
         ref_boxes = c.vs_reference.true_positives + c.vs_reference.false_negatives
         if ref_boxes == 0:
             out.append(
-                f"On {c.clip} the reference YOLO found no objects at all (the starter model's "
-                "weights are untrained), so agreement with it is trivially perfect and means "
-                "nothing; bring trained weights (README) for a meaningful figure."
+                f"On {c.clip} the reference YOLO found no objects at all (the model knows "
+                "nothing of this clip: untrained, or trained for another camera), so agreement "
+                "with it is trivially perfect and means nothing; bring weights trained for "
+                "this footage (README) for a meaningful figure."
             )
         if c.vs_truth is not None:
             out.append(

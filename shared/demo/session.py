@@ -207,6 +207,15 @@ class DemoSession:
         print(summary_mod.table(report))
         for key, val in report.outputs.items():
             print(f"{key}: {val}")
+        boxes = report.frames.get("boxes", 0.0)
+        if not boxes and any(c.source.startswith(SYNTHETIC) for c in o.cameras):
+            print(
+                "strata demo: no boxes: the detector found nothing in the synthetic clip (the "
+                "starter models are untrained or trained for other footage; README, 'Bring real "
+                "weights'). Real footage: `python .ci/test_data.py`, then "
+                "`strata demo --source data/vtest.mp4`",
+                file=sys.stderr,
+            )
         if o.error is not None:
             print(f"strata demo: {o.error}", file=sys.stderr)
             return 1
