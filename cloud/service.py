@@ -157,8 +157,11 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
                     if abort is not None:
                         out.put(abort)
                         return
-            except Exception as exc:  # the client went away mid-stream
+            except grpc.RpcError as exc:  # the client went away mid-stream
                 log.debug("uplink stream ended: %s", exc)
+            except Exception as exc:
+                log.exception("uplink stream failed")
+                out.put(_Abort(grpc.StatusCode.INTERNAL, f"uplink failed: {exc}"))
             finally:
                 # Acks of batches in flight still go out before the stream closes.
                 for _ in range(window_size):
@@ -207,11 +210,27 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
                 acks.set(i, _invalid(crop.crop_id, reason))
             return None
         for i, crop in enumerate(batch.crops):
-            self._start_crop(i, crop, deadline, acks)
+            self._guarded(self._start_crop, i, crop, acks, deadline)
         return None
 
+    def _guarded(
+        self,
+        step: Callable[..., None],
+        i: int,
+        crop: analytics_pb2.Crop,
+        acks: _BatchAcks,
+        *a: object,
+    ) -> None:
+        """Run one step of a crop; a bug still answers the crop (RETRY) instead of hanging."""
+        try:
+            step(i, crop, acks, *a)
+        except Exception as exc:
+            log.exception("uplink crop %s failed", crop.crop_id)
+            self.drops(UPLINK, "internal", f"crop {crop.crop_id}: {exc}")
+            acks.set(i, _retry(crop.crop_id, f"internal: {exc}", self.retry_ms))
+
     def _start_crop(
-        self, i: int, crop: analytics_pb2.Crop, deadline: float | None, acks: _BatchAcks
+        self, i: int, crop: analytics_pb2.Crop, acks: _BatchAcks, deadline: float | None
     ) -> None:
         if not crop.crop_id:
             self.drops(UPLINK, "no_crop_id", f"crop {i} of a batch has no crop_id")
@@ -244,10 +263,10 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             self.drops(UPLINK, "shutting_down", f"crop {crop.crop_id}: {exc}")
             acks.set(i, _retry(crop.crop_id, f"shutting_down: {exc}", self.retry_ms))
             return
-        fut.add_done_callback(lambda f: self._classified(f, i, crop, acks))
+        fut.add_done_callback(lambda f: self._guarded(self._classified, i, crop, acks, f))
 
     def _classified(
-        self, fut: Future[np.ndarray], i: int, crop: analytics_pb2.Crop, acks: _BatchAcks
+        self, i: int, crop: analytics_pb2.Crop, acks: _BatchAcks, fut: Future[np.ndarray]
     ) -> None:
         exc = fut.exception()
         if exc is not None:
@@ -278,16 +297,17 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             self.drops(UPLINK, "store_busy", f"crop {crop.crop_id}: {exc}")
             acks.set(i, _retry(crop.crop_id, f"store_busy: {exc}", self.retry_ms))
             return
-        sfut.add_done_callback(lambda s: self._stored(s, i, crop.crop_id, top, acks))
+        sfut.add_done_callback(lambda f: self._guarded(self._stored, i, crop, acks, f, top))
 
     def _stored(
         self,
-        fut: Future[Stored],
         i: int,
-        crop_id: str,
-        top: list[analytics_pb2.LabelScore],
+        crop: analytics_pb2.Crop,
         acks: _BatchAcks,
+        fut: Future[Stored],
+        top: list[analytics_pb2.LabelScore],
     ) -> None:
+        crop_id = crop.crop_id
         exc = fut.exception()
         if exc is not None:
             self.drops(UPLINK, "store_error", f"crop {crop_id}: {exc}")

@@ -65,3 +65,20 @@ def build_colour_classifier(
     onnx.checker.check_model(model)
     path.write_bytes(model.SerializeToString())
     return path
+
+
+def build_failing_classifier(path: Path, size: int = 32) -> Path:
+    """A model that loads but fails every run (a Reshape whose element count cannot fit)."""
+    inp = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, size, size])
+    out = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])
+    shape = numpy_helper.from_array(np.array([-1, 7, 7], np.int64), "bad_shape")
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["input"], ["gap"]),
+        helper.make_node("Reshape", ["gap", "bad_shape"], ["r"]),
+        helper.make_node("ReduceSum", ["r"], ["logits"], keepdims=0),
+    ]
+    graph = helper.make_graph(nodes, "failing", [inp], [out], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path

@@ -250,3 +250,23 @@ def test_full_queue_answers_resource_exhausted_with_retry_hint(
     assert all(a.retry_after_ms == 200 and "queue_full" in a.reason for a in retry)
     assert failures(server, "Uplink", "queue_full") == len(retry)
     channel.close()
+
+
+def test_model_failure_is_an_error_not_a_hang(
+    tmp_path: Path, start_server: Callable[[CloudConfig], CloudServer]
+) -> None:
+    from cloud_models import build_failing_classifier
+
+    model = build_failing_classifier(tmp_path / "failing.onnx")
+    server = start_server(make_config(model, tmp_path / "e.sqlite"))
+    channel, stub = stub_for(server)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Classify(classify_req(GOOD), timeout=20)
+    assert err.value.code() == grpc.StatusCode.INTERNAL
+    assert "model failed" in err.value.details()
+    acks = acks_of(stub, [crop(1, GOOD), crop(2, GOOD)])
+    assert all(a.status == analytics_pb2.CROP_STATUS_RETRY for a in acks.values())
+    assert all(a.reason.startswith("model_error") for a in acks.values())
+    assert failures(server, "Classify", "model_error") == 1
+    assert failures(server, "Uplink", "model_error") == 2
+    channel.close()
