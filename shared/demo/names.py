@@ -43,6 +43,8 @@ PLAIN_DROPS: dict[str, Metric] = {
     "device.motion": COUNTS["dropped_motion"],
     "device.gate": COUNTS["dropped_gate"],
     "device.overflow": Metric("device", "strata_device_frames_overflowed_total"),
+    "device.overload": Metric("device", "strata_device_frames_dropped_overload_total"),
+    "device.rejected_by_edge": Metric("device", "strata_device_frames_rejected_total"),
 }
 
 BYTES: dict[str, Metric] = {

@@ -167,7 +167,7 @@ class Stack:
         self._start("edge")
         self.wait_metrics("edge", timeout)
 
-    def start_device(self, timeout: float = 60.0) -> None:
+    def start_device(self) -> None:
         """The device agent (start it once a results subscriber is connected)."""
         self._start("device")
 
