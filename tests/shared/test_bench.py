@@ -90,3 +90,27 @@ def test_ultralytics_side_by_side_or_a_clear_none(tmp_path: Path) -> None:
         assert got is None  # no export extra here: the bench says so and goes on
     else:
         assert got is not None and got["frames"] == 3 and got["ultralytics_fps"] > 0
+
+
+def test_plots_say_clearly_when_matplotlib_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import builtins
+
+    from strata.shared.bench import plots
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: object, **kwargs: object) -> object:
+        if name.split(".", maxsplit=1)[0] == "matplotlib":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    data = plots.PlotData(latency_ms={"x": [1.0, 2.0]})
+    written, notes = plots.write_all(data, tmp_path)
+    assert written == [] and "matplotlib is not installed" in notes[0]
+    monkeypatch.undo()
+    written, notes = plots.write_all(data, tmp_path)
+    assert [p.name for p in written] == ["latency_cdf.png"]
+    assert "throughput_vs_batch.png: no data" in notes
