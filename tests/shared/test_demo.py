@@ -96,3 +96,21 @@ def test_ctrl_c_stops_everything_and_still_reports(tmp_path: Path) -> None:
     for tier in ("device", "edge", "cloud"):
         assert summary["processes"][tier]["exit_code"] is not None
     assert (out / "annotated-cam0-synthetic.mp4").exists()
+
+
+def test_two_file_sources_are_two_cameras(tmp_path: Path) -> None:
+    from strata.shared.synthetic import SyntheticClip
+
+    a = SyntheticClip(width=320, height=240, frames=20, seed=4).write(tmp_path / "a.mp4")
+    b = SyntheticClip(width=320, height=240, frames=25, seed=5).write(tmp_path / "b.mp4")
+    out = tmp_path / "out"
+    text = finish(demo(out, "--source", str(a), "--source", str(b)), 240)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["error"] is None, text
+    assert [s["camera"] for s in summary["sources"]] == ["cam0-a", "cam1-b"]
+    assert summary["frames"]["decoded"] == 45
+    # A file is queued whole at the edge (no shedding): every kept frame is detected.
+    assert summary["frames"]["detected"] == summary["frames"]["sent_to_edge"] > 0, text
+    assert "edge.overload" not in summary["drops"]
+    assert frames_in(out / "annotated-cam0-a.mp4") == 20
+    assert frames_in(out / "annotated-cam1-b.mp4") == 25

@@ -243,6 +243,20 @@ def test_k8s_manifests_parse_and_agree() -> None:
         assert volumes["config"]["configMap"]["name"] == "strata-config"
 
 
+def test_k8s_ports_match_the_config() -> None:
+    docs = k8s_docs()
+    cfg = embedded_config()
+    cloud = {d["kind"]: d for d in docs["cloud.yaml"]}
+    grpc_port = int(cfg.cloud.listen.rpartition(":")[2])
+    svc_ports = {p["name"]: p["port"] for p in cloud["Service"]["spec"]["ports"]}
+    assert svc_ports["grpc"] == grpc_port
+    assert cfg.edge.cloud.endswith(f":{grpc_port}")
+    edge = pod_spec(docs["edge.yaml"][0])["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in edge["ports"]}
+    assert ports["ingest"] == int(cfg.edge.listen.rpartition(":")[2])
+    assert ports["results"] == int(cfg.edge.publish.rpartition(":")[2])
+
+
 def test_configs_validate() -> None:
     cfg = embedded_config()
     example = load_config(DEPLOY / "config" / "strata.yaml")
