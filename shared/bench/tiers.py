@@ -1,8 +1,10 @@
-"""Each tier's own benchmark, run as `python -m strata.<tier>.bench --json OUT [--quick]`."""
+"""Each tier's own benchmark, run as `python -m strata.<tier>.bench --json OUT [--quick]`.
+
+Shared code never imports a tier: the benchmarks run as child processes.
+"""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -37,11 +39,6 @@ def run_tier(tier: str, out_dir: Path, quick: bool, timeout_s: float) -> TierRun
     json_path = out_dir / f"{tier}.json"
     cmd = command(tier, json_path, quick)
     run = TierRun(tier, cmd)
-    if importlib.util.find_spec(f"strata.{tier}") is None or (
-        importlib.util.find_spec(f"strata.{tier}.bench") is None
-    ):
-        run.error = f"strata.{tier}.bench is not installed"
-        return run
     log_path = out_dir / f"{tier}.log"
     started = time.monotonic()
     with log_path.open("wb") as log:
@@ -56,7 +53,10 @@ def run_tier(tier: str, out_dir: Path, quick: bool, timeout_s: float) -> TierRun
     elif rc != 0:
         with log_path.open("rb") as f:
             tail = b"".join(deque(f, maxlen=8)).decode("utf-8", "replace").strip()
-        run.error = f"exit status {rc}; last lines of {log_path}:\n{tail}"
+        if f"No module named strata.{tier}" in tail or f"No module named 'strata.{tier}" in tail:
+            run.error = f"strata.{tier}.bench is not installed"
+        else:
+            run.error = f"exit status {rc}; last lines of {log_path}:\n{tail}"
     else:
         try:
             run.data = json.loads(json_path.read_text())

@@ -114,3 +114,11 @@ def test_plots_say_clearly_when_matplotlib_is_missing(
     written, notes = plots.write_all(data, tmp_path)
     assert [p.name for p in written] == ["latency_cdf.png"]
     assert "throughput_vs_batch.png: no data" in notes
+
+
+def test_a_missing_tier_benchmark_is_named(tmp_path: Path) -> None:
+    from strata.shared.bench.tiers import run_tier
+
+    run = run_tier("nosuchtier", tmp_path, quick=True, timeout_s=60)
+    assert run.error == "strata.nosuchtier.bench is not installed"
+    assert run.data == {}
