@@ -40,6 +40,15 @@ def resolve_model(name: str, path: str, repository: str) -> Path:
     return file
 
 
+def repository_labels(name: str, path: str, repository: str) -> tuple[str, ...]:
+    """The manifest's labels of a repository model; none for an explicit ONNX path."""
+    if path:
+        return ()
+    from strata.shared.models import ModelRepository
+
+    return tuple(ModelRepository(repository or None).manifest(name).labels)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the node and serve until SIGINT/SIGTERM."""
     overrides = prune(
@@ -61,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     edge = cfg.edge
     try:
         model = resolve_model(edge.model.name, edge.model.path, cfg.models.repository)
-        node = EdgeNode(edge, model, edge.model.name)
+        labels = repository_labels(edge.model.name, edge.model.path, cfg.models.repository)
+        node = EdgeNode(edge, model, edge.model.name, labels=labels)
     except ModelLoadError as exc:
         print(f"strata edge: {exc}", file=sys.stderr)
         return 2

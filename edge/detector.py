@@ -42,6 +42,10 @@ class InFlight:
 def model_labels(path: Path, classes: int, configured: Sequence[str]) -> tuple[str, ...]:
     """Labels by class id: config, else the ONNX metadata `names` (ultralytics), else COCO."""
     if configured:
+        if len(configured) != classes:
+            raise ModelLoadError(
+                f"{len(configured)} labels given for a model with {classes} classes ({path})"
+            )
         return tuple(configured)
     try:
         import onnx

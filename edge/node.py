@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ class EdgeNode:
         model_name: str = "",
         metrics: EdgeMetrics | None = None,
         runner: StagedRunner | None = None,
+        labels: Sequence[str] = (),
     ) -> None:
         self.cfg = cfg
         self.metrics = metrics or EdgeMetrics()
@@ -79,7 +81,8 @@ class EdgeNode:
         classes = (out_shape[1] or 0) - 4 if len(out_shape) == 3 else 0
         if classes <= 0:
             classes = self._probe_classes()
-        labels = model_labels(self.model_path, classes, cfg.model.labels)
+        # Config first, then the repository manifest's, then the ONNX metadata.
+        labels = model_labels(self.model_path, classes, cfg.model.labels or labels)
         self.detector = Detector(self.runner, labels, cfg.detection, cfg.runtime.preprocess_threads)
         max_batch = min(cfg.batching.max_batch, self.detector.max_batch)
         if max_batch < cfg.batching.max_batch:

@@ -199,3 +199,23 @@ def test_no_cloud_opens_breaker_and_detection_goes_on(
     # Crops wait in the bounded buffer; the overflow is dropped and counted.
     assert node.uplink is not None and node.uplink.buffered <= 5
     assert sample(reg, "strata_edge_drops_total", {"reason": "crop_buffer_full"}) > 0
+
+
+def test_missed_queue_delay_target_lowers_the_batch_size(
+    node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    # A target no real queue can meet: every decision halves the limit, down to min_batch.
+    node = node_factory(
+        batching={"max_batch": 4, "delay_target_ms": 0.001, "adapt_every": 1, "min_batch": 1}
+    )
+    sub = Listener(zctx, node.endpoints.publish)
+    agent = RawAgent(zctx, node.endpoints.listen)
+    image = synthetic_clip.frame(30).image
+    wait_until_subscribed(agent, sub, image)
+    for seq in range(1, 41):
+        agent.send_image(f"c{seq % 4}", seq // 4 + 1, image)
+    assert len(sub.collect(40)) == 40
+    reg = node.metrics.registry
+    assert sample(reg, "strata_edge_batch_limit") == 1
+    # Late batches are single frames: the histogram's "le=1" bucket keeps growing.
+    assert sample(reg, "strata_edge_batch_size_bucket", {"le": "1.0"}) >= 20
