@@ -71,7 +71,7 @@ def draw_frame(
                 _draw_box(
                     img, ev.edge_detection.box, f"cloud: {ev.label} {ev.score:.2f}", _CLOUD, 1, True
                 )
-    state = "sent to edge" if fresh else "dropped on device (showing last kept frame's boxes)"
+    state = "edge result" if fresh else "no edge result: the last result's boxes, grey"
     status = f"{camera}  frame {index}  {state}  boxes {n}"
     cv2.rectangle(img, (0, 0), (img.shape[1], 18), (0, 0, 0), -1)
     cv2.putText(
