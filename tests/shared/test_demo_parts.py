@@ -173,3 +173,23 @@ def test_report_latency_and_table() -> None:
     text = summary.table(s)
     assert "p50" in text and "frames decoded" in text
     assert '"capture_to_cloud"' in s.to_json()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--source", "/nonexistent/clip.mp4"], "no such file"),
+        (["--set", "edge.no_such_key=1"], "edge.no_such_key: unknown key"),
+        (["--set", "nonsense"], "--set wants KEY=VALUE"),
+    ],
+)
+def test_bad_input_is_a_clear_error_before_anything_starts(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    import subprocess
+
+    cmd = [sys.executable, "-m", "strata.shared.cli.main", "demo", "--out", str(tmp_path), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not (tmp_path / "run" / "edge.log").exists()  # no daemon was started
