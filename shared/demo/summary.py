@@ -51,6 +51,7 @@ class Summary:
     interrupted: bool = False
     error: str | None = None
     outputs: dict[str, str] = field(default_factory=dict)
+    per_camera: dict[str, dict[str, float]] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -84,6 +85,22 @@ def drops(scrapes: Mapping[str, Samples]) -> dict[str, float]:
             key = f"{tier}.{reason}"
             out[key] = out.get(key, 0.0) + n
     return {k: v for k, v in sorted(out.items()) if v}
+
+
+def per_camera(
+    scrapes: Mapping[str, Samples], results: Mapping[tuple[str, int], Received]
+) -> dict[str, dict[str, float]]:
+    """The device's counts by camera, and the edge results received for each."""
+    out: dict[str, dict[str, float]] = {}
+    device = scrapes.get("device")
+    if device is not None:
+        for key in ("decoded", "dropped_motion", "dropped_gate", "sent_to_edge"):
+            for cam, n in device.by_label(COUNTS[key].name, "camera").items():
+                out.setdefault(cam, {})[key] = n
+    for cam, _index in results:
+        row = out.setdefault(cam, {})
+        row["results_received"] = row.get("results_received", 0.0) + 1
+    return out
 
 
 def edge_latency_ns(results: Mapping[tuple[str, int], Received]) -> np.ndarray:
@@ -140,6 +157,7 @@ def build(
         bytes={"source": source_bytes, **{k: value(scrapes, m) for k, m in BYTES.items()}},
         processes=processes,
         duration_s=round(duration_s, 2),
+        per_camera=per_camera(scrapes, results),
         metrics={tier: s.as_dict() for tier, s in scrapes.items()},
     )
 

@@ -112,5 +112,8 @@ def test_two_file_sources_are_two_cameras(tmp_path: Path) -> None:
     # A file is queued whole at the edge (no shedding): every kept frame is detected.
     assert summary["frames"]["detected"] == summary["frames"]["sent_to_edge"] > 0, text
     assert "edge.overload" not in summary["drops"]
+    cams = summary["per_camera"]
+    assert cams["cam0-a"]["decoded"] == 20 and cams["cam1-b"]["decoded"] == 25
+    assert cams["cam0-a"]["results_received"] == cams["cam0-a"]["sent_to_edge"]
     assert frames_in(out / "annotated-cam0-a.mp4") == 20
     assert frames_in(out / "annotated-cam1-b.mp4") == 25
