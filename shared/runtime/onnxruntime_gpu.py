@@ -106,11 +106,10 @@ class OrtCudaRunner(CudaStagedRunner):
         io.clear_binding_inputs()
         io.clear_binding_outputs()
         tin = self.plan.inputs[0]
-        io.bind_input(
-            tin.name, "cuda", self.cuda.device_id, tin.dtype, [n, *tin.shape[1:]], s.dev_in
-        )
-        for t, dev in zip(self.plan.outputs, s.dev_out, strict=True):
-            io.bind_output(t.name, "cuda", self.cuda.device_id, t.dtype, [n, *t.shape[1:]], dev)
+        dev = self.cuda.device_id
+        io.bind_input(tin.name, "cuda", dev, tin.dtype.type, [n, *tin.shape[1:]], s.dev_in)
+        for t, ptr in zip(self.plan.outputs, s.dev_out, strict=True):
+            io.bind_output(t.name, "cuda", dev, t.dtype.type, [n, *t.shape[1:]], ptr)
         self._bound_n[slot] = n
 
     def _infer(self, slot: int, s: Slot, n: int) -> None:

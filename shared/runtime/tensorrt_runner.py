@@ -136,7 +136,8 @@ class TensorRTRunner(CudaStagedRunner):
             raise ModelLoadError(f"TensorRT cannot parse {path}: {errors}")
         config = builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mib << 20)
-        if fp16 and builder.platform_has_fast_fp16:
+        # platform_has_fast_fp16 is deprecated in TensorRT 10 (every supported GPU has it).
+        if fp16 and getattr(builder, "platform_has_fast_fp16", True):
             config.set_flag(trt.BuilderFlag.FP16)
         inp = network.get_input(0)
         chw = tuple(d if d > 0 else input_size for d in tuple(inp.shape)[1:])
