@@ -54,9 +54,11 @@ def decode_payload(msg_header: frame_pb2.FrameHeader, payload: memoryview) -> np
 class Ingest:
     """Turns received parts into acks and queued frames; keeps the per-camera last sequence."""
 
-    def __init__(self, metrics: EdgeMetrics, max_payload: int) -> None:
+    def __init__(self, metrics: EdgeMetrics, max_payload: int, max_cameras: int = 256) -> None:
         self.metrics = metrics
         self.max_payload = max_payload
+        # Bounds the per-camera state (queues, last sequence) a peer can make the node keep.
+        self.max_cameras = max_cameras
         self._last_seq: dict[str, int] = {}
 
     def handle(self, parts: Sequence[Any], identity: Any = None) -> IngestResult:
@@ -70,6 +72,13 @@ class Ingest:
             msg = unpack_frame(parts)
             header = msg.header
             cam, seq = header.camera_id, header.sequence
+            if cam not in self._last_seq and len(self._last_seq) >= self.max_cameras:
+                raise MalformedMessage(
+                    "cameras",
+                    f"camera {cam!r} would be number {self.max_cameras + 1}; "
+                    f"this node serves at most {self.max_cameras} (batching.max_cameras)",
+                    header,
+                )
             if seq <= self._last_seq.get(cam, 0):
                 self.metrics.frames.labels("duplicate").inc()
                 return IngestResult(make_ack(cam, seq, DUPLICATE), None)

@@ -99,7 +99,7 @@ class EdgeNode:
         self.metrics.batch_limit.set(max_batch)
         self._shed_log = _RateLimitedLog("shed", 1.0)
         self.queues = CameraQueues(cfg.batching.queue_per_camera, on_shed=self._on_shed)
-        self.ingest = Ingest(self.metrics, cfg.max_payload_mib << 20)
+        self.ingest = Ingest(self.metrics, cfg.max_payload_mib << 20, cfg.batching.max_cameras)
         self.uplink = Uplink(cfg.cloud, cfg.uplink, self.metrics) if cfg.cloud else None
         self.crops = (
             CropSelector(cfg.crops, labels, cfg.edge_id) if self.uplink is not None else None

@@ -68,6 +68,9 @@ class BatchingConfig(StrictModel):
         description="Queue delay target (receive to inference); 0 turns degradation off.",
     )
     min_batch: int = Field(1, ge=1, description="Degradation never lowers the batch below this.")
+    max_cameras: int = Field(
+        256, ge=1, description="Cameras one node serves; frames of more are rejected."
+    )
     adapt_every: int = Field(8, ge=1, description="Batches between degradation decisions.")
 
 

@@ -219,3 +219,22 @@ def test_missed_queue_delay_target_lowers_the_batch_size(
     assert sample(reg, "strata_edge_batch_limit") == 1
     # Late batches are single frames: the histogram's "le=1" bucket keeps growing.
     assert sample(reg, "strata_edge_batch_size_bucket", {"le": "1.0"}) >= 20
+
+
+def test_cameras_beyond_the_limit_are_rejected_and_counted(
+    node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    node = node_factory(batching={"max_cameras": 2})
+    agent = RawAgent(zctx, node.endpoints.listen)
+    image = synthetic_clip.frame(0).image
+    for cam, seq in (("a", 5), ("b", 1), ("c", 1), ("a", 3)):
+        agent.send_image(cam, seq, image)
+    acks = agent.acks(4)
+    assert [a.status for a in acks] == [
+        frame_pb2.ACK_STATUS_ACCEPTED,
+        frame_pb2.ACK_STATUS_ACCEPTED,
+        frame_pb2.ACK_STATUS_REJECTED,
+        frame_pb2.ACK_STATUS_DUPLICATE,  # a known camera still gets through the check
+    ]
+    assert "max_cameras" in acks[2].reason
+    assert sample(node.metrics.registry, "strata_edge_rejected_total", {"reason": "cameras"}) == 1
