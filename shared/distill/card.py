@@ -152,23 +152,31 @@ def model_card(part: str, report: Any) -> str:
 def command(report: Any) -> str:
     """The `strata models distill` command line that produced the report."""
     r = report.request
-    parts = ["strata models distill", *r.get("clips", [])]
-    parts += [f"--teachers {','.join(r.get('teachers', []))}"]
-    parts += [f"--into {r.get('repository')}"]
-    if r.get("student_hours"):
-        parts += [f"--student-hours {r['student_hours']}"]
-    else:
-        parts += [f"--student-epochs {r.get('student_epochs')}"]
-    parts += [f"--parts {','.join(r.get('parts', []))}"]
-    if r.get("student_weights") and r.get("student_weights") != "None":
-        parts += [f"--student-weights {r['student_weights']}"]
-    parts += [
-        f"--gate-epochs {r.get('gate_epochs')}",
-        f"--verifier-epochs {r.get('verifier_epochs')}",
-    ]
+    parts_run = r.get("parts", [])
+    out = ["strata models distill", *r.get("clips", [])]
+    out += [f"--teachers {','.join(r.get('teachers', []))}", f"--into {r.get('repository')}"]
+    out += [f"--parts {','.join(parts_run)}"]
+    if "detector" in parts_run:
+        weights = r.get("student_weights")
+        if weights and weights != "None":
+            out += [f"--student-weights {weights}"]
+        elif r.get("student_hours"):
+            out += [f"--student-hours {r['student_hours']}"]
+        else:
+            out += [f"--student-epochs {r.get('student_epochs')}"]
+        out += [f"--imgsz {r.get('imgsz')}", f"--student-batch {r.get('student_batch')}"]
+    if "gate" in parts_run:
+        out += [f"--gate-epochs {r.get('gate_epochs')}", f"--gate-stride {r.get('gate_stride')}"]
+    if "verifier" in parts_run:
+        out += [
+            f"--verifier-epochs {r.get('verifier_epochs')}",
+            f"--verifier-stride {r.get('verifier_stride')}",
+        ]
     if r.get("max_steps"):
-        parts += [f"--max-steps {r['max_steps']}"]
-    return " ".join(parts)
+        out += [f"--max-steps {r['max_steps']}"]
+    if r.get("threads"):
+        out += [f"--threads {r['threads']}"]
+    return " ".join(out)
 
 
 def manifest_note(part: str, report: Any) -> str:

@@ -222,9 +222,10 @@ def distill(req: DistillRequest) -> DistillReport:
         ("gate", req.gate_name),
         ("verifier", req.verifier_name),
     ):
-        if part not in req.parts:
-            continue
         folder = req.repository / name
+        # Every part in the (merged) report gets its card rewritten, so they stay in step.
+        if not getattr(report, part) or not (folder / MANIFEST_FILE).is_file():
+            continue
         text = card.model_card(part, report)
         (folder / card.CARD_FILE).write_text(text)
         m = load_manifest(folder / MANIFEST_FILE)
