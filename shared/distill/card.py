@@ -83,10 +83,12 @@ def model_card(part: str, report: Any) -> str:
             f"ultralytics' validation, also from the training part), imgsz "
             f"{tr.get('imgsz', report.request.get('imgsz'))}, batch "
             f"{tr.get('batch', report.request.get('student_batch'))}, epochs "
-            f"{tr.get('epochs', 'n/a')}, "
-            f"{_fmt(tr.get('seconds'), 0)} s on {tr.get('device', 'n/a')}; "
-            "ultralytics defaults otherwise (AdamW chosen automatically, mosaic, HSV, flips); "
-            "AMP and plots off (both would download).",
+            f"{tr.get('epochs', 'n/a')}"
+            + (f" (a {tr['time']} h time budget)" if tr.get("time") else "")
+            + f", {_fmt(tr.get('seconds'), 0)} s on {tr.get('device', 'n/a')}; "
+            f"{tr.get('optimizer', 'AdamW')} lr0 {tr.get('lr0', 0.002)} with an optimizer step "
+            "per batch, a short warm-up, no mosaic, ultralytics' HSV/flip/scale "
+            "augmentation; AMP and plots off (both would download).",
             "",
         ]
     else:

@@ -150,7 +150,8 @@ def distill(req: DistillRequest) -> DistillReport:
     if "detector" in req.parts:
         ds = write_detection_set(labels, req.work / "detector_data", stride=req.frame_stride)
         if req.student_weights is not None:
-            weights, train_info = req.student_weights, {"weights": str(req.student_weights)}
+            weights = req.student_weights
+            train_info = checkpoint_info(req.student_weights)
         else:
             run = train_student(
                 ds.yaml,
@@ -234,6 +235,32 @@ def distill(req: DistillRequest) -> DistillReport:
     return report
 
 
+def checkpoint_info(weights: Path) -> dict[str, Any]:
+    """How an ultralytics checkpoint was trained: its train args and run's results.csv."""
+    import csv
+
+    import yaml
+
+    info: dict[str, Any] = {"weights": str(weights)}
+    run = weights.resolve().parent.parent
+    args_file = run / "args.yaml"
+    if args_file.is_file():
+        args = yaml.safe_load(args_file.read_text()) or {}
+        for key in ("imgsz", "batch", "optimizer", "lr0", "mosaic", "time", "device"):
+            if key in args:
+                info[key] = args[key]
+    results = run / "results.csv"
+    if results.is_file():
+        with results.open() as fh:
+            rows = list(csv.DictReader(fh))
+        if rows:
+            last = {k.strip(): v for k, v in rows[-1].items()}
+            info["epochs"] = len(rows)
+            info["seconds"] = float(last.get("time", "nan"))
+            info["final_train_box_loss"] = float(last.get("train/box_loss", "nan"))
+    return info
+
+
 def _merge_previous(report: DistillReport, req: DistillRequest) -> None:
     """Keep the sections of parts this run did not train from an earlier distill.json."""
     path = req.repository / "distill.json"
@@ -273,7 +300,7 @@ def _export(
 ) -> Any:
     from ..models.export import BuildRequest, build
 
-    return build(
+    manifest = build(
         BuildRequest(
             kind=kind,
             name=name,
@@ -285,3 +312,29 @@ def _export(
             labels=labels,
         )
     )
+    if kind == "yolo":
+        manifest = _add_names(req.repository / name, manifest, labels)
+    return manifest
+
+
+def _add_names(folder: Path, manifest: Any, labels: tuple[str, ...]) -> Any:
+    """Write the labels into the ONNX metadata as ultralytics' export does (`names`): a
+    consumer given only the file (e.g. an explicit model path) still gets them."""
+    import onnx
+
+    from ..models.manifest import save_manifest
+    from ..models.repository import sha256_of
+
+    path = folder / manifest.file
+    model = onnx.load(str(path))
+    names = repr(dict(enumerate(labels)))
+    for prop in model.metadata_props:
+        if prop.key == "names":
+            prop.value = names
+            break
+    else:
+        model.metadata_props.add(key="names", value=names)
+    onnx.save(model, str(path))
+    updated = manifest.model_copy(update={"sha256": sha256_of(path)})
+    save_manifest(updated, folder)
+    return updated
