@@ -28,8 +28,11 @@ log = logging.getLogger(__name__)
 
 # Both runs: the edge must not shed frames (a shed reference frame has no answer), and the
 # deep queue of a file read at full speed must not trigger batch-size degradation.
+# The device must also wait for every ack at the end of the file: a file is read far faster
+# than the edge detects, and frames still unacked when the agent gives up are lost.
 NO_SHEDDING: dict[str, Any] = {
-    "edge": {"batching": {"queue_per_camera": 100_000, "delay_target_ms": 0}}
+    "edge": {"batching": {"queue_per_camera": 100_000, "delay_target_ms": 0}},
+    "device": {"sender": {"drain_timeout_s": 1800}},
 }
 GATES_OFF: dict[str, Any] = {
     "device": {"motion": {"enabled": False}, "gate": {"enabled": False}},

@@ -81,17 +81,17 @@ try:
     from ultralytics import YOLO
 except ImportError:
     sys.exit(3)
-clip, model = sys.argv[1], sys.argv[2]
+clip, model, imgsz = sys.argv[1], sys.argv[2], int(sys.argv[3])
 yolo = YOLO(model, task="detect")
-for _ in yolo.predict(clip, stream=True, imgsz=640, device="cpu", verbose=False, rect=False):
+for _ in yolo.predict(clip, stream=True, imgsz=imgsz, device="cpu", verbose=False, rect=False):
     break  # warm-up: session creation and the first inference
 n, t = 0, time.perf_counter()
-for _ in yolo.predict(clip, stream=True, imgsz=640, device="cpu", verbose=False, rect=False):
+for _ in yolo.predict(clip, stream=True, imgsz=imgsz, device="cpu", verbose=False, rect=False):
     n += 1
 print(json.dumps({"frames": n, "seconds": time.perf_counter() - t}))
 """
 # rect=False: the ONNX model's batch axis is dynamic, which makes ultralytics letterbox to a
-# rectangle; the spatial axes are fixed at 640, so it must pad to the square like strata does.
+# rectangle; the spatial axes are fixed, so it must pad to the square like strata does.
 
 
 def ultralytics_side_by_side(
@@ -108,11 +108,12 @@ def ultralytics_side_by_side(
 
     from ..models import ModelRepository
 
-    _manifest, _variant, onnx_path = ModelRepository().file_of("yolov8n")
+    manifest, _variant, onnx_path = ModelRepository().file_of("yolov8n")
+    imgsz = int(manifest.input.shape[-1] or 640)
     with tempfile.TemporaryDirectory() as cfg_dir:
         env = {**os.environ, "YOLO_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "YOLO_CONFIG_DIR": cfg_dir}
         proc = subprocess.run(
-            [python, "-c", _ULTRALYTICS, str(clip), str(onnx_path)],
+            [python, "-c", _ULTRALYTICS, str(clip), str(onnx_path), str(imgsz)],
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -128,6 +129,7 @@ def ultralytics_side_by_side(
         "python": python,
         "model": str(onnx_path),
         "clip": clip.name,
+        "imgsz": imgsz,
         "frames": got["frames"],
         "ultralytics_fps": round(fps, 2),
         "strata_pipeline_fps": round(strata_fps, 2) if strata_fps else None,

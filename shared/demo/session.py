@@ -39,6 +39,7 @@ SYNTHETIC_PARAMS = {"width": 640, "height": 480, "fps": 5, "objects": 4, "seed":
 
 # Edge queue per camera when a source is a file (see DemoSession.run).
 FILE_QUEUE = 100_000
+FILE_DRAIN_S = 1800.0
 
 
 def synthetic_source(frames: int) -> str:
