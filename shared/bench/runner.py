@@ -67,7 +67,7 @@ def run_cascade(opts: BenchOptions, work: Path) -> list[ClipResult]:
     if opts.vtest is None or not opts.vtest.is_file():
         say("vtest.mp4 not found (python .ci/test_data.py fetches it); cascade on it skipped")
     elif opts.quick:
-        say("--quick: cascade on vtest.mp4 skipped (795 frames of YOLO at 640 take minutes)")
+        say("--quick: cascade on vtest.mp4 skipped (795 frames through two full pipeline runs)")
     else:
         say(f"cascade on {opts.vtest.name}: reference run, then cascade run ...")
         clips.append(measure_clip(opts.vtest, work / "vtest"))
