@@ -170,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated class ids for the relevance gate (default: the config's)",
     )
     p.add_argument("--gate-threshold", type=float, help="override device.gate.threshold")
+    p.add_argument(
+        "--decode-threads",
+        type=int,
+        default=0,
+        help="decoder threads on both sides (device.source.decode_threads; 0: PyAV's default)",
+    )
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument(
         "--motion-sweep",
@@ -210,7 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         gate["positive_class_ids"] = [int(x) for x in args.positive_classes.split(",")]
     if args.gate_threshold is not None:
         gate["threshold"] = args.gate_threshold
-    base = DeviceConfig(agent_id="bench", motion=MotionConfig(**motion), gate=GateConfig(**gate))
+    base = DeviceConfig(
+        agent_id="bench",
+        motion=MotionConfig(**motion),
+        gate=GateConfig(**gate),
+        source=SourceConfig(decode_threads=args.decode_threads),
+    )
 
     info = machine()
     decode_runs: list[float] = []

@@ -100,7 +100,7 @@ class GateConfig(StrictModel):
         le=1,
         description="Keep a frame when the summed probability of the positive classes "
         "(or the top probability, with no classes listed) reaches this; 0 keeps all (the "
-        "starter model is untrained: set classes and a threshold for a trained one).",
+        "starter gate is trained on vtest.avi only: [1] and 0.5 suit that camera).",
     )
     max_batch: int = Field(8, ge=1, le=256, description="Largest batch per inference.")
     max_delay_ms: float = Field(
