@@ -12,6 +12,7 @@ Source strings:
 
 from __future__ import annotations
 
+import abc
 import logging
 import time
 from collections.abc import Iterator
@@ -54,16 +55,16 @@ def camera_name(spec: str) -> str:
     return Path(spec).stem or "camera"
 
 
-class Source:
+class Source(abc.ABC):
     """Base: iterate decoded frames, then close."""
 
     live = False
 
+    @abc.abstractmethod
     def frames(self) -> Iterator[Frame]:
         """Decoded frames until the source ends; SourceError when it dies."""
-        raise NotImplementedError
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most sources hold nothing
         """Release the container or generator."""
 
 

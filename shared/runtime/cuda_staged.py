@@ -8,6 +8,7 @@ records the event; `wait` synchronizes on that event only. Nothing is allocated 
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ class Slot:
     dev_out: list[int]
 
 
-class CudaStagedRunner:
+class CudaStagedRunner(abc.ABC):
     """Base of the cuda-python staged back ends; subclasses implement `_infer`."""
 
     backend = "cuda"
@@ -119,9 +120,9 @@ class CudaStagedRunner:
 
     # -- for subclasses --------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _infer(self, slot: int, s: Slot, n: int) -> None:
         """Queue inference of rows [:n] from s.dev_in into s.dev_out on s.stream."""
-        raise NotImplementedError
 
-    def _close_backend(self) -> None:
+    def _close_backend(self) -> None:  # noqa: B027 - optional hook for back ends
         """Release engines and sessions."""
