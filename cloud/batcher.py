@@ -19,6 +19,7 @@ import numpy as np
 from strata.shared.config.cloud import CloudBatcherConfig
 
 from .classifier import BatchBuffer, Classifier
+from .gather import gather
 from .metrics import CloudMetrics
 
 log = logging.getLogger(__name__)
@@ -109,22 +110,7 @@ class DynamicBatcher:
             first = self._queue.get(timeout=0.1)
         except queue.Empty:
             return []
-        items = [first]
-        close_at = first.enqueued + self._delay
-        while len(items) < self.max_batch:
-            try:
-                items.append(self._queue.get_nowait())
-                continue
-            except queue.Empty:
-                pass
-            remaining = close_at - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                items.append(self._queue.get(timeout=remaining))
-            except queue.Empty:
-                break
-        return items
+        return gather(self._queue, first, self.max_batch, first.enqueued + self._delay)
 
     def _work(self, buffer: BatchBuffer) -> None:
         while not self._stop.is_set():

@@ -23,6 +23,7 @@ from typing import Any
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2
 
+from .gather import gather
 from .metrics import CloudMetrics
 
 log = logging.getLogger(__name__)
@@ -238,22 +239,8 @@ class EventStore:
             first = self._pending.get(timeout=0.1)
         except queue.Empty:
             return []
-        batch = [first]
         close_at = time.monotonic() + self.cfg.write_delay_ms / 1000.0
-        while len(batch) < self.cfg.write_batch:
-            try:
-                batch.append(self._pending.get_nowait())
-                continue
-            except queue.Empty:
-                pass
-            remaining = close_at - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                batch.append(self._pending.get(timeout=remaining))
-            except queue.Empty:
-                break
-        return batch
+        return gather(self._pending, first, self.cfg.write_batch, close_at)
 
     def _write_loop(self) -> None:
         while True:
