@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from strata.shared.machine import cpu_model
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,16 +58,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _crop_jpeg(width: int, height: int) -> bytes:
@@ -257,7 +248,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
     cmd = [
         sys.executable,
         "-m",
-        "strata.shared.cli.main",
+        "strata.tools.cli",
         "cloud",
         "--config",
         str(tmp / "strata.yaml"),
@@ -348,7 +339,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
         "benchmark": "strata cloud Classify concurrency sweep vs bare model session",
         "model": model_desc,
         "machine": {
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "cores": os.cpu_count(),
             "loadavg_before": [round(x, 2) for x in load_before],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],

@@ -35,6 +35,7 @@ from strata.shared.config.device import (
     MotionConfig,
     SourceConfig,
 )
+from strata.shared.machine import cpu_model
 
 from .agent import Agent
 from .metrics import CameraCounts
@@ -132,17 +133,9 @@ def run_agent(
 
 
 def machine() -> dict[str, Any]:
-    """CPU model and cores of this machine."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """CPU model and cores of this machine, and its load when the run started."""
     return {
-        "cpu": model,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "load_avg_1m_at_start": os.getloadavg()[0],
         "python": platform.python_version(),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import threading
 import time
 from collections import deque
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.machine import cpu_line
 from strata.shared.wire import pack_frame
 
 
@@ -46,19 +46,6 @@ class Point:
     node_cpu_ms: float
     cpu_ratio: float
     rounds: dict[str, list[float]]
-
-
-def cpu_model() -> str:
-    """CPU model name and core count, for the record."""
-    name = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} cores"
 
 
 def gpu_model() -> str:
@@ -417,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         "cameras": args.cameras,
         "rounds": args.rounds,
         "inflight": args.inflight or "2 batches",
-        "machine": cpu_model(),
+        "machine": cpu_line(),
         "gpu": gpu_model() if args.backend != "onnxruntime-cpu" else "",
     }
     if args.json:

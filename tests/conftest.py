@@ -6,6 +6,8 @@ import socket
 from pathlib import Path
 
 import pytest
+from models_testkit import classifier_manifest, tiny_classifier
+from strata.shared.models import save_manifest
 from strata.shared.synthetic import SyntheticClip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,3 +42,13 @@ def vtest_mp4() -> Path:
     if not path.exists():
         pytest.skip("data/vtest.mp4 missing: run `python .ci/test_data.py` (needs apt-get)")
     return path
+
+
+@pytest.fixture
+def tiny_repo(tmp_path: Path) -> Path:
+    """A model repository with one valid tiny classifier named `tiny`."""
+    folder = tmp_path / "repo" / "tiny"
+    folder.mkdir(parents=True)
+    tiny_classifier(folder / "model.onnx")
+    save_manifest(classifier_manifest("tiny", folder / "model.onnx"), folder)
+    return tmp_path / "repo"

@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, current_version
 from strata.shared.models import ModelRepository
 
-STRATA = [sys.executable, "-m", "strata.shared.cli.main"]
+STRATA = [sys.executable, "-m", "strata.tools.cli"]
 
 
 def wait_serving(address: str, proc: subprocess.Popen[str], timeout: float = 90.0) -> None:

@@ -11,7 +11,7 @@ from strata.device.sink import FrameSink
 
 def _strata(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "strata.shared.cli.main", *args],
+        [sys.executable, "-m", "strata.tools.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -16,7 +16,7 @@ from strata.shared.synthetic import SyntheticClip
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
-STRATA = [sys.executable, "-m", "strata.shared.cli.main"]
+STRATA = [sys.executable, "-m", "strata.tools.cli"]
 
 
 def test_edge_process_serves_and_stops_on_sigterm(

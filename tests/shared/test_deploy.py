@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
-from strata.shared.cli.main import build_parser
 from strata.shared.config import load_config
 from strata.shared.config.root import StrataConfig
+from strata.tools.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -323,7 +323,7 @@ def test_grafana_dashboard_uses_only_exported_metrics() -> None:
 
 
 def test_demo_reads_only_exported_metrics() -> None:
-    from strata.shared.demo.names import BYTES, COUNTS, DROPS, PLAIN_DROPS
+    from strata.tools.demo.names import BYTES, COUNTS, DROPS, PLAIN_DROPS
 
     exported = exported_names()
     names = {m.name for m in (*COUNTS.values(), *BYTES.values(), *PLAIN_DROPS.values())}

@@ -169,8 +169,12 @@ def test_starter_files_are_package_data() -> None:
 
     root = Path(__file__).resolve().parents[3]
     cfg = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
-    patterns = cfg["package-data"]["strata.shared"]
     for path in starter_repository().rglob("*"):
         if path.is_file():
-            rel = path.relative_to(root / "shared").as_posix()
-            assert any(fnmatch.fnmatch(rel, p) for p in patterns), f"{rel} would miss the wheel"
+            rel = path.parent.relative_to(root / "shared").parts
+            package = ".".join(("strata", "shared", *rel))
+            assert package in cfg["packages"], f"{package} is not listed in packages"
+            patterns = cfg["package-data"].get(package, [])
+            assert any(fnmatch.fnmatch(path.name, p) for p in patterns), (
+                f"{path.relative_to(root)} would miss the wheel"
+            )

@@ -1,0 +1,76 @@
+"""Cascade agreement (NoScope / Reducto): tagging, counting, F1 at IoU 0.5."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from strata.shared.machine import describe, one_line
+from strata.shared.synthetic import SyntheticClip
+from strata.tools.bench.agreement import (
+    FrameBoxes,
+    agreement,
+    iou_matrix,
+    matches,
+    propagate,
+)
+from strata.tools.bench.cascade import Labels, synthetic_truth
+
+
+def fb(*boxes: tuple[float, float, float, float, int]) -> FrameBoxes:
+    arr = np.array([b[:4] for b in boxes], np.float32).reshape(-1, 4)
+    return FrameBoxes(arr, np.array([b[4] for b in boxes], np.int32))
+
+
+def test_iou() -> None:
+    m = iou_matrix(
+        np.array([[0, 0, 10, 10]], np.float32),
+        np.array([[0, 0, 10, 10], [5, 0, 15, 10]], np.float32),
+    )
+    assert m[0, 0] == pytest.approx(1.0)
+    assert m[0, 1] == pytest.approx(50 / 150)
+
+
+def test_matches_are_one_to_one_and_class_aware() -> None:
+    ref = fb((0, 0, 10, 10, 0), (20, 20, 30, 30, 1))
+    assert matches(ref, fb((0, 0, 10, 10, 0), (1, 1, 10, 10, 0))) == 1
+    assert matches(ref, fb((20, 20, 30, 30, 0))) == 0  # right place, wrong class
+    assert matches(ref, ref) == 2
+
+
+def test_propagate_reuses_the_last_kept_frame() -> None:
+    a, b = fb((0, 0, 1, 1, 0)), fb()
+    out = propagate({1: a, 3: b}, 5)
+    assert [len(f) for f in out] == [0, 1, 1, 0, 0]
+    assert out[2] is a
+
+
+def test_agreement_numbers() -> None:
+    one = fb((0, 0, 10, 10, 0))
+    two = fb((0, 0, 10, 10, 0), (50, 50, 60, 60, 0))
+    ref = [FrameBoxes.empty(), one, two, two]
+    ours = [FrameBoxes.empty(), one, one, FrameBoxes.empty()]
+    a = agreement(ref, ours)
+    assert a.tagging == pytest.approx(3 / 4)
+    # frame 0: both 0 -> 1; frame 1: 1; frame 2: 1 - 1/2; frame 3: 1 - 2/2 = 0
+    assert a.counting == pytest.approx((1 + 1 + 0.5 + 0) / 4)
+    assert (a.true_positives, a.false_positives, a.false_negatives) == (2, 0, 3)
+    assert a.f1 == pytest.approx(4 / 7)
+    assert agreement(ref, ref).f1 == 1.0
+    with pytest.raises(ValueError):
+        agreement(ref, ours[:2])
+
+
+def test_dropping_frames_of_a_synthetic_clip_costs_agreement() -> None:
+    clip = SyntheticClip(width=160, height=120, frames=40, seed=2)
+    truth = synthetic_truth(clip, Labels())
+    assert agreement(truth, propagate(dict(enumerate(truth)), 40)).f1 == 1.0
+    every_fifth = {i: truth[i] for i in range(0, 40, 5)}
+    a = agreement(truth, propagate(every_fifth, 40))
+    assert a.f1 < 0.9  # moving objects: a stale box misses
+    assert 0 < a.tagging <= 1
+
+
+def test_machine_description() -> None:
+    m = describe()
+    assert m["cores"] >= 1 and m["cpu"]
+    assert "cores" in one_line(m)

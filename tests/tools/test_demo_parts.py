@@ -1,0 +1,195 @@
+"""The demo's parts on their own: process handling, scraping, results, annotation, report."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+from strata.shared.contracts import analytics_pb2, common_pb2, current_version, frame_pb2
+from strata.shared.synthetic import SyntheticClip
+from strata.tools.demo import summary
+from strata.tools.demo.cli import camera_id, parse_sets
+from strata.tools.demo.procs import TierExitedError, TierProcess
+from strata.tools.demo.results import DetectionCollector, Received
+from strata.tools.demo.scrape import scrape
+from strata.tools.demo.stack import Camera, Stack
+
+
+def test_a_process_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:
+    proc = TierProcess("edge", ["edge", "--no-such-flag"], tmp_path / "edge.log")
+    proc.start()
+    deadline = time.monotonic() + 30
+    while proc.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(TierExitedError) as err:
+        proc.check()
+    assert err.value.returncode == 2
+    assert any("--no-such-flag" in line or "invalid choice" in line for line in err.value.tail)
+    assert "edge exited with status 2" in str(err.value)
+    assert proc.stop() == 2
+
+
+def test_stop_interrupts_a_running_process(tmp_path: Path) -> None:
+    code = "import time\ntry:\n time.sleep(60)\nexcept KeyboardInterrupt:\n print('bye')"
+    proc = TierProcess("sleeper", [], tmp_path / "s.log", command=[sys.executable, "-c", code])
+    proc.start()
+    time.sleep(0.5)
+    assert proc.running()
+    started = time.monotonic()
+    assert proc.stop(timeout=10) == 0  # SIGINT first: a clean exit
+    assert time.monotonic() - started < 5
+    assert proc.tail() == ["bye"]
+
+
+def test_scrape_sums_over_labels(port: int) -> None:
+    reg = CollectorRegistry()
+    c = Counter("strata_edge_drops", "x", ["reason"], registry=reg)
+    c.labels(reason="shed").inc(3)
+    c.labels(reason="stale").inc(2)
+    server, _thread = start_http_server(port, addr="127.0.0.1", registry=reg)
+    try:
+        got = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert got is not None
+        assert got.total("strata_edge_drops_total") == 5
+        assert got.total("strata_edge_drops_total", reason="shed") == 3
+        assert got.by_label("strata_edge_drops_total", "reason") == {"shed": 3, "stale": 2}
+        assert summary.drops({"edge": got}) == {"edge.shed": 3, "edge.stale": 2}
+    finally:
+        server.shutdown()
+    assert scrape(f"http://127.0.0.1:{port}/metrics", timeout=0.5) is None
+
+
+def test_parse_sets_and_camera_ids() -> None:
+    assert parse_sets(["edge.batching.max_batch=8", "device.gate.enabled=false"]) == {
+        "edge": {"batching": {"max_batch": 8}},
+        "device": {"gate": {"enabled": False}},
+    }
+    with pytest.raises(ValueError):
+        parse_sets(["nonsense"])
+    assert camera_id(0, "/x/clip one.mp4") == "cam0-clip_one"
+    assert camera_id(1, "rtsp://h:8554/live/cam") == "cam1-cam"
+
+
+def test_stack_config_validates(tmp_path: Path) -> None:
+    from strata.shared.config.device import DeviceConfig
+
+    if "cameras" not in DeviceConfig.model_fields:
+        pytest.skip("the device tier's config has not landed yet")
+    stack = Stack(tmp_path, [Camera("cam0", "/x.mp4")])
+    path = stack.write_config()
+    assert path.exists()
+    bad = Stack(tmp_path, [Camera("cam0", "/x.mp4")], {"edge": {"nonsense": 1}})
+    with pytest.raises(ValueError, match="nonsense"):
+        bad.write_config()
+
+
+def _detections(
+    camera: str, index: int, boxes: list[tuple[float, ...]]
+) -> frame_pb2.FrameDetections:
+    msg = frame_pb2.FrameDetections(
+        version=current_version(), camera_id=camera, sequence=index + 1, frame_index=index
+    )
+    for x1, y1, x2, y2 in boxes:
+        msg.detections.add(
+            box=common_pb2.Box(x1=x1, y1=y1, x2=x2, y2=y2), score=0.9, class_id=0, label="person"
+        )
+    msg.timing.capture_ns = 1_000_000_000 + index * 100_000_000
+    msg.timing.edge_send_ns = msg.timing.capture_ns + 40_000_000
+    return msg
+
+
+def test_collector_receives_published_results(port: int) -> None:
+    import zmq
+
+    ctx = zmq.Context.instance()
+    pub = ctx.socket(zmq.PUB)
+    pub.bind(f"tcp://127.0.0.1:{port}")
+    collector = DetectionCollector(f"tcp://127.0.0.1:{port}")
+    collector.start()
+    try:
+        deadline = time.monotonic() + 10
+        msg = _detections("cam0", 0, [(1, 2, 30, 40)])
+        # PUB drops until the subscription arrives: publish until the collector has one.
+        while collector.count() == 0 and time.monotonic() < deadline:
+            pub.send_multipart([b"cam0", msg.SerializeToString()])
+            time.sleep(0.05)
+        pub.send_multipart([b"cam0", b"\xff\xfe not a protobuf"])
+        for i in range(1, 5):
+            pub.send_multipart([b"cam0", _detections("cam0", i, []).SerializeToString()])
+        while collector.count() < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        collector.stop()
+        pub.close(0)
+    frames = collector.frames()
+    assert sorted(i for _, i in frames) == [0, 1, 2, 3, 4]
+    assert frames[("cam0", 0)].message.detections[0].box.x2 == 30
+
+
+def test_annotated_video_has_every_frame(tmp_path: Path) -> None:
+    import av
+
+    clip = SyntheticClip(width=160, height=120, frames=12, seed=3)
+    src = clip.write(tmp_path / "clip.mp4")
+    results = {
+        ("cam0", i): Received(_detections("cam0", i, [(10, 40, 60, 80)]), 0) for i in (0, 4, 8)
+    }
+    ev = analytics_pb2.Event(camera_id="cam0", sequence=5, label="car", score=0.7)
+    ev.edge_detection.box.CopyFrom(common_pb2.Box(x1=10, y1=10, x2=60, y2=50))
+    from strata.tools.demo.annotate import annotate_video
+
+    out = tmp_path / "annotated.mp4"
+    assert annotate_video(src, "cam0", results, [ev], out) == 12
+    with av.open(str(out)) as f:
+        frames = [fr.to_ndarray(format="bgr24") for fr in f.decode(video=0)]
+    assert len(frames) == 12
+    # The status bar is drawn (black strip with white text) and a box edge is coloured.
+    assert frames[0][:18].mean() < frames[0][30:].mean()
+    with av.open(str(src)) as f:
+        plain = [fr.to_ndarray(format="bgr24") for fr in f.decode(video=0)]
+    # The box's top edge (row 40) is drawn on a kept frame and on a held (dropped) one.
+    for i in (0, 1):
+        diff = np.abs(frames[i][40, 12:58].astype(int) - plain[i][40, 12:58].astype(int))
+        assert diff.mean() > 30
+
+
+def test_report_latency_and_table() -> None:
+    results = {("cam0", i): Received(_detections("cam0", i, []), 0) for i in range(10)}
+    events = [
+        analytics_pb2.Event(camera_id="cam0", sequence=1, capture_ns=10, stored_ns=10 + 5_000_000)
+    ]
+    s = summary.build(
+        [{"camera": "cam0", "source": "x", "bytes": 100}], {}, results, events, {}, 1.0
+    )
+    assert s.latency["capture_to_edge"].p50_ms == pytest.approx(40.0)
+    assert s.latency["capture_to_edge"].n == 10
+    assert s.latency["capture_to_cloud"].p99_ms == pytest.approx(5.0)
+    assert s.frames["results_received"] == 10
+    assert s.bytes["source"] == 100
+    text = summary.table(s)
+    assert "p50" in text and "frames decoded" in text
+    assert '"capture_to_cloud"' in s.to_json()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--source", "/nonexistent/clip.mp4"], "no such file"),
+        (["--set", "edge.no_such_key=1"], "edge.no_such_key: unknown key"),
+        (["--set", "nonsense"], "--set wants KEY=VALUE"),
+    ],
+)
+def test_bad_input_is_a_clear_error_before_anything_starts(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    import subprocess
+
+    cmd = [sys.executable, "-m", "strata.tools.cli", "demo", "--out", str(tmp_path), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not (tmp_path / "run" / "edge.log").exists()  # no daemon was started

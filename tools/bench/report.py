@@ -1,0 +1,225 @@
+"""report.json and report.md: the numbers every benchmark measured, with the machine."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from strata.shared.machine import one_line
+from strata.tools.bench.agreement import Agreement
+from strata.tools.bench.cascade import ClipResult
+from strata.tools.bench.tiers import TierRun, first_number
+
+# Report key -> where each tier's benchmark JSON holds it (first match wins).
+TIER_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "device.decode_fps": ("device", ("decode_fps",)),
+    "device.agent_fps": ("device", ("agent_fps",)),
+    "device.ratio": ("device", ("ratio",)),
+    "edge.bare_fps": ("edge", ("bare_fps",)),
+    "edge.node_fps": ("edge", ("node_fps",)),
+    "edge.ratio": ("edge", ("ratio",)),
+    "edge.p50_ms": ("edge", ("p50_ms",)),
+    "edge.p99_ms": ("edge", ("p99_ms",)),
+    "cloud.bare_ips": ("cloud", ("bare_ips",)),
+    "cloud.served_ips": ("cloud", ("served_ips",)),
+    "cloud.ratio": ("cloud", ("ratio",)),
+    "cloud.p50_ms": ("cloud", ("p50_ms",)),
+    "cloud.p99_ms": ("cloud", ("p99_ms",)),
+}
+CASCADE_KEYS = (
+    "cascade.frames_total",
+    "cascade.frames_to_edge",
+    "cascade.frames_to_cloud",
+    "cascade.bytes_source",
+    "cascade.bytes_to_edge",
+    "cascade.bytes_to_cloud",
+    "cascade.tagging",
+    "cascade.counting",
+    "cascade.f1",
+)
+REQUIRED = (*TIER_KEYS, *CASCADE_KEYS)
+
+
+def _num(v: float | None) -> float | None:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return None
+    return round(float(v), 4)
+
+
+def cascade_keys(clip: ClipResult) -> dict[str, float | None]:
+    """The cascade.* keys of one clip."""
+    a = clip.vs_reference
+    return {
+        "cascade.frames_total": clip.frames_total,
+        "cascade.frames_to_edge": clip.frames_to_edge,
+        "cascade.frames_to_cloud": clip.frames_to_cloud,
+        "cascade.bytes_source": clip.bytes_source,
+        "cascade.bytes_to_edge": _num(clip.bytes_to_edge),
+        "cascade.bytes_to_cloud": _num(clip.bytes_to_cloud),
+        "cascade.tagging": _num(a.tagging),
+        "cascade.counting": _num(a.counting),
+        "cascade.f1": _num(a.f1),
+    }
+
+
+def build(
+    machine: dict[str, Any],
+    tiers: dict[str, TierRun],
+    clips: list[ClipResult],
+    extra: dict[str, Any],
+    quick: bool,
+) -> dict[str, Any]:
+    """The report: required keys flat (`device.decode_fps`), then the details."""
+    report: dict[str, Any] = {}
+    for key, (tier, paths) in TIER_KEYS.items():
+        run = tiers.get(tier)
+        report[key] = _num(first_number(run.data, paths)) if run is not None else None
+    if clips:
+        # The headline cascade figures are the first clip's (the synthetic one).
+        report.update(cascade_keys(clips[0]))
+    else:
+        report.update(dict.fromkeys(CASCADE_KEYS))
+    report["machine"] = machine
+    report["quick"] = quick
+    # The same numbers nested by tier, for readers that prefer report["edge"]["p50_ms"].
+    for key in REQUIRED:
+        section, name = key.split(".", 1)
+        report.setdefault(section, {})[name] = report[key]
+    report["clips"] = {
+        c.clip: {
+            **cascade_keys(c),
+            "vs_reference": asdict(c.vs_reference),
+            "vs_truth": asdict(c.vs_truth) if c.vs_truth else None,
+            "detector_vs_truth": asdict(c.detector_vs_truth) if c.detector_vs_truth else None,
+            "reference_missing": c.reference_missing,
+            "pipeline_reference_fps": _num(c.reference_fps),
+            "notes": c.notes,
+        }
+        for c in clips
+    }
+    report["tier_runs"] = {
+        t: {"command": " ".join(r.command), "seconds": round(r.seconds, 1), "error": r.error}
+        for t, r in tiers.items()
+    }
+    report["tier_results"] = {t: r.data for t, r in tiers.items()}
+    report.update(extra)
+    report["missing"] = [k for k in REQUIRED if report.get(k) is None]
+    return report
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    """report.json."""
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _f(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def _agreement_row(name: str, a: Agreement | None) -> str:
+    if a is None:
+        return f"| {name} | n/a | n/a | n/a |"
+    return f"| {name} | {a.tagging:.3f} | {a.counting:.3f} | {a.f1:.3f} |"
+
+
+def meaning(clips: list[ClipResult]) -> list[str]:
+    """What the agreement numbers mean, said from the data rather than assumed."""
+    out = [
+        "What these mean: agreement with the reference measures only what the device's gates "
+        "cost (frames the edge never saw); it says nothing about whether the detector is right. "
+        "Bytes: the source is H.264 (inter-frame compressed); the device sends each kept frame "
+        "as a JPEG, so bytes to the edge can exceed the file's size."
+    ]
+    for c in clips:
+        ref_boxes = c.vs_reference.true_positives + c.vs_reference.false_negatives
+        if ref_boxes == 0:
+            out.append(
+                f"On {c.clip} the reference YOLO found no objects at all (the model knows "
+                "nothing of this clip: untrained, or trained for another camera), so agreement "
+                "with it is trivially perfect and means nothing; bring weights trained for "
+                "this footage (README) for a meaningful figure."
+            )
+        if c.vs_truth is not None:
+            out.append(
+                f"On {c.clip} the ground truth is known: `cascade vs ground truth` scores an "
+                "oracle detector on the kept frames only (a dropped frame reuses the last kept "
+                "frame's truth), which is the real cost of dropping frames whatever the "
+                "detector; `YOLO vs ground truth` shows how far the detector itself is from right."
+            )
+    return out
+
+
+def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> str:
+    """report.md: tables a person reads, with the machine and the command."""
+    r = report
+    lines = [
+        "# strata bench",
+        "",
+        f"Machine: {one_line(r['machine'])}. Command: `{command}`"
+        + (" (quick: reduced sizes)." if r.get("quick") else "."),
+        "",
+        "## Tiers (each against its bare model or codec in the same run)",
+        "",
+        "| tier | bare | in strata | ratio | p50 ms | p99 ms |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| device (frames/s: PyAV decode vs agent with both gates) | {_f(r['device.decode_fps'])} "
+        f"| {_f(r['device.agent_fps'])} | {_f(r['device.ratio'], 3)} | | |",
+        f"| edge (frames/s: ONNX Runtime session vs node over ZeroMQ) | {_f(r['edge.bare_fps'])} "
+        f"| {_f(r['edge.node_fps'])} | {_f(r['edge.ratio'], 3)} | {_f(r['edge.p50_ms'])} "
+        f"| {_f(r['edge.p99_ms'])} |",
+        f"| cloud (images/s: Swin session vs gRPC Classify) | {_f(r['cloud.bare_ips'])} "
+        f"| {_f(r['cloud.served_ips'])} | {_f(r['cloud.ratio'], 3)} | {_f(r['cloud.p50_ms'])} "
+        f"| {_f(r['cloud.p99_ms'])} |",
+        "",
+        "## Cascade (reference: the same YOLO on every frame; a dropped frame reuses the last "
+        "kept frame's boxes)",
+        "",
+        "| clip | frames | to edge | to cloud | bytes source | bytes to edge | bytes to cloud |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in clips:
+        lines.append(
+            f"| {c.clip} | {c.frames_total} | {c.frames_to_edge} | {c.frames_to_cloud} "
+            f"| {_f(c.bytes_source)} | {_f(int(c.bytes_to_edge))} | {_f(int(c.bytes_to_cloud))} |"
+        )
+    lines += [
+        "",
+        "| clip: agreement | tagging | counting | F1 @ IoU 0.5 |",
+        "| --- | --- | --- | --- |",
+    ]
+    for c in clips:
+        lines.append(_agreement_row(f"{c.clip}: cascade vs YOLO on every frame", c.vs_reference))
+        if c.vs_truth is not None:
+            lines.append(_agreement_row(f"{c.clip}: cascade vs ground truth", c.vs_truth))
+            lines.append(
+                _agreement_row(
+                    f"{c.clip}: YOLO on every frame vs ground truth", c.detector_vs_truth
+                )
+            )
+    lines += ["", *meaning(clips)]
+    side = r.get("ultralytics")
+    if side and "ultralytics_fps" in side:
+        lines += [
+            "",
+            "## ultralytics side by side",
+            "",
+            f"On {side['clip']} ({side['frames']} frames, model {Path(side['model']).name}): "
+            f"ultralytics `YOLO(model).predict(stream=True)` {side['ultralytics_fps']} frames/s, "
+            f"strata's edge path {side['strata_pipeline_fps']} frames/s "
+            f"(ratio {side['ratio']}). {side['what']}.",
+        ]
+    elif side:
+        lines += ["", f"ultralytics side by side failed: {side.get('error')}"]
+    if r.get("missing"):
+        lines += ["", f"Missing (a benchmark failed or is absent): {', '.join(r['missing'])}"]
+    errors = {t: x["error"] for t, x in r.get("tier_runs", {}).items() if x.get("error")}
+    for tier, err in errors.items():
+        lines += ["", f"{tier} benchmark: {err}"]
+    return "\n".join(lines) + "\n"

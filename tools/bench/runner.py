@@ -1,0 +1,229 @@
+"""The bench's steps in order: machine, tier benchmarks, cascade, side by side, report."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from strata.shared import machine
+from strata.tools.bench import plots, report
+from strata.tools.bench.cascade import ClipResult, Labels, measure_clip, synthetic_truth
+from strata.tools.bench.tiers import TIERS, TierRun, lookup, run_tier
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BenchOptions:
+    """What `strata bench` was asked to do."""
+
+    out: Path
+    quick: bool = False
+    skip: set[str] = field(default_factory=set)
+    vtest: Path | None = None
+    tier_timeout_s: float | None = None
+    command: str = "strata bench"
+    ultralytics_python: str = sys.executable
+
+
+def say(text: str) -> None:
+    """Progress on stderr."""
+    print(f"strata bench: {text}", file=sys.stderr, flush=True)
+
+
+def run_tiers(opts: BenchOptions, logs: Path) -> dict[str, TierRun]:
+    """Each tier's benchmark, one after another (they would compete for the cores)."""
+    timeout = opts.tier_timeout_s or (60.0 if opts.quick else 900.0)
+    runs: dict[str, TierRun] = {}
+    for tier in TIERS:
+        if tier in opts.skip:
+            continue
+        say(f"{tier} benchmark ...")
+        run = run_tier(tier, logs, opts.quick, timeout)
+        runs[tier] = run
+        if run.error:
+            say(f"{tier} benchmark failed: {run.error}")
+        else:
+            say(f"{tier} benchmark done in {run.seconds:.0f}s")
+    return runs
+
+
+def run_cascade(opts: BenchOptions, work: Path) -> list[ClipResult]:
+    """The synthetic clip (with ground truth), then vtest when present and not quick."""
+    from strata.shared.synthetic import SyntheticClip
+
+    clips: list[ClipResult] = []
+    frames = 30 if opts.quick else 300
+    clip = SyntheticClip(width=640, height=480, frames=frames, fps=10, objects=4, seed=0)
+    path = clip.write(work / "synthetic.mp4")
+    labels = Labels()
+    say(f"cascade on the synthetic clip ({frames} frames): reference run, then cascade run ...")
+    clips.append(measure_clip(path, work / "synthetic", synthetic_truth(clip, labels), labels))
+    if "vtest" in opts.skip:
+        return clips
+    if opts.vtest is None or not opts.vtest.is_file():
+        say("vtest.mp4 not found (python .ci/test_data.py fetches it); cascade on it skipped")
+    elif opts.quick:
+        say("--quick: cascade on vtest.mp4 skipped (795 frames through two full pipeline runs)")
+    else:
+        say(f"cascade on {opts.vtest.name}: reference run, then cascade run ...")
+        clips.append(measure_clip(opts.vtest, work / "vtest"))
+    return clips
+
+
+# Run in the interpreter that has ultralytics (the export extra), which need not have strata.
+_ULTRALYTICS = """
+import json, sys, time
+try:
+    from ultralytics import YOLO
+except ImportError:
+    sys.exit(3)
+clip, model, imgsz = sys.argv[1], sys.argv[2], int(sys.argv[3])
+yolo = YOLO(model, task="detect")
+for _ in yolo.predict(clip, stream=True, imgsz=imgsz, device="cpu", verbose=False, rect=False):
+    break  # warm-up: session creation and the first inference
+n, t = 0, time.perf_counter()
+for _ in yolo.predict(clip, stream=True, imgsz=imgsz, device="cpu", verbose=False, rect=False):
+    n += 1
+print(json.dumps({"frames": n, "seconds": time.perf_counter() - t}))
+"""
+# rect=False: the ONNX model's batch axis is dynamic, which makes ultralytics letterbox to a
+# rectangle; the spatial axes are fixed, so it must pad to the square like strata does.
+
+
+def ultralytics_side_by_side(
+    clip: Path, strata_fps: float | None, python: str, timeout_s: float = 600.0
+) -> dict[str, Any] | None:
+    """ultralytics' own `YOLO(model).predict(stream=True)` over the same clip and ONNX model.
+
+    None when `python` has no ultralytics (the export extra is not installed there).
+    """
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    from strata.shared.models import ModelRepository
+
+    manifest, _variant, onnx_path = ModelRepository().file_of("yolov8n")
+    imgsz = int(manifest.input.shape[-1] or 640)
+    with tempfile.TemporaryDirectory() as cfg_dir:
+        env = {**os.environ, "YOLO_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "YOLO_CONFIG_DIR": cfg_dir}
+        proc = subprocess.run(
+            [python, "-c", _ULTRALYTICS, str(clip), str(onnx_path), str(imgsz)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+        )
+    if proc.returncode == 3:
+        return None
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1:] or ["failed"]}
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    fps = got["frames"] / got["seconds"] if got["seconds"] > 0 else 0.0
+    return {
+        "python": python,
+        "model": str(onnx_path),
+        "clip": clip.name,
+        "imgsz": imgsz,
+        "frames": got["frames"],
+        "ultralytics_fps": round(fps, 2),
+        "strata_pipeline_fps": round(strata_fps, 2) if strata_fps else None,
+        "ratio": round(strata_fps / fps, 3) if strata_fps and fps else None,
+        "what": "ultralytics' predict loop (decode, letterbox, ONNX Runtime, NMS) in one "
+        "process against strata's reference run (device decode, ZeroMQ, edge batching, "
+        "YOLO, NMS, PUB), both over every frame of the same clip with the same ONNX model",
+    }
+
+
+def plot_data(runs: dict[str, TierRun], clips: list[ClipResult]) -> plots.PlotData:
+    """Series for the plots from whatever the benchmarks measured."""
+    data = plots.PlotData()
+    for c in clips:
+        data.latency_ms[f"capture to edge result, {c.clip} (pipeline)"] = c.edge_latency_ms
+    for tier in ("edge", "cloud"):
+        run = runs.get(tier)
+        samples = lookup(run.data, "latencies_ms") if run else None
+        if isinstance(samples, list):
+            data.latency_ms[f"{tier} benchmark"] = samples
+    edge = runs.get("edge")
+    sweep = lookup(edge.data, "sweep") if edge else None
+    if isinstance(sweep, list):
+        data.throughput["edge node"] = [
+            (float(p["batch"]), float(p["node_fps"])) for p in sweep if "node_fps" in p
+        ]
+        data.throughput["bare ONNX Runtime"] = [
+            (float(p["batch"]), float(p["bare_fps"])) for p in sweep if "bare_fps" in p
+        ]
+    cloud = runs.get("cloud")
+    points = lookup(cloud.data, "sweep") if cloud else None
+    if isinstance(points, list):
+        data.throughput["cloud Classify (x: batch the batcher formed)"] = [
+            (float(p["mean_batch"]), float(p["served_ips"]))
+            for p in points
+            if "mean_batch" in p and "served_ips" in p
+        ]
+    device = runs.get("device")
+    motion = lookup(device.data, "motion_sweep") if device else None
+    if isinstance(motion, list):
+        by_clip: dict[str, list[tuple[float, float]]] = {}
+        for p in motion:
+            by_clip.setdefault(str(p.get("clip", "clip")), []).append(
+                (float(p["threshold"]), float(p["kept_fraction"]))
+            )
+        data.kept.update(by_clip)
+    return data
+
+
+def run_bench(opts: BenchOptions) -> dict[str, Any]:
+    """Everything, in order; writes report.json, report.md and plots; returns the report."""
+    out = opts.out
+    out.mkdir(parents=True, exist_ok=True)
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+    started = time.monotonic()
+    info = machine.describe()
+    say(f"machine: {machine.one_line(info)}")
+    runs = run_tiers(opts, logs)
+    clips: list[ClipResult] = []
+    extra: dict[str, Any] = {}
+    if "cascade" not in opts.skip:
+        try:
+            clips = run_cascade(opts, out / "cascade")
+        except Exception as exc:  # the report still gets written, with the failure in it
+            say(f"cascade failed: {exc}")
+            extra["cascade_error"] = str(exc)
+    if "ultralytics" not in opts.skip and clips:
+        strata_fps = clips[0].reference_fps or None
+        try:
+            side = ultralytics_side_by_side(
+                out / "cascade" / "synthetic.mp4", strata_fps, opts.ultralytics_python
+            )
+        except Exception as exc:
+            side = {"error": str(exc)}
+        if side is None:
+            say(
+                f"ultralytics is not installed for {opts.ultralytics_python} (the export extra; "
+                "--ultralytics-python names another interpreter); side by side skipped"
+            )
+        extra["ultralytics"] = side
+    written, notes = plots.write_all(plot_data(runs, clips), out)
+    for note in notes:
+        say(note)
+    extra["plots"] = [p.name for p in written]
+    extra["seconds"] = round(time.monotonic() - started, 1)
+    rep = report.build(info, runs, clips, extra, opts.quick)
+    report.write_json(rep, out / "report.json")
+    (out / "report.md").write_text(report.markdown(rep, clips, opts.command))
+    say(
+        f"wrote {out / 'report.json'}, {out / 'report.md'} and {len(written)} plots "
+        f"in {extra['seconds']}s"
+    )
+    if rep["missing"]:
+        say(f"missing keys: {', '.join(rep['missing'])}")
+    return rep

@@ -1,0 +1,55 @@
+"""`strata`: one command line, a subcommand per tier and tool.
+
+Each subcommand lives in its own module with `register(subparsers)`; modules are imported
+to build the parser, so they must keep heavy imports (onnxruntime, av, grpc) inside `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand -> module providing register(subparsers). Tiers own their own CLI module.
+SUBCOMMANDS: dict[str, str] = {
+    "device": "strata.device.cli",
+    "edge": "strata.edge.cli",
+    "cloud": "strata.cloud.cli",
+    "models": "strata.tools.models.cli",
+    "demo": "strata.tools.demo.cli",
+    "bench": "strata.tools.bench.cli",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser with every subcommand that is installed."""
+    parser = argparse.ArgumentParser(
+        prog="strata",
+        description="Edge-to-cloud video analytics: spend GPU time only where something happens.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_name in SUBCOMMANDS.values():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module_name + ".").startswith(exc.name + "."):
+                continue  # that component is not part of this build
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `strata` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        rc: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""The demo's report: frames per tier, drops by reason, latency, bytes; JSON and a table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from strata.shared.contracts import analytics_pb2
+from strata.tools.demo.names import BYTES, COUNTS, DROPS, PLAIN_DROPS, Metric
+from strata.tools.demo.results import Received
+from strata.tools.demo.scrape import Samples
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    """p50/p99 of a latency sample in milliseconds (None when there were no samples)."""
+
+    n: int
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+    @classmethod
+    def of(cls, values_ns: np.ndarray) -> Percentiles:
+        """From nanosecond durations."""
+        if values_ns.size == 0:
+            return cls(0, None, None, None)
+        ms = values_ns.astype(np.float64) / 1e6
+        p50, p99 = np.percentile(ms, [50, 99])
+        return cls(
+            int(ms.size), round(float(p50), 2), round(float(p99), 2), round(float(ms.max()), 2)
+        )
+
+
+@dataclass
+class Summary:
+    """Everything `summary.json` holds."""
+
+    sources: list[dict[str, Any]]
+    frames: dict[str, float]
+    drops: dict[str, float]
+    latency: dict[str, Percentiles]
+    bytes: dict[str, float]
+    processes: dict[str, dict[str, Any]]
+    duration_s: float
+    interrupted: bool = False
+    error: str | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+    per_camera: dict[str, dict[str, float]] = field(default_factory=dict)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """Pretty JSON."""
+        return json.dumps(asdict(self), indent=2, sort_keys=False)
+
+    def write(self, path: Path) -> None:
+        """Write summary.json."""
+        path.write_text(self.to_json() + "\n")
+
+
+def value(scrapes: Mapping[str, Samples], metric: Metric) -> float:
+    """A metric's sum from the last scrape of its tier (0 when absent)."""
+    samples = scrapes.get(metric.tier)
+    return samples.total(metric.name, **dict(metric.labels)) if samples else 0.0
+
+
+def counts(scrapes: Mapping[str, Samples]) -> dict[str, float]:
+    """Every named frame count."""
+    return {key: value(scrapes, m) for key, m in COUNTS.items()}
+
+
+def drops(scrapes: Mapping[str, Samples]) -> dict[str, float]:
+    """Drops as `tier.reason` -> count, zeros left out."""
+    out = {k: value(scrapes, m) for k, m in PLAIN_DROPS.items()}
+    for tier, name, label in DROPS:
+        samples = scrapes.get(tier)
+        if samples is None:
+            continue
+        for reason, n in samples.by_label(name, label).items():
+            key = f"{tier}.{reason}"
+            out[key] = out.get(key, 0.0) + n
+    return {k: v for k, v in sorted(out.items()) if v}
+
+
+def per_camera(
+    scrapes: Mapping[str, Samples], results: Mapping[tuple[str, int], Received]
+) -> dict[str, dict[str, float]]:
+    """The device's counts by camera, and the edge results received for each."""
+    out: dict[str, dict[str, float]] = {}
+    device = scrapes.get("device")
+    if device is not None:
+        for key in ("decoded", "dropped_motion", "dropped_gate", "sent_to_edge"):
+            for cam, n in device.by_label(COUNTS[key].name, "camera").items():
+                out.setdefault(cam, {})[key] = n
+    for cam, _index in results:
+        row = out.setdefault(cam, {})
+        row["results_received"] = row.get("results_received", 0.0) + 1
+    return out
+
+
+def edge_latency_ns(results: Mapping[tuple[str, int], Received]) -> np.ndarray:
+    """Capture to edge result per frame: the edge's send stamp, else the inference end."""
+    if not results:
+        return np.zeros(0, dtype=np.int64)
+    t = np.array(
+        [
+            (
+                r.message.timing.capture_ns,
+                r.message.timing.edge_send_ns,
+                r.message.timing.inference_end_ns,
+            )
+            for r in results.values()
+        ],
+        dtype=np.int64,
+    )
+    done = np.where(t[:, 1] > 0, t[:, 1], t[:, 2])
+    ok = (t[:, 0] > 0) & (done >= t[:, 0])
+    return np.asarray(done[ok] - t[ok, 0])
+
+
+def cloud_latency_ns(events: Sequence[analytics_pb2.Event]) -> np.ndarray:
+    """Capture to stored in the cloud, per event."""
+    if not events:
+        return np.zeros(0, dtype=np.int64)
+    t = np.array([(e.capture_ns, e.stored_ns) for e in events], dtype=np.int64)
+    ok = (t[:, 0] > 0) & (t[:, 1] >= t[:, 0])
+    return np.asarray(t[ok, 1] - t[ok, 0])
+
+
+def build(
+    sources: list[dict[str, Any]],
+    scrapes: Mapping[str, Samples],
+    results: Mapping[tuple[str, int], Received],
+    events: Sequence[analytics_pb2.Event],
+    processes: dict[str, dict[str, Any]],
+    duration_s: float,
+) -> Summary:
+    """Assemble the report from the last scrapes, the received results and the events."""
+    frames = counts(scrapes)
+    frames["results_received"] = float(len(results))
+    frames["frames_with_cloud_events"] = float(len({(e.camera_id, e.sequence) for e in events}))
+    frames["cloud_events"] = float(len(events))
+    source_bytes = float(sum(int(s.get("bytes") or 0) for s in sources))
+    return Summary(
+        sources=sources,
+        frames=frames,
+        drops=drops(scrapes),
+        latency={
+            "capture_to_edge": Percentiles.of(edge_latency_ns(results)),
+            "capture_to_cloud": Percentiles.of(cloud_latency_ns(events)),
+        },
+        bytes={"source": source_bytes, **{k: value(scrapes, m) for k, m in BYTES.items()}},
+        processes=processes,
+        duration_s=round(duration_s, 2),
+        per_camera=per_camera(scrapes, results),
+        metrics={tier: s.as_dict() for tier, s in scrapes.items()},
+    )
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.2f}"
+
+
+def table(s: Summary) -> str:
+    """A short terminal table."""
+    f = s.frames
+    rows = [
+        ("device", "frames decoded", f["decoded"]),
+        ("device", "dropped by motion gate", f["dropped_motion"]),
+        ("device", "dropped by MobileNetV3 gate", f["dropped_gate"]),
+        ("device", "sent to edge", f["sent_to_edge"]),
+        ("edge", "frames detected", f["detected"]),
+        ("edge", "boxes", f["boxes"]),
+        ("edge", "crops acked by cloud", f["crops_stored"]),
+        ("cloud", "crops classified", f["classified"]),
+        ("cloud", "events stored", f["events_stored"]),
+    ]
+    out = [f"{'tier':<7}{'':<30}{'count':>12}", "-" * 49]
+    out += [f"{tier:<7}{what:<30}{_fmt(n):>12}" for tier, what, n in rows]
+    out.append("-" * 49)
+    for name, p in s.latency.items():
+        what = name.replace("_", " ")
+        out.append(f"latency {what:<24} p50 {_fmt(p.p50_ms):>7} ms  p99 {_fmt(p.p99_ms):>7} ms")
+    b = s.bytes
+    out.append(
+        f"bytes   source {_fmt(b['source'])}  to edge {_fmt(b['to_edge'])}  "
+        f"to cloud {_fmt(b['to_cloud'])}"
+    )
+    if s.drops:
+        out.append("drops   " + ", ".join(f"{k} {_fmt(v)}" for k, v in s.drops.items()))
+    return "\n".join(out)

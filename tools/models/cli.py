@@ -1,0 +1,490 @@
+"""`strata models`: list, inspect, build, quantize and compile models in a repository."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from strata.shared.cli.common import add_config_flag, load_or_exit
+
+
+def register(subparsers: Any) -> None:
+    """Add `strata models` and its subcommands."""
+    parser = subparsers.add_parser(
+        "models", help="Model repository: list, inspect, build, quantize, engine."
+    )
+    sub = parser.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+
+    p = sub.add_parser("list", help="List the models in the repository.")
+    _common(p)
+    p.set_defaults(func=run_list)
+
+    p = sub.add_parser("inspect", help="Show a model's manifest and verify its files.")
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    p.add_argument(
+        "--no-load", action="store_true", help="Check files and checksums only, do not load."
+    )
+    p.set_defaults(func=run_inspect)
+
+    p = sub.add_parser(
+        "build", help="Export a model from PyTorch to ONNX (needs the export extra)."
+    )
+    _common(p)
+    p.add_argument(
+        "kind", choices=["yolo", "mobilenetv3_small", "swin"], help="Architecture family."
+    )
+    p.add_argument(
+        "--name",
+        help="Model name in the repository (default: yolov8n or the yaml's stem, "
+        "mobilenetv3_small, swin).",
+    )
+    p.add_argument(
+        "--weights",
+        default="",
+        help="Checkpoint: ultralytics .pt for yolo, a state dict for timm models; "
+        "omitted: the bare architecture with random (untrained) weights.",
+    )
+    p.add_argument(
+        "--arch",
+        default="",
+        help="yolo: architecture yaml (default yolov8n.yaml); swin: size tiny|mini|micro "
+        "(default mini).",
+    )
+    p.add_argument("--imgsz", type=int, default=0, help="Input size (default 640 / 224).")
+    p.add_argument("--num-classes", type=int, default=0, help="Head width (default: labels).")
+    p.add_argument("--labels", help="File with one class name per line.")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (>= 17).")
+    p.add_argument("--fp16", action="store_true", help="Also write an FP16 variant.")
+    p.add_argument("--no-simplify", action="store_true", help="Skip onnxslim.")
+    p.set_defaults(func=run_build)
+
+    p = sub.add_parser("fp16", help="Add an FP16 variant of a model's ONNX file (no torch).")
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    _into(p)
+    p.set_defaults(func=run_fp16)
+
+    p = sub.add_parser(
+        "quantize", help="INT8 static quantization calibrated on a clip; reports agreement."
+    )
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    p.add_argument("--clip", required=True, help="Video to calibrate and evaluate on.")
+    p.add_argument(
+        "--method",
+        choices=["entropy", "minmax", "percentile", "auto"],
+        default="entropy",
+        help="Calibration method; auto tries all three and keeps the best agreement.",
+    )
+    p.add_argument("--samples", type=int, default=32, help="Calibration frames.")
+    p.add_argument("--eval-frames", type=int, default=32, help="Frames to measure agreement on.")
+    p.add_argument(
+        "--keep-float",
+        default="LayerNormalization,Softmax",
+        help="Comma-separated operator types left in float ('' for none).",
+    )
+    p.add_argument("--exclude-nodes", default="", help="Regex over node names kept in float.")
+    p.add_argument("--runs", type=int, default=30, help="Timed batch-1 runs per model.")
+    p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads.")
+    p.add_argument("--conf", type=float, default=0.25, help="Detector score threshold for F1.")
+    p.add_argument("--variant", default="int8", help="Variant key to record.")
+    p.add_argument(
+        "--as-model",
+        metavar="NAME",
+        help="Also store the INT8 file as a model of its own (e.g. yolov8n-int8), which any "
+        "tier loads by name.",
+    )
+    _into(p)
+    p.set_defaults(func=run_quantize)
+
+    p = sub.add_parser(
+        "promote", help="Store a variant as a model of its own, loadable by name in any tier."
+    )
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    p.add_argument("--variant", required=True, help="Variant key, e.g. int8 or fp16.")
+    p.add_argument("--as", dest="as_model", required=True, help="New model name.")
+    p.set_defaults(func=run_promote)
+
+    p = sub.add_parser(
+        "bench", help="Compare a model's variants on a clip: agreement and latency, one run."
+    )
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    p.add_argument(
+        "--variants",
+        default="",
+        help="Comma-separated variant keys, each optionally KEY@BACKEND (e.g. "
+        "primary@onnxruntime-cuda,trt-fp16@tensorrt); the first is the reference "
+        "(default: primary, then every ONNX variant).",
+    )
+    p.add_argument("--clip", required=True, help="Video whose frames are the inputs.")
+    p.add_argument("--frames", type=int, default=32, help="Frames for agreement.")
+    p.add_argument("--runs", type=int, default=30, help="Timed runs per variant.")
+    p.add_argument("--batch", type=int, default=1, help="Batch size of the timed runs.")
+    p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads.")
+    p.add_argument("--conf", type=float, default=0.25, help="Detector score threshold for F1.")
+    p.add_argument("--backend", default="onnxruntime-cpu", help="Runtime back end.")
+    p.set_defaults(func=run_bench)
+
+    p = sub.add_parser("engine", help="Build a TensorRT engine (GPU, TensorRT 10).")
+    _common(p)
+    p.add_argument("name", help="Model name.")
+    p.add_argument("--min-batch", type=int, default=1, help="Profile: smallest batch.")
+    p.add_argument("--opt-batch", type=int, default=8, help="Profile: batch tuned for.")
+    p.add_argument("--max-batch", type=int, default=16, help="Profile: largest batch.")
+    p.add_argument("--no-fp16", action="store_true", help="Build in FP32.")
+    p.add_argument("--from-variant", help="ONNX variant to build from (default: primary).")
+    p.add_argument("--force", action="store_true", help="Rebuild even when up to date.")
+    _into(p)
+    p.set_defaults(func=run_engine)
+
+    from strata.tools.distill.cli import add_parser as add_distill
+
+    add_distill(sub)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_config_flag(p)
+    p.add_argument(
+        "--repository",
+        "-r",
+        help="Model repository folder (default: models.repository, else the starter one).",
+    )
+
+
+def _into(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--into",
+        help="Repository to write to (default: the source repository; required when that is "
+        "the starter repository, which ships with strata and stays as built).",
+    )
+
+
+def _target(args: argparse.Namespace, repo: Any) -> Any:
+    """The repository a command writes to; refuses to modify the starter repository."""
+    from strata.shared.models.repository import ModelRepository, starter_repository
+
+    if args.into:
+        Path(args.into).mkdir(parents=True, exist_ok=True)
+        return ModelRepository(args.into)
+    if repo.root.resolve() == starter_repository().resolve():
+        print(
+            "strata models: give --into DIR: the starter repository is not modified "
+            "(the model is copied into DIR first)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return repo
+
+
+def _repo_path(args: argparse.Namespace) -> str:
+    overrides = {"models": {"repository": args.repository}} if args.repository else {}
+    cfg = load_or_exit(args, overrides, "models")
+    return cfg.models.repository
+
+
+def _repo(args: argparse.Namespace) -> Any:
+    from strata.shared.models.repository import ModelError, ModelRepository
+
+    try:
+        return ModelRepository(_repo_path(args))
+    except ModelError as exc:
+        print(f"strata models: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Print one line per model: name, task, precision, variants, trained or not."""
+    from strata.shared.models.repository import ModelError
+
+    repo = _repo(args)
+    print(f"repository: {repo.root}")
+    rc = 0
+    for name in repo.names():
+        try:
+            m = repo.manifest(name)
+        except ModelError as exc:
+            print(f"  {name:<24} INVALID: {exc}")
+            rc = 1
+            continue
+        variants = ",".join([m.precision, *m.variants])
+        trained = "trained" if m.source.trained else "UNTRAINED"
+        shape = "x".join("N" if d is None else str(d) for d in m.input.shape)
+        print(f"  {name:<24} {m.task:<8} {shape:<14} {variants:<24} {trained}")
+    return rc
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    """Print the manifest, then verify (and load) every file it names."""
+    from strata.shared.models.manifest import dump_manifest
+    from strata.shared.models.repository import ModelError
+
+    repo = _repo(args)
+    try:
+        manifest = repo.manifest(args.name)
+    except ModelError as exc:
+        print(f"strata models: {exc}", file=sys.stderr)
+        return 2
+    text = dump_manifest(manifest, max_labels=20)
+    print(text)
+    rc = 0
+    for key in [None, *manifest.variants]:
+        try:
+            if args.no_load or (key and manifest.variants[key].format == "tensorrt"):
+                _, label, path = repo.file_of(args.name, key)
+                print(f"ok   {label:<10} {path.name}: file present, checksum matches")
+            else:
+                loaded = repo.open(args.name, variant=key)
+                print(
+                    f"ok   {loaded.variant:<10} {loaded.path.name}: checksum matches, loads in "
+                    f"{loaded.runner.backend}, inputs/outputs agree with the manifest"
+                )
+                loaded.close()
+        except ModelError as exc:
+            print(f"FAIL {exc}")
+            rc = 1
+    return rc
+
+
+def run_build(args: argparse.Namespace) -> int:
+    """Export a model from PyTorch into the repository (and an FP16 variant)."""
+    try:
+        from strata.tools.models.export import BuildRequest, build
+    except ImportError as exc:
+        print(
+            f"strata models build: needs the export extra ({exc.name} missing): "
+            "pip install 'strata[export]'",
+            file=sys.stderr,
+        )
+        return 2
+    path = _repo_path(args)
+    if not path:
+        print(
+            "strata models build: give --repository DIR (the starter repository is read-only)",
+            file=sys.stderr,
+        )
+        return 2
+    labels: tuple[str, ...] = ()
+    if args.labels:
+        labels = tuple(
+            line.strip() for line in Path(args.labels).read_text().splitlines() if line.strip()
+        )
+    default_name = {"yolo": "yolov8n", "mobilenetv3_small": "mobilenetv3_small", "swin": "swin"}
+    if args.kind == "yolo" and args.arch:
+        default_name["yolo"] = Path(args.arch).stem  # yolov8s.yaml -> yolov8s
+    req = BuildRequest(
+        kind=args.kind,
+        name=args.name or default_name[args.kind],
+        repository=Path(path),
+        weights=args.weights,
+        arch=args.arch,
+        imgsz=args.imgsz,
+        num_classes=args.num_classes,
+        labels=labels,
+        opset=args.opset,
+        simplify=not args.no_simplify,
+    )
+    try:
+        manifest = build(req)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"strata models build: {exc}", file=sys.stderr)
+        return 2
+    print(f"built {manifest.name} -> {Path(path) / manifest.name / manifest.file}")
+    if args.fp16:
+        from strata.tools.models.fp16 import add_fp16_variant
+
+        variant = add_fp16_variant(Path(path), manifest.name)
+        print(f"fp16 variant -> {Path(path) / manifest.name / variant.file}")
+    if not manifest.source.trained:
+        print("note: no checkpoint given, so the weights are random: labelled untrained")
+    return 0
+
+
+def run_fp16(args: argparse.Namespace) -> int:
+    """Add an FP16 variant, copying the model into --into first when given."""
+    from strata.shared.models.repository import ModelError
+    from strata.tools.models.fp16 import add_fp16_variant
+    from strata.tools.models.quantize import copy_model
+
+    repo = _repo(args)
+    target = _target(args, repo)
+    try:
+        if target.root != repo.root:
+            copy_model(repo, target, args.name)
+        variant = add_fp16_variant(target.root, args.name)
+    except ModelError as exc:
+        print(f"strata models fp16: {exc}", file=sys.stderr)
+        return 2
+    print(f"fp16 variant -> {target.folder(args.name) / variant.file}")
+    return 0
+
+
+def run_quantize(args: argparse.Namespace) -> int:
+    """Quantize, record the variant, print agreement and speed."""
+    from strata.shared.models.repository import ModelError
+    from strata.tools.models.quantize import QuantizeRequest, quantize
+
+    repo = _repo(args)
+    target = _target(args, repo)
+    keep = tuple(t.strip() for t in args.keep_float.split(",") if t.strip())
+    req = QuantizeRequest(
+        name=args.name,
+        clip=Path(args.clip),
+        method=args.method,
+        samples=args.samples,
+        keep_float=keep,
+        exclude_nodes=args.exclude_nodes,
+        eval_frames=args.eval_frames,
+        timing_runs=args.runs,
+        threads=args.threads,
+        conf=args.conf,
+        variant=args.variant,
+        progress=sys.stderr.isatty(),
+    )
+    try:
+        rep = quantize(repo, req, into=target)
+    except (ModelError, FileNotFoundError, ValueError) as exc:
+        print(f"strata models quantize: {exc}", file=sys.stderr)
+        return 2
+    a = rep.agreement
+    value = "undefined" if a.value is None else f"{a.value:.3f}"
+    what = "top-1 agreement" if a.metric == "top1" else "box F1 @ IoU 0.5"
+    print(f"{rep.name}: int8 written to {rep.path}")
+    print(
+        f"  calibration      {rep.method}, {rep.samples} frames of {req.clip.name}; "
+        f"{rep.kept_float_nodes} nodes kept in float"
+    )
+    print(
+        f"  {what:<16} {value} over {a.frames} frames "
+        f"(float items {a.reference_items}, int8 items {a.test_items}); "
+        f"output relative error {a.output_rel_error:.4f}"
+    )
+    print(
+        f"  latency (batch 1) fp32 {rep.float_timing.median_ms:.2f} ms "
+        f"(p90 {rep.float_timing.p90_ms:.2f}), int8 {rep.int8_timing.median_ms:.2f} ms "
+        f"(p90 {rep.int8_timing.p90_ms:.2f}): x{rep.speedup:.2f}, {rep.int8_timing.runs} runs"
+    )
+    print(
+        f"  size             fp32 {rep.float_bytes / 1e6:.1f} MB, "
+        f"int8 {rep.int8_bytes / 1e6:.1f} MB"
+    )
+    if len(rep.tried) > 1:
+        tried = ", ".join(
+            f"{m} {_fmt_value(t.value)} (error {t.output_rel_error:.4f})"
+            for m, t in rep.tried.items()
+        )
+        print(f"  tried            {tried}; kept {rep.method}")
+    for note in rep.notes:
+        print(f"  note: {note}")
+    if args.as_model:
+        from strata.shared.models.repository import promote_variant
+
+        promote_variant(target, args.name, args.variant, args.as_model)
+        print(f"  stored as model {args.as_model!r} in {target.root}")
+    return 0
+
+
+def run_promote(args: argparse.Namespace) -> int:
+    """Copy a variant into a model folder of its own."""
+    from strata.shared.models.repository import ModelError, promote_variant
+
+    repo = _repo(args)
+    _target(argparse.Namespace(into=None), repo)  # refuses the starter repository
+    try:
+        m = promote_variant(repo, args.name, args.variant, args.as_model)
+    except ModelError as exc:
+        print(f"strata models promote: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.name}:{args.variant} -> model {m.name!r} ({m.precision}) in {repo.root}")
+    return 0
+
+
+def _fmt_value(v: float | None) -> str:
+    return "undefined" if v is None else f"{v:.3f}"
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    """Build (or keep) the TensorRT engine for this GPU and TensorRT version."""
+    from strata.shared.models.repository import ModelError
+    from strata.tools.models.engine import ensure_engine, plan_profile
+
+    repo = _repo(args)
+    target = _target(args, repo)
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        print(
+            "strata models engine: needs TensorRT 10 and an NVIDIA GPU: pip install 'strata[gpu]'",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        from strata.tools.models.quantize import copy_model
+
+        if target.root != repo.root:
+            copy_model(repo, target, args.name)
+        manifest = target.manifest(args.name)
+        profile = plan_profile(manifest.input, args.min_batch, args.opt_batch, args.max_batch)
+        fp16 = not args.no_fp16
+        res = ensure_engine(
+            target,
+            args.name,
+            profile,
+            fp16=fp16,
+            key="trt-fp16" if fp16 else "trt-fp32",
+            source_variant=args.from_variant,
+            force=args.force,
+            progress=sys.stderr.isatty(),
+        )
+    except ModelError as exc:
+        print(f"strata models engine: {exc}", file=sys.stderr)
+        return 2
+    rec = res.variant.tensorrt
+    assert rec is not None
+    state = f"built ({res.reason})" if res.rebuilt else "up to date"
+    print(
+        f"{args.name}: engine {res.path} {state}: TensorRT {rec.tensorrt_version}, "
+        f"{rec.gpu_name} (sm {rec.compute_capability}), batch "
+        f"{rec.min_batch}/{rec.opt_batch}/{rec.max_batch}, fp16={rec.fp16}"
+    )
+    return 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Print a markdown table comparing the variants, with the machine."""
+    from strata.shared.models.repository import ModelError
+    from strata.tools.models.bench import compare
+
+    repo = _repo(args)
+    try:
+        manifest = repo.manifest(args.name)
+        if args.variants:
+            variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        else:
+            onnx = [k for k, v in manifest.variants.items() if v.format == "onnx"]
+            variants = ["primary", *onnx]
+        rep = compare(
+            repo,
+            args.name,
+            variants,
+            Path(args.clip),
+            frames=args.frames,
+            runs=args.runs,
+            batch=args.batch,
+            threads=args.threads,
+            conf=args.conf,
+            backend=args.backend,
+        )
+    except (ModelError, FileNotFoundError, ValueError) as exc:
+        print(f"strata models bench: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{rep.name}: batch {rep.batch}, {rep.runs} interleaved runs per variant, "
+        f"agreement over {rep.frames} frames of {Path(args.clip).name}; {rep.machine}"
+    )
+    print(rep.markdown())
+    return 0

@@ -1,0 +1,42 @@
+"""FP16 variants of ONNX models (no torch needed: onnxruntime's float16 converter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from strata.shared.models.manifest import Variant, save_manifest
+from strata.shared.models.repository import ModelRepository, sha256_of
+
+# Ops whose FP16 kernels lose too much (or that ORT's CPU provider lacks in FP16); the
+# converter wraps them in casts and keeps them in float.
+_KEEP_FLOAT = ["Resize", "TopK", "NonMaxSuppression"]
+
+
+def convert_fp16(src: Path, dst: Path) -> None:
+    """Write an FP16 copy of `src`; inputs and outputs stay float32 so callers do not change."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = onnx.load(str(src))
+    half = convert_float_to_float16(model, keep_io_types=True, op_block_list=_KEEP_FLOAT)
+    tmp = dst.with_suffix(".part")
+    onnx.save(half, str(tmp))
+    tmp.replace(dst)
+
+
+def add_fp16_variant(repository: Path, name: str, key: str = "fp16") -> Variant:
+    """Convert `name`'s primary file to FP16 and record it as variant `key`."""
+    repo = ModelRepository(repository)
+    manifest, _, src = repo.file_of(name)
+    dst = src.with_name(f"{src.stem}.{key}.onnx")
+    convert_fp16(src, dst)
+    variant = Variant(
+        file=dst.name,
+        sha256=sha256_of(dst),
+        format="onnx",
+        precision="fp16",
+        made_by="strata models build --fp16 (onnxruntime float16 converter, keep_io_types)",
+    )
+    updated = manifest.model_copy(update={"variants": {**manifest.variants, key: variant}})
+    save_manifest(updated, repo.folder(name))
+    return variant
