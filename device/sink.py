@@ -136,5 +136,5 @@ class FrameSink:
                     Received(h.camera_id, h.sequence, h.frame_index, msg.payload.nbytes, dup)
                 )
         if self.ack:
-            status = frame_pb2.ACK_STATUS_DUPLICATE if dup else frame_pb2.ACK_STATUS_ACCEPTED
+            status = frame_pb2.ACK_STATUS_DUPLICATE if dup else frame_pb2.ACK_STATUS_QUEUED
             sock.send_multipart([ident, *pack_ack(make_ack(h.camera_id, h.sequence, status))])

@@ -21,7 +21,7 @@ from .metrics import EdgeMetrics
 
 log = logging.getLogger(__name__)
 
-ACCEPTED = frame_pb2.ACK_STATUS_ACCEPTED
+QUEUED = frame_pb2.ACK_STATUS_QUEUED
 DUPLICATE = frame_pb2.ACK_STATUS_DUPLICATE
 REJECTED = frame_pb2.ACK_STATUS_REJECTED
 
@@ -92,7 +92,7 @@ class Ingest:
         self._last_seq[cam] = seq
         self.metrics.frames.labels("accepted").inc()
         frame = QueuedFrame(header, image, time.time_ns(), time.monotonic())
-        return IngestResult(make_ack(cam, seq, ACCEPTED), frame)
+        return IngestResult(make_ack(cam, seq, QUEUED), frame)
 
     def _reject(self, parts: Sequence[Any], exc: MalformedMessage, identity: Any) -> IngestResult:
         # Name the frame in the ack when the header got far enough to be parsed.

@@ -116,7 +116,7 @@ def unpack_frame(parts: Sequence[Any]) -> FrameMessage:
 
 
 def make_ack(
-    camera_id: str, sequence: int, status: int = frame_pb2.ACK_STATUS_ACCEPTED, reason: str = ""
+    camera_id: str, sequence: int, status: int = frame_pb2.ACK_STATUS_QUEUED, reason: str = ""
 ) -> frame_pb2.FrameAck:
     """An ack for one frame, stamped with this build's protocol version."""
     return frame_pb2.FrameAck(

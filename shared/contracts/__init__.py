@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import analytics_pb2, analytics_pb2_grpc, common_pb2, frame_pb2
 
-PROTOCOL_MAJOR = 1
+PROTOCOL_MAJOR = 2
 PROTOCOL_MINOR = 0
 
 

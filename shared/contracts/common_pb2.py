@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16strata/v1/common.proto\x12\tstrata.v1\"/\n\x0fProtocolVersion\x12\r\n\x05major\x18\x01 \x01(\r\x12\r\n\x05minor\x18\x02 \x01(\r\"5\n\x03\x42ox\x12\n\n\x02x1\x18\x01 \x01(\x02\x12\n\n\x02y1\x18\x02 \x01(\x02\x12\n\n\x02x2\x18\x03 \x01(\x02\x12\n\n\x02y2\x18\x04 \x01(\x02\"\xca\x01\n\x06Timing\x12\x12\n\ncapture_ns\x18\x01 \x01(\x03\x12\x16\n\x0e\x64\x65vice_send_ns\x18\x02 \x01(\x03\x12\x17\n\x0f\x65\x64ge_receive_ns\x18\x03 \x01(\x03\x12\x1a\n\x12inference_start_ns\x18\x04 \x01(\x03\x12\x18\n\x10inference_end_ns\x18\x05 \x01(\x03\x12\x14\n\x0c\x65\x64ge_send_ns\x18\x06 \x01(\x03\x12\x18\n\x10\x63loud_receive_ns\x18\x07 \x01(\x03\x12\x15\n\rcloud_done_ns\x18\x08 \x01(\x03\"X\n\tDetection\x12\x1b\n\x03\x62ox\x18\x01 \x01(\x0b\x32\x0e.strata.v1.Box\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x10\n\x08\x63lass_id\x18\x03 \x01(\x05\x12\r\n\x05label\x18\x04 \x01(\t*I\n\x08\x45ncoding\x12\x18\n\x14\x45NCODING_UNSPECIFIED\x10\x00\x12\x11\n\rENCODING_JPEG\x10\x01\x12\x10\n\x0c\x45NCODING_BGR\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16strata/v1/common.proto\x12\tstrata.v1\"/\n\x0fProtocolVersion\x12\r\n\x05major\x18\x01 \x01(\r\x12\r\n\x05minor\x18\x02 \x01(\r\"5\n\x03\x42ox\x12\n\n\x02x1\x18\x01 \x01(\x02\x12\n\n\x02y1\x18\x02 \x01(\x02\x12\n\n\x02x2\x18\x03 \x01(\x02\x12\n\n\x02y2\x18\x04 \x01(\x02\"\xca\x01\n\x06Timing\x12\x12\n\ncapture_ns\x18\x01 \x01(\x03\x12\x16\n\x0e\x64\x65vice_send_ns\x18\x02 \x01(\x03\x12\x17\n\x0f\x65\x64ge_receive_ns\x18\x03 \x01(\x03\x12\x1a\n\x12inference_start_ns\x18\x04 \x01(\x03\x12\x18\n\x10inference_end_ns\x18\x05 \x01(\x03\x12\x14\n\x0c\x65\x64ge_send_ns\x18\x06 \x01(\x03\x12\x18\n\x10\x63loud_receive_ns\x18\x07 \x01(\x03\x12\x15\n\rcloud_done_ns\x18\x08 \x01(\x03\"j\n\tDetection\x12\x1b\n\x03\x62ox\x18\x01 \x01(\x0b\x32\x0e.strata.v1.Box\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x10\n\x08\x63lass_id\x18\x03 \x01(\x05\x12\r\n\x05label\x18\x04 \x01(\t\x12\x10\n\x08track_id\x18\x05 \x01(\x04*\\\n\x08\x45ncoding\x12\x18\n\x14\x45NCODING_UNSPECIFIED\x10\x00\x12\x11\n\rENCODING_JPEG\x10\x01\x12\x10\n\x0c\x45NCODING_BGR\x10\x02\x12\x11\n\rENCODING_H264\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strata.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENCODING']._serialized_start=436
-  _globals['_ENCODING']._serialized_end=509
+  _globals['_ENCODING']._serialized_start=454
+  _globals['_ENCODING']._serialized_end=546
   _globals['_PROTOCOLVERSION']._serialized_start=37
   _globals['_PROTOCOLVERSION']._serialized_end=84
   _globals['_BOX']._serialized_start=86
@@ -40,5 +40,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TIMING']._serialized_start=142
   _globals['_TIMING']._serialized_end=344
   _globals['_DETECTION']._serialized_start=346
-  _globals['_DETECTION']._serialized_end=434
+  _globals['_DETECTION']._serialized_end=452
 # @@protoc_insertion_point(module_scope)

@@ -11,9 +11,11 @@ class Encoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ENCODING_UNSPECIFIED: _ClassVar[Encoding]
     ENCODING_JPEG: _ClassVar[Encoding]
     ENCODING_BGR: _ClassVar[Encoding]
+    ENCODING_H264: _ClassVar[Encoding]
 ENCODING_UNSPECIFIED: Encoding
 ENCODING_JPEG: Encoding
 ENCODING_BGR: Encoding
+ENCODING_H264: Encoding
 
 class ProtocolVersion(_message.Message):
     __slots__ = ("major", "minor")
@@ -56,13 +58,15 @@ class Timing(_message.Message):
     def __init__(self, capture_ns: _Optional[int] = ..., device_send_ns: _Optional[int] = ..., edge_receive_ns: _Optional[int] = ..., inference_start_ns: _Optional[int] = ..., inference_end_ns: _Optional[int] = ..., edge_send_ns: _Optional[int] = ..., cloud_receive_ns: _Optional[int] = ..., cloud_done_ns: _Optional[int] = ...) -> None: ...
 
 class Detection(_message.Message):
-    __slots__ = ("box", "score", "class_id", "label")
+    __slots__ = ("box", "score", "class_id", "label", "track_id")
     BOX_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     CLASS_ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
+    TRACK_ID_FIELD_NUMBER: _ClassVar[int]
     box: Box
     score: float
     class_id: int
     label: str
-    def __init__(self, box: _Optional[_Union[Box, _Mapping]] = ..., score: _Optional[float] = ..., class_id: _Optional[int] = ..., label: _Optional[str] = ...) -> None: ...
+    track_id: int
+    def __init__(self, box: _Optional[_Union[Box, _Mapping]] = ..., score: _Optional[float] = ..., class_id: _Optional[int] = ..., label: _Optional[str] = ..., track_id: _Optional[int] = ...) -> None: ...

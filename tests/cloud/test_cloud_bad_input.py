@@ -14,7 +14,7 @@ import pytest
 from cloud_helpers import jpeg, make_config, stub_for
 from strata.cloud.server import CloudServer
 from strata.shared.config.cloud import CloudConfig
-from strata.shared.contracts import analytics_pb2, common_pb2, current_version
+from strata.shared.contracts import PROTOCOL_MAJOR, analytics_pb2, common_pb2, current_version
 from strata.shared.metrics import sample
 
 GOOD = jpeg((0, 0, 255))
@@ -126,11 +126,11 @@ def test_bgr_size_mismatch_and_too_many_crops(
 
 def test_wrong_protocol_version(colour_server: CloudServer) -> None:
     channel, stub = stub_for(colour_server)
-    v2 = common_pb2.ProtocolVersion(major=2, minor=0)
+    v2 = common_pb2.ProtocolVersion(major=PROTOCOL_MAJOR + 1, minor=0)
     with pytest.raises(grpc.RpcError) as err:
         stub.Classify(classify_req(GOOD, version=v2), timeout=10)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "unsupported protocol version 2.0" in err.value.details()
+    assert f"unsupported protocol version {PROTOCOL_MAJOR + 1}.0" in err.value.details()
     batch = analytics_pb2.CropBatch(version=v2, crops=[crop(1, GOOD)])
     with pytest.raises(grpc.RpcError) as err:
         list(stub.Uplink(iter([batch]), timeout=10))
@@ -140,7 +140,8 @@ def test_wrong_protocol_version(colour_server: CloudServer) -> None:
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     # A newer minor version is fine.
     ok = stub.Classify(
-        classify_req(GOOD, version=common_pb2.ProtocolVersion(major=1, minor=7)), timeout=10
+        classify_req(GOOD, version=common_pb2.ProtocolVersion(major=PROTOCOL_MAJOR, minor=7)),
+        timeout=10,
     )
     assert ok.labels[0].label == "red"
     assert failures(colour_server, "Classify", "protocol_version") == 1

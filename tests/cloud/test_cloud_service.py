@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from strata.cloud.server import CloudServer
 from strata.shared.config.cloud import CloudConfig
-from strata.shared.contracts import analytics_pb2, common_pb2, current_version
+from strata.shared.contracts import PROTOCOL_MAJOR, analytics_pb2, common_pb2, current_version
 from strata.shared.metrics import sample
 
 RED, GREEN, BLUE = (0, 0, 255), (0, 255, 0), (255, 0, 0)  # BGR
@@ -40,7 +40,7 @@ def uplink(
 ) -> list[analytics_pb2.CropAck]:
     acks: list[analytics_pb2.CropAck] = []
     for resp in stub.Uplink(iter(batches), timeout=timeout):
-        assert resp.version.major == 1
+        assert resp.version.major == PROTOCOL_MAJOR
         acks.extend(resp.acks)
     return acks
 

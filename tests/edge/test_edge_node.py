@@ -12,7 +12,7 @@ import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
-from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.contracts import PROTOCOL_MAJOR, common_pb2, frame_pb2
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 
@@ -84,7 +84,7 @@ def test_detections_match_ground_truth_in_original_pixels(
         )
         sent += 1
     acks = agents[0].acks(sent - sent // 2) + agents[1].acks(sent // 2)
-    assert {a.status for a in acks} == {frame_pb2.ACK_STATUS_ACCEPTED}
+    assert {a.status for a in acks} == {frame_pb2.ACK_STATUS_QUEUED}
     results = sub.collect(sent)
     assert len(results) == sent
     tol = 3.0 if encoding == common_pb2.ENCODING_JPEG else 2.0
@@ -122,11 +122,11 @@ def test_malformed_and_version_mismatch_are_rejected_and_counted(
     wrong.version.major = 9
     agent.send_parts([wrong.SerializeToString(), bytes(48)])  # unknown major version
     jpeg = frame_pb2.FrameHeader(camera_id="c", sequence=2, width=4, height=4, payload_size=5)
-    jpeg.version.major = 1
+    jpeg.version.major = PROTOCOL_MAJOR
     jpeg.encoding = common_pb2.ENCODING_JPEG
     agent.send_parts([jpeg.SerializeToString(), b"\x00garb"])  # payload does not decode
     short = frame_pb2.FrameHeader(camera_id="c", sequence=3, width=8, height=8, payload_size=10)
-    short.version.major = 1
+    short.version.major = PROTOCOL_MAJOR
     short.encoding = common_pb2.ENCODING_BGR
     agent.send_parts([short.SerializeToString(), bytes(10)])  # BGR size disagrees
     agent.send_image("c", 4, image)  # and a good one still goes through
@@ -134,7 +134,7 @@ def test_malformed_and_version_mismatch_are_rejected_and_counted(
     acks = agent.acks(7)
     status = [a.status for a in acks]
     assert status == [frame_pb2.ACK_STATUS_REJECTED] * 5 + [
-        frame_pb2.ACK_STATUS_ACCEPTED,
+        frame_pb2.ACK_STATUS_QUEUED,
         frame_pb2.ACK_STATUS_DUPLICATE,
     ]
     assert "version" in acks[2].reason and "9.0" in acks[2].reason
@@ -231,8 +231,8 @@ def test_cameras_beyond_the_limit_are_rejected_and_counted(
         agent.send_image(cam, seq, image)
     acks = agent.acks(4)
     assert [a.status for a in acks] == [
-        frame_pb2.ACK_STATUS_ACCEPTED,
-        frame_pb2.ACK_STATUS_ACCEPTED,
+        frame_pb2.ACK_STATUS_QUEUED,
+        frame_pb2.ACK_STATUS_QUEUED,
         frame_pb2.ACK_STATUS_REJECTED,
         frame_pb2.ACK_STATUS_DUPLICATE,  # a known camera still gets through the check
     ]
