@@ -97,6 +97,33 @@ class CropsConfig(StrictModel):
     pad: float = Field(0.1, ge=0.0, le=1.0, description="Margin added around a box, by its size.")
 
 
+class TrackingConfig(StrictModel):
+    """The per-camera tracker (ids, and boxes for frames the device did not send)."""
+
+    enabled: bool = Field(True, description="Track objects; off: skipped frames get no boxes.")
+    high_score: float = Field(
+        0.4, ge=0.0, le=1.0, description="Detections at or above this are matched first."
+    )
+    new_track_score: float = Field(
+        0.4, ge=0.0, le=1.0, description="Lowest score that starts a new track."
+    )
+    match_iou: float = Field(
+        0.3, ge=0.0, le=1.0, description="A detection this IoU with a predicted box may match."
+    )
+    match_distance: float = Field(
+        0.8, ge=0.0, description="Or one whose centre is this close, in box heights."
+    )
+    min_hits: int = Field(1, ge=1, description="Detections before a track is predicted.")
+    max_lost: int = Field(
+        60, ge=0, description="Source frames a track lives on without a detection."
+    )
+    max_predict: int = Field(
+        0,
+        ge=0,
+        description="Predicted only if seen at most this many frames before the last detected one.",
+    )
+
+
 class UplinkConfig(StrictModel):
     """The gRPC stream to the cloud and its circuit breaker."""
 
@@ -130,6 +157,9 @@ class EdgeConfig(StrictModel):
     batching: BatchingConfig = Field(default_factory=BatchingConfig, description="Batching.")
     detection: DetectionConfig = Field(default_factory=DetectionConfig, description="NMS.")
     crops: CropsConfig = Field(default_factory=CropsConfig, description="Second opinions.")
+    tracking: TrackingConfig = Field(
+        default_factory=TrackingConfig, description="Per-camera tracker."
+    )
     uplink: UplinkConfig = Field(default_factory=UplinkConfig, description="Cloud uplink.")
     max_payload_mib: int = Field(32, ge=1, description="Frames larger than this are rejected.")
     metrics: MetricsConfig = Field(

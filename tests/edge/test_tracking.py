@@ -1,0 +1,97 @@
+"""The edge tracker: ids, association across gaps, predictions for frames not sent."""
+
+from __future__ import annotations
+
+import numpy as np
+from strata.edge.tracking import Tracker, centre_distance, iou
+from strata.shared.config.edge import TrackingConfig
+from strata.shared.vision import FrameBoxes
+
+
+def dets(*boxes: tuple[float, float, float, float], score: float = 0.9, cls: int = 0) -> FrameBoxes:
+    b = np.array(boxes, np.float32).reshape(-1, 4)
+    n = b.shape[0]
+    return FrameBoxes(b, np.full(n, score, np.float32), np.full(n, cls, np.int32))
+
+
+def walker(frame: int, x0: float = 100.0, vx: float = 6.0, y0: float = 200.0) -> tuple[float, ...]:
+    x = x0 + vx * frame
+    return (x, y0, x + 30.0, y0 + 90.0)
+
+
+def test_iou_and_distance() -> None:
+    a = np.array([[0, 0, 10, 10]], np.float32)
+    b = np.array([[0, 0, 10, 10], [5, 0, 15, 10], [20, 0, 30, 10]], np.float32)
+    assert np.allclose(iou(a, b), [[1.0, 50 / 150, 0.0]])
+    assert np.allclose(centre_distance(a, b), [[0.0, 0.5, 2.0]])
+
+
+def test_ids_stay_with_objects_across_a_gap_and_prediction_follows_velocity() -> None:
+    t = Tracker(TrackingConfig())
+    first = t.update(0, dets(walker(0), walker(0, x0=400.0, vx=-6.0)))
+    assert set(first.track_ids.tolist()) == {1, 2}
+    # Every 4th frame only: the walker moves 24 px between looks (its box is 30 wide).
+    ids = []
+    for f in range(4, 41, 4):
+        r = t.update(f, dets(walker(f, x0=400.0, vx=-6.0), walker(f)))
+        ids.append(r.track_ids.tolist())
+    assert all(i == [2, 1] for i in ids)
+    p = t.predict(42, 768, 576)
+    assert p.predicted and len(p) == 2
+    by_id = dict(zip(p.track_ids.tolist(), p.boxes.tolist(), strict=True))
+    # The constant-velocity prediction lands within a few pixels of where they are.
+    assert np.allclose(by_id[1], walker(42), atol=4.0)
+    assert np.allclose(by_id[2], walker(42, x0=400.0, vx=-6.0), atol=4.0)
+    assert (p.uncertainty > 0).all()
+    assert t.uncertainty(60) > t.uncertainty(42)
+
+
+def test_prediction_does_not_change_state() -> None:
+    t = Tracker(TrackingConfig())
+    for f in range(0, 20, 2):
+        t.update(f, dets(walker(f)))
+    a = t.predict(25).boxes.copy()
+    t.predict(100)
+    assert np.array_equal(t.predict(25).boxes, a)
+
+
+def test_low_score_detection_keeps_the_track_but_does_not_start_one() -> None:
+    cfg = TrackingConfig(high_score=0.5, new_track_score=0.5)
+    t = Tracker(cfg)
+    t.update(0, dets(walker(0)))
+    r = t.update(1, dets(walker(1), score=0.3))
+    assert r.track_ids.tolist() == [1]
+    r = t.update(2, dets((600.0, 10.0, 630.0, 100.0), score=0.3))
+    assert r.track_ids.tolist() == [0]
+    assert len(t) == 1
+
+
+def test_classes_never_match_and_lost_tracks_retire() -> None:
+    t = Tracker(TrackingConfig(max_lost=5))
+    t.update(0, dets(walker(0), cls=0))
+    r = t.update(1, dets(walker(1), cls=1))
+    assert r.track_ids.tolist() == [2]
+    t.update(10, dets())
+    assert len(t) == 0
+    assert t.predict(11).track_ids.size == 0
+
+
+def test_predicted_boxes_stay_in_the_frame() -> None:
+    t = Tracker(TrackingConfig())
+    for f in range(0, 10):
+        t.update(f, dets(walker(f, x0=680.0, vx=5.0)))
+    p = t.predict(12, 768, 576)
+    assert len(p) == 1 and p.boxes[0, 2] <= 768
+    # Centre gone past the right edge: no longer predicted.
+    assert len(t.predict(30, 768, 576)) == 0
+
+
+def test_unseen_at_the_last_detection_is_not_predicted() -> None:
+    t = Tracker(TrackingConfig(max_predict=0))
+    t.update(0, dets(walker(0), walker(0, y0=400.0)))
+    t.update(1, dets(walker(1)))
+    assert t.predict(2).track_ids.tolist() == [1]
+    t2 = Tracker(TrackingConfig(max_predict=1))
+    t2.update(0, dets(walker(0), walker(0, y0=400.0)))
+    t2.update(1, dets(walker(1)))
+    assert sorted(t2.predict(2).track_ids.tolist()) == [1, 2]
