@@ -39,7 +39,7 @@ ACK_STATUS_SHED: AckStatus
 ACK_STATUS_HEARTBEAT: AckStatus
 
 class FrameHeader(_message.Message):
-    __slots__ = ("version", "agent_id", "camera_id", "sequence", "capture_ns", "send_ns", "width", "height", "encoding", "payload_size", "motion_score", "gate_score", "frame_index", "session_id", "kind", "skip_reason", "keyframe", "resent", "model", "calibration", "source_width", "source_height", "priority")
+    __slots__ = ("version", "agent_id", "camera_id", "sequence", "capture_ns", "send_ns", "width", "height", "encoding", "payload_size", "motion_score", "gate_score", "frame_index", "session_id", "kind", "skip_reason", "keyframe", "resent", "model", "calibration", "source_width", "source_height", "priority", "stream_index")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,7 @@ class FrameHeader(_message.Message):
     SOURCE_WIDTH_FIELD_NUMBER: _ClassVar[int]
     SOURCE_HEIGHT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    STREAM_INDEX_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     agent_id: str
     camera_id: str
@@ -86,7 +87,8 @@ class FrameHeader(_message.Message):
     source_width: int
     source_height: int
     priority: int
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., agent_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., send_ns: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., payload_size: _Optional[int] = ..., motion_score: _Optional[float] = ..., gate_score: _Optional[float] = ..., frame_index: _Optional[int] = ..., session_id: _Optional[int] = ..., kind: _Optional[_Union[FrameKind, str]] = ..., skip_reason: _Optional[str] = ..., keyframe: _Optional[bool] = ..., resent: _Optional[bool] = ..., model: _Optional[str] = ..., calibration: _Optional[bool] = ..., source_width: _Optional[int] = ..., source_height: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
+    stream_index: int
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., agent_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., send_ns: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., payload_size: _Optional[int] = ..., motion_score: _Optional[float] = ..., gate_score: _Optional[float] = ..., frame_index: _Optional[int] = ..., session_id: _Optional[int] = ..., kind: _Optional[_Union[FrameKind, str]] = ..., skip_reason: _Optional[str] = ..., keyframe: _Optional[bool] = ..., resent: _Optional[bool] = ..., model: _Optional[str] = ..., calibration: _Optional[bool] = ..., source_width: _Optional[int] = ..., source_height: _Optional[int] = ..., priority: _Optional[int] = ..., stream_index: _Optional[int] = ...) -> None: ...
 
 class EdgeInfo(_message.Message):
     __slots__ = ("edge_id", "edge_session", "capacity_fps", "weight", "models", "model_input_width", "model_input_height", "accepting")
@@ -109,18 +111,22 @@ class EdgeInfo(_message.Message):
     def __init__(self, edge_id: _Optional[str] = ..., edge_session: _Optional[int] = ..., capacity_fps: _Optional[float] = ..., weight: _Optional[float] = ..., models: _Optional[_Iterable[str]] = ..., model_input_width: _Optional[int] = ..., model_input_height: _Optional[int] = ..., accepting: _Optional[bool] = ...) -> None: ...
 
 class CascadeFeedback(_message.Message):
-    __slots__ = ("burst_frames", "motion_threshold", "max_interval_s", "estimated_accuracy", "tracked_objects")
+    __slots__ = ("burst_frames", "motion_threshold", "max_interval_s", "estimated_accuracy", "tracked_objects", "max_gap_frames", "send_next")
     BURST_FRAMES_FIELD_NUMBER: _ClassVar[int]
     MOTION_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     MAX_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
     TRACKED_OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_GAP_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    SEND_NEXT_FIELD_NUMBER: _ClassVar[int]
     burst_frames: int
     motion_threshold: float
     max_interval_s: float
     estimated_accuracy: float
     tracked_objects: int
-    def __init__(self, burst_frames: _Optional[int] = ..., motion_threshold: _Optional[float] = ..., max_interval_s: _Optional[float] = ..., estimated_accuracy: _Optional[float] = ..., tracked_objects: _Optional[int] = ...) -> None: ...
+    max_gap_frames: int
+    send_next: bool
+    def __init__(self, burst_frames: _Optional[int] = ..., motion_threshold: _Optional[float] = ..., max_interval_s: _Optional[float] = ..., estimated_accuracy: _Optional[float] = ..., tracked_objects: _Optional[int] = ..., max_gap_frames: _Optional[int] = ..., send_next: _Optional[bool] = ...) -> None: ...
 
 class FrameAck(_message.Message):
     __slots__ = ("version", "camera_id", "sequence", "status", "reason", "session_id", "retry_after_ms", "credits", "pressure", "degrade_level", "edge", "keyframe_request", "feedback")
