@@ -15,7 +15,8 @@ from typing import Any
 
 from strata.shared.config.device import SenderConfig
 from strata.shared.contracts import frame_pb2
-from strata.shared.wire import MalformedMessage, pack_frame, unpack_ack
+from strata.shared.curve import CurveError, connect_curve
+from strata.shared.wire import MalformedMessage, new_session_id, pack_frame, unpack_ack
 
 from .diskspool import DiskSpool
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
@@ -46,6 +47,7 @@ class Sender:
         cfg: SenderConfig,
         metrics: DeviceMetrics,
         first_sequence: int | None = None,
+        session_id: int | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.cfg = cfg
@@ -53,6 +55,8 @@ class Sender:
         # Sequences start at the agent's start time in microseconds, so that a restarted
         # agent continues above what the edge saw from the previous run.
         self.first_sequence = first_sequence or time.time_ns() // 1000
+        # The edge keys duplicates by (session, camera): a new run is a new session.
+        self.session_id = session_id or new_session_id()
         self._cams: dict[str, _Camera] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -92,6 +96,7 @@ class Sender:
     def submit(self, camera_id: str, header: frame_pb2.FrameHeader, payload: Any) -> int:
         """Queue a frame for sending (any thread); returns its sequence number."""
         cam = self._cams[camera_id]
+        header.session_id = self.session_id
         res = cam.box.put(header, payload)
         if res.waited:
             cam.m.spooled.inc()
@@ -138,8 +143,16 @@ class Sender:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+        curve = self.cfg.curve
         try:
+            if curve.secret_key:
+                connect_curve(sock, curve.secret_key, curve.server_key)
             sock.connect(self.endpoint)
+        except CurveError as exc:
+            self.error = f"cannot use the CURVE keys: {exc}"
+            sock.close(0)
+            self._ready.set()
+            return
         except zmq.ZMQError as exc:
             self.error = f"cannot use edge endpoint {self.endpoint!r}: {exc}"
             sock.close(0)

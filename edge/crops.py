@@ -11,7 +11,7 @@ from strata.shared.config.edge import CropsConfig
 from strata.shared.contracts import analytics_pb2, common_pb2
 from strata.shared.vision import FrameBoxes
 
-from .frames import QueuedFrame
+from .frames import DecodedFrame
 
 
 class CropSelector:
@@ -48,7 +48,7 @@ class CropSelector:
         return idx[order[: self.cfg.max_per_frame]]
 
     def crops(
-        self, frame: QueuedFrame, boxes: FrameBoxes, detections: Sequence[common_pb2.Detection]
+        self, frame: DecodedFrame, boxes: FrameBoxes, detections: Sequence[common_pb2.Detection]
     ) -> list[analytics_pb2.Crop]:
         """JPEG crops (padded, clipped to the frame) of the selected boxes."""
         import cv2

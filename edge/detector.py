@@ -16,7 +16,7 @@ from strata.shared.runtime import ModelLoadError, create_runner
 from strata.shared.runtime.staging import HostStagedRunner, StagedRunner
 from strata.shared.vision import COCO80, FrameBoxes, Letterbox, LetterboxWriter, decode_yolo
 
-from .frames import QueuedFrame
+from .frames import DecodedFrame
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class InFlight:
     """A launched batch: which slot holds it, its frames and how each was letterboxed."""
 
     slot: int
-    frames: tuple[QueuedFrame, ...]
+    frames: tuple[DecodedFrame, ...]
     letterboxes: tuple[Letterbox, ...]
     start_ns: int
     # time.monotonic() when preprocessing was done and the batch went to the runner.
@@ -117,7 +117,7 @@ class Detector:
         self._local = threading.local()
         self.letterbox = LetterboxWriter(self.input_size)
 
-    def launch(self, frames: Sequence[QueuedFrame], start_ns: int) -> InFlight:
+    def launch(self, frames: Sequence[DecodedFrame], start_ns: int) -> InFlight:
         """Letterbox every frame into a free slot's host buffer and launch the batch."""
         slot = self.runner.acquire()
         buf = self.runner.host_input(slot)

@@ -1,19 +1,26 @@
-"""Checking, decoding and acknowledging frames from device agents (ZeroMQ ROUTER side).
+"""Checking and acknowledging frames from device agents (ZeroMQ ROUTER side).
 
-Each message is [identity, header, payload]. Whatever is wrong with it turns into a
-REJECTED ack with a reason, a counter and a log line; the node never raises on input.
+Each message is [identity, header, payload]. The ingest thread does no O(pixels) work: it
+parses the header, checks the payload's size and the JPEG's own dimensions (its SOF
+marker) against the header and the limits, and queues the still-encoded payload. Whatever
+is wrong turns into a REJECTED ack with a reason, a counter and a rate-limited log line;
+the node never raises on input.
+
+Duplicates are recognised per (sender session, camera): a bogus sequence only ever blocks
+its own session. A camera silent for `camera_idle_s` is forgotten, freeing its slot.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.contracts import frame_pb2
+from strata.shared.imagecheck import ImageLimits, InvalidImageError, check_image
+from strata.shared.logs import RateLimitedLog
 from strata.shared.wire import MalformedMessage, make_ack, unpack_frame
 
 from .frames import QueuedFrame
@@ -25,6 +32,8 @@ QUEUED = frame_pb2.ACK_STATUS_QUEUED
 DUPLICATE = frame_pb2.ACK_STATUS_DUPLICATE
 REJECTED = frame_pb2.ACK_STATUS_REJECTED
 
+DEFAULT_LIMITS = ImageLimits(8192, 8192, 7680 * 4320)
+
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
@@ -34,32 +43,44 @@ class IngestResult:
     frame: QueuedFrame | None
 
 
-def decode_payload(msg_header: frame_pb2.FrameHeader, payload: memoryview) -> np.ndarray:
-    """BGR image of a frame: a zero-copy view for raw BGR, cv2.imdecode for JPEG."""
-    h, w = msg_header.height, msg_header.width
-    if msg_header.encoding == common_pb2.ENCODING_BGR:
-        return np.frombuffer(payload, np.uint8).reshape(h, w, 3)
-    import cv2
+class _Camera:
+    """Per-camera state: last sequence per sender session (least recent first), last seen."""
 
-    image = cv2.imdecode(np.frombuffer(payload, np.uint8), cv2.IMREAD_COLOR)
-    if image is None:
-        raise MalformedMessage("payload", "JPEG payload does not decode", msg_header)
-    if image.shape[:2] != (h, w):
-        raise MalformedMessage(
-            "payload", f"JPEG is {image.shape[1]}x{image.shape[0]}, header says {w}x{h}", msg_header
-        )
-    return np.asarray(image)
+    __slots__ = ("last_seen", "sessions")
+
+    def __init__(self, now: float) -> None:
+        self.sessions: dict[int, int] = {}
+        self.last_seen = now
 
 
 class Ingest:
-    """Turns received parts into acks and queued frames; keeps the per-camera last sequence."""
+    """Turns received parts into acks and queued frames; keeps per-camera session state."""
 
-    def __init__(self, metrics: EdgeMetrics, max_payload: int, max_cameras: int = 256) -> None:
+    def __init__(
+        self,
+        metrics: EdgeMetrics,
+        max_payload: int,
+        max_cameras: int = 256,
+        limits: ImageLimits = DEFAULT_LIMITS,
+        camera_idle_s: float = 120.0,
+        sessions_per_camera: int = 4,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.metrics = metrics
         self.max_payload = max_payload
-        # Bounds the per-camera state (queues, last sequence) a peer can make the node keep.
+        # Bounds the per-camera state (queues, sequences) a peer can make the node keep.
         self.max_cameras = max_cameras
-        self._last_seq: dict[str, int] = {}
+        self.limits = limits
+        self.camera_idle_s = camera_idle_s
+        self.sessions_per_camera = sessions_per_camera
+        self._clock = clock
+        self._cams: dict[str, _Camera] = {}
+        self._log = RateLimitedLog(log)
+
+    @property
+    def cameras(self) -> int:
+        """Cameras holding a slot."""
+        return len(self._cams)
 
     def handle(self, parts: Sequence[Any], identity: Any = None) -> IngestResult:
         """Check one message (without its identity part); never raises."""
@@ -71,40 +92,72 @@ class Ingest:
                 )
             msg = unpack_frame(parts)
             header = msg.header
-            cam, seq = header.camera_id, header.sequence
-            if cam not in self._last_seq and len(self._last_seq) >= self.max_cameras:
-                raise MalformedMessage(
-                    "cameras",
-                    f"camera {cam!r} would be number {self.max_cameras + 1}; "
-                    f"this node serves at most {self.max_cameras} (batching.max_cameras)",
-                    header,
+            try:
+                check_image(
+                    msg.payload, header.encoding, header.width, header.height, self.limits, True
                 )
-            if seq <= self._last_seq.get(cam, 0):
+            except InvalidImageError as exc:
+                raise MalformedMessage(exc.reason, str(exc), header) from None
+            cam_id, seq, session = header.camera_id, header.sequence, header.session_id
+            now = self._clock()
+            cam = self._cams.get(cam_id)
+            if cam is None:
+                if len(self._cams) >= self.max_cameras:
+                    raise MalformedMessage(
+                        "cameras",
+                        f"camera {cam_id!r} would be number {self.max_cameras + 1}; this node "
+                        f"serves at most {self.max_cameras} (batching.max_cameras; silent ones "
+                        f"are forgotten after ingest.camera_idle_s)",
+                        header,
+                    )
+                cam = self._cams[cam_id] = _Camera(now)
+            cam.last_seen = now
+            last = cam.sessions.pop(session, 0)
+            cam.sessions[session] = max(last, seq)  # most recent session last
+            if len(cam.sessions) > self.sessions_per_camera:
+                del cam.sessions[next(iter(cam.sessions))]
+            if seq <= last:
                 self.metrics.frames.labels("duplicate").inc()
-                return IngestResult(make_ack(cam, seq, DUPLICATE), None)
-            image = decode_payload(header, msg.payload)
+                return IngestResult(self._ack(header, DUPLICATE), None)
         except MalformedMessage as exc:
-            return self._reject(parts, exc, identity)
-        except Exception as exc:  # a decoder bug must not take the node down
+            return self._reject(exc, identity)
+        except Exception as exc:  # a parser bug must not take the node down
             return self._reject(
-                parts, MalformedMessage("payload", f"cannot decode: {exc}", header), identity
+                MalformedMessage("header", f"cannot check: {exc}", header), identity
             )
-        self._last_seq[cam] = seq
         self.metrics.frames.labels("accepted").inc()
-        frame = QueuedFrame(header, image, time.time_ns(), time.monotonic())
-        return IngestResult(make_ack(cam, seq, QUEUED), frame)
+        frame = QueuedFrame(header, msg.payload, time.time_ns(), time.monotonic())
+        return IngestResult(self._ack(header, QUEUED), frame)
 
-    def _reject(self, parts: Sequence[Any], exc: MalformedMessage, identity: Any) -> IngestResult:
-        # Name the frame in the ack when the header got far enough to be parsed.
-        cam, seq = (exc.header.camera_id, exc.header.sequence) if exc.header else ("", 0)
+    def idle_cameras(self) -> list[str]:
+        """Cameras silent for longer than camera_idle_s."""
+        horizon = self._clock() - self.camera_idle_s
+        return [cid for cid, cam in self._cams.items() if cam.last_seen < horizon]
+
+    def forget(self, camera_ids: Iterable[str]) -> None:
+        """Free the slots and session state of these cameras."""
+        for cid in camera_ids:
+            self._cams.pop(cid, None)
+
+    @staticmethod
+    def _ack(header: frame_pb2.FrameHeader, status: int, reason: str = "") -> frame_pb2.FrameAck:
+        ack = make_ack(header.camera_id, header.sequence, status, reason)
+        ack.session_id = header.session_id
+        return ack
+
+    def _reject(self, exc: MalformedMessage, identity: Any) -> IngestResult:
         self.metrics.frames.labels("rejected").inc()
         self.metrics.rejected.labels(exc.reason).inc()
-        log.warning(
-            "rejected frame from peer %s camera=%r seq=%d (%s): %s",
+        # Name the frame in the ack when the header got far enough to be parsed.
+        h = exc.header or frame_pb2.FrameHeader()
+        self._log.warn(
+            exc.reason,
+            "rejected frame from peer %s camera=%r session=%d seq=%d (%s): %s",
             bytes(memoryview(identity)).hex() if identity is not None else "?",
-            cam,
-            seq,
+            h.camera_id,
+            h.session_id,
+            h.sequence,
             exc.reason,
             exc.detail,
         )
-        return IngestResult(make_ack(cam, seq, REJECTED, f"{exc.reason}: {exc.detail}"), None)
+        return IngestResult(self._ack(h, REJECTED, f"{exc.reason}: {exc.detail}"), None)

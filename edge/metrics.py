@@ -23,6 +23,24 @@ class EdgeMetrics:
         self.drops = Counter(
             "strata_edge_drops", "Frames or crops dropped, by reason.", ["reason"], registry=r
         )
+        self.peers_refused = Counter(
+            "strata_edge_peers_refused",
+            "Connections to the frame socket refused (auth: CURVE key not allowed; "
+            "handshake: not ZMTP or the wrong mechanism).",
+            ["reason"],
+            registry=r,
+        )
+        self.peer_events = Counter(
+            "strata_edge_peer_events",
+            "Frame socket connections made and lost (a part over max_payload_mib drops one).",
+            ["event"],
+            registry=r,
+        )
+        self.cameras_forgotten = Counter(
+            "strata_edge_cameras_forgotten",
+            "Cameras forgotten after ingest.camera_idle_s of silence (slot freed).",
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "strata_edge_queue_depth", "Frames waiting for a batch, all cameras.", registry=r
         )

@@ -18,22 +18,28 @@ from typing import Any
 
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import current_version, frame_pb2
+from strata.shared.curve import serve_curve
+from strata.shared.imagecheck import ImageLimits
 from strata.shared.runtime import ModelLoadError
 from strata.shared.runtime.staging import StagedRunner
 from strata.shared.vision import FrameBoxes
 
 from .crops import CropSelector
+from .decode import FrameDecoder
 from .degrade import AdaptiveBatchLimit
 from .detector import Detector, InFlight, model_labels, open_staged
-from .frames import QueuedFrame
+from .frames import DecodedFrame, QueuedFrame
 from .ingest import Ingest
 from .metrics import EdgeMetrics
+from .peers import PeerMonitor
 from .queues import CameraQueues
 from .uplink import Uplink
 
 log = logging.getLogger(__name__)
 
 POLL_MS = 100
+# How often ingest looks for cameras gone silent.
+SWEEP_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +105,18 @@ class EdgeNode:
         self.metrics.batch_limit.set(max_batch)
         self._shed_log = _RateLimitedLog("shed", 1.0)
         self.queues = CameraQueues(cfg.batching.queue_per_camera, on_shed=self._on_shed)
-        self.ingest = Ingest(self.metrics, cfg.max_payload_mib << 20, cfg.batching.max_cameras)
+        ing = cfg.ingest
+        self.ingest = Ingest(
+            self.metrics,
+            cfg.max_payload_mib << 20,
+            cfg.batching.max_cameras,
+            ImageLimits(ing.max_width, ing.max_height, ing.max_pixels),
+            ing.camera_idle_s,
+            ing.sessions_per_camera,
+        )
+        # Frames are decoded in the worker, only once taken for a batch.
+        self.decoder = FrameDecoder(self.metrics, cfg.runtime.preprocess_threads)
+        self._auth: Any = None
         self.uplink = Uplink(cfg.cloud, cfg.uplink, self.metrics) if cfg.cloud else None
         self.crops = (
             CropSelector(cfg.crops, labels, cfg.edge_id) if self.uplink is not None else None
@@ -130,6 +147,15 @@ class EdgeNode:
         self._ctx = zmq.Context()
         router = self._ctx.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
+        # What a peer can make the node hold: a part over the payload limit drops the
+        # connection as soon as its length is read (nothing allocated), and at most
+        # receive_hwm messages wait per peer before ZeroMQ stops reading its connection.
+        router.setsockopt(zmq.MAXMSGSIZE, self.cfg.max_payload_mib << 20)
+        router.setsockopt(zmq.RCVHWM, self.cfg.ingest.receive_hwm)
+        if self.cfg.curve.secret_key:
+            self._auth = serve_curve(
+                self._ctx, router, self.cfg.curve.secret_key, self.cfg.curve.clients_dir
+            )
         pub = self._ctx.socket(zmq.PUB)
         pub.setsockopt(zmq.LINGER, 0)
         try:
@@ -138,6 +164,8 @@ class EdgeNode:
         except zmq.ZMQError:
             router.close()
             pub.close()
+            if self._auth is not None:
+                self._auth.stop()
             self._ctx.term()
             raise
         self.endpoints = Endpoints(listen, publish)
@@ -168,10 +196,14 @@ class EdgeNode:
             t.join(timeout=10)
         if self.uplink is not None:
             self.uplink.stop()
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
         self.detector.close()
+        self.decoder.close()
         self.runner.close()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -197,11 +229,20 @@ class EdgeNode:
     def _ingest_loop(self, router: Any) -> None:
         zmq = _zmq()
 
+        monitor = PeerMonitor(router, self.metrics)
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
+        poller.register(monitor.sock, zmq.POLLIN)
+        next_sweep = time.monotonic() + SWEEP_S
         try:
             while not self._stop.is_set():
-                if not poller.poll(POLL_MS):
+                ready = dict(poller.poll(POLL_MS))
+                if time.monotonic() >= next_sweep:
+                    self._forget_idle()
+                    next_sweep = time.monotonic() + SWEEP_S
+                if monitor.sock in ready:
+                    monitor.poll()
+                if router not in ready:
                     continue
                 while True:
                     try:
@@ -220,7 +261,25 @@ class EdgeNode:
             log.exception("ingest thread failed")
             self._stop.set()
         finally:
+            monitor.close()
             router.close()
+
+    def _forget_idle(self) -> None:
+        idle = self.ingest.idle_cameras()
+        if not idle:
+            return
+        # A camera whose frames still wait in its queue keeps its slot until they leave.
+        gone = self.queues.forget(idle)
+        self.ingest.forget(gone)
+        if gone:
+            self.metrics.cameras_forgotten.inc(len(gone))
+            self.metrics.cameras.set(self.queues.cameras)
+            log.info(
+                "forgot %d camera(s) silent for over %.0f s (e.g. %r)",
+                len(gone),
+                self.cfg.ingest.camera_idle_s,
+                gone[0],
+            )
 
     # -- detect and publish ----------------------------------------------------------------
 
@@ -242,9 +301,11 @@ class EdgeNode:
                     delays = [now - f.received for f in frames]
                     for d in delays:
                         self.metrics.queue_delay.observe(d)
-                    self.metrics.batch_size.observe(len(frames))
                     self.metrics.queue_depth.set(len(self.queues))
-                    inflight.append(self.detector.launch(frames, time.time_ns()))
+                    decoded = self.decoder.decode(frames)
+                    if decoded:
+                        self.metrics.batch_size.observe(len(decoded))
+                        inflight.append(self.detector.launch(decoded, time.time_ns()))
                     self.metrics.batch_limit.set(self.degrade.observe(delays))
                 if inflight and (len(inflight) >= self.runner.slots or not frames):
                     window_frames += self._finish(pub, inflight.popleft())
@@ -274,8 +335,9 @@ class EdgeNode:
         return len(results)
 
     def _publish(
-        self, pub: Any, frame: QueuedFrame, boxes: FrameBoxes, start_ns: int, end_ns: int
+        self, pub: Any, decoded: DecodedFrame, boxes: FrameBoxes, start_ns: int, end_ns: int
     ) -> None:
+        frame = decoded.frame
         h = frame.header
         msg = frame_pb2.FrameDetections(
             version=current_version(),
@@ -311,7 +373,7 @@ class EdgeNode:
         if h.capture_ns:
             self.metrics.e2e.observe(max(0.0, (t.edge_send_ns - h.capture_ns) / 1e9))
         if self.uplink is not None and self.crops is not None and len(boxes):
-            crops = self.crops.crops(frame, boxes, msg.detections)
+            crops = self.crops.crops(decoded, boxes, msg.detections)
             for c in crops:
                 c.timing.CopyFrom(t)
             self.uplink.offer(crops)

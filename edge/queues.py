@@ -65,6 +65,20 @@ class CameraQueues:
             self._on_shed(shed)
         return shed
 
+    def forget(self, camera_ids: list[str]) -> list[str]:
+        """Drop the (empty) queues of these cameras; returns those dropped (a camera with
+        frames still queued is kept)."""
+        gone = []
+        with self._cond:
+            for cam in camera_ids:
+                q = self._queues.get(cam)
+                if q is not None and not q:
+                    del self._queues[cam]
+                    gone.append(cam)
+                elif q is None:
+                    gone.append(cam)
+        return gone
+
     def close(self) -> None:
         """Wake every waiter; next_batch returns what is left, then empty lists."""
         with self._cond:

@@ -8,6 +8,7 @@ import logging
 import logging.handlers
 import queue
 import sys
+import time
 
 _listener: logging.handlers.QueueListener | None = None
 
@@ -51,3 +52,36 @@ def _stop() -> None:
     if _listener is not None:
         _listener.stop()
         _listener = None
+
+
+class RateLimitedLog:
+    """A log line (a warning by default) per key at most once per `period` seconds,
+    saying how many were folded into it.
+
+    For drops and rejections a peer can cause at line rate: each is counted in a metric,
+    and the log says what happened without one line per message.
+    """
+
+    def __init__(
+        self, logger: logging.Logger, period: float = 1.0, level: int = logging.WARNING
+    ) -> None:
+        self.logger = logger
+        self.period = period
+        self.level = level
+        self._last: dict[str, float] = {}
+        self._folded: dict[str, int] = {}
+
+    def warn(self, key: str, fmt: str, *args: object) -> bool:
+        """Log unless `key` logged within the period; True when a line was written."""
+        now = time.monotonic()
+        if now - self._last.get(key, -1e18) < self.period:
+            self._folded[key] = self._folded.get(key, 0) + 1
+            return False
+        folded = self._folded.pop(key, 0)
+        if folded:
+            fmt += f" (+{folded} more like it since the last line)"
+        self.logger.log(self.level, fmt, *args)
+        self._last[key] = now
+        if len(self._last) > 1024:  # keys are reasons; bound them anyway
+            self._last.clear()
+        return True

@@ -6,14 +6,16 @@ The device agent's DEALER sends `pack_frame(header, payload)`; the edge node's R
 The ROUTER answers each frame with `pack_ack(...)` behind the identity; the DEALER reads it
 with `unpack_ack`.
 
-Sequence numbers are per camera and strictly increasing; the edge treats a sequence at or
-below the last one it saw from that camera as a duplicate. An agent starts its sequences at
-its start time in microseconds (see strata.device), so a restarted agent is never mistaken
-for a replay of the previous run.
+Sequence numbers are per (sender session, camera) and strictly increasing; the edge treats a
+sequence at or below the last one it saw from that session and camera as a duplicate. An
+agent draws a random session at start (`new_session_id`) and starts its sequences at its
+start time in microseconds (see strata.device), so a restarted agent is never mistaken for
+a replay of the previous run, and a bogus sequence only blocks its own session.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +117,11 @@ def unpack_frame(parts: Sequence[Any]) -> FrameMessage:
     return FrameMessage(header, payload)
 
 
+def new_session_id() -> int:
+    """A sender session: random, non-zero, 64 bits (drawn once per agent start)."""
+    return secrets.randbits(64) or 1
+
+
 def make_ack(
     camera_id: str, sequence: int, status: int = frame_pb2.ACK_STATUS_QUEUED, reason: str = ""
 ) -> frame_pb2.FrameAck:
@@ -158,6 +165,7 @@ __all__ = [
     "FrameMessage",
     "MalformedMessage",
     "make_ack",
+    "new_session_id",
     "pack_ack",
     "pack_frame",
     "unpack_ack",

@@ -112,6 +112,21 @@ class GateConfig(StrictModel):
     threads: int = Field(1, ge=0, description="ONNX Runtime intra-op threads; 0: all cores.")
 
 
+class CurveClientConfig(StrictModel):
+    """ZeroMQ CURVE encryption and authentication towards the edge node."""
+
+    secret_key: str = Field(
+        "", description="This agent's key pair (a `strata keys` .key_secret file); empty: off."
+    )
+    server_key: str = Field("", description="The edge node's public key file (.key).")
+
+    @model_validator(mode="after")
+    def _both(self) -> CurveClientConfig:
+        if bool(self.secret_key) != bool(self.server_key):
+            raise ValueError("curve needs both secret_key and server_key (or neither)")
+        return self
+
+
 class SenderConfig(StrictModel):
     """ZeroMQ sender to the edge node: in-flight window and spool."""
 
@@ -134,6 +149,9 @@ class SenderConfig(StrictModel):
     )
     drain_timeout_s: float = Field(
         10.0, ge=0, description="At the end of finite sources, wait this long for acks."
+    )
+    curve: CurveClientConfig = Field(
+        default_factory=CurveClientConfig, description="CURVE encryption and authentication."
     )
 
 

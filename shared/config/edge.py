@@ -141,6 +141,47 @@ class UplinkConfig(StrictModel):
     connect_timeout_s: float = Field(2.0, gt=0.0, description="Wait for the channel to connect.")
 
 
+class IngestConfig(StrictModel):
+    """What one peer can make the node hold, checked before anything is decoded."""
+
+    max_width: int = Field(8192, ge=1, description="Widest frame accepted, in pixels.")
+    max_height: int = Field(8192, ge=1, description="Tallest frame accepted, in pixels.")
+    max_pixels: int = Field(
+        33_177_600, ge=1, description="Most pixels per frame (default: 7680x4320)."
+    )
+    receive_hwm: int = Field(
+        64,
+        ge=1,
+        description="Messages queued per connected peer before ZeroMQ stops reading it "
+        "(ZMQ_RCVHWM; the peer's TCP connection then waits).",
+    )
+    camera_idle_s: float = Field(
+        120.0,
+        gt=0.0,
+        description="A camera silent this long is forgotten (its slot and sequence state freed).",
+    )
+    sessions_per_camera: int = Field(
+        4, ge=1, description="Sender sessions remembered per camera; the least recent is forgotten."
+    )
+
+
+class CurveServerConfig(StrictModel):
+    """ZeroMQ CURVE encryption and client authentication of the frame socket."""
+
+    secret_key: str = Field(
+        "", description="The node's key pair (a `strata keys` .key_secret file); empty: off."
+    )
+    clients_dir: str = Field(
+        "", description="Folder of allowed client public keys (*.key); others are refused."
+    )
+
+    @model_validator(mode="after")
+    def _both(self) -> CurveServerConfig:
+        if bool(self.secret_key) != bool(self.clients_dir):
+            raise ValueError("curve needs both secret_key and clients_dir (or neither)")
+        return self
+
+
 class EdgeConfig(StrictModel):
     """Options of `strata edge`."""
 
@@ -161,7 +202,16 @@ class EdgeConfig(StrictModel):
         default_factory=TrackingConfig, description="Per-camera tracker."
     )
     uplink: UplinkConfig = Field(default_factory=UplinkConfig, description="Cloud uplink.")
-    max_payload_mib: int = Field(32, ge=1, description="Frames larger than this are rejected.")
+    max_payload_mib: int = Field(
+        32,
+        ge=1,
+        description="Largest message part; a bigger one drops the connection unread "
+        "(ZMQ_MAXMSGSIZE).",
+    )
+    ingest: IngestConfig = Field(default_factory=IngestConfig, description="Input limits.")
+    curve: CurveServerConfig = Field(
+        default_factory=CurveServerConfig, description="CURVE encryption and authentication."
+    )
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."
     )

@@ -18,7 +18,7 @@ IMG = np.zeros((2, 2, 3), np.uint8)
 
 def qf(cam: str, seq: int, received: float | None = None) -> QueuedFrame:
     h = frame_pb2.FrameHeader(camera_id=cam, sequence=seq)
-    return QueuedFrame(h, IMG, 0, time.monotonic() if received is None else received)
+    return QueuedFrame(h, memoryview(IMG), 0, time.monotonic() if received is None else received)
 
 
 def test_round_robin_across_cameras() -> None:
