@@ -37,6 +37,7 @@ class RawAgent:
         image: np.ndarray,
         encoding: int = common_pb2.ENCODING_BGR,
         frame_index: int = 0,
+        session_id: int = 0,
     ) -> None:
         if encoding == common_pb2.ENCODING_JPEG:
             import cv2
@@ -56,6 +57,7 @@ class RawAgent:
             height=image.shape[0],
             encoding=encoding,  # type: ignore[arg-type]
             frame_index=frame_index,
+            session_id=session_id,
         )
         self.sock.send_multipart(pack_frame(header, payload), copy=False)
 

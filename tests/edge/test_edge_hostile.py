@@ -1,0 +1,146 @@
+"""Hostile peers against a real edge node on loopback ZeroMQ: sessions, made-up cameras,
+CURVE. (Memory-bound attacks run against the daemon process: test_edge_hostile_rss.py.)"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zmq
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from strata.edge.node import EdgeNode
+from strata.shared.config.edge import EdgeConfig
+from strata.shared.contracts import frame_pb2
+from strata.shared.curve import connect_curve, make_key_pair
+from strata.shared.metrics import sample
+from strata.shared.synthetic import SyntheticClip
+
+pytestmark = pytest.mark.timeout(60)
+
+QUEUED, DUPLICATE = frame_pb2.ACK_STATUS_QUEUED, frame_pb2.ACK_STATUS_DUPLICATE
+REJECTED = frame_pb2.ACK_STATUS_REJECTED
+
+
+@pytest.fixture
+def node_factory(colour_model: Path) -> Iterator[Callable[..., EdgeNode]]:
+    nodes: list[EdgeNode] = []
+
+    def make(**over: Any) -> EdgeNode:
+        cfg: dict[str, Any] = {
+            "listen": "tcp://127.0.0.1:0",
+            "publish": "tcp://127.0.0.1:0",
+            "model": {"input_size": MODEL_SIZE},
+            "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
+            **over,
+        }
+        node = EdgeNode(EdgeConfig.model_validate(cfg), colour_model, "colour")
+        node.start()
+        nodes.append(node)
+        return node
+
+    yield make
+    for n in nodes:
+        n.stop()
+
+
+def statuses(acks: list[frame_pb2.FrameAck]) -> list[int]:
+    return [a.status for a in acks]
+
+
+def test_a_bogus_sequence_only_blocks_its_own_session(
+    node_factory: Callable[..., EdgeNode], zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    node = node_factory()
+    sub = Listener(zctx, node.endpoints.publish)
+    attacker, device = RawAgent(zctx, node.endpoints.listen), RawAgent(zctx, node.endpoints.listen)
+    image = synthetic_clip.frame(30).image
+    wait_until_subscribed(device, sub, image)
+    attacker.send_image("cam", 2**64 - 1, image, session_id=666)
+    attacker.send_image("cam", 5, image, session_id=666)  # its own session: a duplicate
+    assert statuses(attacker.acks(2)) == [QUEUED, DUPLICATE]
+    # The real device's session is untouched: every frame is taken and processed.
+    for seq in range(1, 6):
+        device.send_image("cam", seq, image, session_id=42)
+    acks = device.acks(5)
+    assert statuses(acks) == [QUEUED] * 5
+    assert {a.session_id for a in acks} == {42}
+    results = sub.collect(6, timeout_s=10)
+    assert sorted(r.sequence for r in results if r.camera_id == "cam") == [1, 2, 3, 4, 5, 2**64 - 1]
+    # Its own resend is still recognised.
+    device.send_image("cam", 5, image, session_id=42)
+    assert statuses(device.acks(1)) == [DUPLICATE]
+
+
+def test_made_up_cameras_are_forgotten_after_the_idle_timeout(
+    node_factory: Callable[..., EdgeNode], zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    node = node_factory(ingest={"camera_idle_s": 1.0})
+    reg = node.metrics.registry
+    attacker, device = RawAgent(zctx, node.endpoints.listen), RawAgent(zctx, node.endpoints.listen)
+    tiny = np.zeros((16, 16, 3), np.uint8)
+    for i in range(256):
+        attacker.send_image(f"made-up-{i}", 1, tiny, session_id=1)
+    assert statuses(attacker.acks(256)) == [QUEUED] * 256
+    device.send_image("real", 1, synthetic_clip.frame(30).image, session_id=7)
+    (ack,) = device.acks(1)
+    assert ack.status == REJECTED and ack.reason.startswith("cameras")
+    assert sample(reg, "strata_edge_rejected_total", {"reason": "cameras"}) == 1
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and sample(reg, "strata_edge_cameras_forgotten_total") < 256:
+        time.sleep(0.1)
+    assert sample(reg, "strata_edge_cameras_forgotten_total") == 256
+    sub = Listener(zctx, node.endpoints.publish)
+    time.sleep(0.3)  # PUB/SUB join
+    device.send_image("real", 2, synthetic_clip.frame(30).image, session_id=7)
+    assert statuses(device.acks(1)) == [QUEUED]
+    assert [r.sequence for r in sub.collect(1, timeout_s=10)] == [2]
+    assert node.ingest.cameras == 1 and node.queues.cameras == 1
+
+
+class CurveAgent(RawAgent):
+    """A RawAgent whose DEALER is a CURVE client (set before connecting)."""
+
+    def __init__(self, ctx: Any, address: str, secret: Path | None, server: Path) -> None:
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        if secret is not None:
+            connect_curve(self.sock, str(secret), str(server))
+        self.sock.connect(address)
+        self.agent_id = "curve"
+
+
+def test_curve_admits_allowed_keys_only(
+    node_factory: Callable[..., EdgeNode],
+    zctx: Any,
+    synthetic_clip: SyntheticClip,
+    tmp_path: Path,
+) -> None:
+    server_pub, server_secret = make_key_pair(tmp_path / "server", "edge")
+    allowed_pub, allowed_secret = make_key_pair(tmp_path / "agents", "allowed")
+    _, unknown_secret = make_key_pair(tmp_path / "strangers", "unknown")
+    clients = tmp_path / "clients"
+    clients.mkdir()
+    (clients / allowed_pub.name).write_bytes(allowed_pub.read_bytes())
+    node = node_factory(curve={"secret_key": str(server_secret), "clients_dir": str(clients)})
+    reg = node.metrics.registry
+    image = synthetic_clip.frame(30).image
+    stranger = CurveAgent(zctx, node.endpoints.listen, unknown_secret, server_pub)
+    plain = CurveAgent(zctx, node.endpoints.listen, None, server_pub)
+    for seq in range(1, 4):
+        stranger.send_image("cam", seq, image, session_id=1)
+        plain.send_image("cam", seq, image, session_id=2)
+    assert stranger.acks(1, timeout_s=2.0) == [] and plain.acks(1, timeout_s=0.5) == []
+    assert sample(reg, "strata_edge_peers_refused_total", {"reason": "auth"}) >= 1
+    assert sample(reg, "strata_edge_peers_refused_total", {"reason": "handshake"}) >= 1
+    assert sample(reg, "strata_edge_frames_total", {"status": "accepted"}) == 0
+
+    friend = CurveAgent(zctx, node.endpoints.listen, allowed_secret, server_pub)
+    sub = Listener(zctx, node.endpoints.publish)
+    wait_until_subscribed(friend, sub, image)
+    friend.send_image("cam", 1, image, session_id=3)
+    assert statuses(friend.acks(1)) == [QUEUED]
+    assert [r.camera_id for r in sub.collect(1)] == ["cam"]
