@@ -19,7 +19,11 @@ def register(subparsers: Any) -> None:
     )
     add_config_flag(p)
     p.add_argument("--listen", metavar="HOST:PORT", help="override cloud.listen")
-    p.add_argument("--db", metavar="PATH", help="override cloud.store.path (SQLite file)")
+    p.add_argument(
+        "--db",
+        metavar="PATH",
+        help="override cloud.store.path (SQLite file; unused when cloud.store.url is set)",
+    )
     p.set_defaults(func=run)
     sub = p.add_subparsers(dest="cloud_command", metavar="COMMAND")
     q = sub.add_parser("query", help="print stored events of a running endpoint")

@@ -94,7 +94,12 @@ class CloudMetrics:
         self.watchers = Gauge("strata_cloud_watchers", "Open WatchEvents streams.", registry=r)
         self.watchers_dropped = Counter(
             "strata_cloud_watchers_dropped",
-            "WatchEvents streams closed because they fell behind.",
+            "WatchEvents streams closed because they fell behind or the event feed broke.",
+            registry=r,
+        )
+        self.event_feed_lost = Counter(
+            "strata_cloud_event_feed_lost",
+            "Breaks of the PostgreSQL event feed (LISTEN connection lost, or a fetch failed).",
             registry=r,
         )
 

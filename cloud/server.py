@@ -25,7 +25,7 @@ from .security import (
     split_listen,
 )
 from .service import AnalyticsService
-from .store import EventStore
+from .store import open_store
 from .watch import WatchHub
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,11 @@ class CloudServer:
         self.drops = Drops(self.metrics)
         self.classifier = load_classifier(cfg.model, repository)
         self.hub = WatchHub(self.metrics, cfg.max_watchers, cfg.watch_queue)
-        self.store = EventStore(cfg.store, self.metrics, on_commit=self.hub.publish)
+        try:
+            self.store = open_store(cfg.store, self.metrics, self.hub)
+        except Exception:
+            self.classifier.close()
+            raise
         self.batcher = DynamicBatcher(self.classifier, cfg.batcher, self.metrics)
         interceptors = []
         if token is not None:
@@ -111,7 +115,7 @@ class CloudServer:
             "TLS" if self.tls else "plaintext",
             ", mTLS" if self.cfg.tls.client_ca_file else "",
             self.classifier.name,
-            self.store.path,
+            self.store.name,
         )
 
     def stop(self, grace: float | None = None) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,8 +27,8 @@ from .classifier import Classifier
 from .drops import Drops
 from .images import ImageLimits, InvalidImageError, decode, to_model_size
 from .metrics import CloudMetrics
-from .store import EventQuery, EventStore, PageKey, StoreBusyError, Stored
-from .watch import WatchHub
+from .store import EventQuery, EventStore, PageKey, StoreBusyError, Stored, StoreError
+from .watch import WatchHub, WatchUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +237,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             return
         try:
             existing = self.store.find(crop.edge_id, crop.crop_id)
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             self.drops(UPLINK, "store_error", f"crop {crop.crop_id}: {exc}")
             acks.set(i, _retry(crop.crop_id, f"store_error: {exc}", self.retry_ms))
             return
@@ -420,7 +419,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         while context.is_active():
             try:
                 events, after = self.store.query(q, after, size)
-            except sqlite3.Error as exc:
+            except StoreError as exc:
                 self.drops(QUERY, "store_error", str(exc))
                 context.abort(grpc.StatusCode.UNAVAILABLE, f"event store: {exc}")
             yield analytics_pb2.QueryEventsResponse(
@@ -441,7 +440,11 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         except ProtocolVersionError as exc:
             self.drops(WATCH, "protocol_version", str(exc))
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        sub = self.hub.subscribe(request.camera_id, request.label)
+        try:
+            sub = self.hub.subscribe(request.camera_id, request.label)
+        except WatchUnavailableError as exc:
+            self.drops(WATCH, "feed_lost", str(exc))
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"event feed down, retry: {exc}")
         if sub is None:
             self.drops(WATCH, "too_many_watchers", f"limit {self.hub.max_watchers}")
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many WatchEvents streams")
@@ -457,6 +460,10 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
                         break
         finally:
             self.hub.unsubscribe(sub)
+        if sub.feed_lost:
+            self.drops(WATCH, "feed_lost", sub.feed_lost)
+            reason = f"events may have been missed; reconnect: {sub.feed_lost}"
+            context.abort(grpc.StatusCode.UNAVAILABLE, reason)
         if sub.dropped:
             self.drops(WATCH, "watcher_behind", "stream fell behind and was closed")
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher fell behind; reconnect")

@@ -1,26 +1,26 @@
-"""The event store: SQLite in WAL mode, written by one thread in batched transactions.
+"""The event store interface, and the batched writer every back end shares.
 
-Request threads hand events to the writer and get a future that completes only after the
-transaction holding the event has committed (fsync'd with synchronous=FULL), so an ack means
-the event survives a crash. A crop id is stored once per edge: a resent crop gets the stored
-event back.
+Request threads hand events to one writer thread and get a future that completes only after
+the transaction holding the event has committed, so an ack means the event survives a crash.
+A crop id is stored once per edge: a resent crop gets the stored event back. Back ends:
+`sqlite_store` (one box, the default) and `postgres_store` (several replicas, one database);
+`open_store` picks one from the config.
 """
 
 from __future__ import annotations
 
+import abc
 import base64
 import logging
 import queue
-import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
-from strata.shared.config.cloud import CloudStoreConfig
+from strata.shared.config.cloud import POSTGRES_SCHEMES, CloudStoreConfig
 from strata.shared.contracts import analytics_pb2
 
 from .gather import gather
@@ -28,40 +28,29 @@ from .metrics import CloudMetrics
 
 log = logging.getLogger(__name__)
 
-# Each entry migrates the schema from version i to i+1; append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """CREATE TABLE events (
-            event_id INTEGER PRIMARY KEY AUTOINCREMENT,
-            edge_id TEXT NOT NULL,
-            crop_id TEXT NOT NULL,
-            camera_id TEXT NOT NULL,
-            sequence INTEGER NOT NULL,
-            capture_ns INTEGER NOT NULL,
-            time_ns INTEGER NOT NULL,
-            stored_ns INTEGER NOT NULL,
-            label TEXT NOT NULL,
-            score REAL NOT NULL,
-            detection BLOB NOT NULL,
-            UNIQUE (edge_id, crop_id)
-        )""",
-        "CREATE INDEX events_camera_time ON events (camera_id, time_ns, event_id)",
-        "CREATE INDEX events_time ON events (time_ns, event_id)",
-        "CREATE INDEX events_label_time ON events (label, time_ns, event_id)",
-    ),
-)
-SCHEMA_VERSION = len(MIGRATIONS)
+# Every back end migrates its schema to this version (its MIGRATIONS has this many entries);
+# a new version adds one migration to each back end.
+SCHEMA_VERSION = 1
 
-_COLUMNS = (
-    "event_id, edge_id, crop_id, camera_id, sequence, capture_ns, stored_ns, label, score, "
-    "detection"
-)
-_U64 = 1 << 64
-_I64_MAX = (1 << 63) - 1
+
+class CommitListener(Protocol):
+    """Who hears of committed events (the WatchEvents fan-out)."""
+
+    def publish(self, events: list[analytics_pb2.Event]) -> None:
+        """Events newly committed, in commit order."""
+
+    def interrupt(self, reason: str) -> None:
+        """Events may have been missed: whoever follows the feed must start over."""
+
+    def pause(self, reason: str) -> None:
+        """The feed is down (interrupts too) until resume()."""
+
+    def resume(self) -> None:
+        """The feed is back."""
 
 
 class StoreError(RuntimeError):
-    """The store cannot open, migrate or write."""
+    """The store cannot open, migrate, read or write."""
 
 
 class StoreBusyError(RuntimeError):
@@ -109,6 +98,15 @@ class PageKey:
             raise ValueError(f"malformed page_token {token!r}") from exc
 
 
+def check_schema(found: int, where: str) -> None:
+    """Refuse a schema newer than this build (a newer strata wrote it)."""
+    if found > SCHEMA_VERSION:
+        raise StoreError(
+            f"event store {where} has schema version {found}; this build knows up to "
+            f"{SCHEMA_VERSION} (upgrade strata)"
+        )
+
+
 @dataclass(slots=True)
 class _Pending:
     event: analytics_pb2.Event
@@ -116,93 +114,55 @@ class _Pending:
     queued: float
 
 
-def _signed(u: int) -> int:
-    return u - _U64 if u > _I64_MAX else u
+class EventStore(abc.ABC):
+    """Batched, acknowledged-after-commit writes; reads and the SQL are the back end's.
 
+    `listener` hears of every event newly committed to the store: by this process, and for a
+    store several replicas share, by any of them.
+    """
 
-def _unsigned(i: int) -> int:
-    return i + _U64 if i < 0 else i
-
-
-def _event(row: tuple[Any, ...]) -> analytics_pb2.Event:
-    (event_id, edge_id, crop_id, camera_id, seq, capture_ns, stored_ns, label, score, det) = row
-    ev = analytics_pb2.Event(
-        event_id=int(event_id),
-        edge_id=str(edge_id),
-        crop_id=str(crop_id),
-        camera_id=str(camera_id),
-        sequence=_unsigned(int(seq)),
-        capture_ns=int(capture_ns),
-        stored_ns=int(stored_ns),
-        label=str(label),
-        score=float(score),
-    )
-    if det:
-        ev.edge_detection.ParseFromString(bytes(det))
-    return ev
-
-
-def _connect(path: str, synchronous: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA synchronous={synchronous}")
-    conn.execute("PRAGMA foreign_keys=ON")
-    return conn
-
-
-def migrate(conn: sqlite3.Connection) -> int:
-    """Bring the schema to SCHEMA_VERSION; returns the version found before."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = conn.execute("SELECT version FROM schema_version").fetchone()
-        found = int(row[0]) if row else 0
-        if found > SCHEMA_VERSION:
-            raise StoreError(
-                f"event store has schema version {found}; this build knows up to "
-                f"{SCHEMA_VERSION} (upgrade strata)"
-            )
-        for version in range(found, SCHEMA_VERSION):
-            for statement in MIGRATIONS[version]:
-                conn.execute(statement)
-        if row is None:
-            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-        else:
-            conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    if found < SCHEMA_VERSION:
-        log.info("event store migrated from schema %d to %d", found, SCHEMA_VERSION)
-    return found
-
-
-class EventStore:
-    """SQLite events: a writer thread for inserts, a connection per reader thread."""
+    name: str  # where the events live, for logs (never a password)
 
     def __init__(
-        self,
-        cfg: CloudStoreConfig,
-        metrics: CloudMetrics,
-        on_commit: Callable[[list[analytics_pb2.Event]], None] | None = None,
+        self, cfg: CloudStoreConfig, metrics: CloudMetrics, listener: CommitListener | None
     ) -> None:
         self.cfg = cfg
-        self.path = cfg.path
         self.metrics = metrics
-        self.on_commit = on_commit
+        self.listener = listener
         self._pending: queue.Queue[_Pending] = queue.Queue(maxsize=cfg.max_pending)
         self._stop = threading.Event()
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
-        self._readers_lock = threading.Lock()
-        try:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._writer = _connect(self.path, cfg.synchronous)
-            migrate(self._writer)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open event store {self.path}: {exc}") from exc
         self._thread = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
+
+    # back end
+
+    @abc.abstractmethod
+    def _commit(self, events: list[analytics_pb2.Event]) -> list[Stored]:
+        """Insert events in one transaction and commit it; raise StoreError on failure."""
+
+    @abc.abstractmethod
+    def _close_backend(self) -> None:
+        """Close connections (the writer has stopped)."""
+
+    @abc.abstractmethod
+    def find(self, edge_id: str, crop_id: str) -> analytics_pb2.Event | None:
+        """The stored event of a crop, if it was stored before. Raises StoreError."""
+
+    @abc.abstractmethod
+    def query(
+        self, q: EventQuery, after: PageKey | None, limit: int
+    ) -> tuple[list[analytics_pb2.Event], PageKey | None]:
+        """One page of events in (time, id) order, and the key of the next page (None: last)."""
+
+    @abc.abstractmethod
+    def count(self) -> int:
+        """Number of stored events."""
+
+    def _committed(self, fresh: list[analytics_pb2.Event]) -> None:
+        """Events this writer just committed; a shared store announces them its own way."""
+        if self.listener is not None:
+            self.listener.publish(fresh)
+
+    # lifecycle
 
     def start(self) -> None:
         """Start the writer thread."""
@@ -213,11 +173,7 @@ class EventStore:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(30.0)
-        self._writer.close()
-        with self._readers_lock:
-            for conn in self._readers:
-                conn.close()
-            self._readers.clear()
+        self._close_backend()
 
     # writes
 
@@ -252,19 +208,12 @@ class EventStore:
             self._write(batch)
 
     def _write(self, batch: list[_Pending]) -> None:
-        conn = self._writer
         t0 = time.monotonic()
-        results: list[Stored] = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for p in batch:
-                results.append(self._insert(conn, p.event))
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            results = self._commit([p.event for p in batch])
+        except Exception as exc:
             log.error("event store write of %d events failed: %s", len(batch), exc)
-            err = StoreError(f"event store write failed: {exc}")
+            err = exc if isinstance(exc, StoreError) else StoreError(f"write failed: {exc}")
             for p in batch:
                 p.future.set_exception(err)
             return
@@ -277,100 +226,36 @@ class EventStore:
         for p, r in zip(batch, results, strict=True):
             m.store_latency.observe(done - p.queued)
             p.future.set_result(r)
-        if fresh and self.on_commit is not None:
-            self.on_commit(fresh)
+        if fresh:
+            self._committed(fresh)
 
-    def _insert(self, conn: sqlite3.Connection, ev: analytics_pb2.Event) -> Stored:
-        stored_ns = time.time_ns()
-        time_ns = ev.capture_ns or stored_ns
-        row = conn.execute(
-            "INSERT INTO events (edge_id, crop_id, camera_id, sequence, capture_ns, time_ns, "
-            "stored_ns, label, score, detection) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (edge_id, crop_id) DO NOTHING RETURNING event_id",
-            (
-                ev.edge_id,
-                ev.crop_id,
-                ev.camera_id,
-                _signed(ev.sequence),
-                ev.capture_ns,
-                time_ns,
-                stored_ns,
-                ev.label,
-                ev.score,
-                ev.edge_detection.SerializeToString() if ev.HasField("edge_detection") else b"",
-            ),
-        ).fetchone()
-        if row is None:
-            existing = conn.execute(
-                f"SELECT {_COLUMNS} FROM events WHERE edge_id = ? AND crop_id = ?",
-                (ev.edge_id, ev.crop_id),
-            ).fetchone()
-            return Stored(_event(existing), duplicate=True)
-        out = analytics_pb2.Event()
-        out.CopyFrom(ev)
-        out.event_id = int(row[0])
-        out.stored_ns = stored_ns
-        return Stored(out, duplicate=False)
 
-    # reads
+def store_url(cfg: CloudStoreConfig) -> str:
+    """The PostgreSQL URL the config names (url, or the first line of url_file); '' for none."""
+    if not cfg.url_file:
+        return cfg.url
+    try:
+        url = Path(cfg.url_file).read_text().strip()
+    except OSError as exc:
+        raise StoreError(
+            f"cannot read cloud.store.url_file {cfg.url_file}: {exc.strerror}"
+        ) from None
+    if not url.startswith(POSTGRES_SCHEMES):
+        raise StoreError(f"cloud.store.url_file {cfg.url_file} does not hold a postgresql:// URL")
+    return url
 
-    def _reader(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = _connect(self.path, self.cfg.synchronous)
-            conn.execute("PRAGMA query_only=ON")
-            self._local.conn = conn
-            with self._readers_lock:
-                self._readers.append(conn)
-        return conn
 
-    def find(self, edge_id: str, crop_id: str) -> analytics_pb2.Event | None:
-        """The stored event of a crop, if it was stored before."""
-        row = (
-            self._reader()
-            .execute(
-                f"SELECT {_COLUMNS} FROM events WHERE edge_id = ? AND crop_id = ?",
-                (edge_id, crop_id),
-            )
-            .fetchone()
-        )
-        return None if row is None else _event(row)
+def open_store(
+    cfg: CloudStoreConfig, metrics: CloudMetrics, listener: CommitListener | None = None
+) -> EventStore:
+    """The PostgreSQL store when the config names a URL, else the SQLite file. Raises
+    StoreError when it cannot open or migrate (nothing is left half-migrated)."""
+    url = store_url(cfg)
+    if url:
+        # Imported here so a SQLite-only install never loads psycopg.
+        from .postgres_store import PostgresStore
 
-    def query(
-        self, q: EventQuery, after: PageKey | None, limit: int
-    ) -> tuple[list[analytics_pb2.Event], PageKey | None]:
-        """One page of events in (time, id) order, and the key of the next page (None: last)."""
-        where = ["time_ns >= ?"]
-        args: list[object] = [q.start_ns]
-        if q.end_ns:
-            where.append("time_ns < ?")
-            args.append(q.end_ns)
-        if q.camera_id:
-            where.append("camera_id = ?")
-            args.append(q.camera_id)
-        if q.label:
-            where.append("label = ?")
-            args.append(q.label)
-        if after is not None:
-            where.append("(time_ns, event_id) > (?, ?)")
-            args += [after.time_ns, after.event_id]
-        args.append(limit + 1)
-        rows = (
-            self._reader()
-            .execute(
-                f"SELECT {_COLUMNS}, time_ns FROM events WHERE {' AND '.join(where)} "
-                "ORDER BY time_ns, event_id LIMIT ?",
-                args,
-            )
-            .fetchall()
-        )
-        more = len(rows) > limit
-        rows = rows[:limit]
-        events = [_event(r[:-1]) for r in rows]
-        key = PageKey(int(rows[-1][-1]), int(rows[-1][0])) if more else None
-        return events, key
+        return PostgresStore(cfg, url, metrics, listener)
+    from .sqlite_store import SQLiteStore
 
-    def count(self) -> int:
-        """Number of stored events."""
-        row = self._reader().execute("SELECT COUNT(*) FROM events").fetchone()
-        return int(row[0])
+    return SQLiteStore(cfg, metrics, listener)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from .base import StrictModel
 from .common import MetricsConfig
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 class CloudTlsConfig(StrictModel):
@@ -96,9 +98,22 @@ class CloudLimitsConfig(StrictModel):
 
 
 class CloudStoreConfig(StrictModel):
-    """The event store (SQLite, WAL)."""
+    """The event store: a SQLite file (one box), or PostgreSQL shared by several replicas."""
 
     path: str = Field("strata-events.sqlite", description="SQLite file (`--db`).")
+    url: str = Field(
+        "",
+        description="PostgreSQL URL (postgresql://USER@HOST:PORT/DB); set: use it, not `path`.",
+    )
+    url_file: str = Field(
+        "", description="File holding the PostgreSQL URL (a mounted Secret); instead of `url`."
+    )
+    pool_size: int = Field(
+        8, ge=2, le=256, description="PostgreSQL connections per replica at most (pool)."
+    )
+    connect_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="How long to wait for PostgreSQL at start and per query."
+    )
     write_batch: int = Field(256, ge=1, description="Events committed in one transaction at most.")
     write_delay_ms: float = Field(
         2.0, ge=0, description="How long the writer waits to fill a transaction."
@@ -109,6 +124,19 @@ class CloudStoreConfig(StrictModel):
     synchronous: Literal["FULL", "NORMAL"] = Field(
         "FULL", description="SQLite synchronous mode; FULL fsyncs each commit (durable acks)."
     )
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_url(cls, v: str) -> str:
+        if v and not v.startswith(POSTGRES_SCHEMES):
+            raise ValueError("must start with postgresql:// or postgres://")
+        return v
+
+    @model_validator(mode="after")
+    def _one_url(self) -> CloudStoreConfig:
+        if self.url and self.url_file:
+            raise ValueError("set url or url_file, not both")
+        return self
 
 
 class CloudConfig(StrictModel):

@@ -1,7 +1,10 @@
-"""Fixtures of the cloud tests: real ONNX classifiers, real servers on 127.0.0.1, real SQLite."""
+"""Fixtures of the cloud tests: real ONNX classifiers, real servers on 127.0.0.1, real SQLite,
+and a real PostgreSQL server the tests start themselves (skipped, saying how to get one, when
+its binaries are not installed)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +15,7 @@ from cloud_helpers import make_config
 from cloud_models import LABELS, build_colour_classifier
 from strata.cloud.server import CloudServer
 from strata.shared.config.cloud import CloudConfig
+from strata.tools.postgres_temp import PostgresUnavailableError, TempPostgres
 
 SLOW_SIZE, SLOW_LAYERS = 128, 14
 
@@ -66,3 +70,24 @@ def colour_server(
 ) -> CloudServer:
     model, labels = colour_model
     return start_server(make_config(model, tmp_path / "events.sqlite", labels))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[TempPostgres]:
+    """One PostgreSQL server for the session (initdb in a temporary directory)."""
+    server = TempPostgres()
+    try:
+        server.start()
+    except PostgresUnavailableError as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.stop()
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture
+def pg_url(postgres: TempPostgres) -> str:
+    """The URL of a fresh, empty database on the session's server."""
+    return postgres.create_database(f"t{next(_databases)}")

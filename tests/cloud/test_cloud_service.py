@@ -278,7 +278,7 @@ def test_stop_ends_watchers_and_keeps_acked_events(
     start_server: Callable[[CloudConfig], CloudServer],
 ) -> None:
     from strata.cloud.metrics import CloudMetrics
-    from strata.cloud.store import EventQuery, EventStore
+    from strata.cloud.store import EventQuery, open_store
 
     model, labels = colour_model
     cfg = make_config(model, tmp_path / "e.sqlite", labels)
@@ -303,7 +303,7 @@ def test_stop_ends_watchers_and_keeps_acked_events(
     with pytest.raises(StopIteration):
         next(watch)  # the stream ends cleanly when the server stops
     channel.close()
-    store = EventStore(cfg.store, CloudMetrics())
+    store = open_store(cfg.store, CloudMetrics())
     events, _ = store.query(EventQuery(), None, 100)
     assert {e.event_id for e in events} == {a.event_id for a in acks}
     store.close()

@@ -12,7 +12,8 @@ from cloud_helpers import jpeg
 from strata.cloud.classifier import BatchBuffer, Normalization
 from strata.cloud.images import ImageLimits, InvalidImageError, decode, jpeg_size
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.store import SCHEMA_VERSION, EventQuery, EventStore, PageKey, StoreError
+from strata.cloud.sqlite_store import SQLiteStore
+from strata.cloud.store import SCHEMA_VERSION, EventQuery, PageKey, StoreError
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, common_pb2
 
@@ -82,7 +83,7 @@ def event(i: int, camera: str = "cam", t: int = 0) -> analytics_pb2.Event:
 
 def test_store_writes_dedups_pages_and_refuses_newer_schema(tmp_path: Path) -> None:
     cfg = CloudStoreConfig(path=str(tmp_path / "db" / "e.sqlite"), write_delay_ms=1.0)
-    store = EventStore(cfg, CloudMetrics())
+    store = SQLiteStore(cfg, CloudMetrics())
     store.start()
     futs = [store.submit(event(i)) for i in range(25)] + [store.submit(event(3))]
     results = [f.result(10) for f in futs]
@@ -111,4 +112,4 @@ def test_store_writes_dedups_pages_and_refuses_newer_schema(tmp_path: Path) -> N
     conn.commit()
     conn.close()
     with pytest.raises(StoreError, match="schema version"):
-        EventStore(cfg, CloudMetrics())
+        SQLiteStore(cfg, CloudMetrics())

@@ -1,0 +1,117 @@
+"""Events as table rows: the column list, row <-> Event, and the QueryEvents SQL, which every
+SQL back end shares (only the placeholder differs)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from strata.shared.contracts import analytics_pb2
+
+from .store import EventQuery, PageKey
+
+COLUMNS = (
+    "event_id, edge_id, crop_id, camera_id, sequence, capture_ns, stored_ns, label, score, "
+    "detection"
+)
+INSERT_COLUMNS = (
+    "edge_id, crop_id, camera_id, sequence, capture_ns, time_ns, stored_ns, label, score, detection"
+)
+_U64 = 1 << 64
+_I64_MAX = (1 << 63) - 1
+
+
+def _signed(u: int) -> int:
+    # uint64 sequences go into signed 64-bit columns bit for bit.
+    return u - _U64 if u > _I64_MAX else u
+
+
+def _unsigned(i: int) -> int:
+    return i + _U64 if i < 0 else i
+
+
+def event_from_row(row: tuple[Any, ...]) -> analytics_pb2.Event:
+    """An Event from a row of COLUMNS."""
+    (event_id, edge_id, crop_id, camera_id, seq, capture_ns, stored_ns, label, score, det) = row
+    ev = analytics_pb2.Event(
+        event_id=int(event_id),
+        edge_id=str(edge_id),
+        crop_id=str(crop_id),
+        camera_id=str(camera_id),
+        sequence=_unsigned(int(seq)),
+        capture_ns=int(capture_ns),
+        stored_ns=int(stored_ns),
+        label=str(label),
+        score=float(score),
+    )
+    if det:
+        ev.edge_detection.ParseFromString(bytes(det))
+    return ev
+
+
+def insert_row(ev: analytics_pb2.Event) -> tuple[Any, ...]:
+    """The values of INSERT_COLUMNS for a new event; stored now, timed by capture if known."""
+    stored_ns = time.time_ns()
+    return (
+        ev.edge_id,
+        ev.crop_id,
+        ev.camera_id,
+        _signed(ev.sequence),
+        ev.capture_ns,
+        ev.capture_ns or stored_ns,
+        stored_ns,
+        ev.label,
+        ev.score,
+        ev.edge_detection.SerializeToString() if ev.HasField("edge_detection") else b"",
+    )
+
+
+def stored_event(
+    ev: analytics_pb2.Event, event_id: int, row: tuple[Any, ...]
+) -> analytics_pb2.Event:
+    """The event as stored: its new id and the stored_ns of its insert_row."""
+    out = analytics_pb2.Event()
+    out.CopyFrom(ev)
+    out.event_id = event_id
+    out.stored_ns = int(row[6])
+    return out
+
+
+def query_sql(
+    q: EventQuery, after: PageKey | None, limit: int, ph: str
+) -> tuple[str, list[object]]:
+    """SELECT of one page plus one row (to know whether more follow); `ph` is the placeholder.
+
+    Rows are COLUMNS then time_ns, in (time_ns, event_id) order.
+    """
+    where = [f"time_ns >= {ph}"]
+    args: list[object] = [q.start_ns]
+    if q.end_ns:
+        where.append(f"time_ns < {ph}")
+        args.append(q.end_ns)
+    if q.camera_id:
+        where.append(f"camera_id = {ph}")
+        args.append(q.camera_id)
+    if q.label:
+        where.append(f"label = {ph}")
+        args.append(q.label)
+    if after is not None:
+        where.append(f"(time_ns, event_id) > ({ph}, {ph})")
+        args += [after.time_ns, after.event_id]
+    args.append(limit + 1)
+    sql = (
+        f"SELECT {COLUMNS}, time_ns FROM events WHERE {' AND '.join(where)} "
+        f"ORDER BY time_ns, event_id LIMIT {ph}"
+    )
+    return sql, args
+
+
+def page(
+    rows: list[tuple[Any, ...]], limit: int
+) -> tuple[list[analytics_pb2.Event], PageKey | None]:
+    """The events of query_sql's rows, and the key of the next page (None: this is the last)."""
+    more = len(rows) > limit
+    rows = rows[:limit]
+    events = [event_from_row(r[:-1]) for r in rows]
+    key = PageKey(int(rows[-1][-1]), int(rows[-1][0])) if more else None
+    return events, key

@@ -1,0 +1,181 @@
+"""The SQLite event store (one box, the default): WAL mode, one writer connection that commits
+batches with synchronous=FULL (an ack means fsync'd), one read-only connection per reader
+thread."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+
+from strata.shared.config.cloud import CloudStoreConfig
+from strata.shared.contracts import analytics_pb2
+
+from .event_rows import (
+    COLUMNS,
+    INSERT_COLUMNS,
+    event_from_row,
+    insert_row,
+    page,
+    query_sql,
+    stored_event,
+)
+from .metrics import CloudMetrics
+from .store import (
+    SCHEMA_VERSION,
+    CommitListener,
+    EventQuery,
+    EventStore,
+    PageKey,
+    Stored,
+    StoreError,
+    check_schema,
+)
+
+log = logging.getLogger(__name__)
+
+# Each entry migrates the schema from version i to i+1; append, never edit.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE events (
+            event_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            edge_id TEXT NOT NULL,
+            crop_id TEXT NOT NULL,
+            camera_id TEXT NOT NULL,
+            sequence INTEGER NOT NULL,
+            capture_ns INTEGER NOT NULL,
+            time_ns INTEGER NOT NULL,
+            stored_ns INTEGER NOT NULL,
+            label TEXT NOT NULL,
+            score REAL NOT NULL,
+            detection BLOB NOT NULL,
+            UNIQUE (edge_id, crop_id)
+        )""",
+        "CREATE INDEX events_camera_time ON events (camera_id, time_ns, event_id)",
+        "CREATE INDEX events_time ON events (time_ns, event_id)",
+        "CREATE INDEX events_label_time ON events (label, time_ns, event_id)",
+    ),
+)
+
+_INSERT = (
+    f"INSERT INTO events ({INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (edge_id, crop_id) DO NOTHING RETURNING event_id"
+)
+_FIND = f"SELECT {COLUMNS} FROM events WHERE edge_id = ? AND crop_id = ?"
+
+
+def _connect(path: str, synchronous: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, where: str = "") -> int:
+    """Bring the schema to SCHEMA_VERSION in one transaction; returns the version found."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT version FROM schema_version").fetchone()
+        found = int(row[0]) if row else 0
+        check_schema(found, where)
+        for version in range(found, SCHEMA_VERSION):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+        if row is None:
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        else:
+            conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    if found < SCHEMA_VERSION:
+        log.info("event store migrated from schema %d to %d", found, SCHEMA_VERSION)
+    return found
+
+
+class SQLiteStore(EventStore):
+    """SQLite events: a writer thread for inserts, a connection per reader thread."""
+
+    def __init__(
+        self, cfg: CloudStoreConfig, metrics: CloudMetrics, listener: CommitListener | None = None
+    ) -> None:
+        super().__init__(cfg, metrics, listener)
+        self.path = cfg.path
+        self.name = cfg.path
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        try:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._writer = _connect(self.path, cfg.synchronous)
+            migrate(self._writer, self.path)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open event store {self.path}: {exc}") from exc
+
+    def _close_backend(self) -> None:
+        self._writer.close()
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+
+    def _commit(self, events: list[analytics_pb2.Event]) -> list[Stored]:
+        conn = self._writer
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            results = [self._insert(conn, ev) for ev in events]
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise StoreError(f"event store write failed: {exc}") from exc
+        return results
+
+    @staticmethod
+    def _insert(conn: sqlite3.Connection, ev: analytics_pb2.Event) -> Stored:
+        values = insert_row(ev)
+        row = conn.execute(_INSERT, values).fetchone()
+        if row is None:
+            existing = conn.execute(_FIND, (ev.edge_id, ev.crop_id)).fetchone()
+            return Stored(event_from_row(existing), duplicate=True)
+        return Stored(stored_event(ev, int(row[0]), values), duplicate=False)
+
+    # reads
+
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.path, self.cfg.synchronous)
+            conn.execute("PRAGMA query_only=ON")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def find(self, edge_id: str, crop_id: str) -> analytics_pb2.Event | None:
+        """The stored event of a crop, if it was stored before."""
+        try:
+            row = self._reader().execute(_FIND, (edge_id, crop_id)).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"event store read failed: {exc}") from exc
+        return None if row is None else event_from_row(row)
+
+    def query(
+        self, q: EventQuery, after: PageKey | None, limit: int
+    ) -> tuple[list[analytics_pb2.Event], PageKey | None]:
+        """One page of events in (time, id) order, and the key of the next page (None: last)."""
+        sql, args = query_sql(q, after, limit, "?")
+        try:
+            rows = self._reader().execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"event store read failed: {exc}") from exc
+        return page(rows, limit)
+
+    def count(self) -> int:
+        """Number of stored events."""
+        row = self._reader().execute("SELECT COUNT(*) FROM events").fetchone()
+        return int(row[0])

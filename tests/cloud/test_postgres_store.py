@@ -1,0 +1,259 @@
+"""The PostgreSQL event store on a real server: the SQLite store's contract, shared by several
+store instances (replicas) on one database, and clear refusals of a bad database."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from strata.cloud.metrics import CloudMetrics
+from strata.cloud.postgres_feed import parse_payload, payloads
+from strata.cloud.postgres_store import MIGRATIONS as PG_MIGRATIONS
+from strata.cloud.postgres_store import PostgresStore, redact
+from strata.cloud.sqlite_store import MIGRATIONS as SQLITE_MIGRATIONS
+from strata.cloud.store import (
+    SCHEMA_VERSION,
+    EventQuery,
+    EventStore,
+    PageKey,
+    StoreError,
+    open_store,
+)
+from strata.cloud.watch import WatchHub, WatchUnavailableError
+from strata.shared.config.cloud import CloudStoreConfig
+from strata.shared.contracts import analytics_pb2, common_pb2
+from strata.shared.metrics import sample
+from strata.tools.postgres_temp import TempPostgres
+
+
+def event(i: int, edge: str = "e", camera: str = "cam") -> analytics_pb2.Event:
+    return analytics_pb2.Event(
+        edge_id=edge,
+        crop_id=f"c{i}",
+        camera_id=camera,
+        sequence=2**64 - 1 - i,
+        capture_ns=1000 + i,
+        label="car" if i % 2 else "person",
+        score=0.5,
+        edge_detection=common_pb2.Detection(score=0.25, class_id=i, label="x"),
+    )
+
+
+def pg_config(url: str, **kw: object) -> CloudStoreConfig:
+    return CloudStoreConfig(url=url, write_delay_ms=1.0, connect_timeout_s=5.0, **kw)
+
+
+def all_pages(store: EventStore, q: EventQuery, size: int) -> list[analytics_pb2.Event]:
+    out: list[analytics_pb2.Event] = []
+    key: PageKey | None = None
+    while True:
+        page, key = store.query(q, key, size)
+        out += page
+        if key is None:
+            return out
+
+
+def exercise(store: EventStore) -> list[tuple[str, bool, int]]:
+    """The same writes and reads on any back end; returns what a caller can observe."""
+    store.start()
+    futs = [store.submit(event(i)) for i in range(25)] + [store.submit(event(3))]
+    results = [f.result(20) for f in futs]
+    assert [r.duplicate for r in results] == [False] * 25 + [True]
+    assert results[-1].event.event_id == results[3].event.event_id
+    assert results[0].event.sequence == 2**64 - 1  # uint64 survives a signed BIGINT
+    assert store.find("e", "c7") == results[7].event
+    assert store.find("e", "nope") is None
+    paged = all_pages(store, EventQuery(camera_id="cam"), 10)
+    assert [e.crop_id for e in paged] == [f"c{i}" for i in range(25)]
+    assert paged[4].edge_detection.class_id == 4
+    cars, key = store.query(EventQuery(label="car", start_ns=1005, end_ns=1010), None, 100)
+    assert key is None and [e.crop_id for e in cars] == ["c5", "c7", "c9"]
+    assert store.count() == 25
+    seen = [(e.crop_id, e.label == "car", e.sequence) for e in paged]
+    store.close()
+    return seen
+
+
+def test_both_back_ends_keep_one_schema_version() -> None:
+    assert len(PG_MIGRATIONS) == len(SQLITE_MIGRATIONS) == SCHEMA_VERSION
+
+
+def test_postgres_behaves_like_sqlite(pg_url: str, tmp_path: Path) -> None:
+    sqlite = open_store(CloudStoreConfig(path=str(tmp_path / "e.sqlite")), CloudMetrics())
+    pg = open_store(pg_config(pg_url), CloudMetrics())
+    assert isinstance(pg, PostgresStore)
+    assert "strata-test" not in pg.name  # the password never reaches a log line
+    assert exercise(pg) == exercise(sqlite)
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes")}
+        assert {"events_camera_time", "events_time", "events_label_time"} <= indexes
+
+
+def test_url_file_names_the_database(pg_url: str, tmp_path: Path) -> None:
+    secret = tmp_path / "url"
+    secret.write_text(pg_url + "\n")
+    store = open_store(
+        CloudStoreConfig(url_file=str(secret), connect_timeout_s=5.0), CloudMetrics()
+    )
+    assert isinstance(store, PostgresStore)
+    store.close()
+    secret.write_text("sqlite:///nope\n")
+    with pytest.raises(StoreError, match="does not hold a postgresql:// URL"):
+        open_store(CloudStoreConfig(url_file=str(secret)), CloudMetrics())
+    with pytest.raises(StoreError, match=r"cannot read cloud\.store\.url_file"):
+        open_store(CloudStoreConfig(url_file=str(tmp_path / "missing")), CloudMetrics())
+
+
+def test_replicas_share_events_dedup_and_watch(pg_url: str) -> None:
+    hubs = [WatchHub(CloudMetrics(), 4, 1000) for _ in range(2)]
+    stores = [PostgresStore(pg_config(pg_url), pg_url, CloudMetrics(), hub) for hub in hubs]
+    subs = [hub.subscribe("", "") for hub in hubs]
+    for s in stores:
+        s.start()
+    # The same 40 crops through both replicas at once: each is stored exactly once.
+    futs = [[s.submit(event(i)) for i in range(40)] for s in stores]
+    results = [[f.result(20) for f in fs] for fs in futs]
+    for i in range(40):
+        a, b = results[0][i], results[1][i]
+        assert a.event.event_id == b.event.event_id
+        assert sorted([a.duplicate, b.duplicate]) == [False, True]
+    # Events only one replica wrote are read and watched through the other.
+    only_a = [stores[0].submit(event(100 + i, edge="a")) for i in range(5)]
+    only_b = [stores[1].submit(event(200 + i, edge="b")) for i in range(5)]
+    ids = {f.result(20).event.event_id for f in only_a + only_b}
+    for s in stores:
+        assert s.count() == 50
+        assert stores[1].find("a", "c100") is not None and stores[0].find("b", "c200")
+    for sub in subs:
+        assert sub is not None
+        got: dict[int, analytics_pb2.Event] = {}
+        deadline = time.monotonic() + 10
+        while len(got) < 50 and time.monotonic() < deadline:
+            try:
+                ev = sub.queue.get(timeout=0.5)
+            except Exception:
+                continue
+            assert ev.event_id not in got, "an event was announced twice"
+            got[ev.event_id] = ev
+        assert len(got) == 50
+        assert ids <= set(got)
+        assert got[min(ids)].edge_detection.label == "x"
+    for s in stores:
+        s.close()
+
+
+def test_feed_break_ends_watchers_then_recovers(pg_url: str) -> None:
+    metrics = CloudMetrics()
+    hub = WatchHub(metrics, 4, 100)
+    store = PostgresStore(pg_config(pg_url), pg_url, metrics, hub)
+    store.start()
+    sub = hub.subscribe("", "")
+    assert sub is not None
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'strata-cloud-feed'"
+        ).fetchall()
+        assert killed == [(True,)]
+    deadline = time.monotonic() + 10
+    while not sub.dropped and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sub.dropped and "connection lost" in sub.feed_lost
+    assert sample(metrics.registry, "strata_cloud_event_feed_lost_total") == 1
+    # Back within about a second; then a new watcher hears new events again.
+    later = None
+    while later is None and time.monotonic() < deadline + 10:
+        try:
+            later = hub.subscribe("", "")
+        except WatchUnavailableError:
+            time.sleep(0.1)
+    assert later is not None
+    stored = store.submit(event(1)).result(20)
+    assert later.queue.get(timeout=10).event_id == stored.event.event_id
+    store.close()
+
+
+def test_concurrent_start_migrates_once(pg_url: str) -> None:
+    errors: list[BaseException] = []
+    opened: list[PostgresStore] = []
+
+    def open_one() -> None:
+        try:
+            opened.append(PostgresStore(pg_config(pg_url), pg_url, CloudMetrics()))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(opened) == 4
+    for s in opened:
+        s.close()
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM schema_version").fetchone() == (1,)
+
+
+def test_unreachable_database_is_a_clear_error(port: int) -> None:
+    url = f"postgresql://strata:secret@127.0.0.1:{port}/strata"  # nothing listens there
+    t0 = time.monotonic()
+    with pytest.raises(StoreError, match="cannot open event store") as info:
+        open_store(pg_config(url), CloudMetrics())
+    assert time.monotonic() - t0 < 10
+    assert "secret" not in str(info.value) and "***" in str(info.value)
+    assert "refused" in str(info.value)
+
+
+def test_wrong_password_is_a_clear_error(postgres: TempPostgres, pg_url: str) -> None:
+    bad = postgres.url(pg_url.rsplit("/", 1)[1], password="not-it")
+    with pytest.raises(StoreError, match="password authentication failed") as info:
+        open_store(pg_config(bad), CloudMetrics())
+    assert "not-it" not in str(info.value)
+
+
+def test_newer_schema_is_refused_and_left_alone(pg_url: str) -> None:
+    open_store(pg_config(pg_url), CloudMetrics()).close()
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION + 1,))
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}"):
+        open_store(pg_config(pg_url), CloudMetrics())
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [
+            (SCHEMA_VERSION + 1,)
+        ]
+
+
+def test_failed_migration_leaves_nothing_half_written(pg_url: str) -> None:
+    # A table in the way of migration 1: it fails midway and everything rolls back.
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("CREATE TABLE events (x INTEGER)")
+    with pytest.raises(StoreError, match="already exists"):
+        open_store(pg_config(pg_url), CloudMetrics())
+    with psycopg.connect(pg_url) as conn:
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall()
+        }
+    assert tables == {"events"}  # no schema_version, no index: the transaction rolled back
+
+
+def test_payloads_fit_a_notify_and_round_trip() -> None:
+    ids = list(range(10**15, 10**15 + 2000))
+    parts = payloads(ids)
+    assert len(parts) > 1 and all(len(p) < 8000 for p in parts)
+    assert [i for p in parts for i in parse_payload(p)] == ids
+    assert payloads([]) == []
+
+
+def test_redact_hides_only_the_password() -> None:
+    assert redact("postgresql://u:pw@db.example:5433/ev?sslmode=require") == (
+        "postgresql://u:***@db.example:5433/ev?sslmode=require"
+    )
+    assert redact("postgresql://u@db/ev") == "postgresql://u@db/ev"

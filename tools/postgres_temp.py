@@ -1,0 +1,189 @@
+"""A PostgreSQL server of its own, for tests and benchmarks: `initdb` in a temporary directory,
+`pg_ctl start` on a free 127.0.0.1 port, password (SCRAM) authentication over TCP.
+
+Needs the server binaries (Debian's `postgresql` package, or STRATA_PG_BINDIR). PostgreSQL
+refuses to run as root, so under root the server runs as the `postgres` system user the
+package creates, in a directory that user owns.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+HOW_TO_GET = (
+    "PostgreSQL server binaries (initdb, pg_ctl) not found: install Debian's `postgresql` "
+    "package (`apt-get install postgresql`, as .ci/system-deps does) or set STRATA_PG_BINDIR"
+)
+
+
+class PostgresUnavailableError(RuntimeError):
+    """No PostgreSQL server can be started here (the message says how to get one)."""
+
+
+def find_bindir() -> Path | None:
+    """The directory holding initdb and pg_ctl, newest Debian version first; None: none."""
+    env = os.environ.get("STRATA_PG_BINDIR")
+    candidates = [env] if env else []
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        candidates.append(str(Path(on_path).parent))
+
+    def version(path: str) -> float:
+        try:
+            return float(Path(path).parent.name)
+        except ValueError:
+            return 0.0
+
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version, reverse=True)
+    for c in candidates:
+        if (Path(c) / "initdb").is_file() and (Path(c) / "pg_ctl").is_file():
+            return Path(c)
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TempPostgres:
+    """Start with start() (or `with`), get URLs with url()/create_database(), stop()."""
+
+    def __init__(self, user: str = "strata", password: str = "strata-test") -> None:
+        self.user = user
+        self.password = password
+        self.port = 0
+        self.root: Path | None = None
+        self._run_as: dict[str, Any] = {}
+        self._bindir = Path()
+
+    def __enter__(self) -> TempPostgres:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self, *argv: str, timeout: float = 120.0) -> None:
+        out = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, **self._run_as, cwd="/"
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"{Path(argv[0]).name} failed ({out.returncode}): {out.stderr}")
+
+    def start(self) -> None:
+        """initdb and start the server; raises PostgresUnavailableError when it cannot."""
+        bindir = find_bindir()
+        if bindir is None:
+            raise PostgresUnavailableError(HOW_TO_GET)
+        self._bindir = bindir
+        root = Path(tempfile.mkdtemp(prefix="strata-pg-"))
+        self.root = root
+        pwfile = root / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        if os.geteuid() == 0:
+            try:
+                pg = pwd.getpwnam("postgres")
+            except KeyError:
+                self.stop()
+                raise PostgresUnavailableError(
+                    "running as root, PostgreSQL needs a non-root user: the `postgres` user "
+                    "that Debian's `postgresql` package creates is missing"
+                ) from None
+            for path in (root, pwfile):
+                os.chown(path, pg.pw_uid, pg.pw_gid)
+            self._run_as = {"user": pg.pw_uid, "group": pg.pw_gid, "extra_groups": []}
+        data, sock = root / "data", root / "sock"
+        self._run(
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            self.user,
+            f"--pwfile={pwfile}",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--no-sync",  # initdb's own files; the server still fsyncs every commit
+        )
+        if self._run_as:
+            os.makedirs(sock, exist_ok=True)
+            os.chown(sock, self._run_as["user"], self._run_as["group"])
+        else:
+            sock.mkdir(exist_ok=True)
+        self.port = _free_port()
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {sock} "
+            "-c max_connections=200 -c shared_buffers=64MB -c fsync=on"
+        )
+        self._run(
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(root / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            options,
+            "start",
+        )
+
+    def url(self, database: str = "postgres", password: str | None = None) -> str:
+        """A postgresql:// URL of this server (with another password to test a wrong one)."""
+        pw = self.password if password is None else password
+        return f"postgresql://{self.user}:{pw}@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """Create an empty database and return its URL."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def log(self) -> str:
+        """The server's log so far."""
+        if self.root is None:
+            return ""
+        try:
+            return (self.root / "server.log").read_text()
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown) and remove its directory."""
+        root, self.root = self.root, None
+        if root is None:
+            return
+        try:
+            if (root / "data" / "postmaster.pid").exists():
+                self._run(
+                    str(self._bindir / "pg_ctl"),
+                    "-D",
+                    str(root / "data"),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "stop",
+                    timeout=60,
+                )
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
