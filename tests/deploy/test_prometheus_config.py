@@ -167,6 +167,18 @@ def pod_targets(template: dict[str, Any], ip: str) -> list[dict[str, str]]:
     return out
 
 
+def expand(m: re.Match[str], template: str) -> str:
+    """Go's Regexp.Expand, as Prometheus uses it: `$1`, `${1}`, `${name}`; unknown -> ""."""
+
+    def group(ref: re.Match[str]) -> str:
+        name = ref.group(1) or ref.group(2)
+        if name.isdigit():
+            return (m.group(int(name)) if int(name) <= m.re.groups else None) or ""
+        return m.groupdict().get(name) or ""
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", group, template)
+
+
 def relabel(labels: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, str] | None:
     """Prometheus' relabelling (the actions used here); None when the target is dropped."""
     labels = dict(labels)
@@ -180,8 +192,7 @@ def relabel(labels: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, st
         if (action == "keep" and m is None) or (action == "drop" and m is not None):
             return None
         if action == "replace" and m is not None:
-            replacement = re.sub(r"\$\{?(\w+)\}?", r"\\g<\1>", rule.get("replacement", "$1"))
-            result = m.expand(replacement)
+            result = expand(m, rule.get("replacement", "$1"))
             if result:
                 labels[rule["target_label"]] = result
             else:

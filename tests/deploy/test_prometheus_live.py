@@ -1,0 +1,213 @@
+"""A real Prometheus (Debian's) scrapes the three daemons of a short demo run, with the
+shipped scrape config (targets moved to loopback, 1 s interval) and the shipped alerts; then
+every PromQL expression of the Grafana dashboard is evaluated through its HTTP API as Grafana
+would (a range query, $__rate_interval expanded). A query that errors fails; so does one that
+returns no data, unless it is listed in NO_DATA_ON_CPU_WITHOUT_FAULTS with the reason."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from deploy_kit import (
+    STATIC_CONFIG,
+    TIERS,
+    PanelQuery,
+    dashboard_queries,
+    expand_variables,
+    tool,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+RULES = STATIC_CONFIG.parent / "strata-alerts.yml"
+# Frames of the synthetic clip, paced at 5 fps: about 12 s of traffic.
+FRAMES = 60
+
+# Queries (panel title / refId) that have no data in a short CPU run without faults, and why.
+# Every other query must return at least one series with a number in it.
+NO_DATA_ON_CPU_WITHOUT_FAULTS = {
+    "Frames in, by ack status / B": "rejections: only malformed or refused frames count",
+    "Drops by reason / A": "edge drops: only overload or a full crop buffer count",
+    "Requests per second / B": "cloud failures: only refused or failed requests count",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Prometheus:
+    """A Prometheus server on 127.0.0.1 and its HTTP API."""
+
+    url: str
+
+    def get(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as exc:  # PromQL errors come back as 400 with JSON
+            body = json.loads(exc.read())
+        return body
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+
+def scrape_config(ports: dict[str, int]) -> dict[str, Any]:
+    """The shipped static config with every target on loopback and a 1 s interval."""
+    config: dict[str, Any] = yaml.safe_load(STATIC_CONFIG.read_text())
+    config["global"].update(
+        {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"}
+    )
+    config["rule_files"] = [str(RULES)]
+    for job in config["scrape_configs"]:
+        tier = job["job_name"].removeprefix("strata-")
+        for static in job["static_configs"]:
+            static["targets"] = [f"127.0.0.1:{ports[tier]}"]
+    return config
+
+
+@pytest.fixture
+def prometheus_for(tmp_path: Path) -> Iterator[Any]:
+    """A function starting Prometheus for given metrics ports; stopped at the end."""
+    binary = tool("prometheus")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(ports: dict[str, int]) -> Prometheus:
+        config = tmp_path / "prometheus.yml"
+        config.write_text(yaml.safe_dump(scrape_config(ports)))
+        port = free_port()
+        log = (tmp_path / "prometheus.log").open("wb")
+        procs.append(
+            subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        prom = Prometheus(f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 30
+        while not prom.ready():
+            assert procs[-1].poll() is None, (tmp_path / "prometheus.log").read_text()
+            assert time.monotonic() < deadline, "Prometheus did not become ready in 30 s"
+            time.sleep(0.2)
+        return prom
+
+    yield start
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a dashboard query returned over the run."""
+
+    error: str | None
+    series: int
+    with_numbers: int
+
+
+def evaluate(prom: Prometheus, q: PanelQuery, start: float, end: float) -> Answer:
+    body = prom.get(
+        "/api/v1/query_range",
+        query=expand_variables(q.expr),
+        start=f"{start:.3f}",
+        end=f"{end:.3f}",
+        step="1",
+    )
+    if body["status"] != "success":
+        return Answer(f"{body.get('errorType')}: {body.get('error')}", 0, 0)
+    if body.get("warnings"):
+        return Answer(f"warnings: {body['warnings']}", 0, 0)
+    result = body["data"]["result"]
+    numbers = sum(
+        1 for s in result if any(v not in {"NaN", "+Inf", "-Inf"} for _t, v in s["values"])
+    )
+    return Answer(None, len(result), numbers)
+
+
+def test_every_dashboard_query_has_data_from_a_real_run(
+    tmp_path: Path, prometheus_for: Any
+) -> None:
+    from strata.tools.demo.pipeline import PipelineRun, RunOptions
+    from strata.tools.demo.session import synthetic_source
+    from strata.tools.demo.stack import Camera
+
+    queries = dashboard_queries()
+    keys = [q.key for q in queries]
+    assert len(keys) == len(set(keys)), "two queries of one panel share a refId"
+    stale = set(NO_DATA_ON_CPU_WITHOUT_FAULTS) - set(keys)
+    assert not stale, f"exemptions for queries the dashboard no longer has: {stale}"
+
+    run = PipelineRun(
+        tmp_path / "run",
+        [Camera("cam0-synthetic", synthetic_source(FRAMES))],
+        options=RunOptions(startup_timeout_s=90.0, quiet_s=3.0, drain_timeout_s=30.0),
+    )
+    prom = prometheus_for(run.stack.ports.metrics)
+    started = time.time()
+    outcome = run.execute()
+    # A few more scrapes of nothing, so the last rate windows close.
+    time.sleep(2)
+    ended = time.time()
+    assert outcome.error is None, outcome.error
+    assert outcome.results, "the run produced no results: nothing to look at"
+
+    # Every daemon was scraped.
+    for tier in TIERS:
+        up = prom.get(
+            "/api/v1/query_range",
+            query=f'max(up{{job="strata-{tier}"}})',
+            start=f"{started:.3f}",
+            end=f"{ended:.3f}",
+            step="1",
+        )
+        values = [float(v) for s in up["data"]["result"] for _t, v in s["values"]]
+        assert 1.0 in values, f"Prometheus never scraped {tier}: {up}"
+
+    problems = []
+    for q in queries:
+        answer = evaluate(prom, q, started, ended)
+        if answer.error is not None:
+            problems.append(f"{q.key}: {answer.error}\n    {q.expr}")
+        elif answer.with_numbers == 0 and q.key not in NO_DATA_ON_CPU_WITHOUT_FAULTS:
+            problems.append(f"{q.key}: no data ({answer.series} series)\n    {q.expr}")
+    assert not problems, "dashboard queries against the run:\n" + "\n".join(problems)
+
+    # The alerting rules ran against the real series without an evaluation error.
+    groups = prom.get("/api/v1/rules")["data"]["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert rules, "the alerting rules were not loaded"
+    broken = [f"{r['name']}: {r.get('lastError')}" for r in rules if r["health"] == "err"]
+    assert not broken, broken
