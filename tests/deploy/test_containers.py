@@ -10,7 +10,11 @@ import glob
 import json
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,3 +172,65 @@ def test_the_image_exposes_its_metrics_port(path: Path) -> None:
         for p in r.split()
     }
     assert getattr(example, tier).metrics.port in exposed
+
+
+def build_context(stage: Stage, into: Path) -> Path:
+    """The files a stage copies from the build context, laid out as the stage sees them."""
+    workdir = into
+    for word, rest in stage.instructions:
+        if word == "WORKDIR":
+            workdir = into / rest.lstrip("/")
+            workdir.mkdir(parents=True, exist_ok=True)
+        if word not in {"COPY", "ADD"}:
+            continue
+        flags, sources, dest = copy_args(rest)
+        if "from" in flags:
+            continue
+        target = (workdir / dest) if not dest.startswith("/") else into / dest.lstrip("/")
+        for src in sources:
+            for match in glob.glob(str(ROOT / src)):
+                path = Path(match)
+                if path.is_dir():  # COPY dir dest copies the directory's contents
+                    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+                    shutil.copytree(path, target, dirs_exist_ok=True, ignore=ignore)
+                else:
+                    into_dir = dest.endswith("/") or len(sources) > 1
+                    out = target / path.name if into_dir else target
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(path, out)
+    return workdir
+
+
+def wheel_stage(path: Path) -> Stage:
+    """The stage that runs `pip wheel`."""
+    for stage in parse(path):
+        if any(w == "RUN" and "pip wheel" in r for w, r in stage.instructions):
+            return stage
+    raise AssertionError(f"{path.name}: no stage runs `pip wheel`")
+
+
+# The Containerfiles share their build stage: build each distinct one once.
+WHEEL_BUILDS = {repr(wheel_stage(p).instructions): p for p in reversed(CONTAINERFILES)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(WHEEL_BUILDS.values()), ids=lambda p: p.stem)
+def test_the_build_stage_makes_a_wheel_with_the_cli(path: Path, tmp_path: Path) -> None:
+    """`pip wheel .` on exactly what the build stage copies (offline: no build isolation)."""
+    build = wheel_stage(path)
+    src = build_context(build, tmp_path / "ctx")
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(tmp_path / "wheels"), str(src)],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    (wheel,) = (tmp_path / "wheels").glob("strata-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+        assert "strata = strata.tools.cli:main" in z.read(entry_points).decode()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for package in project["tool"]["setuptools"]["packages"]:
+        folder = package.replace(".", "/")
+        assert any(n.startswith(folder + "/") for n in names), f"{package} not in the wheel"
