@@ -115,9 +115,12 @@ def check_cli(tier: str, args: list[str]) -> None:
         pytest.fail(f"`strata {tier} {' '.join(args)}` does not parse")
 
 
-@pytest.mark.parametrize("tier", TIERS)
-def test_systemd_unit(tier: str) -> None:
-    unit = parse_unit(DEPLOY / "systemd" / f"strata-{tier}.service")
+UNIT_FILES = {"device": "strata-device", "edge": "strata-edge", "cloud": "strata-cloud"}
+
+
+@pytest.mark.parametrize(("tier", "name"), [*UNIT_FILES.items(), ("edge", "strata-edge@")], ids=str)
+def test_systemd_unit(tier: str, name: str) -> None:
+    unit = parse_unit(DEPLOY / "systemd" / f"{name}.service")
     assert set(unit) == {"Unit", "Service", "Install"}
     for section, pairs in unit.items():
         unknown = {k for k, _ in pairs} - SYSTEMD_KEYS[section]
@@ -128,7 +131,7 @@ def test_systemd_unit(tier: str) -> None:
     assert svc["ProtectSystem"] == "strict"
     assert svc["CapabilityBoundingSet"] == ""
     assert svc["DynamicUser"] == "yes"
-    argv = shlex.split(svc["ExecStart"])
+    argv = shlex.split(svc["ExecStart"].replace("%i", "1"))
     assert argv[0].endswith("/strata") and argv[1] == tier
     check_cli(tier, argv[2:])
     if tier == "edge":
@@ -137,6 +140,32 @@ def test_systemd_unit(tier: str) -> None:
         assert "PrivateDevices" not in svc  # the GPU nodes must stay visible
     else:
         assert svc["PrivateDevices"] == "yes"
+
+
+def test_edge_template_runs_one_edge_per_instance() -> None:
+    """strata-edge@N: the single unit's hardening, its own config and state per instance, and
+    an example instance config that does not collide with the default edge's ports."""
+    single = dict(parse_unit(DEPLOY / "systemd" / "strata-edge.service")["Service"])
+    template = dict(parse_unit(DEPLOY / "systemd" / "strata-edge@.service")["Service"])
+    per_instance = {"ExecStart", "StateDirectory", "CacheDirectory", "WorkingDirectory"}
+    assert set(single) == set(template)
+    for key in set(single) - per_instance:
+        assert template[key] == single[key], f"{key} differs from strata-edge.service"
+    for key in per_instance:
+        assert "%i" in template[key], f"{key} must be per instance"
+    argv = shlex.split(template["ExecStart"])
+    config_path = argv[argv.index("--config") + 1]
+    assert config_path == "/etc/strata/edge/%i.yaml"
+    example = load_config(DEPLOY / "config" / "edge-1.yaml").edge
+    default = load_config(DEPLOY / "config" / "strata.yaml").edge
+    ports = lambda e: {  # noqa: E731
+        e.listen.rpartition(":")[2],
+        e.publish.rpartition(":")[2],
+        str(e.metrics.port),
+    }
+    assert ports(example).isdisjoint(ports(default)), "instances on one host need own ports"
+    assert example.edge_id != default.edge_id
+    assert example.runtime.device_id == 1
 
 
 def k8s_docs() -> dict[str, list[dict[str, Any]]]:
@@ -172,15 +201,23 @@ def test_k8s_manifests_parse_and_agree() -> None:
     kust = docs["kustomization.yaml"][0]
     assert sorted(kust["resources"]) == sorted(n for n in docs if n != "kustomization.yaml")
     cloud = {d["kind"]: d for d in docs["cloud.yaml"]}
-    assert set(cloud) == {"Deployment", "Service", "HorizontalPodAutoscaler"}
+    assert set(cloud) == {
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+    }
     dep, svc, hpa = cloud["Deployment"], cloud["Service"], cloud["HorizontalPodAutoscaler"]
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
     assert dep["spec"]["selector"]["matchLabels"] == pod_labels
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     assert hpa["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"]
     assert hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
-    edge = docs["edge.yaml"][0]
-    assert edge["kind"] == "DaemonSet"
+    pdb = cloud["PodDisruptionBudget"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    # A drain may evict a replica, never all of them.
+    assert pdb["spec"]["maxUnavailable"] < hpa["spec"]["minReplicas"]
+    edge = by_kind(docs["edge.yaml"], "DaemonSet")
     edge_container = pod_spec(edge)["containers"][0]
     assert edge_container["resources"]["limits"]["nvidia.com/gpu"] == 1
     cfg = embedded_config()
@@ -196,6 +233,12 @@ def test_k8s_manifests_parse_and_agree() -> None:
         assert volumes["config"]["configMap"]["name"] == "strata-config"
 
 
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
 def test_k8s_ports_match_the_config() -> None:
     docs = k8s_docs()
     cfg = embedded_config()
@@ -204,10 +247,64 @@ def test_k8s_ports_match_the_config() -> None:
     svc_ports = {p["name"]: p["port"] for p in cloud["Service"]["spec"]["ports"]}
     assert svc_ports["grpc"] == grpc_port
     assert cfg.edge.cloud.endswith(f":{grpc_port}")
-    edge = pod_spec(docs["edge.yaml"][0])["containers"][0]
+    edge = pod_spec(by_kind(docs["edge.yaml"], "DaemonSet"))["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in edge["ports"]}
     assert ports["ingest"] == int(cfg.edge.listen.rpartition(":")[2])
     assert ports["results"] == int(cfg.edge.publish.rpartition(":")[2])
+
+
+def test_k8s_edge_headless_service_finds_every_edge() -> None:
+    docs = k8s_docs()
+    edge = by_kind(docs["edge.yaml"], "DaemonSet")
+    svc = by_kind(docs["edge.yaml"], "Service")
+    # Headless: DNS answers with every ready edge pod, which is what device discovery needs.
+    assert svc["spec"]["clusterIP"] == "None"
+    assert not svc["spec"].get("publishNotReadyAddresses", False)
+    labels = edge["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    container = pod_spec(edge)["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for port in svc["spec"]["ports"]:
+        assert ports[port["targetPort"]] == port["port"], port
+
+
+def test_k8s_cloud_replicas_share_one_postgres_from_a_secret() -> None:
+    """No per-pod SQLite: the store URL is a file from the strata-db Secret, and both
+    database choices (the StatefulSet here, or an external one) fill that Secret."""
+    docs = k8s_docs()
+    store = embedded_config().cloud.store
+    assert store.url_file and not store.url, "the URL (a password) belongs in the Secret"
+    dep = by_kind(docs["cloud.yaml"], "Deployment")
+    spec = pod_spec(dep)
+    container = spec["containers"][0]
+    assert "--db" not in container["args"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    folder, _, filename = store.url_file.rpartition("/")
+    secret = volumes[mounts[folder]["name"]]["secret"]
+    assert secret["secretName"] == "strata-db"
+    assert {"key": "url", "path": filename} in secret["items"]
+    assert all("emptyDir" not in v or v["name"] == "tmp" for v in volumes.values())
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/etc/strata", folder, "/tmp"}
+    # Choice 1: the StatefulSet, its password from the same Secret, behind a stable name.
+    sts = by_kind(docs["postgres.yaml"], "StatefulSet")
+    pg_svc = by_kind(docs["postgres.yaml"], "Service")
+    assert sts["spec"]["serviceName"] == pg_svc["metadata"]["name"]
+    assert sts["spec"]["volumeClaimTemplates"], "PostgreSQL needs a persistent volume"
+    pg = pod_spec(sts)["containers"][0]
+    env = {e["name"]: e for e in pg["env"]}
+    assert env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "strata-db",
+        "key": "password",
+    }
+    pg_port = {p["name"]: p["containerPort"] for p in pg["ports"]}["postgres"]
+    # The README's Secret points at that Service; both choices are documented there.
+    readme = (DEPLOY / "k8s" / "README.md").read_text()
+    host = f"{pg_svc['metadata']['name']}.{pg_svc['metadata']['namespace']}.svc.cluster.local"
+    user, db = env["POSTGRES_USER"]["value"], env["POSTGRES_DB"]["value"]
+    assert f"postgresql://{user}:$PW@{host}:{pg_port}/{db}" in readme
+    assert "secret generic strata-db" in readme and "--from-literal=password=" in readme
+    assert "delete `postgres.yaml`" in readme and "External" in readme.title()
 
 
 def test_configs_validate() -> None:
