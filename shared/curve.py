@@ -8,6 +8,7 @@ own key pair and the edge's public key. Key files are the ones `zmq.auth` writes
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,12 @@ def make_key_pair(folder: str | Path, name: str) -> tuple[Path, Path]:
     """Write NAME.key and NAME.key_secret into `folder`; returns (public, secret) paths."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    public, secret = _auth().create_certificates(str(out), name)
-    Path(secret).chmod(0o600)
+    old = os.umask(0o077)  # the secret is never readable by others, not even for a moment
+    try:
+        public, secret = _auth().create_certificates(str(out), name)
+    finally:
+        os.umask(old)
+    Path(public).chmod(0o644)
     return Path(public), Path(secret)
 
 

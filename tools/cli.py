@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "models": "strata.tools.models.cli",
     "demo": "strata.tools.demo.cli",
     "bench": "strata.tools.bench.cli",
+    "keys": "strata.tools.keys",
 }
 
 

@@ -144,3 +144,49 @@ def test_curve_admits_allowed_keys_only(
     friend.send_image("cam", 1, image, session_id=3)
     assert statuses(friend.acks(1)) == [QUEUED]
     assert [r.camera_id for r in sub.collect(1)] == ["cam"]
+
+
+def test_device_agent_over_curve_with_keys_from_strata_keys(
+    node_factory: Callable[..., EdgeNode], zctx: Any, synthetic_clip: SyntheticClip, tmp_path: Path
+) -> None:
+    from prometheus_client import CollectorRegistry
+    from strata.device.agent import Agent
+    from strata.shared.config.device import DeviceConfig
+    from strata.tools.cli import main
+
+    keys, clients = tmp_path / "keys", tmp_path / "clients"
+    assert main(["keys", "edge", "cam-host", "--out", str(keys)]) == 0
+    clients.mkdir()
+    (clients / "cam-host.key").write_bytes((keys / "cam-host.key").read_bytes())
+    node = node_factory(
+        curve={"secret_key": str(keys / "edge.key_secret"), "clients_dir": str(clients)}
+    )
+    sub = Listener(zctx, node.endpoints.publish)
+    probe = CurveAgent(zctx, node.endpoints.listen, keys / "cam-host.key_secret", keys / "edge.key")
+    wait_until_subscribed(probe, sub, synthetic_clip.frame(0).image)
+    clip = "synthetic://?frames=10&seed=1&width=320&height=240&objects=3&fps=10&realtime=0"
+    agent = Agent(
+        DeviceConfig.model_validate(
+            {
+                "agent_id": "curve-agent",
+                "edge": node.endpoints.listen,
+                "cameras": [{"id": "cam-a", "source": clip}],
+                "motion": {"enabled": False},
+                "gate": {"enabled": False},
+                "sender": {
+                    "curve": {
+                        "secret_key": str(keys / "cam-host.key_secret"),
+                        "server_key": str(keys / "edge.key"),
+                    }
+                },
+            }
+        ),
+        registry=CollectorRegistry(),
+    )
+    try:
+        agent.start()
+        results = sub.collect(10, timeout_s=30.0)
+    finally:
+        agent.stop(drain_timeout_s=5.0)
+    assert sorted(r.frame_index for r in results) == list(range(10))
+    assert {r.camera_id for r in results} == {"cam-a"}
