@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import struct
 from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import DecodeError
 from strata.shared.contracts import frame_pb2
+from strata.shared.fsnames import path_component
 
 log = logging.getLogger(__name__)
 
@@ -23,15 +23,13 @@ _SUFFIX = ".frame"
 _LEN = struct.Struct(">I")
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
-
-
 class DiskSpool:
-    """The files of one camera under `root/<camera id>/`."""
+    """The files of one camera under `root/<escaped camera id>/` (shared.fsnames: no two ids
+    share a folder, none leaves `root`)."""
 
     def __init__(self, root: str | Path, camera_id: str) -> None:
-        self.dir = Path(root) / _safe(camera_id)
+        self.camera_id = camera_id
+        self.dir = Path(root) / path_component(camera_id)
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def _path(self, sequence: int) -> Path:
@@ -68,6 +66,8 @@ class DiskSpool:
                 payload = data[4 + n :]
                 if len(payload) != header.payload_size and header.payload_size:
                     raise ValueError("payload size disagrees with its header")
+                if header.camera_id and header.camera_id != self.camera_id:
+                    raise ValueError(f"frame of camera {header.camera_id!r}, not this one")
             except (OSError, ValueError, struct.error, DecodeError) as exc:
                 log.warning("disk spool: dropping unreadable %s: %s", path, exc)
                 path.unlink(missing_ok=True)

@@ -79,3 +79,25 @@ def test_a_restarted_agent_resends_the_previous_runs_frames_first(
     assert seqs == sorted(seqs)
     assert [r.frame_index for r in got[:kept1]] == sorted(r.frame_index for r in got[:kept1])
     assert list((spool / "cam").glob("*.frame")) == []
+
+
+def test_camera_ids_never_share_a_folder_or_leave_the_spool(tmp_path: Path) -> None:
+    root = tmp_path / "spool"
+    ids = ["..", ".", "a/b", "a_b", "a%2Fb", "../../etc", "/abs", "x" * 300, "é", ""]
+    spools = {cam: DiskSpool(root, cam) for cam in ids}
+    dirs = [s.dir.resolve() for s in spools.values()]
+    assert len(set(dirs)) == len(ids)  # one folder each
+    for d in dirs:
+        assert d.parent == root.resolve() and len(d.name) <= 255
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spool"]  # nothing written above
+    for seq, (cam, spool) in enumerate(spools.items(), 1):
+        spool.save(frame_pb2.FrameHeader(camera_id=cam, sequence=seq, payload_size=1), b"x")
+    for seq, (cam, spool) in enumerate(spools.items(), 1):
+        assert [(h.camera_id, h.sequence) for h, _ in spool.load()] == [(cam, seq)]
+
+
+def test_a_frame_of_another_camera_is_not_reloaded(tmp_path: Path) -> None:
+    a, b = DiskSpool(tmp_path, "a"), DiskSpool(tmp_path, "b")
+    b.save(frame_pb2.FrameHeader(camera_id="b", sequence=1, payload_size=1), b"x")
+    (b.dir / "00000000000000000001.frame").rename(a.dir / "00000000000000000001.frame")
+    assert a.load() == []
