@@ -190,3 +190,42 @@ def test_device_agent_over_curve_with_keys_from_strata_keys(
         agent.stop(drain_timeout_s=5.0)
     assert sorted(r.frame_index for r in results) == list(range(10))
     assert {r.camera_id for r in results} == {"cam-a"}
+
+
+def test_a_jpeg_that_passes_the_check_but_not_the_decoder_is_dropped_in_the_worker(
+    node_factory: Callable[..., EdgeNode], zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    import cv2
+    from strata.shared.contracts import common_pb2
+    from strata.shared.wire import pack_frame
+
+    node = node_factory()
+    rejected: list[tuple[int, str]] = []
+    node.decoder.on_reject = lambda f, reason, _detail: rejected.append((f.header.sequence, reason))
+    reg = node.metrics.registry
+    sub = Listener(zctx, node.endpoints.publish)
+    agent = RawAgent(zctx, node.endpoints.listen)
+    image = synthetic_clip.frame(30).image
+    wait_until_subscribed(agent, sub, image)
+    h, w = image.shape[:2]
+    good = bytes(cv2.imencode(".jpg", image)[1])
+    # Its SOF is right (the check passes) but it has no tables: the decoder refuses it.
+    i = good.index(b"\xff\xc0")
+    bad = good[:2] + good[i : i + 2 + int.from_bytes(good[i + 2 : i + 4], "big")]
+    bad += good[good.index(b"\xff\xda") :]
+    header = frame_pb2.FrameHeader(
+        camera_id="cam",
+        sequence=1,
+        session_id=5,
+        width=w,
+        height=h,
+        encoding=common_pb2.ENCODING_JPEG,
+    )
+    agent.sock.send_multipart(pack_frame(header, bad), copy=False)
+    agent.send_image("cam", 2, image, common_pb2.ENCODING_JPEG, 30, session_id=5)
+    assert statuses(agent.acks(2)) == [QUEUED, QUEUED]
+    assert [r.sequence for r in sub.collect(1, timeout_s=10)] == [2]
+    assert sub.collect(1, timeout_s=0.5) == []
+    assert rejected == [(1, "undecodable")]
+    assert sample(reg, "strata_edge_drops_total", {"reason": "undecodable"}) == 1
+    assert node.error is None
