@@ -146,7 +146,7 @@ class Tracker:
         dt = np.maximum(frame - self._frame, 0).astype(np.float64)
         n = dt.shape[0]
         f = np.broadcast_to(np.eye(8), (n, 8, 8)).copy()
-        f[:, [0, 1, 2, 3], [4, 5, 6, 7]] = dt[:, None]
+        f[:, [0, 1], [4, 5]] = dt[:, None]
         x = np.einsum("nij,nj->ni", f, self._x)
         h = np.maximum(self._x[:, 3], 1.0)
         q = np.zeros((n, 8), np.float64)

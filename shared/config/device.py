@@ -127,6 +127,41 @@ class CurveClientConfig(StrictModel):
         return self
 
 
+class CascadeConfig(StrictModel):
+    """Which frames go to the edge: an accuracy target, calibrated online with the edge."""
+
+    enabled: bool = Field(
+        True,
+        description="Off: the motion gate alone decides, and dropped frames get no answer.",
+    )
+    metric: Literal["f1", "counting"] = Field(
+        "f1", description="What the target is about: box F1 or counting agreement."
+    )
+    target: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="Accuracy to keep against the detector on every frame (e.g. f1 0.9, "
+        "counting 0.95); the cheapest settings that meet it are used.",
+    )
+    min_gap: int = Field(
+        1, ge=1, description="Frames between kept ones with motion, until calibration says."
+    )
+    max_min_gap: int = Field(
+        15, ge=1, description="Calibration never spaces frames with motion further than this."
+    )
+    max_gap: int = Field(50, ge=1, description="A quiet scene still sends one frame in this many.")
+    calibrate_every: int = Field(
+        300, ge=0, description="Source frames between calibration bursts; 0: never."
+    )
+    burst_frames: int = Field(
+        30, ge=0, description="Frames of a calibration burst, sent at full rate."
+    )
+    send_skipped: bool = Field(
+        True, description="Tell the edge about every dropped frame (it answers from tracking)."
+    )
+
+
 class SenderConfig(StrictModel):
     """ZeroMQ sender to the edge node: in-flight window and spool."""
 
@@ -166,6 +201,9 @@ class DeviceConfig(StrictModel):
     source: SourceConfig = Field(default_factory=SourceConfig, description="Source handling.")
     motion: MotionConfig = Field(default_factory=MotionConfig, description="Motion gate.")
     gate: GateConfig = Field(default_factory=GateConfig, description="MobileNetV3 gate.")
+    cascade: CascadeConfig = Field(
+        default_factory=CascadeConfig, description="Accuracy target and calibration."
+    )
     sender: SenderConfig = Field(default_factory=SenderConfig, description="Sender.")
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."

@@ -114,6 +114,14 @@ class TrackingConfig(StrictModel):
         0.8, ge=0.0, description="Or one whose centre is this close, in box heights."
     )
     min_hits: int = Field(1, ge=1, description="Detections before a track is predicted.")
+    answer: Literal["predict", "interpolate"] = Field(
+        "predict",
+        description="Skipped frames: the tracker's prediction (no wait), or interpolated "
+        "between the detected frames around them (more accurate; waits up to a gap).",
+    )
+    hold_s: float = Field(
+        2.0, gt=0, description="A skipped frame waits at most this long, then is predicted."
+    )
     max_lost: int = Field(
         60, ge=0, description="Source frames a track lives on without a detection."
     )

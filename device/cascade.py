@@ -1,0 +1,136 @@
+"""The device's cascade policy per camera: which frames go to the edge, tuned to a target.
+
+The user states an accuracy target (`device.cascade`: box F1 or counting agreement with
+the detector on every frame) instead of raw knobs. Reducto-style online calibration: now
+and then the camera sends a short burst at full rate (`FrameHeader.calibration`); the
+edge replays that burst through its tracker at every gap it could have used and answers,
+in the acks' CascadeFeedback, the accuracy each gap would have had. The policy then uses
+the longest gap that still meets the target (the cheapest setting): a frame with motion
+is kept once `min_gap` frames have passed since the last kept one. A quiet scene (motion
+under the threshold) is kept only every `max_gap` frames. The edge can also ask for the
+next frame (`send_next`: its prediction is uncertain).
+
+Each decision has a reason, counted per camera: kept first/motion/max_gap/calibration/
+uncertain; dropped motion (nothing changed) or min_gap (changed, but the target allows
+the wait).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from strata.shared.config.device import CascadeConfig
+from strata.shared.contracts import frame_pb2
+
+log = logging.getLogger(__name__)
+
+KEEP_REASONS = ("first", "motion", "max_gap", "calibration", "uncertain")
+DROP_REASONS = ("motion", "min_gap")
+
+
+@dataclass(frozen=True, slots=True)
+class PreDecision:
+    """Before the motion score: keep regardless (`force`), drop (`block`), or ask motion."""
+
+    force: str  # a KEEP_REASONS entry, or ""
+    block: bool
+    calibration: bool
+
+
+def choose_gap(accuracy_by_gap: Sequence[float], target: float, current: int) -> int:
+    """The longest gap (1-based index into `accuracy_by_gap`) whose accuracy meets `target`.
+
+    Accuracy falls with the gap but not strictly (noise): the longest gap such that every
+    shorter one also meets the target. None meets it: 1 (every frame with motion).
+    """
+    best = 0
+    for gap, acc in enumerate(accuracy_by_gap, start=1):
+        if acc < target:
+            break
+        best = gap
+    return max(best, 1) if accuracy_by_gap else current
+
+
+class CascadePolicy:
+    """One camera's settings and decisions. Feedback arrives from the sender's thread,
+    decisions are made in the camera's thread: a lock guards the settings."""
+
+    def __init__(self, cfg: CascadeConfig) -> None:
+        self.cfg = cfg
+        self._lock = threading.Lock()
+        self.min_gap = cfg.min_gap
+        self.max_gap = cfg.max_gap
+        self._last_kept = -1
+        self._burst_left = 0
+        self._burst_due = 0 if cfg.calibrate_every > 0 else -1
+        self._send_next = False
+        self.estimated = 0.0
+        self.calibrations = 0
+
+    def before_motion(self, index: int) -> PreDecision:
+        """What to do with source frame `index` before its motion is scored."""
+        with self._lock:
+            if self._last_kept < 0:
+                self._start_burst_if_due(index)
+                return PreDecision("first", False, self._burst_left > 0)
+            if self._burst_left > 0:
+                return PreDecision("calibration", False, True)
+            if self._start_burst_if_due(index):
+                return PreDecision("calibration", False, True)
+            gap = index - self._last_kept
+            if self._send_next:
+                return PreDecision("uncertain", False, False)
+            if gap >= self.max_gap:
+                return PreDecision("max_gap", False, False)
+            return PreDecision("", gap < self.min_gap, False)
+
+    def kept(self, index: int) -> None:
+        """Source frame `index` goes to the edge."""
+        with self._lock:
+            self._last_kept = index
+            self._send_next = False
+            if self._burst_left > 0:
+                self._burst_left -= 1
+
+    def _start_burst_if_due(self, index: int) -> bool:
+        if self._burst_due < 0 or index < self._burst_due or self.cfg.burst_frames == 0:
+            return False
+        self._burst_left = self.cfg.burst_frames
+        self._burst_due = index + self.cfg.calibrate_every
+        self.calibrations += 1
+        return True
+
+    def request_burst(self) -> None:
+        """Calibrate from the next frame on (the edge asked, or its session changed)."""
+        with self._lock:
+            if self._burst_due >= 0 and self.cfg.burst_frames:
+                self._burst_due = 0
+
+    def feedback(self, fb: frame_pb2.CascadeFeedback) -> None:
+        """Apply what the edge measured (from an ack)."""
+        with self._lock:
+            if fb.send_next:
+                self._send_next = True
+            if fb.burst_frames and self.cfg.burst_frames:
+                self._burst_due = 0
+            by_gap = fb.f1_by_gap if self.cfg.metric == "f1" else fb.counting_by_gap
+            if by_gap:
+                old = self.min_gap
+                gap = choose_gap(list(by_gap), self.cfg.target, self.min_gap)
+                self.min_gap = max(1, min(gap, self.cfg.max_min_gap))
+                self.estimated = float(by_gap[self.min_gap - 1])
+                if self.min_gap != old:
+                    log.info(
+                        "cascade: keep at most 1 frame in %d with motion (was %d), estimated "
+                        "%s %.3f against the target %.3f",
+                        self.min_gap,
+                        old,
+                        self.cfg.metric,
+                        self.estimated,
+                        self.cfg.target,
+                    )
+            elif fb.max_gap_frames:
+                self.min_gap = max(1, min(int(fb.max_gap_frames), self.cfg.max_min_gap))

@@ -1,0 +1,65 @@
+"""Online calibration: a burst replayed at every gap, fed back for the agent's next ack."""
+
+from __future__ import annotations
+
+import numpy as np
+from strata.edge.calibration import Calibration, measure_gaps, uniform
+from strata.shared.config.edge import TrackingConfig
+from strata.shared.contracts import frame_pb2
+from strata.shared.vision import FrameBoxes
+
+
+def scene(i: int, speed: float) -> FrameBoxes:
+    """Two people walking at `speed` px/frame, one appearing at frame 22."""
+    xs = [100.0 + speed * i] + ([400.0 - speed * (i - 22)] if i >= 22 else [])
+    b = np.array([[x, 200.0, x + 30.0, 290.0] for x in xs], np.float32)
+    return FrameBoxes(b, np.full(len(xs), 0.9, np.float32), np.zeros(len(xs), np.int32))
+
+
+def test_gaps_cost_more_when_objects_move_faster() -> None:
+    slow = measure_gaps([scene(i, 1.0) for i in range(40)], TrackingConfig(), 640, 480, 8)
+    fast = measure_gaps([scene(i, 12.0) for i in range(40)], TrackingConfig(), 640, 480, 8)
+    assert slow.f1[0] == fast.f1[0] == 1.0
+    assert len(slow.f1) == len(slow.counting) == 8 and slow.frames == 35
+    # A new object is missed until the next kept frame: long gaps cost even when slow.
+    assert slow.f1[7] < 1.0
+    assert sum(fast.f1) < sum(slow.f1)
+
+
+def test_uniform_keeps_the_fraction() -> None:
+    assert uniform(100, 0.2).sum() == 20
+    assert uniform(100, 0.4).sum() == 40
+    assert uniform(10, 0).sum() == 0
+
+
+def head(i: int, calibration: bool) -> frame_pb2.FrameHeader:
+    return frame_pb2.FrameHeader(
+        camera_id="cam",
+        session_id=3,
+        frame_index=i,
+        width=640,
+        height=480,
+        calibration=calibration,
+    )
+
+
+def test_burst_end_produces_feedback_once() -> None:
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        for i in range(30):
+            assert cal.detected(head(i, True), scene(i, 4.0)) is None
+        assert cal.take_feedback(3, "cam") is None
+        future = cal.detected(head(40, False), scene(40, 4.0))
+        assert future is not None
+        acc = future.result(timeout=30)
+        assert acc is not None and len(acc.f1) == 6
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and list(fb.f1_by_gap) == list(np.float32(acc.f1))
+        assert cal.take_feedback(3, "cam") is None
+        # A burst too short to measure gives no feedback.
+        for i in range(50, 53):
+            cal.detected(head(i, True), scene(i, 4.0))
+        short = cal.detected(head(60, False), scene(60, 4.0))
+        assert short is not None and short.result(timeout=30) is None
+    finally:
+        cal.close()
