@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -43,7 +43,11 @@ def tool(name: str) -> str:
     path = shutil.which(name)
     if path is not None:
         return path
-    message = f"{name} not found: {HOW_TO_GET.get(name, 'install it')}"
+    missing(f"{name} not found: {HOW_TO_GET.get(name, 'install it')}")
+
+
+def missing(message: str) -> NoReturn:
+    """Skip locally, fail in CI (where .ci/system-deps installs everything)."""
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)

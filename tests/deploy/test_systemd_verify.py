@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_kit import DEPLOY, tool
+from deploy_kit import DEPLOY, missing, tool
 
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
@@ -52,7 +52,7 @@ def verify(unit: Path, tmp: Path) -> str:
     """systemd-analyze verify's output for `unit` (a template is checked as one instance)."""
     analyze = tool("systemd-analyze")
     if not SYSTEM_UNITS.is_dir():
-        pytest.skip(f"{SYSTEM_UNITS} missing: apt-get install systemd")
+        missing(f"{SYSTEM_UNITS} missing: apt-get install systemd")
     root = fake_root(tmp, unit)
     name = unit.name.replace("@.", "@check.")
     out = subprocess.run(
