@@ -1,7 +1,10 @@
 """The dynamic batcher: one bounded queue, batches of up to max_batch formed within max delay.
 
 Like Triton's dynamic batcher, the oldest queued request waits at most max_queue_delay for
-others to join it. A full queue refuses at once (the caller answers RESOURCE_EXHAUSTED with a
+others to join it. With `adaptive_close` it waits only while the batch holds fewer requests
+than were in the batcher at once at the recent peak: one client in a closed loop never waits
+for a second request that cannot come, and four get their batch of four as soon as it is
+there. A full queue refuses at once (the caller answers RESOURCE_EXHAUSTED with a
 retry hint) instead of letting latency grow without bound; a request whose deadline has passed
 or whose caller went away is dropped before it is computed.
 """
@@ -63,6 +66,12 @@ class DynamicBatcher:
         )
         self._delay = cfg.max_queue_delay_ms / 1000.0
         self._queue: queue.Queue[_Item] = queue.Queue(maxsize=cfg.max_queue_size)
+        # Requests submitted and not yet answered, and its peak in this and the last second.
+        self._count_lock = threading.Lock()
+        self._in_flight = 0
+        self._second = 0
+        self._peak_now = 0
+        self._peak_before = 0
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(
@@ -84,12 +93,36 @@ class DynamicBatcher:
         if self._stop.is_set():
             raise BatcherClosedError("server is shutting down")
         fut: Future[np.ndarray] = Future()
+        now = time.monotonic()
         try:
-            self._queue.put_nowait(_Item(image, deadline, time.monotonic(), fut))
+            self._queue.put_nowait(_Item(image, deadline, now, fut))
         except queue.Full:
             raise QueueFullError(self.cfg.retry_after_ms) from None
+        self._count_in(now)
+        fut.add_done_callback(self._count_out)
         self.metrics.queue_depth.set(self._queue.qsize())
         return fut
+
+    def _count_in(self, now: float) -> None:
+        second = int(now)
+        with self._count_lock:
+            self._in_flight += 1
+            if second != self._second:
+                self._peak_before = self._peak_now if second == self._second + 1 else 0
+                self._peak_now = 0
+                self._second = second
+            self._peak_now = max(self._peak_now, self._in_flight)
+
+    def _count_out(self, _fut: Future[np.ndarray]) -> None:
+        with self._count_lock:
+            self._in_flight -= 1
+
+    def _worth_waiting_for(self) -> int:
+        """How many requests a batch waits for: the recent peak in flight, or max_batch."""
+        if not self.cfg.adaptive_close:
+            return self.max_batch
+        with self._count_lock:
+            return max(1, self._peak_now, self._peak_before)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Finish the batch in progress, fail what is still queued, join the workers."""
@@ -110,7 +143,13 @@ class DynamicBatcher:
             first = self._queue.get(timeout=0.1)
         except queue.Empty:
             return []
-        return gather(self._queue, first, self.max_batch, first.enqueued + self._delay)
+        return gather(
+            self._queue,
+            first,
+            self.max_batch,
+            first.enqueued + self._delay,
+            wait_for=self._worth_waiting_for(),
+        )
 
     def _work(self, buffer: BatchBuffer) -> None:
         while not self._stop.is_set():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def load_token(cfg: CloudAuthConfig) -> str | None:
     return token
 
 
-class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Refuses calls without `authorization: Bearer TOKEN` with UNAUTHENTICATED."""
 
     def __init__(
@@ -95,37 +95,34 @@ class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         self._health_open = health_without_token
         self._on_reject = on_reject
 
-    def intercept_service(
-        self, continuation: Callable[[Any], Any], details: grpc.HandlerCallDetails
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: grpc.HandlerCallDetails
     ) -> Any:
         method = str(details.method)
         if self._health_open and method.startswith(HEALTH_PREFIX):
-            return continuation(details)
+            return await continuation(details)
         given = b""
         for key, value in details.invocation_metadata or ():
             if key == "authorization":
                 given = value.encode() if isinstance(value, str) else bytes(value)
                 break
         if hmac.compare_digest(given, self._expected):
-            return continuation(details)
+            return await continuation(details)
         reason = "missing bearer token" if not given else "wrong bearer token"
         self._on_reject(method, reason)
-        handler = continuation(details)
+        handler = await continuation(details)
         if handler is None:
             return None
         return _denying(handler, reason)
 
 
 def _denying(handler: Any, reason: str) -> Any:
-    """A handler of the same shape as `handler` that aborts with UNAUTHENTICATED."""
+    """A handler of the same shape as `handler` that aborts with UNAUTHENTICATED, unparsed."""
 
-    def deny(_request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
+    async def deny(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
 
-    kw = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
+    kw = {"request_deserializer": None, "response_serializer": handler.response_serializer}
     if handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(deny, **kw)
     if handler.request_streaming:

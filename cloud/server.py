@@ -1,9 +1,17 @@
-"""`CloudServer`: the gRPC server with the Analytics, health and reflection services."""
+"""`CloudServer`: the gRPC server with the Analytics, health and reflection services.
+
+The server is grpc.aio on one event loop in its own thread; start/stop/wait keep a plain
+blocking interface for the CLI and the tests.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -16,6 +24,7 @@ from .batcher import DynamicBatcher
 from .classifier import load_classifier
 from .drops import Drops
 from .metrics import CloudMetrics
+from .parsing import ParseGuard
 from .security import (
     SecurityError,
     TokenInterceptor,
@@ -29,6 +38,8 @@ from .store import open_store
 from .watch import WatchHub
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SERVICE_NAME: str = analytics_pb2.DESCRIPTOR.services_by_name["Analytics"].full_name
 
@@ -54,46 +65,90 @@ class CloudServer:
             self.classifier.close()
             raise
         self.batcher = DynamicBatcher(self.classifier, cfg.batcher, self.metrics)
-        interceptors = []
+        interceptors: list[grpc.aio.ServerInterceptor] = []
         if token is not None:
             interceptors.append(
                 TokenInterceptor(token, cfg.auth.health_without_token, self._unauthenticated)
             )
         elif not self.tls:
             log.warning("no TLS and no token: anyone who can reach %s can call it", cfg.listen)
+        interceptors.append(ParseGuard(self._bad_request))
+        # Blocking work (store reads, large decodes) runs here, never on the event loop.
+        self.executor = ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="cloud")
+        self.service = AnalyticsService(
+            cfg,
+            self.classifier,
+            self.batcher,
+            self.store,
+            self.hub,
+            self.metrics,
+            self.drops,
+            self.executor,
+        )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="cloud-grpc", daemon=True
+        )
+        self._thread.start()
+        self.health = health.aio.HealthServicer()
+        try:
+            self.port = self._call(self._build(interceptors, creds))
+        except Exception:
+            self._end_loop()
+            self.close_parts()
+            raise
+        host, _ = split_listen(cfg.listen)
+        self.address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+        self.metrics_port: int | None = None
+        self._stopped = False
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
+        """Run a coroutine on the server's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    async def _build(
+        self,
+        interceptors: list[grpc.aio.ServerInterceptor],
+        creds: grpc.ServerCredentials | None,
+    ) -> int:
+        cfg = self.cfg
         size = cfg.limits.max_message_bytes
-        self._server = grpc.server(
-            ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc"),
+        self._server = grpc.aio.server(
             interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", size),
                 ("grpc.max_send_message_length", size),
+                ("grpc.max_concurrent_streams", cfg.limits.max_streams_per_connection),
                 # Another process on the same port is an error, not a silent share.
                 ("grpc.so_reuseport", 0),
             ],
         )
-        self.service = AnalyticsService(
-            cfg, self.classifier, self.batcher, self.store, self.hub, self.metrics, self.drops
-        )
         analytics_pb2_grpc.add_AnalyticsServicer_to_server(  # type: ignore[no-untyped-call]
             self.service, self._server
         )
-        self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
         )
-        host, _ = split_listen(cfg.listen)
-        if creds is not None:
-            self.port = self._server.add_secure_port(cfg.listen, creds)
-        else:
-            self.port = self._server.add_insecure_port(cfg.listen)
-        if not self.port:
-            self.close_parts()
+        try:
+            if creds is not None:
+                port = self._server.add_secure_port(cfg.listen, creds)
+            else:
+                port = self._server.add_insecure_port(cfg.listen)
+        except RuntimeError:
+            port = 0
+        if not port:
             raise SecurityError(f"cannot bind {cfg.listen} (in use, or not a local address)")
-        self.address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
-        self.metrics_port: int | None = None
-        self._stopped = False
+        return int(port)
+
+    def _end_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def _bad_request(self, method: str, reason: str) -> None:
+        self.drops(method.rsplit("/", 1)[-1], "bad_request", f"{method}: {reason}")
 
     def _unauthenticated(self, method: str, reason: str) -> None:
         self.drops(method.rsplit("/", 1)[-1], "unauthenticated", f"{method}: {reason}")
@@ -102,9 +157,7 @@ class CloudServer:
         """Start the writer, the model instances and the server; health says SERVING."""
         self.store.start()
         self.batcher.start()
-        self._server.start()
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._call(self._start())
         self.metrics_port = serve_metrics(
             self.metrics.registry, self.cfg.metrics.host, self.cfg.metrics.port
         )
@@ -118,23 +171,36 @@ class CloudServer:
             self.store.name,
         )
 
+    async def _start(self) -> None:
+        await self._server.start()
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def _stop(self, grace: float) -> None:
+        await self.health.enter_graceful_shutdown()
+        self.hub.close()
+        await self._server.stop(grace)
+
     def stop(self, grace: float | None = None) -> None:
         """NOT_SERVING, let calls in flight finish for `grace` seconds, then close everything."""
         if self._stopped:
             return
         self._stopped = True
-        self.health.enter_graceful_shutdown()
-        self.hub.close()
-        self._server.stop(self.cfg.grace_s if grace is None else grace).wait()
-        self.close_parts()
+        g = self.cfg.grace_s if grace is None else grace
+        try:
+            self._call(self._stop(g), timeout=g + 30)
+        finally:
+            self._end_loop()
+            self.close_parts()
         log.info("stopped")
 
     def close_parts(self) -> None:
         """Stop the batcher, commit pending events, release the model."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
         self.batcher.stop()
         self.store.close()
         self.classifier.close()
 
     def wait(self) -> None:
         """Block until the server stops."""
-        self._server.wait_for_termination()
+        self._thread.join()

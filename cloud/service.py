@@ -1,15 +1,21 @@
-"""The Analytics gRPC service: Uplink, Classify, QueryEvents, WatchEvents."""
+"""The Analytics gRPC service: Uplink, Classify, QueryEvents, WatchEvents (on grpc.aio).
+
+Handlers are coroutines on the server's one event loop, so an idle or slow stream costs a
+suspended coroutine, not a thread, and cannot starve other calls. Anything that blocks (the
+store, a large decode) runs on a thread pool; the batcher and the store answer through
+concurrent futures whose callbacks hand results back to the loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError, Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import numpy as np
@@ -34,6 +40,8 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_KEY = "retry-after-ms"
 _DEADLINE_SLACK_S = 0.05
+# Larger images decode on the thread pool, so one big request cannot stall the event loop.
+_INLINE_DECODE_BYTES = 64 * 1024
 UPLINK, CLASSIFY, QUERY, WATCH = "Uplink", "Classify", "QueryEvents", "WatchEvents"
 
 
@@ -100,8 +108,10 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         hub: WatchHub,
         metrics: CloudMetrics,
         drops: Drops,
+        executor: Executor,
     ) -> None:
         self.cfg = cfg
+        self.executor = executor
         self.classifier = classifier
         self.batcher = batcher
         self.store = store
@@ -117,7 +127,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
     # helpers
 
     @staticmethod
-    def _deadline(context: grpc.ServicerContext) -> tuple[float | None, float | None]:
+    def _deadline(context: grpc.aio.ServicerContext[Any, Any]) -> tuple[float | None, float | None]:
         """(remaining seconds, monotonic deadline), both None when the call has no deadline."""
         remaining = context.time_remaining()
         if remaining is None or remaining > 1e8:  # gRPC reports "no deadline" as ~infinity
@@ -130,58 +140,61 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
 
     # Uplink
 
-    def Uplink(  # noqa: N802
+    async def Uplink(  # noqa: N802
         self,
-        request_iterator: Iterator[analytics_pb2.CropBatch],
-        context: grpc.ServicerContext,
-    ) -> Iterator[analytics_pb2.UplinkResponse]:
+        request_iterator: AsyncIterator[analytics_pb2.CropBatch],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[analytics_pb2.UplinkResponse]:
         """Crop batches in, one ack per crop out; several batches are worked on at once."""
-        out: queue.SimpleQueue[analytics_pb2.UplinkResponse | _Abort | None] = queue.SimpleQueue()
+        loop = asyncio.get_running_loop()
+        out: asyncio.Queue[analytics_pb2.UplinkResponse | _Abort | BaseException | None] = (
+            asyncio.Queue()
+        )
         window_size = self.cfg.limits.max_inflight_batches
-        window = threading.Semaphore(window_size)
+        window = asyncio.Semaphore(window_size)
         _, deadline = self._deadline(context)
 
-        def acquire() -> bool:
-            while not window.acquire(timeout=0.25):
-                if not context.is_active():
-                    return False
-            return True
+        def send(resp: analytics_pb2.UplinkResponse) -> None:  # from batcher or store threads
+            loop.call_soon_threadsafe(out.put_nowait, resp)
 
-        def read() -> None:
+        def release() -> None:
+            loop.call_soon_threadsafe(window.release)
+
+        async def read() -> None:
             try:
-                for batch in request_iterator:
-                    if not acquire():
-                        return
-                    abort = self._start_batch(batch, deadline, out.put, window.release)
+                async for batch in request_iterator:
+                    await window.acquire()
+                    # One hop to a thread per batch: the duplicate lookup reads the store.
+                    abort = await loop.run_in_executor(
+                        self.executor, self._start_batch, batch, deadline, send, release
+                    )
                     if abort is not None:
-                        out.put(abort)
+                        out.put_nowait(abort)
                         return
-            except grpc.RpcError as exc:  # the client went away mid-stream
-                log.debug("uplink stream ended: %s", exc)
-            except Exception as exc:
-                log.exception("uplink stream failed")
-                out.put(_Abort(grpc.StatusCode.INTERNAL, f"uplink failed: {exc}"))
-            finally:
                 # Acks of batches in flight still go out before the stream closes.
                 for _ in range(window_size):
-                    if not acquire():
-                        break
-                out.put(None)
+                    await window.acquire()
+                out.put_nowait(None)
+            except grpc.aio.AbortError as exc:  # a body that did not parse: status already set
+                out.put_nowait(exc)
+            except Exception as exc:
+                log.exception("uplink stream failed")
+                out.put_nowait(_Abort(grpc.StatusCode.INTERNAL, f"uplink failed: {exc}"))
 
-        threading.Thread(target=read, name="uplink-reader", daemon=True).start()
-        while True:
-            try:
-                item = out.get(timeout=0.25)
-            except queue.Empty:
-                if not context.is_active():
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                item = await out.get()
+                if item is None:
                     return
-                continue
-            if item is None:
-                return
-            if isinstance(item, _Abort):
-                context.abort(item.code, item.message)
-                return
-            yield item
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, _Abort):
+                    await context.abort(item.code, item.message)
+                    return
+                yield item
+        finally:
+            reader.cancel()
 
     def _start_batch(
         self,
@@ -334,57 +347,66 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
 
     # Classify
 
-    def Classify(  # noqa: N802
-        self, request: analytics_pb2.ClassifyRequest, context: grpc.ServicerContext
+    async def Classify(  # noqa: N802
+        self,
+        request: analytics_pb2.ClassifyRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> analytics_pb2.ClassifyResponse:
         """One image, classified through the shared batcher."""
         try:
             check_version(request.version)
         except ProtocolVersionError as exc:
             self.drops(CLASSIFY, "protocol_version", str(exc))
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        args = (request.image, request.encoding, request.width, request.height)
         try:
-            img = self._image(request.image, request.encoding, request.width, request.height)
+            if len(request.image) <= _INLINE_DECODE_BYTES:
+                img = self._image(*args)  # a crop decodes in well under a millisecond
+            else:
+                img = await asyncio.get_running_loop().run_in_executor(
+                    self.executor, self._image, *args
+                )
         except InvalidImageError as exc:
             self.drops(CLASSIFY, exc.reason, str(exc))
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.reason}: {exc}")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.reason}: {exc}")
         remaining, deadline = self._deadline(context)
         if remaining is not None and remaining <= 0:
             self.drops(CLASSIFY, "deadline", "deadline passed before the request was queued")
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed; not computed")
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed; not computed")
         try:
             fut = self.batcher.submit(img, deadline)
         except QueueFullError as exc:
             self.drops(CLASSIFY, "queue_full", str(exc))
             context.set_trailing_metadata(((RETRY_AFTER_KEY, str(exc.retry_after_ms)),))
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except BatcherClosedError as exc:
             self.drops(CLASSIFY, "shutting_down", str(exc))
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        context.add_callback(fut.cancel)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         status: tuple[grpc.StatusCode, str, str] | None = None
         try:
-            probs = fut.result(timeout=remaining)
-        except FutureTimeout:
-            fut.cancel()
+            # Cancelling the wrapper (client gone, deadline) cancels the batcher's future,
+            # so the batcher skips the image instead of computing it.
+            probs = await asyncio.wait_for(asyncio.wrap_future(fut), remaining)
+        except TimeoutError:
             status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", "deadline passed in queue")
         except DeadlineExpiredError as exc:
             status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", str(exc))
-        except CancelledError:
-            # A call cancelled at its deadline: the client's own timer usually fires first and
-            # its cancel arrives a little before the server's deadline, hence the slack.
+        except asyncio.CancelledError:
+            # gRPC cancels the handler when the client cancels or its deadline passes; the
+            # client's own timer usually fires a little before the server's, hence the slack.
             left = context.time_remaining()
             if deadline is not None and (left is None or left <= _DEADLINE_SLACK_S):
-                status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", "deadline passed in queue")
+                self.drops(CLASSIFY, "deadline", "deadline passed in queue")
             else:
-                status = (grpc.StatusCode.CANCELLED, "cancelled", "the client cancelled")
+                self.drops(CLASSIFY, "cancelled", "the client cancelled")
+            raise
         except BatcherClosedError as exc:
             status = (grpc.StatusCode.UNAVAILABLE, "shutting_down", str(exc))
         except Exception as exc:
             status = (grpc.StatusCode.INTERNAL, "model_error", f"model failed: {exc}")
         if status is not None:
             self.drops(CLASSIFY, status[1], status[2])
-            context.abort(status[0], status[2])
+            await context.abort(status[0], status[2])
         self.metrics.ok(CLASSIFY)
         return analytics_pb2.ClassifyResponse(
             version=current_version(),
@@ -394,34 +416,39 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
 
     # queries
 
-    def QueryEvents(  # noqa: N802
-        self, request: analytics_pb2.QueryEventsRequest, context: grpc.ServicerContext
-    ) -> Iterator[analytics_pb2.QueryEventsResponse]:
+    async def QueryEvents(  # noqa: N802
+        self,
+        request: analytics_pb2.QueryEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[analytics_pb2.QueryEventsResponse]:
         """Pages of stored events, oldest first; each page carries the token of the next."""
         try:
             check_version(request.version)
         except ProtocolVersionError as exc:
             self.drops(QUERY, "protocol_version", str(exc))
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         if request.end_ns and request.end_ns < request.start_ns:
             self.drops(QUERY, "bad_range", f"end_ns {request.end_ns} < start_ns")
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "end_ns is before start_ns")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "end_ns is before start_ns")
         after: PageKey | None = None
         if request.page_token:
             try:
                 after = PageKey.parse(request.page_token)
             except ValueError as exc:
                 self.drops(QUERY, "bad_page_token", str(exc))
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         lim = self.cfg.limits
         size = min(request.page_size or lim.default_page_size, lim.max_page_size)
         q = EventQuery(request.camera_id, request.label, request.start_ns, request.end_ns)
-        while context.is_active():
+        loop = asyncio.get_running_loop()
+        while True:
             try:
-                events, after = self.store.query(q, after, size)
+                events, after = await loop.run_in_executor(
+                    self.executor, self.store.query, q, after, size
+                )
             except StoreError as exc:
                 self.drops(QUERY, "store_error", str(exc))
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"event store: {exc}")
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"event store: {exc}")
             yield analytics_pb2.QueryEventsResponse(
                 version=current_version(),
                 events=events,
@@ -431,40 +458,40 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
                 break
         self.metrics.ok(QUERY)
 
-    def WatchEvents(  # noqa: N802
-        self, request: analytics_pb2.WatchEventsRequest, context: grpc.ServicerContext
-    ) -> Iterator[analytics_pb2.Event]:
+    async def WatchEvents(  # noqa: N802
+        self,
+        request: analytics_pb2.WatchEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[analytics_pb2.Event]:
         """New events as they are committed, until the client goes away."""
         try:
             check_version(request.version)
         except ProtocolVersionError as exc:
             self.drops(WATCH, "protocol_version", str(exc))
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         try:
             sub = self.hub.subscribe(request.camera_id, request.label)
         except WatchUnavailableError as exc:
             self.drops(WATCH, "feed_lost", str(exc))
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"event feed down, retry: {exc}")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"event feed down, retry: {exc}")
         if sub is None:
             self.drops(WATCH, "too_many_watchers", f"limit {self.hub.max_watchers}")
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many WatchEvents streams")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many WatchEvents streams")
         assert sub is not None
         # The header goes out now, so a client knows it is subscribed before events arrive.
-        context.send_initial_metadata(())
+        await context.send_initial_metadata(())
         try:
-            while context.is_active() and not sub.closed:
-                try:
-                    yield sub.queue.get(timeout=0.25)
-                except queue.Empty:
-                    if sub.dropped:
-                        break
+            async for ev in sub.events():
+                yield ev
         finally:
             self.hub.unsubscribe(sub)
         if sub.feed_lost:
             self.drops(WATCH, "feed_lost", sub.feed_lost)
             reason = f"events may have been missed; reconnect: {sub.feed_lost}"
-            context.abort(grpc.StatusCode.UNAVAILABLE, reason)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, reason)
         if sub.dropped:
             self.drops(WATCH, "watcher_behind", "stream fell behind and was closed")
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher fell behind; reconnect")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher fell behind; reconnect"
+            )
         self.metrics.ok(WATCH)

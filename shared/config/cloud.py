@@ -76,6 +76,10 @@ class CloudBatcherConfig(StrictModel):
     instances: int = Field(
         1, ge=1, le=16, description="Model instances (worker threads) draining the queue."
     )
+    adaptive_close: bool = Field(
+        True,
+        description="Stop waiting once a batch holds the recent peak of requests in flight.",
+    )
 
 
 class CloudLimitsConfig(StrictModel):
@@ -92,6 +96,9 @@ class CloudLimitsConfig(StrictModel):
     )
     max_inflight_batches: int = Field(
         8, ge=1, description="CropBatches of one Uplink stream being worked on at once."
+    )
+    max_streams_per_connection: int = Field(
+        1024, ge=1, description="Concurrent calls on one client connection (HTTP/2 streams)."
     )
     default_page_size: int = Field(100, ge=1, description="QueryEvents page size when 0.")
     max_page_size: int = Field(1000, ge=1, description="Largest QueryEvents page.")
@@ -146,7 +153,11 @@ class CloudConfig(StrictModel):
     allow_insecure: bool = Field(
         False, description="Allow a non-loopback address without TLS (plaintext on a network)."
     )
-    workers: int = Field(32, ge=2, description="gRPC handler threads (streams hold one each).")
+    workers: int = Field(
+        8,
+        ge=2,
+        description="Threads for blocking work (store reads, large decodes); streams hold none.",
+    )
     max_watchers: int = Field(16, ge=0, description="Concurrent WatchEvents streams.")
     watch_queue: int = Field(
         1024, ge=1, description="Events buffered per watcher; a slower watcher is dropped."

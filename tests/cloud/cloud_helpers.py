@@ -9,9 +9,10 @@ import cv2
 import grpc
 import numpy as np
 from strata.cloud.server import CloudServer
+from strata.cloud.watch import Subscription, WatchHub
 from strata.shared.config.base import validate_model
 from strata.shared.config.cloud import CloudConfig
-from strata.shared.contracts import analytics_pb2_grpc
+from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc
 
 
 def make_config(
@@ -45,3 +46,40 @@ def jpeg(bgr: tuple[int, int, int], w: int = 48, h: int = 40) -> bytes:
     ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 95])
     assert ok
     return bytes(buf)
+
+
+class LoopThread:
+    """An event loop in a thread, for WatchHub subscriptions outside a server (store tests)."""
+
+    def __init__(self) -> None:
+        import asyncio
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def subscribe(self, hub: WatchHub, camera_id: str = "", label: str = "") -> Subscription | None:
+        """hub.subscribe on the loop (WatchUnavailableError passes through)."""
+        import asyncio
+
+        async def sub() -> Subscription | None:
+            return hub.subscribe(camera_id, label)
+
+        return asyncio.run_coroutine_threadsafe(sub(), self.loop).result(10)
+
+    @staticmethod
+    def next_event(sub: Subscription, timeout: float) -> analytics_pb2.Event:
+        """The next queued event of `sub`; TimeoutError when none comes in time."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not sub.queue:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no event")
+            time.sleep(0.01)
+        return sub.queue.popleft()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)

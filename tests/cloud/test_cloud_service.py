@@ -248,7 +248,9 @@ def test_one_batcher_batches_classify_and_uplink_together(
             model,
             tmp_path / "e.sqlite",
             labels,
-            batcher={"max_batch": 4, "max_queue_delay_ms": 1000},
+            # The fixed delay gathers both callers' requests; adaptive close would send the
+            # Classify request alone when it arrives before the uplink's crops.
+            batcher={"max_batch": 4, "max_queue_delay_ms": 1000, "adaptive_close": False},
         )
     )
     channel, stub = stub_for(server)

@@ -113,3 +113,42 @@ def test_store_writes_dedups_pages_and_refuses_newer_schema(tmp_path: Path) -> N
     conn.close()
     with pytest.raises(StoreError, match="schema version"):
         SQLiteStore(cfg, CloudMetrics())
+
+
+def test_adaptive_close_waits_only_for_requests_that_can_come(tmp_path: Path) -> None:
+    """One caller at a time: no queue delay; three at once: batched, still no 2 s delay."""
+    import time
+
+    from cloud_models import build_colour_classifier
+    from strata.cloud.batcher import DynamicBatcher
+    from strata.cloud.classifier import load_classifier
+    from strata.cloud.metrics import CloudMetrics
+    from strata.shared.config.cloud import CloudBatcherConfig, CloudModelConfig
+    from strata.shared.metrics import sample
+
+    model = build_colour_classifier(tmp_path / "c.onnx", size=32)
+    clf = load_classifier(CloudModelConfig(path=str(model)), "")
+    metrics = CloudMetrics()
+    cfg = CloudBatcherConfig(max_batch=8, max_queue_delay_ms=2000)
+    batcher = DynamicBatcher(clf, cfg, metrics)
+    batcher.start()
+    img = np.zeros((32, 32, 3), np.uint8)
+    try:
+        t0 = time.monotonic()
+        for _ in range(3):
+            batcher.submit(img).result(10)
+        assert time.monotonic() - t0 < 1.5  # a fixed 2 s delay would take 6 s
+        # Three in flight at once raise the peak: a batch waits for up to three, never for
+        # the 2 s delay, since the requests it would wait for are already there.
+        t1 = time.monotonic()
+        for _ in range(2):
+            futs = [batcher.submit(img) for _ in range(3)]
+            for f in futs:
+                f.result(10)
+        assert time.monotonic() - t1 < 1.5
+        reg = metrics.registry
+        assert sample(reg, "strata_cloud_batch_size_sum") == 9
+        assert sample(reg, "strata_cloud_batch_size_count") < 9  # some were batched
+    finally:
+        batcher.stop()
+        clf.close()

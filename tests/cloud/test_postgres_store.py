@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from cloud_helpers import LoopThread
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.postgres_feed import parse_payload, payloads
 from strata.cloud.postgres_store import MIGRATIONS as PG_MIGRATIONS
@@ -111,7 +112,8 @@ def test_url_file_names_the_database(pg_url: str, tmp_path: Path) -> None:
 def test_replicas_share_events_dedup_and_watch(pg_url: str) -> None:
     hubs = [WatchHub(CloudMetrics(), 4, 1000) for _ in range(2)]
     stores = [PostgresStore(pg_config(pg_url), pg_url, CloudMetrics(), hub) for hub in hubs]
-    subs = [hub.subscribe("", "") for hub in hubs]
+    loop = LoopThread()  # watchers live on an event loop, as in the server
+    subs = [loop.subscribe(hub) for hub in hubs]
     for s in stores:
         s.start()
     # The same 40 crops through both replicas at once: each is stored exactly once.
@@ -134,7 +136,7 @@ def test_replicas_share_events_dedup_and_watch(pg_url: str) -> None:
         deadline = time.monotonic() + 10
         while len(got) < 50 and time.monotonic() < deadline:
             try:
-                ev = sub.queue.get(timeout=0.5)
+                ev = loop.next_event(sub, 0.5)
             except Exception:
                 continue
             assert ev.event_id not in got, "an event was announced twice"
@@ -144,6 +146,7 @@ def test_replicas_share_events_dedup_and_watch(pg_url: str) -> None:
         assert got[min(ids)].edge_detection.label == "x"
     for s in stores:
         s.close()
+    loop.close()
 
 
 def test_feed_break_ends_watchers_then_recovers(pg_url: str) -> None:
@@ -151,7 +154,8 @@ def test_feed_break_ends_watchers_then_recovers(pg_url: str) -> None:
     hub = WatchHub(metrics, 4, 100)
     store = PostgresStore(pg_config(pg_url), pg_url, metrics, hub)
     store.start()
-    sub = hub.subscribe("", "")
+    loop = LoopThread()
+    sub = loop.subscribe(hub)
     assert sub is not None
     with psycopg.connect(pg_url, autocommit=True) as admin:
         killed = admin.execute(
@@ -168,13 +172,14 @@ def test_feed_break_ends_watchers_then_recovers(pg_url: str) -> None:
     later = None
     while later is None and time.monotonic() < deadline + 10:
         try:
-            later = hub.subscribe("", "")
+            later = loop.subscribe(hub)
         except WatchUnavailableError:
             time.sleep(0.1)
     assert later is not None
     stored = store.submit(event(1)).result(20)
-    assert later.queue.get(timeout=10).event_id == stored.event.event_id
+    assert loop.next_event(later, 10).event_id == stored.event.event_id
     store.close()
+    loop.close()
 
 
 def test_concurrent_start_migrates_once(pg_url: str) -> None:
