@@ -97,20 +97,20 @@ def prometheus_for(tmp_path: Path) -> Iterator[Any]:
         config = tmp_path / "prometheus.yml"
         config.write_text(yaml.safe_dump(scrape_config(ports)))
         port = free_port()
-        log = (tmp_path / "prometheus.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    "--log.level=warn",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
+        with (tmp_path / "prometheus.log").open("wb") as log:  # the child keeps its own copy
+            procs.append(
+                subprocess.Popen(
+                    [
+                        binary,
+                        f"--config.file={config}",
+                        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                        f"--web.listen-address=127.0.0.1:{port}",
+                        "--log.level=warn",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             )
-        )
         prom = Prometheus(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 30
         while not prom.ready():
