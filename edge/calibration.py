@@ -22,7 +22,6 @@ import numpy as np
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes
-from strata.shared.vision.agreement import FrameBoxes as ClassBoxes
 from strata.shared.vision.agreement import agreement
 
 from .answers import Answers
@@ -73,9 +72,9 @@ def uniform(total: int, fraction: float) -> np.ndarray:
     return kept
 
 
-def class_boxes(b: FrameBoxes | TrackedBoxes) -> ClassBoxes:
-    """Boxes and classes only (what agreement compares)."""
-    return ClassBoxes(b.boxes, b.class_ids.astype(np.int32))
+def class_boxes(b: FrameBoxes | TrackedBoxes) -> FrameBoxes:
+    """What agreement compares (track data left out)."""
+    return b.as_frame_boxes() if isinstance(b, TrackedBoxes) else b
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,11 @@ NMS is OpenCV's batched NMS; boxes come back in the original frame's pixels.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 
+from .boxes import EMPTY, FrameBoxes
 from .letterbox import Letterbox
 
 COCO80: tuple[str, ...] = (
@@ -30,23 +30,6 @@ COCO80: tuple[str, ...] = (
 
 # Most candidates per image handed to NMS (as ultralytics' max_nms).
 MAX_NMS = 30000
-
-
-@dataclass(frozen=True, slots=True)
-class FrameBoxes:
-    """Detections of one frame: boxes (k, 4) x1,y1,x2,y2 in original pixels, scores, classes."""
-
-    boxes: np.ndarray
-    scores: np.ndarray
-    class_ids: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.scores.shape[0])
-
-
-_EMPTY = FrameBoxes(
-    np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0,), np.int32)
-)
 
 
 def _any(a: np.ndarray) -> Any:
@@ -72,7 +55,7 @@ def decode_yolo(
     best = cls_scores.max(axis=1)  # (n, anchors)
     keep_n, keep_a = np.nonzero(best > score_threshold)
     if keep_n.size == 0:
-        return [_EMPTY] * n
+        return [EMPTY] * n
     scores_all = best[keep_n, keep_a].astype(np.float32)
     classes_all = cls_scores[keep_n, :, keep_a].argmax(axis=1).astype(np.int32)
     xywh = out[keep_n, :4, keep_a].astype(np.float32)  # (k, 4) cx, cy, w, h
@@ -84,7 +67,7 @@ def decode_yolo(
     for i in range(n):  # per frame (not per box): NMS must not mix frames
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         if lo == hi:
-            results.append(_EMPTY)
+            results.append(EMPTY)
             continue
         boxes, scores, classes = xywh[lo:hi], scores_all[lo:hi], classes_all[lo:hi]
         if boxes.shape[0] > MAX_NMS:

@@ -8,7 +8,6 @@ from strata.edge.calibration import replay, uniform
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes
-from strata.shared.vision.agreement import FrameBoxes as ScoredBoxes
 from strata.shared.vision.agreement import agreement
 
 
@@ -92,10 +91,7 @@ def test_replay_scores_uniform_sampling_with_the_nodes_tracker() -> None:
     for mode in ("predict", "interpolate"):
         out = replay(ref, kept, TrackingConfig(answer=mode), 640, 480)
         assert sum(o.predicted for o in out) == 30
-        f1[mode] = agreement(
-            [ScoredBoxes(r.boxes, r.class_ids) for r in ref],
-            [ScoredBoxes(o.boxes, o.class_ids) for o in out],
-        ).f1
+        f1[mode] = agreement(ref, [o.as_frame_boxes() for o in out]).f1
     # Prediction misses only before the first velocity is known; interpolation is exact.
     assert f1["predict"] >= 0.9
     assert f1["interpolate"] == 1.0

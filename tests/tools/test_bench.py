@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from strata.shared.vision.agreement import Agreement
 from strata.tools.bench import report
-from strata.tools.bench.agreement import Agreement
 from strata.tools.bench.cascade import ClipResult
 from strata.tools.bench.tiers import TierRun, first_number, lookup
 

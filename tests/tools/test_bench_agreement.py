@@ -6,35 +6,14 @@ import numpy as np
 import pytest
 from strata.shared.machine import describe, one_line
 from strata.shared.synthetic import SyntheticClip
-from strata.tools.bench.agreement import (
-    FrameBoxes,
-    agreement,
-    iou_matrix,
-    matches,
-    propagate,
-)
+from strata.shared.vision.agreement import agreement, propagate
+from strata.shared.vision.boxes import FrameBoxes
 from strata.tools.bench.cascade import Labels, synthetic_truth
 
 
 def fb(*boxes: tuple[float, float, float, float, int]) -> FrameBoxes:
     arr = np.array([b[:4] for b in boxes], np.float32).reshape(-1, 4)
-    return FrameBoxes(arr, np.array([b[4] for b in boxes], np.int32))
-
-
-def test_iou() -> None:
-    m = iou_matrix(
-        np.array([[0, 0, 10, 10]], np.float32),
-        np.array([[0, 0, 10, 10], [5, 0, 15, 10]], np.float32),
-    )
-    assert m[0, 0] == pytest.approx(1.0)
-    assert m[0, 1] == pytest.approx(50 / 150)
-
-
-def test_matches_are_one_to_one_and_class_aware() -> None:
-    ref = fb((0, 0, 10, 10, 0), (20, 20, 30, 30, 1))
-    assert matches(ref, fb((0, 0, 10, 10, 0), (1, 1, 10, 10, 0))) == 1
-    assert matches(ref, fb((20, 20, 30, 30, 0))) == 0  # right place, wrong class
-    assert matches(ref, ref) == 2
+    return FrameBoxes.of(arr, np.array([b[4] for b in boxes], np.int32))
 
 
 def test_propagate_reuses_the_last_kept_frame() -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata.tools.bench.agreement import Agreement, FrameBoxes, agreement, propagate
+from strata.shared.vision.agreement import Agreement, agreement, propagate
+from strata.shared.vision.boxes import FrameBoxes
 from strata.tools.demo.names import BYTES, COUNTS
 from strata.tools.demo.pipeline import Outcome, PipelineRun, RunOptions
 from strata.tools.demo.results import Received
@@ -60,7 +61,7 @@ def boxes_of(results: Mapping[tuple[str, int], Received], labels: Labels) -> dic
             [(d.box.x1, d.box.y1, d.box.x2, d.box.y2) for d in dets], np.float32
         ).reshape(-1, 4)
         classes = np.array([labels.id(d.label or str(d.class_id)) for d in dets], np.int32)
-        out[index] = FrameBoxes(boxes, classes)
+        out[index] = FrameBoxes.of(boxes, classes)
     return out
 
 
@@ -157,5 +158,5 @@ def synthetic_truth(clip: Any, labels: Labels) -> list[FrameBoxes]:
         gt = clip.boxes(i)
         boxes = np.array([(b.x1, b.y1, b.x2, b.y2) for b in gt], np.float32).reshape(-1, 4)
         classes = np.array([labels.id(b.label) for b in gt], np.int32)
-        out.append(FrameBoxes(boxes, classes))
+        out.append(FrameBoxes.of(boxes, classes))
     return out

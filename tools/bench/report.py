@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from strata.shared.machine import one_line
-from strata.tools.bench.agreement import Agreement
+from strata.shared.vision.agreement import Agreement
 from strata.tools.bench.cascade import ClipResult
 from strata.tools.bench.tiers import TierRun, first_number
 

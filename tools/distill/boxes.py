@@ -52,28 +52,3 @@ class Detections:
             np.concatenate([p.scores for p in parts]).astype(np.float32, copy=False),
             np.concatenate([p.sources for p in parts]).astype(np.uint8, copy=False),
         )
-
-
-def area(xyxy: np.ndarray) -> np.ndarray:
-    """Areas of (N, 4) boxes (0 for degenerate ones)."""
-    out: np.ndarray = np.clip(xyxy[:, 2] - xyxy[:, 0], 0, None) * np.clip(
-        xyxy[:, 3] - xyxy[:, 1], 0, None
-    )
-    return out
-
-
-def intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(N, M) intersection areas of boxes a (N, 4) and b (M, 4)."""
-    x1 = np.maximum(a[:, None, 0], b[None, :, 0])
-    y1 = np.maximum(a[:, None, 1], b[None, :, 1])
-    x2 = np.minimum(a[:, None, 2], b[None, :, 2])
-    y2 = np.minimum(a[:, None, 3], b[None, :, 3])
-    out: np.ndarray = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    return out
-
-
-def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(N, M) intersection over union."""
-    inter = intersection(a, b)
-    union = area(a)[:, None] + area(b)[None, :] - inter
-    return np.where(union > 0, inter / np.maximum(union, 1e-9), 0.0)

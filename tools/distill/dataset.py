@@ -11,7 +11,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from strata.tools.distill.boxes import iou
+from strata.shared.vision.boxes import iou
 from strata.tools.distill.labels import ClipLabels, read_frames
 
 LABEL = "person"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from strata.tools.distill.boxes import Detections, iou
+from strata.shared.vision.boxes import iou
+from strata.tools.distill.boxes import Detections
 
 
 @dataclass(frozen=True, slots=True)

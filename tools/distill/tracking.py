@@ -13,14 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from strata.tools.distill.boxes import (
-    SOURCE_FILLED,
-    SOURCE_MOTION,
-    Detections,
-    area,
-    intersection,
-    iou,
-)
+from strata.shared.vision.boxes import area, greedy_pairs, intersection, iou
+from strata.tools.distill.boxes import SOURCE_FILLED, SOURCE_MOTION, Detections
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,17 +122,12 @@ def _link(candidates: list[Detections], s: FusionSettings) -> list[_Track]:
         if active and len(dets):
             predicted = np.stack([_predict(t, f) for t in active])
             m = iou(_widen(predicted, s.match_widen), _widen(dets.xyxy, s.match_widen))
-            while True:
-                ti, di = np.unravel_index(int(m.argmax()), m.shape)
-                if m[ti, di] < s.track_iou:
-                    break
+            for ti, di in zip(*greedy_pairs(m, s.track_iou), strict=True):
                 t = active[ti]
                 t.frames.append(f)
                 t.boxes.append(dets.xyxy[di])
                 t.sources.append(int(dets.sources[di]))
                 free[di] = False
-                m[ti, :] = -1.0
-                m[:, di] = -1.0
         for di in np.flatnonzero(free):
             active.append(_Track([f], [dets.xyxy[di]], [int(dets.sources[di])]))
     return done + active

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from strata.shared.machine import cpu_line
 from strata.shared.models.repository import LoadedModel, ModelRepository
-from strata.tools.models.agreement import Agreement, agreement
+from strata.tools.models.agreement import OutputAgreement, agreement
 from strata.tools.models.inputs import prepare
 from strata.tools.models.quantize import read_frames
 
@@ -31,7 +31,7 @@ class VariantResult:
     median_ms: float
     p90_ms: float
     cpu_ms: float  # median process CPU time per run: steadier than wall time under load
-    agreement: Agreement | None  # None for the reference itself
+    agreement: OutputAgreement | None  # None for the reference itself
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from strata.shared.models.manifest import Calibration, Variant, save_manifest
 from strata.shared.models.repository import ModelError, ModelRepository, sha256_of
-from strata.tools.models.agreement import Agreement, agreement
+from strata.tools.models.agreement import OutputAgreement, agreement
 from strata.tools.models.inputs import prepare
 
 log = logging.getLogger(__name__)
@@ -69,13 +69,13 @@ class QuantizeReport:
     method: Method
     samples: int
     kept_float_nodes: int
-    agreement: Agreement
+    agreement: OutputAgreement
     float_timing: Timing
     int8_timing: Timing
     float_bytes: int
     int8_bytes: int
     notes: list[str] = field(default_factory=list)
-    tried: dict[str, Agreement] = field(default_factory=dict)  # method -> agreement
+    tried: dict[str, OutputAgreement] = field(default_factory=dict)  # method -> agreement
 
     @property
     def speedup(self) -> float:
@@ -335,8 +335,8 @@ def quantize(
     methods: list[Method] = (
         ["entropy", "minmax", "percentile"] if req.method == "auto" else [req.method]
     )
-    tried: dict[str, Agreement] = {}
-    best: tuple[Method, Agreement, int] | None = None
+    tried: dict[str, OutputAgreement] = {}
+    best: tuple[Method, OutputAgreement, int] | None = None
     for method in methods:
         out = dst if len(methods) == 1 else dst.with_name(f"{dst.stem}.{method}.onnx")
         n_float = quantize_file(
@@ -402,7 +402,7 @@ def quantize(
     )
 
 
-def _rank(a: Agreement) -> tuple[float, float]:
+def _rank(a: OutputAgreement) -> tuple[float, float]:
     # Higher agreement first (undefined counts as neither good nor bad), then lower error.
     return (a.value if a.value is not None else -1.0, -a.output_rel_error)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from strata.shared.synthetic import SyntheticClip
-from strata.tools.distill.boxes import iou
+from strata.shared.vision.boxes import iou
 from strata.tools.distill.dataset import gate_set, verifier_set, write_detection_set
 from strata.tools.distill.labels import ClipError, ClipLabels, label_clip, read_frames
 from strata.tools.distill.teachers import HogTeacher
