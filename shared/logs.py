@@ -26,12 +26,24 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(doc)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to sys.stderr as it is when a record is written, not as it was at setup.
+
+    A handler that kept the stream of its setup time writes into a closed file once a
+    caller (a test's capture, an embedding program) has swapped sys.stderr and closed it.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr  # only the listener thread emits: no race
+        super().emit(record)
+
+
 def setup_logging(level: str = "INFO", json_lines: bool = False, name: str = "strata") -> None:
     """Route all logging through a bounded-free queue to stderr; idempotent."""
     global _listener
     if _listener is not None:
         _listener.stop()
-    stream = logging.StreamHandler(sys.stderr)
+    stream = _StderrHandler(sys.stderr)
     stream.setFormatter(
         _JsonFormatter()
         if json_lines
