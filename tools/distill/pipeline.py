@@ -13,12 +13,13 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from strata.shared.machine import describe
 from strata.tools.distill.labels import ClipLabels, label_clip
+from strata.tools.portable import portable, portable_text
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +97,7 @@ def _clean(d: dict[str, Any]) -> dict[str, Any]:
 
 def distill(req: DistillRequest) -> DistillReport:
     """Run the whole distillation; returns (and writes) the report."""
-    from strata.shared.models.manifest import MANIFEST_FILE, load_manifest, save_manifest
-    from strata.tools.distill import card
-    from strata.tools.distill.dataset import gate_set, verifier_set, write_detection_set
-    from strata.tools.distill.evaluate import classifier_accuracy, compare_speed, score_detector
-    from strata.tools.distill.train import device_name, train_classifier, train_student
+    from strata.tools.distill.train import device_name
 
     bad = [p for p in req.parts if p not in PARTS]
     if bad:
@@ -119,89 +116,99 @@ def distill(req: DistillRequest) -> DistillReport:
     )
     report.request["clips"] = [str(c) for c in req.clips]
     labels = _labels(req)
-    for lab in labels:
-        report.clips.append(
-            {
-                "clip": lab.clip.name,
-                "frames": lab.frames,
-                "size": f"{lab.width}x{lab.height}",
-                "holdout_start": lab.holdout_start,
-                "teachers": list(lab.teachers),
-                "stats": asdict(lab.stats),
-            }
-        )
+    report.clips = [_clip_summary(lab) for lab in labels]
     report.machine["device"] = device_name()
-
     if "detector" in req.parts:
-        ds = write_detection_set(labels, req.work / "detector_data", stride=req.frame_stride)
-        if req.student_weights is not None:
-            weights = req.student_weights
-            train_info = checkpoint_info(req.student_weights)
-        else:
-            run = train_student(
-                ds.yaml,
-                req.work / "runs",
-                epochs=req.student_epochs,
-                imgsz=req.imgsz,
-                batch=req.student_batch,
-                hours=req.student_hours,
-            )
-            weights = run.weights
-            train_info = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(run).items()}
-        manifest = _export("yolo", req.detector_name, req, weights, ("person",), req.imgsz)
-        onnx = req.repository / req.detector_name / manifest.file
-        score, _ = score_detector(onnx, labels)
-        speed = compare_speed(onnx, labels, req.speed_frames)
-        report.detector = {
-            "name": req.detector_name,
-            "train": train_info,
-            "train_images": ds.train_images,
-            "val_images": ds.val_images,
-            "heldout": _clean(asdict(score)),
-            "speed": {**asdict(speed), "speedup_vs_hog": speed.speedup},
-        }
+        report.detector = _distill_detector(req, labels)
     if "gate" in req.parts:
-        data = gate_set(labels, size=req.gate_size, stride=req.gate_stride)
-        run_c = train_classifier(
-            "mobilenetv3_small",
-            data,
-            req.work / "gate.pt",
-            req.gate_epochs,
-            imgsz=req.gate_size,
-            max_steps=req.max_steps,
-        )
-        manifest = _export(
-            "mobilenetv3_small", req.gate_name, req, run_c.state_dict, GATE_LABELS, req.gate_size
-        )
-        acc = classifier_accuracy(
-            req.repository / req.gate_name / manifest.file, data.test_x, data.test_y
-        )
-        report.gate = _classifier_report(req.gate_name, run_c, acc, data.test_y, data.train_y)
+        report.gate = _distill_classifier("gate", req, labels)
     if "verifier" in req.parts:
-        data = verifier_set(labels, size=req.verifier_size, stride=req.verifier_stride)
-        run_c = train_classifier(
-            "swin",
-            data,
-            req.work / "verifier.pt",
-            req.verifier_epochs,
-            imgsz=req.verifier_size,
-            max_steps=req.max_steps,
-            swin_size=req.swin_size,
-            lr=1e-3,
-        )
-        manifest = _export(
-            "swin", req.verifier_name, req, run_c.state_dict, VERIFIER_LABELS, req.verifier_size
-        )
-        acc = classifier_accuracy(
-            req.repository / req.verifier_name / manifest.file, data.test_x, data.test_y
-        )
-        report.verifier = _classifier_report(
-            req.verifier_name, run_c, acc, data.test_y, data.train_y
-        )
+        report.verifier = _distill_classifier("verifier", req, labels)
     report.seconds = time.perf_counter() - t_start
+    _write(report, req)
+    return report
+
+
+def _clip_summary(lab: ClipLabels) -> dict[str, Any]:
+    return {
+        "clip": lab.clip.name,
+        "frames": lab.frames,
+        "size": f"{lab.width}x{lab.height}",
+        "holdout_start": lab.holdout_start,
+        "teachers": list(lab.teachers),
+        "stats": asdict(lab.stats),
+    }
+
+
+def _distill_detector(req: DistillRequest, labels: list[ClipLabels]) -> dict[str, Any]:
+    """Train (or take) the YOLO student, export it, score it and time it against HOG."""
+    from strata.tools.distill.dataset import write_detection_set
+    from strata.tools.distill.evaluate import compare_speed, score_detector
+    from strata.tools.distill.train import train_student
+
+    ds = write_detection_set(labels, req.work / "detector_data", stride=req.frame_stride)
+    if req.student_weights is not None:
+        weights = req.student_weights
+        train_info = checkpoint_info(req.student_weights)
+    else:
+        run = train_student(
+            ds.yaml,
+            req.work / "runs",
+            epochs=req.student_epochs,
+            imgsz=req.imgsz,
+            batch=req.student_batch,
+            hours=req.student_hours,
+        )
+        weights = run.weights
+        train_info = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(run).items()}
+    manifest = _export("yolo", req.detector_name, req, weights, ("person",), req.imgsz)
+    onnx = req.repository / req.detector_name / manifest.file
+    score, _ = score_detector(onnx, labels)
+    speed = compare_speed(onnx, labels, req.speed_frames)
+    return {
+        "name": req.detector_name,
+        "train": train_info,
+        "train_images": ds.train_images,
+        "val_images": ds.val_images,
+        "heldout": _clean(asdict(score)),
+        "speed": {**asdict(speed), "speedup_vs_hog": speed.speedup},
+    }
+
+
+def _distill_classifier(part: str, req: DistillRequest, labels: list[ClipLabels]) -> dict[str, Any]:
+    """Train, export and score the gate (MobileNetV3) or the crop verifier (Swin)."""
+    from strata.tools.distill.dataset import gate_set, verifier_set
+    from strata.tools.distill.evaluate import classifier_accuracy
+    from strata.tools.distill.train import train_classifier
+
+    if part == "gate":
+        name, kind, size, classes = req.gate_name, "mobilenetv3_small", req.gate_size, GATE_LABELS
+        data = gate_set(labels, size=size, stride=req.gate_stride)
+        extra: dict[str, Any] = {}
+        epochs = req.gate_epochs
+    else:
+        name, kind, size, classes = req.verifier_name, "swin", req.verifier_size, VERIFIER_LABELS
+        data = verifier_set(labels, size=size, stride=req.verifier_stride)
+        extra = {"swin_size": req.swin_size, "lr": 1e-3}
+        epochs = req.verifier_epochs
+    run = train_classifier(
+        kind, data, req.work / f"{part}.pt", epochs, imgsz=size, max_steps=req.max_steps, **extra
+    )
+    manifest = _export(kind, name, req, run.state_dict, classes, size)
+    acc = classifier_accuracy(req.repository / name / manifest.file, data.test_x, data.test_y)
+    return _classifier_report(name, run, acc, data.test_y, data.train_y)
+
+
+def _write(report: DistillReport, req: DistillRequest) -> None:
+    """distill.json, a model card per part and the manifests' notes, with no absolute path."""
+    from strata.shared.models.manifest import MANIFEST_FILE, load_manifest, save_manifest
+    from strata.tools.distill import card
+
     for part in req.parts:
         getattr(report, part)["command"] = card.command(report)
     _merge_previous(report, req)
+    for f in fields(report):
+        setattr(report, f.name, portable(getattr(report, f.name)))
     (req.repository / "distill.json").write_text(json.dumps(asdict(report), indent=2, default=str))
     for part, name in (
         ("detector", req.detector_name),
@@ -212,12 +219,10 @@ def distill(req: DistillRequest) -> DistillReport:
         # Every part in the (merged) report gets its card rewritten, so they stay in step.
         if not getattr(report, part) or not (folder / MANIFEST_FILE).is_file():
             continue
-        text = card.model_card(part, report)
-        (folder / card.CARD_FILE).write_text(text)
+        (folder / card.CARD_FILE).write_text(portable_text(card.model_card(part, report)))
         m = load_manifest(folder / MANIFEST_FILE)
         src = m.source.model_copy(update={"notes": card.manifest_note(part, report)})
         save_manifest(m.model_copy(update={"source": src}), folder)
-    return report
 
 
 def checkpoint_info(weights: Path) -> dict[str, Any]:

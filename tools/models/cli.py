@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +13,24 @@ from strata.shared.cli.common import add_config_flag, load_or_exit
 
 def register(subparsers: Any) -> None:
     """Add `strata models` and its subcommands."""
+    from strata.tools.distill.cli import add_parser as add_distill
+
+    actions = [*_ACTIONS, ("distill", add_distill)]
     parser = subparsers.add_parser(
-        "models", help="Model repository: list, inspect, build, quantize, engine."
+        "models", help="Model repository: " + ", ".join(name for name, _ in actions) + "."
     )
     sub = parser.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    for _, add in actions:
+        add(sub)
 
+
+def _add_list(sub: Any) -> None:
     p = sub.add_parser("list", help="List the models in the repository.")
     _common(p)
     p.set_defaults(func=run_list)
 
+
+def _add_inspect(sub: Any) -> None:
     p = sub.add_parser("inspect", help="Show a model's manifest and verify its files.")
     _common(p)
     p.add_argument("name", help="Model name.")
@@ -29,6 +39,8 @@ def register(subparsers: Any) -> None:
     )
     p.set_defaults(func=run_inspect)
 
+
+def _add_build(sub: Any) -> None:
     p = sub.add_parser(
         "build", help="Export a model from PyTorch to ONNX (needs the export extra)."
     )
@@ -61,12 +73,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-simplify", action="store_true", help="Skip onnxslim.")
     p.set_defaults(func=run_build)
 
+
+def _add_fp16(sub: Any) -> None:
     p = sub.add_parser("fp16", help="Add an FP16 variant of a model's ONNX file (no torch).")
     _common(p)
     p.add_argument("name", help="Model name.")
     _into(p)
     p.set_defaults(func=run_fp16)
 
+
+def _add_quantize(sub: Any) -> None:
     p = sub.add_parser(
         "quantize", help="INT8 static quantization calibrated on a clip; reports agreement."
     )
@@ -100,6 +116,8 @@ def register(subparsers: Any) -> None:
     _into(p)
     p.set_defaults(func=run_quantize)
 
+
+def _add_promote(sub: Any) -> None:
     p = sub.add_parser(
         "promote", help="Store a variant as a model of its own, loadable by name in any tier."
     )
@@ -109,6 +127,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--as", dest="as_model", required=True, help="New model name.")
     p.set_defaults(func=run_promote)
 
+
+def _add_bench(sub: Any) -> None:
     p = sub.add_parser(
         "bench", help="Compare a model's variants on a clip: agreement and latency, one run."
     )
@@ -130,6 +150,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--backend", default="onnxruntime-cpu", help="Runtime back end.")
     p.set_defaults(func=run_bench)
 
+
+def _add_engine(sub: Any) -> None:
     p = sub.add_parser("engine", help="Build a TensorRT engine (GPU, TensorRT 10).")
     _common(p)
     p.add_argument("name", help="Model name.")
@@ -142,9 +164,17 @@ def register(subparsers: Any) -> None:
     _into(p)
     p.set_defaults(func=run_engine)
 
-    from strata.tools.distill.cli import add_parser as add_distill
 
-    add_distill(sub)
+_ACTIONS: tuple[tuple[str, Callable[[Any], None]], ...] = (
+    ("list", _add_list),
+    ("inspect", _add_inspect),
+    ("build", _add_build),
+    ("fp16", _add_fp16),
+    ("quantize", _add_quantize),
+    ("promote", _add_promote),
+    ("bench", _add_bench),
+    ("engine", _add_engine),
+)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

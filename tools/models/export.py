@@ -1,9 +1,11 @@
 """Build models from PyTorch into a repository (needs the `export` extra: torch, timm,
 ultralytics). Imported only by `strata models build`; never by a tier.
 
-Weights come from a local checkpoint or, without one, the bare architecture with random
-weights; nothing is downloaded. The manifest says which, so an untrained model is always
-labelled untrained.
+Weights come from a checkpoint or, without one, the bare architecture with random weights.
+A yolo checkpoint given by an official name that is not a local file (`yolov8n.pt`) is
+downloaded by ultralytics where the machine has internet; timm state dicts are local files.
+The manifest says which, so an untrained model is always labelled untrained, and it names
+the checkpoint by its file name only (no path of the building machine).
 """
 
 from __future__ import annotations
@@ -150,6 +152,23 @@ def build(req: BuildRequest) -> Manifest:
     return manifest
 
 
+def _source(req: BuildRequest, architecture: str, library: str, meaningless: str) -> Source:
+    """Where the weights came from; the checkpoint by name, never by this machine's path."""
+    trained = bool(req.weights)
+    return Source(
+        architecture=architecture,
+        made_by=f"strata models build {req.kind} ({library}, torch.onnx opset {req.opset})",
+        trained=trained,
+        weights=Path(req.weights).name if trained else "",
+        notes=(
+            "weights from the checkpoint named in `weights`"
+            if trained
+            else f"random initialisation (no checkpoint given): {meaningless} are "
+            "meaningless; use it to test plumbing and speed, not accuracy"
+        ),
+    )
+
+
 def _yolo(req: BuildRequest) -> tuple[Any, int, tuple[str, ...], Source, InputSpec]:
     from ultralytics import YOLO
     from ultralytics.nn.modules import Detect
@@ -187,18 +206,11 @@ def _yolo(req: BuildRequest) -> tuple[Any, int, tuple[str, ...], Source, InputSp
     if len(labels) != nc:
         raise ValueError(f"{len(labels)} labels given for a head with {nc} classes")
     imgsz = req.imgsz or 640
-    trained = bool(req.weights)
-    source = Source(
-        architecture=f"YOLO ({Path(arch).stem if not req.weights else Path(src).name})",
-        made_by=f"strata models build yolo (ultralytics, torch.onnx opset {req.opset})",
-        trained=trained,
-        weights=str(req.weights),
-        notes=(
-            "weights from the checkpoint named in `weights`"
-            if trained
-            else "random initialisation (no weights can be downloaded here): the boxes and "
-            "scores are meaningless; use it to test plumbing and speed, not accuracy"
-        ),
+    source = _source(
+        req,
+        f"YOLO ({Path(arch).stem if not req.weights else Path(src).name})",
+        "ultralytics",
+        "the boxes and scores",
     )
     spec = InputSpec(
         name="images",
@@ -246,19 +258,7 @@ def _timm(req: BuildRequest) -> tuple[Any, int, tuple[str, ...], Source, InputSp
         raise ValueError(f"{len(labels)} labels given for a head with {nc} classes")
     model = model.eval()
     imgsz = req.imgsz or 224
-    trained = bool(req.weights)
-    source = Source(
-        architecture=arch,
-        made_by=f"strata models build {req.kind} (timm, torch.onnx opset {req.opset})",
-        trained=trained,
-        weights=str(req.weights),
-        notes=(
-            "weights from the state dict named in `weights`"
-            if trained
-            else "random initialisation (no weights can be downloaded here): the class "
-            "scores are meaningless; use it to test plumbing and speed, not accuracy"
-        ),
-    )
+    source = _source(req, arch, "timm", "the class scores")
     spec = InputSpec(
         name="images",
         shape=(None, 3, imgsz, imgsz),

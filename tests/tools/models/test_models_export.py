@@ -118,3 +118,17 @@ def test_build_yolo_from_an_ultralytics_checkpoint(tmp_path: Path) -> None:
     with torch.no_grad():
         want = model.float().eval().fuse(verbose=False)(torch.from_numpy(x))[0].numpy()
     np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-2)
+
+
+def test_manifest_names_the_checkpoint_not_its_path(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    model = timm.create_model("mobilenetv3_small_100", pretrained=False, num_classes=2)
+    ckpt = tmp_path / "deep" / "gate.pth"
+    ckpt.parent.mkdir()
+    torch.save(model.state_dict(), ckpt)
+    repo = tmp_path / "repo"
+    assert main(["models", "build", "mobilenetv3_small", "-r", str(repo), "--weights", str(ckpt),
+                 "--imgsz", "64", "--num-classes", "2"]) == 0  # fmt: skip
+    m = ModelRepository(repo).manifest("mobilenetv3_small")
+    assert m.source.trained is True and m.source.weights == "gate.pth"
+    assert str(tmp_path) not in (repo / "mobilenetv3_small" / "manifest.yaml").read_text()
