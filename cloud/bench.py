@@ -221,6 +221,93 @@ def _drive(
     return lat, sum(errs), seconds, sum(done)
 
 
+def _write_config(args: argparse.Namespace, folder: Path, metrics_port: int) -> Path:
+    """The endpoint's strata.yaml for this run."""
+    model_yaml = (
+        f"    path: {args.model_path}\n" if args.model_path else f"    name: {args.model}\n"
+    )
+    path = folder / "strata.yaml"
+    path.write_text(
+        (f"models:\n  repository: '{args.repository}'\n" if args.repository else "")
+        + "logging:\n  level: WARNING\n"
+        + "cloud:\n  workers: 48\n  model:\n"
+        + model_yaml
+        + (f"    threads: {args.threads}\n" if args.threads else "")
+        + f"    spin: {str(args.spin).lower()}\n"
+        + f"  batcher:\n    max_batch: {args.max_batch}\n"
+        + f"    max_queue_delay_ms: {args.max_queue_delay_ms}\n    max_queue_size: 256\n"
+        + f"  metrics:\n    port: {metrics_port}\n"
+    )
+    return path
+
+
+def _point(
+    args: argparse.Namespace,
+    c: int,
+    address: str,
+    metrics_url: str,
+    proc: subprocess.Popen[bytes],
+    bare_side: tuple[object, int],
+    image: bytes,
+) -> Point:
+    """One concurrency: served and bare windows alternate, so both see the same load."""
+    runner, side = bare_side
+    per_client: list[list[float]] = [[] for _ in range(c)]
+    errors = 0
+    window = bsum = bcount = served_cpu = 0.0
+    bares: list[float] = []
+    bare_cpu: list[float] = []
+    served_done = 0
+    for _ in range(args.rounds):
+        s0, n0 = _batch_stats(metrics_url)
+        cpu0 = _proc_cpu(proc.pid) + time.process_time()
+        got, errs, secs, answered = _drive(
+            address, image, c, args.warmup, args.seconds / args.rounds, args.max_requests
+        )
+        served_cpu += _proc_cpu(proc.pid) + time.process_time() - cpu0
+        served_done += answered
+        s1, n1 = _batch_stats(metrics_url)
+        for mine, new in zip(per_client, got, strict=True):
+            mine.extend(new)
+        errors += errs
+        window += secs
+        bsum += s1 - s0
+        bcount += n1 - n0
+        b = max(1, round(bsum / bcount)) if bcount else 1
+        time.sleep(0.3)  # let the server's runtime threads go idle
+        ips, cpu = _bare_ips(runner, side, b, args.bare_seconds / args.rounds, args.max_requests)
+        bares.append(ips)
+        bare_cpu.append(cpu)
+    mean_batch = bsum / bcount if bcount else 0.0
+    bare = float(np.mean(bares))
+    lats = [x for mine in per_client for x in mine]
+    # Each closed-loop client completes len/sum(latency) requests a second; their sum is the
+    # served rate without the quantization a batch-sized burst of completions at a window
+    # edge causes in a plain count over the window.
+    served = sum(len(m) / sum(m) for m in per_client if m)
+    ms = np.asarray(lats) * 1000 if lats else np.zeros(1)
+    return Point(
+        concurrency=c,
+        requests=len(lats),
+        errors=errors,
+        seconds=window,
+        served_ips=round(served, 2),
+        served_ips_window=round(len(lats) / window, 2),
+        p50_ms=round(float(np.percentile(ms, 50)), 1),
+        p90_ms=round(float(np.percentile(ms, 90)), 1),
+        p99_ms=round(float(np.percentile(ms, 99)), 1),
+        mean_batch=round(mean_batch, 2),
+        bare_batch=max(1, round(mean_batch)),
+        bare_ips=round(bare, 2),
+        ratio=round(served / bare, 3) if bare else 0.0,
+        served_cpu_ms=round(1000 * served_cpu / max(served_done, 1), 2),
+        bare_cpu_ms=round(1000 * float(np.mean(bare_cpu)), 2),
+        cpu_ratio=round(float(np.mean(bare_cpu)) * max(served_done, 1) / served_cpu, 3)
+        if served_cpu
+        else 0.0,
+    )
+
+
 def run_bench(args: argparse.Namespace) -> dict[str, object]:
     """The whole sweep; returns the JSON document."""
     runner, side, model_desc = _load_bare(args)
@@ -231,32 +318,9 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
     while mport == port:
         mport = _free_port()
     address = f"127.0.0.1:{port}"
-    model_yaml = (
-        f"    path: {args.model_path}\n" if args.model_path else f"    name: {args.model}\n"
-    )
-    (tmp / "strata.yaml").write_text(
-        (f"models:\n  repository: '{args.repository}'\n" if args.repository else "")
-        + "logging:\n  level: WARNING\n"
-        + "cloud:\n  workers: 48\n  model:\n"
-        + model_yaml
-        + (f"    threads: {args.threads}\n" if args.threads else "")
-        + f"    spin: {str(args.spin).lower()}\n"
-        + f"  batcher:\n    max_batch: {args.max_batch}\n"
-        + f"    max_queue_delay_ms: {args.max_queue_delay_ms}\n    max_queue_size: 256\n"
-        + f"  metrics:\n    port: {mport}\n"
-    )
-    cmd = [
-        sys.executable,
-        "-m",
-        "strata.tools.cli",
-        "cloud",
-        "--config",
-        str(tmp / "strata.yaml"),
-        "--listen",
-        address,
-        "--db",
-        str(tmp / "events.sqlite"),
-    ]
+    config = _write_config(args, tmp, mport)
+    cmd = [sys.executable, "-m", "strata.tools.cli", "cloud", "--config", str(config)]
+    cmd += ["--listen", address, "--db", str(tmp / "events.sqlite")]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     points: list[Point] = []
     load_before = os.getloadavg()
@@ -264,68 +328,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
         _wait_serving(address, proc, 120)
         metrics_url = f"http://127.0.0.1:{mport}/metrics"
         for c in args.concurrency:
-            per_client: list[list[float]] = [[] for _ in range(c)]
-            errors = 0
-            window = 0.0
-            bsum = bcount = 0.0
-            bares: list[float] = []
-            bare_cpu: list[float] = []
-            served_cpu = 0.0
-            served_done = 0
-            # Served and bare windows alternate, so both see the same load on a shared machine.
-            for _ in range(args.rounds):
-                s0, n0 = _batch_stats(metrics_url)
-                cpu0 = _proc_cpu(proc.pid) + time.process_time()
-                got, errs, secs, answered = _drive(
-                    address, image, c, args.warmup, args.seconds / args.rounds, args.max_requests
-                )
-                served_cpu += _proc_cpu(proc.pid) + time.process_time() - cpu0
-                served_done += answered
-                s1, n1 = _batch_stats(metrics_url)
-                for mine, new in zip(per_client, got, strict=True):
-                    mine.extend(new)
-                errors += errs
-                window += secs
-                bsum += s1 - s0
-                bcount += n1 - n0
-                b = max(1, round(bsum / bcount)) if bcount else 1
-                time.sleep(0.3)  # let the server's runtime threads go idle
-                ips, cpu = _bare_ips(
-                    runner, side, b, args.bare_seconds / args.rounds, args.max_requests
-                )
-                bares.append(ips)
-                bare_cpu.append(cpu)
-            mean_batch = bsum / bcount if bcount else 0.0
-            b = max(1, round(mean_batch))
-            bare = float(np.mean(bares))
-            lats = [x for mine in per_client for x in mine]
-            # Each closed-loop client completes len/sum(latency) requests a second; their sum
-            # is the served rate without the quantization a batch-sized burst of completions
-            # at a window edge causes in a plain count over the window.
-            served = sum(len(m) / sum(m) for m in per_client if m)
-            ms = np.asarray(lats) * 1000 if lats else np.zeros(1)
-            points.append(
-                Point(
-                    concurrency=c,
-                    requests=len(lats),
-                    errors=errors,
-                    seconds=window,
-                    served_ips=round(served, 2),
-                    served_ips_window=round(len(lats) / window, 2),
-                    p50_ms=round(float(np.percentile(ms, 50)), 1),
-                    p90_ms=round(float(np.percentile(ms, 90)), 1),
-                    p99_ms=round(float(np.percentile(ms, 99)), 1),
-                    mean_batch=round(mean_batch, 2),
-                    bare_batch=b,
-                    bare_ips=round(bare, 2),
-                    ratio=round(served / bare, 3) if bare else 0.0,
-                    served_cpu_ms=round(1000 * served_cpu / max(served_done, 1), 2),
-                    bare_cpu_ms=round(1000 * float(np.mean(bare_cpu)), 2),
-                    cpu_ratio=round(float(np.mean(bare_cpu)) * max(served_done, 1) / served_cpu, 3)
-                    if served_cpu
-                    else 0.0,
-                )
-            )
+            points.append(_point(args, c, address, metrics_url, proc, (runner, side), image))
             print(json.dumps(asdict(points[-1])), flush=True)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -334,6 +337,15 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
         except subprocess.TimeoutExpired:
             proc.kill()
         runner.close()  # type: ignore[attr-defined]
+    return _document(args, model_desc, points, load_before)
+
+
+def _document(
+    args: argparse.Namespace,
+    model_desc: object,
+    points: list[Point],
+    load_before: tuple[float, float, float],
+) -> dict[str, object]:
     best = max(points, key=lambda p: p.served_ips)
     return {
         "benchmark": "strata cloud Classify concurrency sweep vs bare model session",
@@ -369,7 +381,9 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line of the benchmark."""
-    p = argparse.ArgumentParser(prog="python -m strata.cloud.bench", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m strata.cloud.bench", description=__doc__, allow_abbrev=False
+    )
     p.add_argument("--model", default="swin", help="repository model name")
     p.add_argument("--repository", default="", help="model repository; empty: the starter one")
     p.add_argument("--model-path", default="", help="an ONNX classifier instead of --model")

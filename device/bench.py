@@ -2,11 +2,13 @@
 
     python -m strata.device.bench --json out/device.json
 
-1. Throughput on an H.264 clip (data/vtest.mp4, 768x576) read as fast as possible:
-   bare PyAV decode + conversion to BGR (the physical limit of the agent's input), against
-   the whole agent with both gates on, sending to a real ZeroMQ ROUTER that acks every
-   frame in this process. Runs alternate (baseline, agent, baseline, ...) so that load
-   from other processes hits both alike; the medians are compared.
+1. Throughput on an H.264 clip (data/vtest.mp4, 768x576) read as fast as possible: the
+   whole agent with both gates on, sending to a real ZeroMQ ROUTER that acks every frame
+   in this process, against two bare PyAV baselines. The primary one decodes only (the
+   physical limit of the agent's input: the agent converts to BGR only the frames the
+   motion gate keeps); decode + BGR of every frame is reported beside it. Runs alternate
+   (decode, decode + BGR, agent, ...) so that load from other processes hits all alike;
+   the medians are compared.
 2. What each gate drops, and the bytes sent against the clip's size, on vtest.avi and on
    the synthetic clip (written as an H.264 MP4 first, so it has a file size).
 """
@@ -67,8 +69,9 @@ class ClipReport:
     bytes_ratio: float
 
 
-def decode_fps(path: Path, cfg: SourceConfig) -> tuple[int, float, float]:
-    """Bare PyAV: decode every frame and convert it to BGR; (frames, seconds, CPU seconds)."""
+def decode_fps(path: Path, cfg: SourceConfig, bgr: bool = False) -> tuple[int, float, float]:
+    """Bare PyAV: decode every frame (and convert it to BGR when `bgr`);
+    (frames, seconds, CPU seconds)."""
     import av
 
     with av.open(str(path)) as container:
@@ -77,7 +80,8 @@ def decode_fps(path: Path, cfg: SourceConfig) -> tuple[int, float, float]:
         n = 0
         t, cpu = time.perf_counter(), time.process_time()
         for frame in container.decode(stream):
-            frame.to_ndarray(format="bgr24")
+            if bgr:
+                frame.to_ndarray(format="bgr24")
             n += 1
         return n, time.perf_counter() - t, time.process_time() - cpu
 
@@ -142,9 +146,26 @@ def machine() -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Alternating runs of the two bare baselines and the agent over one clip."""
+
+    frames: int
+    decode_fps: list[float]
+    decode_bgr_fps: list[float]
+    decode_cpu_ms: list[float]
+    agent: list[ClipReport]
+
+    @property
+    def median_agent(self) -> ClipReport:
+        return sorted(self.agent, key=lambda r: r.fps)[len(self.agent) // 2]
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m strata.device.bench", description=__doc__.splitlines()[0] if __doc__ else ""
+        prog="python -m strata.device.bench",
+        description=__doc__.splitlines()[0] if __doc__ else "",
+        allow_abbrev=False,
     )
     p.add_argument("--clip", type=Path, default=ROOT / "data" / "vtest.mp4", help="H.264 clip")
     p.add_argument("--avi", type=Path, default=ROOT / "data" / "vtest.avi", help="vtest.avi")
@@ -167,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         "--decode-threads",
         type=int,
         default=0,
-        help="decoder threads on both sides (device.source.decode_threads; 0: PyAV's default)",
+        help="decoder threads on all sides (device.source.decode_threads; 0: PyAV's default)",
     )
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument(
@@ -180,13 +201,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="1 repeat, no vtest.avi, a 120-frame synthetic clip, 4 sweep points (strata bench)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def _prepare_clip(args: argparse.Namespace) -> bool:
+    """Apply --quick; False when there is no clip to measure."""
     if args.quick:
         args.repeats, args.avi = 1, Path("/nonexistent")
         args.synthetic = args.synthetic.replace("frames=300", "frames=120")
         args.motion_sweep = "0,4,10,20"
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-
     if args.quick and not args.clip.exists():
         from strata.shared.synthetic import SyntheticClip
 
@@ -196,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         args.clip = SyntheticClip(width=768, height=576, frames=300, seed=2).write(fallback)
     if not args.clip.exists():
         print(f"bench: {args.clip} missing; run `python .ci/test_data.py`", file=sys.stderr)
-        return 2
+        return False
+    return True
+
+
+def _base_config(args: argparse.Namespace) -> DeviceConfig:
     motion: dict[str, Any] = {}
     if args.motion_threshold is not None:
         motion["threshold"] = args.motion_threshold
@@ -209,74 +236,77 @@ def main(argv: list[str] | None = None) -> int:
         gate["positive_class_ids"] = [int(x) for x in args.positive_classes.split(",")]
     if args.gate_threshold is not None:
         gate["threshold"] = args.gate_threshold
-    base = DeviceConfig(
+    return DeviceConfig(
         agent_id="bench",
         motion=MotionConfig(**motion),
         gate=GateConfig(**gate),
         source=SourceConfig(decode_threads=args.decode_threads),
     )
 
-    info = machine()
-    decode_runs: list[float] = []
-    decode_cpu: list[float] = []
-    agent_runs: list[ClipReport] = []
+
+def _throughput(clip: Path, base: DeviceConfig, repeats: int, repository: str) -> Throughput:
+    out = Throughput(0, [], [], [], [])
     frames = 0
-    run_agent(args.clip, base, args.models_repository)  # warm-up: model load, page cache
-    for _ in range(args.repeats):
-        n, s, cpu = decode_fps(args.clip, base.source)
-        frames = n
-        decode_runs.append(n / s)
-        decode_cpu.append(cpu / n * 1000)
-        agent_runs.append(run_agent(args.clip, base, args.models_repository))
-    dec = statistics.median(decode_runs)
-    main_run = sorted(agent_runs, key=lambda r: r.fps)[len(agent_runs) // 2]
-    agent = main_run.fps
+    run_agent(clip, base, repository)  # warm-up: model load, page cache
+    for _ in range(repeats):
+        frames, s, cpu = decode_fps(clip, base.source)
+        out.decode_fps.append(frames / s)
+        out.decode_cpu_ms.append(cpu / frames * 1000)
+        n, s, _ = decode_fps(clip, base.source, bgr=True)
+        out.decode_bgr_fps.append(n / s)
+        out.agent.append(run_agent(clip, base, repository))
+    return Throughput(frames, out.decode_fps, out.decode_bgr_fps, out.decode_cpu_ms, out.agent)
 
-    clips: dict[str, ClipReport] = {args.clip.name: main_run}
-    if args.avi.exists():
-        clips[args.avi.name] = run_agent(args.avi, base, args.models_repository)
-    from strata.shared.synthetic import SyntheticClip
 
-    params = {k: int(v) for k, v in (kv.split("=") for kv in args.synthetic.split(",") if kv)}
+def _motion_sweep(
+    clips: list[Path], base: DeviceConfig, thresholds: str, repository: str
+) -> list[dict[str, Any]]:
+    """Frames kept by the motion gate alone at each threshold."""
     sweep: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        syn = SyntheticClip(**params).write(Path(tmp) / "synthetic.mp4")  # type: ignore[arg-type]
-        clips["synthetic"] = run_agent(syn, base, args.models_repository)
-        sweep_clips = [syn] if args.quick else [syn, args.clip]
-        for t in (float(x) for x in args.motion_sweep.split(",") if x.strip()):
-            # The motion gate alone: the curve shows what each threshold keeps.
-            cfg = base.model_copy(
-                update={
-                    "motion": base.motion.model_copy(update={"threshold": t}),
-                    "gate": base.gate.model_copy(update={"enabled": False}),
-                }
-            )
-            for path in sweep_clips:
-                r = run_agent(path, cfg, args.models_repository)
-                sweep.append(
-                    {
-                        "clip": path.name,
-                        "threshold": t,
-                        "kept_fraction": round(r.sent / r.frames, 4) if r.frames else 0.0,
-                    }
-                )
+    for t in (float(x) for x in thresholds.split(",") if x.strip()):
+        cfg = base.model_copy(
+            update={
+                "motion": base.motion.model_copy(update={"threshold": t}),
+                "gate": base.gate.model_copy(update={"enabled": False}),
+            }
+        )
+        for path in clips:
+            r = run_agent(path, cfg, repository)
+            kept = round(r.sent / r.frames, 4) if r.frames else 0.0
+            sweep.append({"clip": path.name, "threshold": t, "kept_fraction": kept})
+    return sweep
 
-    result: dict[str, Any] = {
+
+def _result(
+    tp: Throughput,
+    clips: dict[str, ClipReport],
+    sweep: list[dict[str, Any]],
+    base: DeviceConfig,
+    info: dict[str, Any],
+    argv: list[str] | None,
+) -> dict[str, Any]:
+    main_run = tp.median_agent
+    dec = statistics.median(tp.decode_fps)
+    dec_bgr = statistics.median(tp.decode_bgr_fps)
+    return {
         "decode_fps": dec,
-        "agent_fps": agent,
-        "ratio": agent / dec,
-        "frames": frames,
+        "decode_bgr_fps": dec_bgr,
+        "agent_fps": main_run.fps,
+        "ratio": main_run.fps / dec,
+        "ratio_vs_decode_bgr": main_run.fps / dec_bgr,
+        "frames": tp.frames,
         "dropped_motion": main_run.dropped_motion,
         "dropped_gate": main_run.dropped_gate,
         "bytes_sent": main_run.bytes_sent,
         "bytes_source": main_run.bytes_source,
-        "decode_fps_runs": decode_runs,
-        "agent_fps_runs": [r.fps for r in agent_runs],
+        "decode_fps_runs": tp.decode_fps,
+        "decode_bgr_fps_runs": tp.decode_bgr_fps,
+        "agent_fps_runs": [r.fps for r in tp.agent],
         # Process CPU time per frame (all threads; the agent's includes the in-process
         # ROUTER): what the ratio tends to when other load leaves no core idle.
-        "decode_cpu_ms_per_frame": statistics.median(decode_cpu),
+        "decode_cpu_ms_per_frame": statistics.median(tp.decode_cpu_ms),
         "agent_cpu_ms_per_frame": statistics.median(
-            r.cpu_seconds / r.frames * 1000 for r in agent_runs
+            r.cpu_seconds / r.frames * 1000 for r in tp.agent
         ),
         "clips": {k: asdict(v) for k, v in clips.items()},
         "motion_sweep": sweep,
@@ -288,9 +318,14 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {**info, "load_avg_1m_at_end": os.getloadavg()[0]},
         "command": "python -m strata.device.bench " + " ".join(argv or sys.argv[1:]),
     }
+
+
+def _print(result: dict[str, Any], clips: dict[str, ClipReport], info: dict[str, Any]) -> None:
     print(
-        f"decode {dec:.1f} fps, agent {agent:.1f} fps, ratio {agent / dec:.2f} "
-        f"({frames} frames, {info['cpu']}, {info['cores']} cores, load "
+        f"decode {result['decode_fps']:.1f} fps (decode + BGR {result['decode_bgr_fps']:.1f}), "
+        f"agent {result['agent_fps']:.1f} fps, ratio {result['ratio']:.2f} "
+        f"({result['ratio_vs_decode_bgr']:.2f} vs decode + BGR) "
+        f"({result['frames']} frames, {info['cpu']}, {info['cores']} cores, load "
         f"{info['load_avg_1m_at_start']:.1f} -> {os.getloadavg()[0]:.1f}); CPU per frame: "
         f"decode {result['decode_cpu_ms_per_frame']:.2f} ms, "
         f"agent {result['agent_cpu_ms_per_frame']:.2f} ms"
@@ -301,6 +336,30 @@ def main(argv: list[str] | None = None) -> int:
             f"gate dropped {r.gate_drop_fraction:.1%} of the rest, sent {r.sent}, "
             f"bytes sent {r.bytes_sent} = {r.bytes_ratio:.2f} x the file ({r.bytes_source})"
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not _prepare_clip(args):
+        return 2
+    base = _base_config(args)
+    info = machine()
+    repo = args.models_repository
+    tp = _throughput(args.clip, base, args.repeats, repo)
+    clips: dict[str, ClipReport] = {args.clip.name: tp.median_agent}
+    if args.avi.exists():
+        clips[args.avi.name] = run_agent(args.avi, base, repo)
+    from strata.shared.synthetic import SyntheticClip
+
+    params = {k: int(v) for k, v in (kv.split("=") for kv in args.synthetic.split(",") if kv)}
+    with tempfile.TemporaryDirectory() as tmp:
+        syn = SyntheticClip(**params).write(Path(tmp) / "synthetic.mp4")  # type: ignore[arg-type]
+        clips["synthetic"] = run_agent(syn, base, repo)
+        sweep_clips = [syn] if args.quick else [syn, args.clip]
+        sweep = _motion_sweep(sweep_clips, base, args.motion_sweep, repo)
+    result = _result(tp, clips, sweep, base, info, argv)
+    _print(result, clips, info)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,16 @@ class NodeRun:
     cpu_ms: float
 
 
+@dataclass(slots=True)
+class _Flight:
+    """What the sender, the ack drain and the SUB reader of one measurement share."""
+
+    sent_at: dict[tuple[str, int], float] = field(default_factory=dict)
+    got: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
 class NodeHarness:
     """A real edge node (in this process) fed by DEALER senders; a SUB counts results."""
 
@@ -170,89 +180,92 @@ class NodeHarness:
 
     def measure(self, frames: int, timeout_s: float) -> NodeRun:
         """Send warm-up plus `frames` frames; frames/s between the warm-up and the last."""
+        total = self.warm + frames
+        flight = _Flight()
+        base_seq = self.seq
+        self.seq += total // self.cameras + 1
+        threads = [
+            threading.Thread(target=self._send, args=(flight, total, base_seq)),
+            threading.Thread(target=self._drain_acks, args=(flight,)),
+        ]
+        for t in threads:
+            t.start()
+        try:
+            run = self._receive(flight, total, timeout_s)
+        finally:
+            flight.stop.set()
+            for t in threads:
+                t.join(timeout=5)
+        self.warm = self.rewarm
+        return run
+
+    def _send(self, flight: _Flight, total: int, base_seq: int) -> None:
+        # A bounded number of frames in flight: saturate the node, never shed.
+        for i in range(total):
+            if i >= self.inflight:
+                while not flight.got.acquire(timeout=0.5):
+                    if flight.stop.is_set():
+                        return
+            cam, seq = i % self.cameras, base_seq + i // self.cameras + 1
+            hdr = frame_pb2.FrameHeader(
+                camera_id=f"cam{cam}",
+                sequence=seq,
+                width=self.w,
+                height=self.h,
+                encoding=self.encoding,  # type: ignore[arg-type]
+                capture_ns=time.time_ns(),
+                send_ns=time.time_ns(),
+                frame_index=i,
+            )
+            with flight.lock:
+                flight.sent_at[(f"cam{cam}", seq)] = time.perf_counter()
+            payload = self.payloads[i % len(self.payloads)]
+            self.dealers[cam].send_multipart(pack_frame(hdr, payload), copy=False)
+
+    def _drain_acks(self, flight: _Flight) -> None:
         import zmq
+
+        poller = zmq.Poller()
+        for d in self.dealers:
+            poller.register(d, zmq.POLLIN)
+        while not flight.stop.is_set():
+            for sock, _ev in poller.poll(100):
+                sock.recv()
+
+    def _receive(self, flight: _Flight, total: int, timeout_s: float) -> NodeRun:
+        """Count published results; time and batch sizes between the warm-up and the last."""
         from strata.shared.metrics import sample
 
         reg = self.node.metrics.registry
-        total = self.warm + frames
-        sent_at: dict[tuple[str, int], float] = {}
-        got = threading.Semaphore(0)
-        lock = threading.Lock()
-        stop = threading.Event()
-        base_seq = self.seq
-        self.seq += total // self.cameras + 1
-
-        def send() -> None:
-            # A bounded number of frames in flight: saturate the node, never shed.
-            for i in range(total):
-                if i >= self.inflight:
-                    while not got.acquire(timeout=0.5):
-                        if stop.is_set():
-                            return
-                cam, seq = i % self.cameras, base_seq + i // self.cameras + 1
-                hdr = frame_pb2.FrameHeader(
-                    camera_id=f"cam{cam}",
-                    sequence=seq,
-                    width=self.w,
-                    height=self.h,
-                    encoding=self.encoding,  # type: ignore[arg-type]
-                    capture_ns=time.time_ns(),
-                    send_ns=time.time_ns(),
-                    frame_index=i,
-                )
-                with lock:
-                    sent_at[(f"cam{cam}", seq)] = time.perf_counter()
-                payload = self.payloads[i % len(self.payloads)]
-                self.dealers[cam].send_multipart(pack_frame(hdr, payload), copy=False)
-
-        def drain_acks() -> None:
-            poller = zmq.Poller()
-            for d in self.dealers:
-                poller.register(d, zmq.POLLIN)
-            while not stop.is_set():
-                for sock, _ev in poller.poll(100):
-                    sock.recv()
-
-        threads = [threading.Thread(target=send), threading.Thread(target=drain_acks)]
-        for t in threads:
-            t.start()
         latencies: list[float] = []
         t_first = t_last = c_first = c_last = 0.0
         received = 0
         deadline = time.monotonic() + timeout_s
         nb0 = nf0 = 0.0
-        try:
-            while received < total and time.monotonic() < deadline:
-                if not self.sub.poll(200):
-                    continue
-                _topic, body = self.sub.recv_multipart()
-                now = time.perf_counter()
-                msg = frame_pb2.FrameDetections()
-                msg.ParseFromString(body)
-                with lock:
-                    t_sent = sent_at.pop((msg.camera_id, msg.sequence), None)
-                received += 1
-                got.release()
-                if received == self.warm:
-                    t_first = now
-                    c_first = time.process_time()
-                    nb0 = sample(reg, "strata_edge_batch_size_count")
-                    nf0 = sample(reg, "strata_edge_batch_size_sum")
-                elif received > self.warm and t_sent is not None:
-                    latencies.append(now - t_sent)
-                    t_last = now
-                    c_last = time.process_time()
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=5)
+        while received < total and time.monotonic() < deadline:
+            if not self.sub.poll(200):
+                continue
+            _topic, body = self.sub.recv_multipart()
+            now = time.perf_counter()
+            msg = frame_pb2.FrameDetections()
+            msg.ParseFromString(body)
+            with flight.lock:
+                t_sent = flight.sent_at.pop((msg.camera_id, msg.sequence), None)
+            received += 1
+            flight.got.release()
+            if received == self.warm:
+                t_first, c_first = now, time.process_time()
+                nb0 = sample(reg, "strata_edge_batch_size_count")
+                nf0 = sample(reg, "strata_edge_batch_size_sum")
+            elif received > self.warm and t_sent is not None:
+                latencies.append(now - t_sent)
+                t_last, c_last = now, time.process_time()
         if received < total:
             raise RuntimeError(f"node published {received} of {total} frames in {timeout_s:.0f} s")
         nb = sample(reg, "strata_edge_batch_size_count") - nb0
         nf = sample(reg, "strata_edge_batch_size_sum") - nf0
         fps = (received - self.warm) / (t_last - t_first)
         cpu_ms = (c_last - c_first) * 1e3 / (received - self.warm)
-        self.warm = self.rewarm
         return NodeRun(fps, latencies, nf / nb if nb else 0.0, cpu_ms)
 
     def close(self) -> None:
@@ -260,8 +273,10 @@ class NodeHarness:
         self.ctx.destroy(linger=0)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m strata.edge.bench", description=__doc__)
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m strata.edge.bench", description=__doc__, allow_abbrev=False
+    )
     p.add_argument("--model", default="yolov8n", help="repository model name or ONNX path")
     p.add_argument("--repository", default="", help="model repository (default: starter)")
     p.add_argument("--batch", default="1,2,4", help="batch sizes to sweep, comma-separated")
@@ -285,99 +300,105 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--quick", action="store_true", help="batch 1,2, 6 frames, 1 round (for strata bench)"
     )
-    args = p.parse_args(argv)
-    if args.quick:
-        args.batch, args.frames, args.rounds = "1,2", 6, 1
+    return p
 
-    from .cli import resolve_model
 
-    model = (
-        Path(args.model)
-        if args.model.endswith(".onnx")
-        else resolve_model(args.model, "", args.repository)
+def _config(
+    args: argparse.Namespace, threads: int, streams: int, b: int, inflight: int
+) -> EdgeConfig:
+    return EdgeConfig.model_validate(
+        {
+            "listen": "tcp://127.0.0.1:0",
+            "publish": "tcp://127.0.0.1:0",
+            "runtime": {
+                "backend": args.backend,
+                "threads": threads,
+                "streams": streams,
+                "fp16": not args.no_fp16,
+                "preprocess_threads": args.preprocess_threads,
+                "min_batch": 1,
+                "opt_batch": b,
+                "max_batch": b,
+            },
+            # Degradation off: the sweep measures each batch size as configured.
+            "batching": {
+                "max_batch": b,
+                "max_queue_delay_ms": args.delay_ms,
+                "queue_per_camera": inflight,
+                "delay_target_ms": 0,
+            },
+        }
     )
-    threads = args.threads or (os.cpu_count() or 1)
+
+
+def _point(
+    args: argparse.Namespace,
+    model: Path,
+    images: list[np.ndarray],
+    threads: int,
+    streams: int,
+    b: int,
+) -> tuple[Point, list[float]]:
+    """One (streams, batch) point and its per-frame latencies in ms."""
     encoding = common_pb2.ENCODING_JPEG if args.encoding == "jpeg" else common_pb2.ENCODING_BGR
-    images = bench_frames(args.width, args.height, 16)
-    points: list[Point] = []
-    latencies_ms: dict[tuple[int, int], list[float]] = {}
-    sweep = [(int(st), int(b)) for st in args.streams.split(",") for b in args.batch.split(",")]
-    for streams, b in sweep:
-        inflight = args.inflight or max(2 * b * streams, args.cameras)
-        cfg = EdgeConfig.model_validate(
-            {
-                "listen": "tcp://127.0.0.1:0",
-                "publish": "tcp://127.0.0.1:0",
-                "runtime": {
-                    "backend": args.backend,
-                    "threads": threads,
-                    "streams": streams,
-                    "fp16": not args.no_fp16,
-                    "preprocess_threads": args.preprocess_threads,
-                    "min_batch": 1,
-                    "opt_batch": b,
-                    "max_batch": b,
-                },
-                # Degradation off: the sweep measures each batch size as configured.
-                "batching": {
-                    "max_batch": b,
-                    "max_queue_delay_ms": args.delay_ms,
-                    "queue_per_camera": inflight,
-                    "delay_target_ms": 0,
-                },
-            }
-        )
-        # Alternate bare and node runs and keep each one's best: other load on the machine
-        # then hits both alike instead of whichever ran during a busy spell.
-        bare = Bare(model, cfg, b, images[0])
-        node = NodeHarness(model, cfg, images, args.cameras, encoding, inflight)
-        try:
-            bare_runs, node_runs = [], []
-            for _ in range(args.rounds):
-                bare_runs.append(bare.measure(args.frames))
-                node_runs.append(node.measure(args.frames, args.timeout))
-        finally:
-            node.close()
-            bare.close()
-        # Frames over total time across the rounds (the harmonic mean of the rates): with
-        # short alternating rounds both sides see the same background load on average.
-        bare_best = len(bare_runs) / sum(1.0 / f for f, _c in bare_runs)
-        bare_cpu = float(np.median([c for _f, c in bare_runs]))
-        node_cpu = float(np.median([r.cpu_ms for r in node_runs]))
-        fps = len(node_runs) / sum(1.0 / r.fps for r in node_runs)
-        lat = [x for r in node_runs for x in r.latencies_s]
-        mean_batch = float(np.mean([r.mean_batch for r in node_runs]))
-        spread = {
+    inflight = args.inflight or max(2 * b * streams, args.cameras)
+    cfg = _config(args, threads, streams, b, inflight)
+    # Alternate bare and node runs: other load on the machine then hits both alike instead
+    # of whichever ran during a busy spell.
+    bare = Bare(model, cfg, b, images[0])
+    node = NodeHarness(model, cfg, images, args.cameras, encoding, inflight)
+    try:
+        bare_runs, node_runs = [], []
+        for _ in range(args.rounds):
+            bare_runs.append(bare.measure(args.frames))
+            node_runs.append(node.measure(args.frames, args.timeout))
+    finally:
+        node.close()
+        bare.close()
+    # Frames over total time across the rounds (the harmonic mean of the rates): with
+    # short alternating rounds both sides see the same background load on average.
+    bare_fps = len(bare_runs) / sum(1.0 / f for f, _c in bare_runs)
+    bare_cpu = float(np.median([c for _f, c in bare_runs]))
+    node_cpu = float(np.median([r.cpu_ms for r in node_runs]))
+    fps = len(node_runs) / sum(1.0 / r.fps for r in node_runs)
+    ms = np.array([x for r in node_runs for x in r.latencies_s]) * 1e3
+    pt = Point(
+        b,
+        streams,
+        args.frames,
+        round(bare_fps, 2),
+        round(fps, 2),
+        round(fps / bare_fps, 3),
+        round(float(np.percentile(ms, 50)), 1),
+        round(float(np.percentile(ms, 99)), 1),
+        round(float(np.mean([r.mean_batch for r in node_runs])), 2),
+        round(bare_cpu, 1),
+        round(node_cpu, 1),
+        round(bare_cpu / node_cpu, 3),
+        {
             "bare_fps_rounds": [round(f, 2) for f, _c in bare_runs],
             "node_fps_rounds": [round(r.fps, 2) for r in node_runs],
-        }
-        ms = np.array(lat) * 1e3
-        latencies_ms[(streams, b)] = sorted(round(float(x), 2) for x in ms)
-        pt = Point(
-            b,
-            streams,
-            args.frames,
-            round(bare_best, 2),
-            round(fps, 2),
-            round(fps / bare_best, 3),
-            round(float(np.percentile(ms, 50)), 1),
-            round(float(np.percentile(ms, 99)), 1),
-            round(mean_batch, 2),
-            round(bare_cpu, 1),
-            round(node_cpu, 1),
-            round(bare_cpu / node_cpu, 3),
-            spread,
-        )
-        points.append(pt)
-        print(
-            f"streams {streams} batch {b}: bare {pt.bare_fps:.2f} fps, node {pt.node_fps:.2f} fps, "
-            f"ratio {pt.ratio:.3f}, latency p50 {pt.p50_ms} ms p99 {pt.p99_ms} ms, "
-            f"mean batch {pt.mean_batch}, CPU ms/frame bare {pt.bare_cpu_ms} node "
-            f"{pt.node_cpu_ms} (ratio {pt.cpu_ratio})",
-            flush=True,
-        )
+        },
+    )
+    print(
+        f"streams {streams} batch {b}: bare {pt.bare_fps:.2f} fps, node {pt.node_fps:.2f} fps, "
+        f"ratio {pt.ratio:.3f}, latency p50 {pt.p50_ms} ms p99 {pt.p99_ms} ms, "
+        f"mean batch {pt.mean_batch}, CPU ms/frame bare {pt.bare_cpu_ms} node "
+        f"{pt.node_cpu_ms} (ratio {pt.cpu_ratio})",
+        flush=True,
+    )
+    return pt, sorted(round(float(x), 2) for x in ms)
+
+
+def _doc(
+    args: argparse.Namespace,
+    model: Path,
+    threads: int,
+    points: list[Point],
+    latencies_ms: dict[tuple[int, int], list[float]],
+) -> dict[str, Any]:
     best = max(points, key=lambda q: q.node_fps)
-    doc = {
+    return {
         "bare_fps": best.bare_fps,
         "node_fps": best.node_fps,
         "ratio": best.ratio,
@@ -407,6 +428,30 @@ def main(argv: list[str] | None = None) -> int:
         "machine": cpu_line(),
         "gpu": gpu_model() if args.backend != "onnxruntime-cpu" else "",
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.quick:
+        args.batch, args.frames, args.rounds = "1,2", 6, 1
+
+    from .cli import resolve_model
+
+    model = (
+        Path(args.model)
+        if args.model.endswith(".onnx")
+        else resolve_model(args.model, "", args.repository)
+    )
+    threads = args.threads or (os.cpu_count() or 1)
+    images = bench_frames(args.width, args.height, 16)
+    points: list[Point] = []
+    latencies_ms: dict[tuple[int, int], list[float]] = {}
+    for streams, b in [
+        (int(st), int(b)) for st in args.streams.split(",") for b in args.batch.split(",")
+    ]:
+        pt, latencies_ms[(streams, b)] = _point(args, model, images, threads, streams, b)
+        points.append(pt)
+    doc = _doc(args, model, threads, points, latencies_ms)
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps({k: doc[k] for k in ("bare_fps", "node_fps", "ratio", "p50_ms", "p99_ms")}))

@@ -11,6 +11,8 @@ KEYS = {
     "decode_fps",
     "agent_fps",
     "ratio",
+    "decode_bgr_fps",
+    "ratio_vs_decode_bgr",
     "frames",
     "dropped_motion",
     "dropped_gate",
@@ -40,6 +42,8 @@ def test_bench_writes_its_json(tmp_path: Path, synthetic_mp4: Path) -> None:
     assert doc.keys() >= KEYS
     assert doc["frames"] == 60 and doc["decode_fps"] > 0 and doc["agent_fps"] > 0
     assert doc["ratio"] == doc["agent_fps"] / doc["decode_fps"]
+    assert doc["ratio_vs_decode_bgr"] == doc["agent_fps"] / doc["decode_bgr_fps"]
+    assert len(doc["decode_fps_runs"]) == len(doc["decode_bgr_fps_runs"]) == 1
     assert doc["bytes_source"] == synthetic_mp4.stat().st_size
     assert 0 < doc["dropped_motion"] < 60  # the clip has still and moving stretches
     assert set(doc["clips"]) == {synthetic_mp4.name, "synthetic"}

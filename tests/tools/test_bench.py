@@ -21,7 +21,17 @@ def clip_result() -> ClipResult:
 
 def test_report_keys_come_from_tier_json() -> None:
     runs = {
-        "device": TierRun("device", ["x"], {"decode_fps": 100, "agent_fps": 90, "ratio": 0.9}),
+        "device": TierRun(
+            "device",
+            ["x"],
+            {
+                "decode_fps": 100,
+                "decode_bgr_fps": 80,
+                "agent_fps": 90,
+                "ratio": 0.9,
+                "ratio_vs_decode_bgr": 1.125,
+            },
+        ),
         "edge": TierRun(
             "edge",
             ["x"],
@@ -36,6 +46,7 @@ def test_report_keys_come_from_tier_json() -> None:
     assert rep["missing"] == [k for k in report.REQUIRED if k.startswith("cloud.")]
     md = report.markdown(rep, [clip_result()], "strata bench --quick")
     assert "cloud benchmark: exit status 1" in md and "| c.mp4 | 10 | 6 | 2 |" in md
+    assert "PyAV decode + BGR of every frame | 80.00 | 90.00 | 1.125 |" in md
     json.dumps(rep)  # serialisable
 
 
@@ -82,14 +93,15 @@ def test_ultralytics_side_by_side_or_a_clear_none(tmp_path: Path) -> None:
     import importlib.util
 
     from strata.shared.synthetic import SyntheticClip
-    from strata.tools.bench.runner import ultralytics_side_by_side
+    from strata.tools.bench.side_by_side import ultralytics_side_by_side
 
     clip = SyntheticClip(width=160, height=120, frames=3, seed=0).write(tmp_path / "c.mp4")
-    got = ultralytics_side_by_side(clip, 1.0, sys.executable, timeout_s=280)
+    got = ultralytics_side_by_side(clip, 1.0, sys.executable, 2, timeout_s=280)
     if importlib.util.find_spec("ultralytics") is None:
         assert got is None  # no export extra here: the bench says so and goes on
     else:
-        assert got is not None and got["frames"] == 3 and got["ultralytics_fps"] > 0
+        assert got is not None and got["frames"] == 3 and got["batch"] == 2
+        assert got["ultralytics_fps"] > 0 and got["ultralytics_fps_batch1"] > 0
 
 
 def test_plots_say_clearly_when_matplotlib_is_missing(

@@ -18,6 +18,8 @@ TIER_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "device.decode_fps": ("device", ("decode_fps",)),
     "device.agent_fps": ("device", ("agent_fps",)),
     "device.ratio": ("device", ("ratio",)),
+    "device.decode_bgr_fps": ("device", ("decode_bgr_fps",)),
+    "device.ratio_vs_decode_bgr": ("device", ("ratio_vs_decode_bgr",)),
     "edge.bare_fps": ("edge", ("bare_fps",)),
     "edge.node_fps": ("edge", ("node_fps",)),
     "edge.ratio": ("edge", ("ratio",)),
@@ -169,8 +171,12 @@ def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> s
         "",
         "| tier | bare | in strata | ratio | p50 ms | p99 ms |",
         "| --- | --- | --- | --- | --- | --- |",
-        f"| device (frames/s: PyAV decode vs agent with both gates) | {_f(r['device.decode_fps'])} "
-        f"| {_f(r['device.agent_fps'])} | {_f(r['device.ratio'], 3)} | | |",
+        f"| device (frames/s: PyAV decode only vs agent with both gates) "
+        f"| {_f(r['device.decode_fps'])} | {_f(r['device.agent_fps'])} "
+        f"| {_f(r['device.ratio'], 3)} | | |",
+        f"| device, beside it: PyAV decode + BGR of every frame "
+        f"| {_f(r.get('device.decode_bgr_fps'))} | {_f(r['device.agent_fps'])} "
+        f"| {_f(r.get('device.ratio_vs_decode_bgr'), 3)} | | |",
         f"| edge (frames/s: ONNX Runtime session vs node over ZeroMQ) | {_f(r['edge.bare_fps'])} "
         f"| {_f(r['edge.node_fps'])} | {_f(r['edge.ratio'], 3)} | {_f(r['edge.p50_ms'])} "
         f"| {_f(r['edge.p99_ms'])} |",
@@ -211,9 +217,11 @@ def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> s
             "## ultralytics side by side",
             "",
             f"On {side['clip']} ({side['frames']} frames, model {Path(side['model']).name}): "
-            f"ultralytics `YOLO(model).predict(stream=True)` {side['ultralytics_fps']} frames/s, "
+            f"ultralytics `YOLO(model).predict(stream=True)` at batch {side.get('batch')} "
+            f"{side['ultralytics_fps']} frames/s (batch 1: {side.get('ultralytics_fps_batch1')}), "
             f"strata's edge path {side['strata_pipeline_fps']} frames/s "
-            f"(ratio {side['ratio']}). {side['what']}.",
+            f"(ratio {side['ratio']} at the same batch, {side.get('ratio_vs_batch1')} against "
+            f"batch 1). {side['what']}.",
         ]
     elif side:
         lines += ["", f"ultralytics side by side failed: {side.get('error')}"]

@@ -11,7 +11,14 @@ from typing import Any
 
 from strata.shared import machine
 from strata.tools.bench import plots, report
-from strata.tools.bench.cascade import ClipResult, Labels, measure_clip, synthetic_truth
+from strata.tools.bench.cascade import (
+    NO_SHEDDING,
+    ClipResult,
+    Labels,
+    measure_clip,
+    synthetic_truth,
+)
+from strata.tools.bench.side_by_side import strata_batch, ultralytics_side_by_side
 from strata.tools.bench.tiers import TIERS, TierRun, lookup, run_tier
 
 log = logging.getLogger(__name__)
@@ -75,72 +82,6 @@ def run_cascade(opts: BenchOptions, work: Path) -> list[ClipResult]:
     return clips
 
 
-# Run in the interpreter that has ultralytics (the export extra), which need not have strata.
-_ULTRALYTICS = """
-import json, sys, time
-try:
-    from ultralytics import YOLO
-except ImportError:
-    sys.exit(3)
-clip, model, imgsz = sys.argv[1], sys.argv[2], int(sys.argv[3])
-yolo = YOLO(model, task="detect")
-for _ in yolo.predict(clip, stream=True, imgsz=imgsz, device="cpu", verbose=False, rect=False):
-    break  # warm-up: session creation and the first inference
-n, t = 0, time.perf_counter()
-for _ in yolo.predict(clip, stream=True, imgsz=imgsz, device="cpu", verbose=False, rect=False):
-    n += 1
-print(json.dumps({"frames": n, "seconds": time.perf_counter() - t}))
-"""
-# rect=False: the ONNX model's batch axis is dynamic, which makes ultralytics letterbox to a
-# rectangle; the spatial axes are fixed, so it must pad to the square like strata does.
-
-
-def ultralytics_side_by_side(
-    clip: Path, strata_fps: float | None, python: str, timeout_s: float = 600.0
-) -> dict[str, Any] | None:
-    """ultralytics' own `YOLO(model).predict(stream=True)` over the same clip and ONNX model.
-
-    None when `python` has no ultralytics (the export extra is not installed there).
-    """
-    import json
-    import os
-    import subprocess
-    import tempfile
-
-    from strata.shared.models import ModelRepository
-
-    manifest, _variant, onnx_path = ModelRepository().file_of("yolov8n")
-    imgsz = int(manifest.input.shape[-1] or 640)
-    with tempfile.TemporaryDirectory() as cfg_dir:
-        env = {**os.environ, "YOLO_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "YOLO_CONFIG_DIR": cfg_dir}
-        proc = subprocess.run(
-            [python, "-c", _ULTRALYTICS, str(clip), str(onnx_path), str(imgsz)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-        )
-    if proc.returncode == 3:
-        return None
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1:] or ["failed"]}
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    fps = got["frames"] / got["seconds"] if got["seconds"] > 0 else 0.0
-    return {
-        "python": python,
-        "model": str(onnx_path),
-        "clip": clip.name,
-        "imgsz": imgsz,
-        "frames": got["frames"],
-        "ultralytics_fps": round(fps, 2),
-        "strata_pipeline_fps": round(strata_fps, 2) if strata_fps else None,
-        "ratio": round(strata_fps / fps, 3) if strata_fps and fps else None,
-        "what": "ultralytics' predict loop (decode, letterbox, ONNX Runtime, NMS) in one "
-        "process against strata's reference run (device decode, ZeroMQ, edge batching, "
-        "YOLO, NMS, PUB), both over every frame of the same clip with the same ONNX model",
-    }
-
-
 def plot_data(runs: dict[str, TierRun], clips: list[ClipResult]) -> plots.PlotData:
     """Series for the plots from whatever the benchmarks measured."""
     data = plots.PlotData()
@@ -202,7 +143,10 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
         strata_fps = clips[0].reference_fps or None
         try:
             side = ultralytics_side_by_side(
-                out / "cascade" / "synthetic.mp4", strata_fps, opts.ultralytics_python
+                out / "cascade" / "synthetic.mp4",
+                strata_fps,
+                opts.ultralytics_python,
+                strata_batch(NO_SHEDDING),
             )
         except Exception as exc:
             side = {"error": str(exc)}
