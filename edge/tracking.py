@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 from strata.shared.config.edge import TrackingConfig
-from strata.shared.vision import FrameBoxes
+from strata.shared.vision import FrameBoxes, iou
 
 # Noise as a fraction of the box height (ByteTrack's weights): measurement, and the process
 # per frame of position and velocity.
@@ -65,20 +65,6 @@ class TrackedBoxes:
             z,
             predicted,
         )
-
-
-def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of every box in `a` (N, 4) with every box in `b` (M, 4), x1 y1 x2 y2."""
-    if a.shape[0] == 0 or b.shape[0] == 0:
-        return np.zeros((a.shape[0], b.shape[0]), np.float32)
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    wh = np.clip(rb - lt, 0, None)
-    inter = wh[..., 0] * wh[..., 1]
-    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
-    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.asarray(inter / np.maximum(union, 1e-9), np.float32)
 
 
 def _to_xywh(boxes: np.ndarray) -> np.ndarray:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from strata.edge.tracking import Tracker, centre_distance, iou
+from strata.edge.tracking import Tracker, centre_distance
 from strata.shared.config.edge import TrackingConfig
-from strata.shared.vision import FrameBoxes
+from strata.shared.vision import FrameBoxes, iou
 
 
 def dets(*boxes: tuple[float, float, float, float], score: float = 0.9, cls: int = 0) -> FrameBoxes:
