@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
-from strata.shared.machine import cpu_line
+from strata.shared.machine import cpu_line, gpus
 from strata.shared.wire import pack_frame
 
 
@@ -46,22 +46,6 @@ class Point:
     node_cpu_ms: float
     cpu_ratio: float
     rounds: dict[str, list[float]]
-
-
-def gpu_model() -> str:
-    """The GPU's name from nvidia-smi, for the record."""
-    import subprocess
-
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
 
 
 def bench_frames(width: int, height: int, count: int) -> list[np.ndarray]:
@@ -426,7 +410,7 @@ def _doc(
         "rounds": args.rounds,
         "inflight": args.inflight or "2 batches",
         "machine": cpu_line(),
-        "gpu": gpu_model() if args.backend != "onnxruntime-cpu" else "",
+        "gpu": ", ".join(gpus()) if args.backend != "onnxruntime-cpu" else "",
     }
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, start_http_server
 
@@ -43,10 +42,3 @@ def sample(registry: CollectorRegistry, name: str, labels: dict[str, str] | None
     """Current value of one sample (0.0 when absent): for tests, the CLI and the demo."""
     value = registry.get_sample_value(name, labels or {})
     return 0.0 if value is None else float(value)
-
-
-def metric_names(registry: CollectorRegistry) -> Iterable[str]:
-    """Every sample name the registry exports (for the dashboard check)."""
-    for family in registry.collect():
-        for s in family.samples:
-            yield s.name

@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError
 
@@ -70,24 +70,37 @@ def pack_frame(header: frame_pb2.FrameHeader, payload: Any) -> list[Any]:
     return [header.SerializeToString(), payload]
 
 
+_M = TypeVar("_M", frame_pb2.FrameHeader, frame_pb2.FrameAck)
+
+
+def _parse(message: _M, part: Any, what: str) -> _M:
+    try:
+        message.ParseFromString(bytes(memoryview(part)))
+    except (DecodeError, RuntimeWarning) as exc:
+        raise MalformedMessage(REASON_HEADER, f"{what}: {exc}") from None
+    return message
+
+
+def _check_version(
+    version: common_pb2.ProtocolVersion, me: str, header: frame_pb2.FrameHeader | None = None
+) -> None:
+    if version.major != PROTOCOL_MAJOR:
+        raise MalformedMessage(
+            REASON_VERSION,
+            f"unsupported protocol version {version.major}.{version.minor}; "
+            f"this {me} speaks {PROTOCOL_MAJOR}.x",
+            header,
+        )
+
+
 def unpack_frame(parts: Sequence[Any]) -> FrameMessage:
     """Check a received [header, payload] pair; raise MalformedMessage saying what is wrong."""
     if len(parts) != 2:
         raise MalformedMessage(
             REASON_PARTS, f"expected 2 parts (header, payload), got {len(parts)}"
         )
-    header = frame_pb2.FrameHeader()
-    try:
-        header.ParseFromString(bytes(memoryview(parts[0])))
-    except (DecodeError, RuntimeWarning) as exc:
-        raise MalformedMessage(REASON_HEADER, f"header is not a FrameHeader: {exc}") from None
-    if header.version.major != PROTOCOL_MAJOR:
-        raise MalformedMessage(
-            REASON_VERSION,
-            f"unsupported protocol version {header.version.major}.{header.version.minor}; "
-            f"this node speaks {PROTOCOL_MAJOR}.x",
-            header,
-        )
+    header = _parse(frame_pb2.FrameHeader(), parts[0], "header is not a FrameHeader")
+    _check_version(header.version, "node", header)
     if not header.camera_id:
         raise MalformedMessage(REASON_FIELDS, "camera_id is empty", header)
     if header.sequence < 1:
@@ -144,17 +157,8 @@ def unpack_ack(parts: Sequence[Any]) -> frame_pb2.FrameAck:
     """Check a received [ack] message; raise MalformedMessage saying what is wrong."""
     if len(parts) != 1:
         raise MalformedMessage(REASON_PARTS, f"expected 1 part (ack), got {len(parts)}")
-    ack = frame_pb2.FrameAck()
-    try:
-        ack.ParseFromString(bytes(memoryview(parts[0])))
-    except (DecodeError, RuntimeWarning) as exc:
-        raise MalformedMessage(REASON_HEADER, f"not a FrameAck: {exc}") from None
-    if ack.version.major != PROTOCOL_MAJOR:
-        raise MalformedMessage(
-            REASON_VERSION,
-            f"unsupported protocol version {ack.version.major}.{ack.version.minor}; "
-            f"this agent speaks {PROTOCOL_MAJOR}.x",
-        )
+    ack = _parse(frame_pb2.FrameAck(), parts[0], "not a FrameAck")
+    _check_version(ack.version, "agent")
     if not ack.camera_id or ack.sequence < 1:
         raise MalformedMessage(REASON_FIELDS, "ack without camera_id or sequence")
     return ack

@@ -60,7 +60,7 @@ def load_yaml_model(model: type[M], path: str | Path, overrides: dict[str, Any] 
     lines: dict[_Path, int] = {}
     if root is not None:
         _key_lines_into(root, (), lines)
-    return validate_model(model, _merge(data, overrides or {}), source=str(path), lines=lines)
+    return validate_model(model, merge(data, overrides or {}), source=str(path), lines=lines)
 
 
 def validate_model(
@@ -84,11 +84,12 @@ def validate_model(
         raise ConfigError("invalid config:\n  " + "\n  ".join(msgs)) from None
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`extra` deep-merged over `base` (neither is modified)."""
     out = dict(base)
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge(out[key], value)
         else:
             out[key] = value
     return out

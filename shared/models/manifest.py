@@ -23,7 +23,6 @@ from pydantic import Field, field_validator, model_validator
 from ..config.base import ConfigError, StrictModel, load_yaml_model
 
 MANIFEST_FILE = "manifest.yaml"
-MANIFEST_VERSION = 1
 
 Task = Literal["detect", "classify"]
 Precision = Literal["fp32", "fp16", "int8"]

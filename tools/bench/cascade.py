@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from strata.shared.config.base import merge
 from strata.shared.vision.agreement import Agreement, agreement, propagate
 from strata.shared.vision.boxes import FrameBoxes
 from strata.tools.demo.names import BYTES, COUNTS
@@ -99,12 +100,6 @@ def run_once(workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: fl
     return outcome
 
 
-def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    from strata.tools.demo.stack import merge
-
-    return merge(a, b)
-
-
 def measure_clip(
     clip: Path,
     workdir: Path,
@@ -115,8 +110,8 @@ def measure_clip(
 ) -> ClipResult:
     """Reference and cascade runs over `clip`, compared."""
     labels = truth_labels or Labels()
-    extra = _merge(NO_SHEDDING, overrides or {})
-    ref = run_once(workdir / "reference", clip, _merge(extra, GATES_OFF), timeout_s)
+    extra = merge(NO_SHEDDING, overrides or {})
+    ref = run_once(workdir / "reference", clip, merge(extra, GATES_OFF), timeout_s)
     cas = run_once(workdir / "cascade", clip, extra, timeout_s)
     decoded = int(value(ref.scrapes, COUNTS["decoded"]))
     ref_boxes = boxes_of(ref.results, labels)

@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from strata.shared.config.base import merge
 from strata.shared.contracts import analytics_pb2
 from strata.tools.demo import summary
 from strata.tools.demo.names import COUNTS
 from strata.tools.demo.procs import TierExitedError
 from strata.tools.demo.results import DetectionCollector, Received, query_events
 from strata.tools.demo.scrape import Samples
-from strata.tools.demo.stack import Camera, Stack, merge
+from strata.tools.demo.stack import Camera, Stack
 
 log = logging.getLogger(__name__)
 

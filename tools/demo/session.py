@@ -39,7 +39,6 @@ SYNTHETIC_PARAMS = {"width": 640, "height": 480, "fps": 5, "objects": 4, "seed":
 
 # Edge queue per camera when a source is a file (see DemoSession.run).
 FILE_QUEUE = 100_000
-FILE_DRAIN_S = 1800.0
 
 
 def synthetic_source(frames: int) -> str:
@@ -131,7 +130,7 @@ class DemoSession:
             # every kept frame (latency shows the wait) instead of shedding most of them, and
             # keep the batch size (that wait is not a missed delay target).
             overrides["edge"] = {"batching": {"queue_per_camera": FILE_QUEUE, "delay_target_ms": 0}}
-        from strata.tools.demo.stack import merge
+        from strata.shared.config.base import merge
 
         self.pipeline = PipelineRun(
             out / "run",

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 from strata.shared.config import load_config
+from strata.shared.config.base import merge
 from strata.tools.demo.procs import TierExitedError, TierProcess
 from strata.tools.demo.scrape import Samples, parse, scrape
 
@@ -47,17 +48,6 @@ class Ports:
     def pick(cls) -> Ports:
         """Free ports for everything."""
         return cls(free_port(), free_port(), free_port(), {t: free_port() for t in TIERS})
-
-
-def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """`extra` deep-merged over `base`."""
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 @dataclass

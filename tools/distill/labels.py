@@ -10,7 +10,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from strata.tools.distill.boxes import SOURCE_HOG, SOURCE_MOTION, Detections
+from strata.tools.distill.boxes import Detections
 from strata.tools.distill.teachers import HogTeacher, ModelTeacher, MotionTeacher, Teacher
 from strata.tools.distill.tracking import FusionSettings, TrackStats, fuse_frame, track_labels
 
@@ -231,15 +231,3 @@ def label_clip(
         stats,
         background,
     )
-
-
-def source_counts(labels: ClipLabels) -> dict[str, int]:
-    """How many label boxes each teacher supported."""
-    src: np.ndarray = (
-        np.concatenate([b.sources for b in labels.boxes]) if labels.boxes else np.zeros(0, np.uint8)
-    )
-    return {
-        "hog": int(np.count_nonzero(src & SOURCE_HOG)),
-        "motion": int(np.count_nonzero(src & SOURCE_MOTION)),
-        "total": int(src.shape[0]),
-    }

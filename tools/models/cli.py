@@ -103,9 +103,7 @@ def _add_quantize(sub: Any) -> None:
         help="Comma-separated operator types left in float ('' for none).",
     )
     p.add_argument("--exclude-nodes", default="", help="Regex over node names kept in float.")
-    p.add_argument("--runs", type=int, default=30, help="Timed batch-1 runs per model.")
-    p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads.")
-    p.add_argument("--conf", type=float, default=0.25, help="Detector score threshold for F1.")
+    _timing(p, "Timed batch-1 runs per model.")
     p.add_argument("--variant", default="int8", help="Variant key to record.")
     p.add_argument(
         "--as-model",
@@ -143,10 +141,8 @@ def _add_bench(sub: Any) -> None:
     )
     p.add_argument("--clip", required=True, help="Video whose frames are the inputs.")
     p.add_argument("--frames", type=int, default=32, help="Frames for agreement.")
-    p.add_argument("--runs", type=int, default=30, help="Timed runs per variant.")
+    _timing(p, "Timed runs per variant.")
     p.add_argument("--batch", type=int, default=1, help="Batch size of the timed runs.")
-    p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads.")
-    p.add_argument("--conf", type=float, default=0.25, help="Detector score threshold for F1.")
     p.add_argument("--backend", default="onnxruntime-cpu", help="Runtime back end.")
     p.set_defaults(func=run_bench)
 
@@ -184,6 +180,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         "-r",
         help="Model repository folder (default: models.repository, else the starter one).",
     )
+
+
+def _timing(p: argparse.ArgumentParser, runs_help: str) -> None:
+    """What every command that times a model and scores its agreement takes."""
+    p.add_argument("--runs", type=int, default=30, help=runs_help)
+    p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads.")
+    p.add_argument("--conf", type=float, default=0.25, help="Detector score threshold for F1.")
 
 
 def _into(p: argparse.ArgumentParser) -> None:
