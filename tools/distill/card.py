@@ -70,68 +70,13 @@ def _data_section(report: Any) -> list[str]:
 def model_card(part: str, report: Any) -> str:
     """Markdown card for one distilled model."""
     m = report.machine
-    lines = [f"# Model card: `{getattr(report, part).get('name', part)}` (distilled)", ""]
+    info = getattr(report, part)
+    lines = [f"# Model card: `{info.get('name', part)}` (distilled)", ""]
     lines += [_PURPOSE[part], ""]
     lines += _data_section(report)
-    lines += ["## Training", ""]
-    info = getattr(report, part)
-    tr = info.get("train", {})
-    if part == "detector":
-        lines += [
-            "YOLOv8n (ultralytics `yolov8n.yaml`, from scratch: no pretrained weights), "
-            f"{info.get('train_images')} training frames ({info.get('val_images')} more for "
-            f"ultralytics' validation, also from the training part), imgsz "
-            f"{tr.get('imgsz', report.request.get('imgsz'))}, batch "
-            f"{tr.get('batch', report.request.get('student_batch'))}, epochs "
-            f"{tr.get('epochs', 'n/a')}"
-            + (f" (a {tr['time']} h time budget)" if tr.get("time") else "")
-            + f", {_fmt(tr.get('seconds'), 0)} s on {tr.get('device', 'n/a')}; "
-            f"{tr.get('optimizer', 'AdamW')} lr0 {tr.get('lr0', 0.002)} with an optimizer step "
-            "per batch, a short warm-up, no mosaic, ultralytics' HSV/flip/scale "
-            "augmentation; AMP and plots off (both would download).",
-            "",
-        ]
-    else:
-        arch = (
-            "MobileNetV3-Small (timm `mobilenetv3_small_100`)"
-            if part == "gate"
-            else f"Swin Transformer (timm, '{report.request.get('swin_size')}' size as the "
-            "starter `swin`)"
-        )
-        lines += [
-            f"{arch}, 2 classes, from scratch, {tr.get('train_samples')} training images "
-            f"(class balance {info.get('train_balance')}), input {tr.get('imgsz')} px, "
-            f"{tr.get('epochs')} epochs, AdamW + one-cycle, flips and brightness jitter, "
-            f"{_fmt(tr.get('seconds'), 0)} s on {tr.get('device', 'n/a')}.",
-            "",
-        ]
+    lines += ["## Training", "", _training(part, report), ""]
     lines += ["## Held-out scores", ""]
-    if part == "detector":
-        h = info.get("heldout", {})
-        s = info.get("speed", {})
-        lines += [
-            "| metric | value |",
-            "| --- | --- |",
-            f"| mAP50 vs the teacher's boxes | {_fmt(h.get('ap50'))} |",
-            f"| precision / recall at score {h.get('conf')} | {_fmt(h.get('precision'))} / "
-            f"{_fmt(h.get('recall'))} |",
-            f"| frames / teacher boxes | {h.get('frames')} / {h.get('truth_boxes')} |",
-            f"| student CPU / wall ms per {s.get('frame_size')} frame (imgsz "
-            f"{s.get('student_imgsz')}, ONNX Runtime, 1 thread, median of {s.get('frames')}) | "
-            f"{_fmt(s.get('student_cpu_ms'), 1)} / {_fmt(s.get('student_ms'), 1)} |",
-            "| HOG teacher CPU / wall ms per frame (1 thread, same frames, interleaved) | "
-            f"{_fmt(s.get('hog_cpu_ms'), 1)} / {_fmt(s.get('hog_ms'), 1)} |",
-            f"| student speed-up over HOG (CPU time) | {_fmt(s.get('speedup_vs_hog'), 2)}x |",
-        ]
-    else:
-        lines += [
-            "| metric | value |",
-            "| --- | --- |",
-            f"| accuracy (exported ONNX, held-out) | {_fmt(info.get('heldout_accuracy_onnx'))} |",
-            f"| accuracy (PyTorch, held-out) | {_fmt(tr.get('test_accuracy'))} |",
-            f"| held-out samples (class balance) | {tr.get('test_samples')} "
-            f"({info.get('test_balance')}) |",
-        ]
+    lines += _scores(part, info)
     lines += [
         "",
         f"Machine: {m.get('cpu')}, {m.get('cores')} cores (shared with other jobs while "
@@ -149,6 +94,66 @@ def model_card(part: str, report: Any) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _training(part: str, report: Any) -> str:
+    info = getattr(report, part)
+    tr = info.get("train", {})
+    if part == "detector":
+        return (
+            "YOLOv8n (ultralytics `yolov8n.yaml`, from scratch: no pretrained weights), "
+            f"{info.get('train_images')} training frames ({info.get('val_images')} more for "
+            f"ultralytics' validation, also from the training part), imgsz "
+            f"{tr.get('imgsz', report.request.get('imgsz'))}, batch "
+            f"{tr.get('batch', report.request.get('student_batch'))}, epochs "
+            f"{tr.get('epochs', 'n/a')}"
+            + (f" (a {tr['time']} h time budget)" if tr.get("time") else "")
+            + f", {_fmt(tr.get('seconds'), 0)} s on {tr.get('device', 'n/a')}; "
+            f"{tr.get('optimizer', 'AdamW')} lr0 {tr.get('lr0', 0.002)} with an optimizer step "
+            "per batch, a short warm-up, no mosaic, ultralytics' HSV/flip/scale "
+            "augmentation; AMP and plots off (both would download)."
+        )
+    arch = (
+        "MobileNetV3-Small (timm `mobilenetv3_small_100`)"
+        if part == "gate"
+        else f"Swin Transformer (timm, '{report.request.get('swin_size')}' size as the "
+        "starter `swin`)"
+    )
+    return (
+        f"{arch}, 2 classes, from scratch, {tr.get('train_samples')} training images "
+        f"(class balance {info.get('train_balance')}), input {tr.get('imgsz')} px, "
+        f"{tr.get('epochs')} epochs, AdamW + one-cycle, flips and brightness jitter, "
+        f"{_fmt(tr.get('seconds'), 0)} s on {tr.get('device', 'n/a')}."
+    )
+
+
+def _scores(part: str, info: dict[str, Any]) -> list[str]:
+    if part != "detector":
+        tr = info.get("train", {})
+        return [
+            "| metric | value |",
+            "| --- | --- |",
+            f"| accuracy (exported ONNX, held-out) | {_fmt(info.get('heldout_accuracy_onnx'))} |",
+            f"| accuracy (PyTorch, held-out) | {_fmt(tr.get('test_accuracy'))} |",
+            f"| held-out samples (class balance) | {tr.get('test_samples')} "
+            f"({info.get('test_balance')}) |",
+        ]
+    h = info.get("heldout", {})
+    s = info.get("speed", {})
+    return [
+        "| metric | value |",
+        "| --- | --- |",
+        f"| mAP50 vs the teacher's boxes | {_fmt(h.get('ap50'))} |",
+        f"| precision / recall at score {h.get('conf')} | {_fmt(h.get('precision'))} / "
+        f"{_fmt(h.get('recall'))} |",
+        f"| frames / teacher boxes | {h.get('frames')} / {h.get('truth_boxes')} |",
+        f"| student CPU / wall ms per {s.get('frame_size')} frame (imgsz "
+        f"{s.get('student_imgsz')}, ONNX Runtime, 1 thread, median of {s.get('frames')}) | "
+        f"{_fmt(s.get('student_cpu_ms'), 1)} / {_fmt(s.get('student_ms'), 1)} |",
+        "| HOG teacher CPU / wall ms per frame (1 thread, same frames, interleaved) | "
+        f"{_fmt(s.get('hog_cpu_ms'), 1)} / {_fmt(s.get('hog_ms'), 1)} |",
+        f"| student speed-up over HOG (CPU time) | {_fmt(s.get('speedup_vs_hog'), 2)}x |",
+    ]
 
 
 def command(report: Any) -> str:

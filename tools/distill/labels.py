@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -149,6 +149,37 @@ def make_teachers(names: Sequence[str], model_path: Path | None) -> list[Teacher
     return out
 
 
+def _candidates(
+    frames: Iterable[np.ndarray], teachers: list[Teacher], fusion: FusionSettings
+) -> tuple[list[Detections], tuple[int, int, int, float]]:
+    """Per frame, the teachers' boxes fused; and (HOG boxes, motion blobs, model boxes,
+    HOG seconds) over the clip."""
+    candidates: list[Detections] = []
+    hog_n = motion_n = model_n = 0
+    hog_s = 0.0
+    for frame in frames:
+        detector_parts: list[Detections] = []
+        blobs = Detections.empty()
+        for t in teachers:
+            t0 = time.perf_counter()
+            d = t.detect(frame)
+            if isinstance(t, HogTeacher):
+                hog_s += time.perf_counter() - t0
+                hog_n += len(d)
+                detector_parts.append(d)
+            elif isinstance(t, MotionTeacher):
+                motion_n += len(d)
+                blobs = d
+            else:
+                model_n += len(d)
+                detector_parts.append(d)
+        if detector_parts:
+            candidates.append(fuse_frame(Detections.concat(detector_parts), blobs, fusion))
+        else:
+            candidates.append(blobs)
+    return candidates, (hog_n, motion_n, model_n, hog_s)
+
+
 def label_clip(
     clip: Path,
     teacher_names: Sequence[str] = ("hog", "motion"),
@@ -177,31 +208,9 @@ def label_clip(
     if first is None or n < 2:
         raise ClipError(f"clip {clip} has {n} frames; at least 2 are needed")
     height, width = first.shape[:2]
-    candidates: list[Detections] = []
-    hog_n = motion_n = model_n = 0
-    hog_s = 0.0
-    for frame in tqdm(
-        read_frames(clip), total=n, desc=f"teachers {clip.name}", disable=not progress
-    ):
-        detector_parts: list[Detections] = []
-        blobs = Detections.empty()
-        for t in teachers:
-            t0 = time.perf_counter()
-            d = t.detect(frame)
-            if isinstance(t, HogTeacher):
-                hog_s += time.perf_counter() - t0
-                hog_n += len(d)
-                detector_parts.append(d)
-            elif isinstance(t, MotionTeacher):
-                motion_n += len(d)
-                blobs = d
-            else:
-                model_n += len(d)
-                detector_parts.append(d)
-        if detector_parts:
-            candidates.append(fuse_frame(Detections.concat(detector_parts), blobs, fusion))
-        else:
-            candidates.append(blobs)
+    frames = tqdm(read_frames(clip), total=n, desc=f"teachers {clip.name}", disable=not progress)
+    candidates, counts = _candidates(frames, teachers, fusion)
+    hog_n, motion_n, model_n, hog_s = counts
     n = len(candidates)
     if not any(isinstance(t, HogTeacher | ModelTeacher) for t in teachers):
         # Motion alone: every blob is a detector-less candidate, confirmed by track length

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from strata.shared.models.manifest import Calibration, Variant, save_manifest
+from strata.shared.models.manifest import Calibration, Manifest, Variant, save_manifest
 from strata.shared.models.repository import ModelError, ModelRepository, sha256_of
 from strata.tools.models.agreement import OutputAgreement, agreement
 from strata.tools.models.inputs import prepare
@@ -332,6 +332,44 @@ def quantize(
     # One file per variant key, so a second calibration (e.g. --variant int8-minmax) keeps
     # the first.
     dst = src.with_name(f"{src.stem}.{req.variant}.onnx")
+    method, agree, n_float, tried = _calibrate(req, manifest, src, dst, calib, evals, ref)
+    del calib
+    q_sess = _session(dst, req.threads)
+    f_time, q_time = time_pair(f_sess, q_sess, name, evals[:1], req.timing_runs)
+
+    notes = []
+    if not manifest.source.trained:
+        notes.append("untrained weights: agreement of random-weight models, not of real ones")
+    if agree.value is None:
+        notes.append(f"no boxes above conf {req.conf} from either model: box F1 undefined")
+    _record(target, req, dst, method, n_float, agree)
+    return QuantizeReport(
+        name=req.name,
+        path=dst,
+        method=method,
+        samples=req.samples,
+        kept_float_nodes=n_float,
+        agreement=agree,
+        float_timing=f_time,
+        int8_timing=q_time,
+        float_bytes=src.stat().st_size,
+        int8_bytes=dst.stat().st_size,
+        notes=notes,
+        tried=tried,
+    )
+
+
+def _calibrate(
+    req: QuantizeRequest,
+    manifest: Manifest,
+    src: Path,
+    dst: Path,
+    calib: np.ndarray,
+    evals: np.ndarray,
+    ref: np.ndarray,
+) -> tuple[Method, OutputAgreement, int, dict[str, OutputAgreement]]:
+    """Quantize with each method asked for; keep the best-agreeing file at `dst`."""
+    name = manifest.input.name
     methods: list[Method] = (
         ["entropy", "minmax", "percentile"] if req.method == "auto" else [req.method]
     )
@@ -353,16 +391,18 @@ def quantize(
         if out != dst and out.exists():
             out.unlink()
     assert best is not None
-    method, agree, n_float = best
-    del calib
-    q_sess = _session(dst, req.threads)
-    f_time, q_time = time_pair(f_sess, q_sess, name, evals[:1], req.timing_runs)
+    return (*best, tried)
 
-    notes = []
-    if not manifest.source.trained:
-        notes.append("untrained weights: agreement of random-weight models, not of real ones")
-    if agree.value is None:
-        notes.append(f"no boxes above conf {req.conf} from either model: box F1 undefined")
+
+def _record(
+    target: ModelRepository,
+    req: QuantizeRequest,
+    dst: Path,
+    method: Method,
+    n_float: int,
+    agree: OutputAgreement,
+) -> None:
+    """The INT8 file as variant `req.variant` of the model's manifest."""
     variant = Variant(
         file=dst.name,
         sha256=sha256_of(dst),
@@ -385,20 +425,6 @@ def quantize(
     save_manifest(
         current.model_copy(update={"variants": {**current.variants, req.variant: variant}}),
         target.folder(req.name),
-    )
-    return QuantizeReport(
-        name=req.name,
-        path=dst,
-        method=method,
-        samples=req.samples,
-        kept_float_nodes=n_float,
-        agreement=agree,
-        float_timing=f_time,
-        int8_timing=q_time,
-        float_bytes=src.stat().st_size,
-        int8_bytes=dst.stat().st_size,
-        notes=notes,
-        tried=tried,
     )
 
 
