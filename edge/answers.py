@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
-from strata.shared.vision import FrameBoxes
+from strata.shared.vision import FrameBoxes, iou
 
 from .tracking import TrackedBoxes, Tracker
 
@@ -210,8 +210,6 @@ def _none() -> TrackedBoxes:
 
 
 def _ids_from(pred: TrackedBoxes, boxes: FrameBoxes) -> TrackedBoxes:
-    from .tracking import iou
-
     ids = np.zeros(len(boxes), np.uint64)
     if len(pred) and len(boxes):
         m = iou(boxes.boxes, pred.boxes)
