@@ -2,13 +2,16 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
+# Exactly one ONNX Runtime: the CPU build here; a GPU host runs `make setup EXTRAS=gpu,test`
+# in a fresh venv (onnxruntime-gpu, TensorRT 10, cuda-python, NVML; see tests/shared/test_extras.py).
+EXTRAS ?= cpu,test
 
-.PHONY: setup demo test lint typecheck contracts
+.PHONY: setup demo test lint typecheck contracts gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -30,3 +33,9 @@ typecheck: setup
 
 contracts: setup
 	$(PY) protos/generate.py
+
+# Every gpu test, the edge GPU benchmark and the FP16 agreement, in one JSON report
+# (build/gpu-check.json). Without an NVIDIA GPU it says so and exits 2. It uses the venv as
+# it is (no install): on a GPU host set it up with EXTRAS=gpu,test, or bring your own torch.
+gpu-check:
+	$(PY) -m strata.tools.gpucheck --out build/gpu-check.json
