@@ -147,11 +147,23 @@ def _read_labels(path: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def load_classifier(cfg: CloudModelConfig, repository: str = "") -> Classifier:
-    """The classifier the config names: an ONNX file, or a model of the repository."""
+def runner_options(cfg: CloudModelConfig, max_batch: int) -> dict[str, int | bool]:
+    """Back-end options: a GPU runner sizes its buffers for the batcher's largest batch
+    (its default of 8 would make every larger batch fail at run time)."""
     options: dict[str, int | bool] = {"threads": cfg.threads} if cfg.threads else {}
     if cfg.backend == "onnxruntime-cpu":
         options["spin"] = cfg.spin
+    else:
+        options["max_batch"] = max_batch
+        options["input_size"] = cfg.input_size
+    return options
+
+
+def load_classifier(
+    cfg: CloudModelConfig, repository: str = "", max_batch: int = 8
+) -> Classifier:
+    """The classifier the config names: an ONNX file, or a model of the repository."""
+    options = runner_options(cfg, max_batch)
     if cfg.path:
         runner = create_runner(cfg.path, cfg.backend, **options)
         labels = _read_labels(cfg.labels_file) if cfg.labels_file else []

@@ -57,7 +57,7 @@ class CloudServer:
         check_bind(cfg.listen, self.tls, cfg.allow_insecure)
         token = load_token(cfg.auth)
         self.drops = Drops(self.metrics)
-        self.classifier = load_classifier(cfg.model, repository)
+        self.classifier = load_classifier(cfg.model, repository, cfg.batcher.max_batch)
         self.hub = WatchHub(self.metrics, cfg.max_watchers, cfg.watch_queue)
         try:
             self.store = open_store(cfg.store, self.metrics, self.hub)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from strata.shared.metrics import BATCH_BUCKETS, LATENCY_BUCKETS
+from strata.shared.runtime.pool import PoolCollector
 
 # Breaker state gauge values.
 BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = 0, 1, 2
@@ -108,3 +109,30 @@ class EdgeMetrics:
         self.gpu_memory = Gauge(
             "strata_edge_gpu_memory_bytes", "GPU memory in use on the device.", registry=r
         )
+        # Cost accounting per camera (strata cost): each batch's time split over its frames.
+        self.camera_gpu_seconds = Counter(
+            "strata_edge_camera_gpu_seconds",
+            "Inference seconds (batch copy-in, inference, copy-out) apportioned to frames.",
+            ["camera"],
+            registry=r,
+        )
+        self.camera_frames = Counter(
+            "strata_edge_camera_frames", "Frames published, by camera.", ["camera"], registry=r
+        )
+        self.camera_bytes = Counter(
+            "strata_edge_camera_bytes",
+            "Bytes by camera: in (frame payloads received), uplink (crops offered to the cloud).",
+            ["camera", "direction"],
+            registry=r,
+        )
+        self.memory_leaks = Counter(
+            "strata_edge_memory_leaks",
+            "Pool blocks the runner had not returned at stop.",
+            registry=r,
+        )
+        self.unclean_stops = Counter(
+            "strata_edge_unclean_stops",
+            "Stops whose worker was still running after the join timeout (buffers kept).",
+            registry=r,
+        )
+        r.register(PoolCollector("strata_edge"))

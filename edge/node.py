@@ -16,16 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import current_version, frame_pb2
 from strata.shared.curve import serve_curve
 from strata.shared.imagecheck import ImageLimits
+from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, TelemetrySource, open_nvml
 from strata.shared.runtime import ModelLoadError
+from strata.shared.runtime.pool import report_leaks
 from strata.shared.runtime.staging import StagedRunner
 from strata.shared.vision import FrameBoxes
 
 from .crops import CropSelector
 from .decode import FrameDecoder
+from .degradation import DegradationController, DegradationMetrics
 from .degrade import AdaptiveBatchLimit
 from .detector import Detector, InFlight, model_labels, open_staged
 from .frames import DecodedFrame, QueuedFrame
@@ -38,6 +42,8 @@ from .uplink import Uplink
 log = logging.getLogger(__name__)
 
 POLL_MS = 100
+# The image of a frame answered without decoding it (degraded, from its camera's cache).
+_NO_IMAGE = np.zeros((0, 0, 3), np.uint8)
 # How often ingest looks for cameras gone silent.
 SWEEP_S = 1.0
 
@@ -77,6 +83,7 @@ class EdgeNode:
         metrics: EdgeMetrics | None = None,
         runner: StagedRunner | None = None,
         labels: Sequence[str] = (),
+        telemetry: TelemetrySource | None = None,
     ) -> None:
         self.cfg = cfg
         self.metrics = metrics or EdgeMetrics()
@@ -92,8 +99,14 @@ class EdgeNode:
         self.detector = Detector(self.runner, labels, cfg.detection, cfg.runtime.preprocess_threads)
         max_batch = min(cfg.batching.max_batch, self.detector.max_batch)
         if max_batch < cfg.batching.max_batch:
+            # A fixed-batch export (batch 1 is common) or an engine built for less.
             log.warning(
-                "model takes at most %d frames per batch; batching.max_batch lowered", max_batch
+                "model %s takes at most %d frames per batch: batching.max_batch lowered "
+                "from %d to %d",
+                self.model_name,
+                self.detector.max_batch,
+                cfg.batching.max_batch,
+                max_batch,
             )
         self.max_batch = max_batch
         self.degrade = AdaptiveBatchLimit(
@@ -103,6 +116,15 @@ class EdgeNode:
             cfg.batching.adapt_every,
         )
         self.metrics.batch_limit.set(max_batch)
+        # GPU telemetry (absent without NVML) and the degradation triggers it drives.
+        self.telemetry = GpuTelemetry(
+            telemetry if telemetry is not None else open_nvml(), cfg.degradation.interval_s
+        )
+        self.metrics.registry.register(DcgmCollector(self.telemetry))
+        self.degradation = DegradationController(
+            cfg.degradation, DegradationMetrics(self.metrics.registry)
+        )
+        self._last: dict[str, tuple[FrameBoxes, frame_pb2.FrameDetections]] = {}
         self._shed_log = _RateLimitedLog("shed", 1.0)
         self.queues = CameraQueues(cfg.batching.queue_per_camera, on_shed=self._on_shed)
         ing = cfg.ingest
@@ -188,23 +210,40 @@ class EdgeNode:
         )
         return self.endpoints
 
-    def stop(self) -> None:
-        """Stop threads, close sockets and the runner."""
+    def stop(self, join_timeout_s: float = 10.0) -> None:
+        """Stop threads, close sockets and the runner, and report buffers not returned."""
         self._stop.set()
         self.queues.close()
         for t in self._threads:
-            t.join(timeout=10)
+            t.join(timeout=join_timeout_s)
+        stuck = [t.name for t in self._threads if t.is_alive()]
         if self.uplink is not None:
             self.uplink.stop()
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
+        if stuck:
+            # The worker may still be inside a launch or a wait: freeing its pinned and
+            # device buffers now could let a copy or kernel write into freed memory.
+            self.metrics.unclean_stops.inc()
+            log.error(
+                "threads %s still running %.0f s after stop: the runner and its buffers are "
+                "left allocated (the process should exit)",
+                ", ".join(stuck),
+                join_timeout_s,
+            )
+            return
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
         self.detector.close()
         self.decoder.close()
         self.runner.close()
+        owner = getattr(self.runner, "pool_owner", None)
+        if owner is not None:
+            leaks = report_leaks(owner)
+            if leaks:
+                self.metrics.memory_leaks.inc(leaks)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until stopped (or timeout); True when stopped."""
@@ -293,9 +332,13 @@ class EdgeNode:
                     []
                     if self._stop.is_set()
                     else self.queues.next_batch(
-                        self.degrade.limit, delay_s, 0.0 if inflight else POLL_MS / 1e3
+                        self.degradation.batch_cap(self.degrade.limit),
+                        delay_s,
+                        0.0 if inflight else POLL_MS / 1e3,
                     )
                 )
+                if frames and self.degradation.level >= 4:
+                    frames = self._answer_from_cache(pub, frames)
                 if frames:
                     now = time.monotonic()
                     delays = [now - f.received for f in frames]
@@ -314,6 +357,8 @@ class EdgeNode:
                     self.metrics.fps.set(window_frames / (now - window_start))
                     window_start, window_frames = now, 0
                     self._gpu_memory()
+                if self.degradation.due():
+                    self.degradation.tick(self.telemetry.samples())
         except Exception as exc:
             self._error = exc
             log.exception("worker thread failed")
@@ -329,13 +374,43 @@ class EdgeNode:
     def _finish(self, pub: Any, job: InFlight) -> int:
         results = self.detector.finish(job)
         end_ns = time.time_ns()
-        self.metrics.inference.observe(job.elapsed())
+        elapsed = job.elapsed()
+        self.metrics.inference.observe(elapsed)
+        self.degradation.observe_inference(elapsed)
+        share = elapsed / max(1, len(job.frames))
+        for frame in job.frames:
+            cam = frame.header.camera_id
+            self.metrics.camera_gpu_seconds.labels(cam).inc(share)
+            self.metrics.camera_bytes.labels(cam, "in").inc(frame.header.payload_size)
         for frame, boxes in zip(job.frames, results, strict=True):
             self._publish(pub, frame, boxes, job.start_ns, end_ns)
         return len(results)
 
+    def _answer_from_cache(self, pub: Any, frames: list[QueuedFrame]) -> list[QueuedFrame]:
+        """Level 4: publish low-priority cameras' last result for their frames (flagged
+        predicted, no inference); returns the frames that still need the detector."""
+        rest = []
+        for f in frames:
+            cam = f.header.camera_id
+            last = self._last.get(cam)
+            if last is None or not self.degradation.from_cache(cam):
+                rest.append(f)
+                continue
+            self.metrics.queue_delay.observe(time.monotonic() - f.received)
+            self.degradation.metrics.skipped.labels("cached_result").inc()
+            now = time.time_ns()
+            # Never decoded: a predicted answer needs no pixels (and sends no crops).
+            self._publish(pub, DecodedFrame(f, _NO_IMAGE), last[0], now, now, predicted=True)
+        return rest
+
     def _publish(
-        self, pub: Any, decoded: DecodedFrame, boxes: FrameBoxes, start_ns: int, end_ns: int
+        self,
+        pub: Any,
+        decoded: DecodedFrame,
+        boxes: FrameBoxes,
+        start_ns: int,
+        end_ns: int,
+        predicted: bool = False,
     ) -> None:
         frame = decoded.frame
         h = frame.header
@@ -348,7 +423,10 @@ class EdgeNode:
             width=h.width,
             height=h.height,
             model=self.model_name,
+            predicted=predicted,
         )
+        if predicted:
+            msg.note = "degraded"
         labels = self.detector.labels
         nlab = len(labels)
         # Serialization is per box by nature of the message; the numbers go over in bulk.
@@ -368,14 +446,23 @@ class EdgeNode:
         t.edge_send_ns = time.time_ns()
         pub.send_multipart([h.camera_id.encode(), msg.SerializeToString()])
         self.metrics.processed.inc()
+        self.metrics.camera_frames.labels(h.camera_id).inc()
+        if not predicted:
+            self._last[h.camera_id] = (boxes, msg)
         self.metrics.detections.inc(len(boxes))
         self.metrics.node_latency.observe(time.monotonic() - frame.received)
         if h.capture_ns:
             self.metrics.e2e.observe(max(0.0, (t.edge_send_ns - h.capture_ns) / 1e9))
-        if self.uplink is not None and self.crops is not None and len(boxes):
+        if self.uplink is not None and self.crops is not None and len(boxes) and not predicted:
+            if not self.degradation.crops_enabled:
+                self.degradation.metrics.skipped.labels("cloud_crops").inc()
+                return
             crops = self.crops.crops(decoded, boxes, msg.detections)
             for c in crops:
                 c.timing.CopyFrom(t)
+            self.metrics.camera_bytes.labels(h.camera_id, "uplink").inc(
+                sum(len(c.image) for c in crops)
+            )
             self.uplink.offer(crops)
 
 

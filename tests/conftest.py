@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
+from gpu_testkit import gpu_requested
 from models_testkit import classifier_manifest, tiny_classifier
 from strata.shared.models import save_manifest
 from strata.shared.synthetic import SyntheticClip
@@ -52,3 +55,16 @@ def tiny_repo(tmp_path: Path) -> Path:
     tiny_classifier(folder / "model.onnx")
     save_manifest(classifier_manifest("tiny", folder / "model.onnx"), folder)
     return tmp_path / "repo"
+
+
+@pytest.fixture
+def gpu_unavailable(request: pytest.FixtureRequest) -> Callable[[str], NoReturn]:
+    """Skip, or fail when the run asked for the gpu tests: a GPU run where a back end cannot
+    load is a failure, never a quiet skip."""
+
+    def unavailable(reason: str) -> NoReturn:
+        if gpu_requested(request.config):
+            pytest.fail(f"gpu run, but: {reason}")
+        pytest.skip(reason)
+
+    return unavailable

@@ -74,6 +74,52 @@ class BatchingConfig(StrictModel):
     adapt_every: int = Field(8, ge=1, description="Batches between degradation decisions.")
 
 
+class DegradationConfig(StrictModel):
+    """GPU degradation triggers (design: temperature, memory, inference p99) and actions.
+
+    Actions, cheapest first, one level per `step_s` while a trigger holds: 1 stop cloud
+    crops, 2 lower the batch size, 3 ask devices for fewer frames (credits and
+    degrade_level in acks), 4 answer low-priority cameras from cached results. Undone one
+    level per `step_s` once every trigger has been clear for `clear_for_s`.
+    """
+
+    enabled: bool = Field(True, description="Run the degradation controller.")
+    interval_s: float = Field(1.0, gt=0.0, description="Seconds between telemetry checks.")
+    gpu_temp_c: float = Field(85.0, description="Trigger: GPU temperature above this...")
+    gpu_temp_for_s: float = Field(60.0, ge=0.0, description="...for this long.")
+    gpu_temp_clear_c: float = Field(80.0, description="Temperature trigger clears below this.")
+    gpu_memory_fraction: float = Field(
+        0.9, gt=0.0, le=1.0, description="Trigger: GPU memory used over total above this."
+    )
+    gpu_memory_clear_fraction: float = Field(
+        0.85, gt=0.0, le=1.0, description="Memory trigger clears below this."
+    )
+    inference_sla_ms: float = Field(
+        100.0, gt=0.0, description="Inference SLA per batch (copy-in, inference, copy-out)."
+    )
+    p99_factor: float = Field(
+        2.0, gt=1.0, description="Trigger: inference p99 above SLA times this."
+    )
+    p99_clear_factor: float = Field(
+        1.5, gt=0.0, description="p99 trigger clears below SLA times this."
+    )
+    p99_window: int = Field(200, ge=10, description="Batches in the p99 window.")
+    p99_min_samples: int = Field(20, ge=1, description="Batches needed before p99 counts.")
+    step_s: float = Field(5.0, ge=0.0, description="Least time between two level changes.")
+    clear_for_s: float = Field(
+        30.0, ge=0.0, description="Every trigger clear this long before a level is undone."
+    )
+    max_level: int = Field(4, ge=0, le=4, description="Highest level the controller goes to.")
+    batch_divisor: int = Field(2, ge=2, description="Level 2+: max batch divided by this.")
+    credit_scale: float = Field(
+        0.5, gt=0.0, le=1.0, description="Level 3+: credits granted to devices scaled by this."
+    )
+    low_priority_cameras: list[str] = Field(
+        default_factory=list,
+        description="Cameras answered from their last result at level 4 (no inference).",
+    )
+
+
 class DetectionConfig(StrictModel):
     """Decoding and NMS."""
 
@@ -210,6 +256,9 @@ class EdgeConfig(StrictModel):
         default_factory=TrackingConfig, description="Per-camera tracker."
     )
     uplink: UplinkConfig = Field(default_factory=UplinkConfig, description="Cloud uplink.")
+    degradation: DegradationConfig = Field(
+        default_factory=DegradationConfig, description="GPU degradation triggers."
+    )
     max_payload_mib: int = Field(
         32,
         ge=1,

@@ -6,12 +6,11 @@ naming the call, so a failure on a GPU host reads as what it is.
 
 from __future__ import annotations
 
-import ctypes
+import threading
 from typing import Any
 
-import numpy as np
-
 from .base import ModelLoadError
+from .pool import Block, MemoryPool
 
 
 class CudaError(RuntimeError):
@@ -33,13 +32,88 @@ def _cudart() -> Any:
         raise ModelLoadError("GPU back ends need cuda-python (pip install 'strata[gpu]')") from exc
 
 
+class DeviceBinding:
+    """Makes `device_id` current in every thread that calls `ensure()`, once per thread.
+
+    The CUDA runtime's current device is per thread: a runner built in one thread and
+    driven from another (the edge's worker) would otherwise launch on device 0.
+    """
+
+    def __init__(self, device_id: int, set_device: Any) -> None:
+        self.device_id = device_id
+        self._set_device = set_device
+        self._local = threading.local()
+
+    def ensure(self) -> None:
+        if getattr(self._local, "bound", False):
+            return
+        self._set_device(self.device_id)
+        self._local.bound = True
+
+
+class _PinnedAllocator:
+    def __init__(self, cuda: Cuda) -> None:
+        self.cuda = cuda
+
+    def alloc(self, nbytes: int) -> int:
+        self.cuda.bind()
+        return int(self.cuda.check(self.cuda.rt.cudaMallocHost(nbytes), "cudaMallocHost"))
+
+    def free(self, ptr: int) -> None:
+        self.cuda.bind()
+        self.cuda.check(self.cuda.rt.cudaFreeHost(ptr), "cudaFreeHost")
+
+
+class _DeviceAllocator:
+    def __init__(self, cuda: Cuda) -> None:
+        self.cuda = cuda
+
+    def alloc(self, nbytes: int) -> int:
+        self.cuda.bind()
+        return int(self.cuda.check(self.cuda.rt.cudaMalloc(nbytes), "cudaMalloc"))
+
+    def free(self, ptr: int) -> None:
+        self.cuda.bind()
+        self.cuda.check(self.cuda.rt.cudaFree(ptr), "cudaFree")
+
+
+_DEVICES: dict[int, Cuda] = {}
+_DEVICES_LOCK = threading.Lock()
+
+
 class Cuda:
-    """The few runtime calls the staged runners need, on one device."""
+    """The few runtime calls the staged runners need, on one device, with its two pools.
+
+    One instance per device (`Cuda.for_device`), so every runner on a device shares its
+    pinned-host and device memory pools.
+    """
 
     def __init__(self, device_id: int = 0) -> None:
         self.rt = _cudart()
         self.device_id = device_id
-        self.check(self.rt.cudaSetDevice(device_id), "cudaSetDevice")
+        self._binding = DeviceBinding(
+            device_id, lambda d: self.check(self.rt.cudaSetDevice(d), "cudaSetDevice")
+        )
+        self.bind()
+        self.pinned_pool = MemoryPool(
+            f"cuda{device_id}-pinned", "pinned", device_id, _PinnedAllocator(self)
+        )
+        self.device_pool = MemoryPool(
+            f"cuda{device_id}-device", "device", device_id, _DeviceAllocator(self)
+        )
+
+    @classmethod
+    def for_device(cls, device_id: int) -> Cuda:
+        """The shared instance of a device."""
+        with _DEVICES_LOCK:
+            cuda = _DEVICES.get(device_id)
+            if cuda is None:
+                cuda = _DEVICES[device_id] = cls(device_id)
+            return cuda
+
+    def bind(self) -> None:
+        """Make this device current in the calling thread (once per thread)."""
+        self._binding.ensure()
 
     def check(self, result: Any, what: str) -> Any:
         """Unpack a cuda-python (err, *values) tuple; raise on error."""
@@ -51,19 +125,21 @@ class Cuda:
             return None
         return values[0] if len(values) == 1 else tuple(values)
 
-    def pinned(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[np.ndarray, int]:
-        """Page-locked host memory as a numpy array (and its address, to free it)."""
-        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        ptr = int(self.check(self.rt.cudaMallocHost(nbytes), "cudaMallocHost"))
-        raw = (ctypes.c_byte * nbytes).from_address(ptr)
-        return np.frombuffer(memoryview(raw).cast("B"), dtype=dtype).reshape(shape), ptr
+    def pinned(self, nbytes: int, owner: str) -> Block:
+        """Page-locked host memory from the device's pinned pool (`Block.view` for numpy)."""
+        return self.pinned_pool.allocate(nbytes, owner)
 
-    def malloc(self, nbytes: int) -> int:
-        """Device memory address."""
-        return int(self.check(self.rt.cudaMalloc(nbytes), "cudaMalloc"))
+    def malloc(self, nbytes: int, owner: str) -> Block:
+        """Device memory from the device's pool."""
+        return self.device_pool.allocate(nbytes, owner)
+
+    def release(self, block: Block) -> None:
+        """Give a block back to its pool."""
+        block.pool.release(block)
 
     def stream(self) -> Any:
         """A non-blocking stream (does not synchronize with the legacy default stream)."""
+        self.bind()
         return self.check(
             self.rt.cudaStreamCreateWithFlags(self.rt.cudaStreamNonBlocking), "cudaStreamCreate"
         )
@@ -87,12 +163,6 @@ class Cuda:
         """Bytes in use on the device (all processes), from cudaMemGetInfo."""
         free, total = self.check(self.rt.cudaMemGetInfo(), "cudaMemGetInfo")
         return int(total) - int(free)
-
-    def free_host(self, ptr: int) -> None:
-        self.check(self.rt.cudaFreeHost(ptr), "cudaFreeHost")
-
-    def free(self, ptr: int) -> None:
-        self.check(self.rt.cudaFree(ptr), "cudaFree")
 
     def destroy_stream(self, stream: Any) -> None:
         self.check(self.rt.cudaStreamDestroy(stream), "cudaStreamDestroy")

@@ -1,22 +1,60 @@
-"""The pinned-buffer, N-stream skeleton shared by the cuda-python GPU back ends.
+"""The pinned-buffer, N-stream skeleton every GPU back end shares.
 
-Per slot (one per stream), allocated once: a page-locked host input and output, a device
-input and output sized for the maximum batch, a stream and an event. `launch` queues
-host->device copy, the back end's inference and device->host copy on the slot's stream and
-records the event; `wait` synchronizes on that event only. Nothing is allocated per batch.
+Per slot (one per stream), allocated once from the device's pools: a page-locked host
+input and output, a device input and output sized for the maximum batch, a stream and an
+event. `launch` queues host->device copy, the back end's inference and device->host copy
+on the slot's stream and records the event; `wait` synchronizes on that event only.
+Nothing is allocated per batch. The device underneath is cuda-python (`cuda.Cuda`) or
+PyTorch (`torch_cuda.TorchDevice`); back ends implement `_infer` (and `_close_backend`).
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .base import TensorSpec
-from .cuda import Cuda, CudaEvent
+from .pool import Block
 from .staging import BufferPlan, SlotRing
+
+
+class DeviceEvent(Protocol):
+    def record(self, stream: Any) -> None: ...
+
+    def query(self) -> bool: ...
+
+    def synchronize(self) -> None: ...
+
+    def destroy(self) -> None: ...
+
+
+class Device(Protocol):
+    """The CUDA calls the skeleton makes (cuda-python or PyTorch underneath)."""
+
+    device_id: int
+
+    def bind(self) -> None: ...
+
+    def pinned(self, nbytes: int, owner: str) -> Block: ...
+
+    def malloc(self, nbytes: int, owner: str) -> Block: ...
+
+    def release(self, block: Block) -> None: ...
+
+    def stream(self) -> Any: ...
+
+    def event(self) -> DeviceEvent: ...
+
+    def h2d(self, dst: int, src: int, nbytes: int, stream: Any) -> None: ...
+
+    def d2h(self, dst: int, src: int, nbytes: int, stream: Any) -> None: ...
+
+    def memory_used(self) -> int: ...
+
+    def destroy_stream(self, stream: Any) -> None: ...
 
 
 @dataclass(slots=True)
@@ -24,41 +62,61 @@ class Slot:
     """One stream's buffers."""
 
     stream: Any
-    event: CudaEvent
+    event: DeviceEvent
     host_in: np.ndarray
-    host_in_ptr: int
     host_out: list[np.ndarray]
-    host_out_ptrs: list[int]
-    dev_in: int
-    dev_out: list[int]
+    host_in_block: Block
+    host_out_blocks: list[Block]
+    dev_in_block: Block
+    dev_out_blocks: list[Block]
+
+    @property
+    def host_in_ptr(self) -> int:
+        return self.host_in_block.ptr
+
+    @property
+    def host_out_ptrs(self) -> list[int]:
+        return [b.ptr for b in self.host_out_blocks]
+
+    @property
+    def dev_in(self) -> int:
+        return self.dev_in_block.ptr
+
+    @property
+    def dev_out(self) -> list[int]:
+        return [b.ptr for b in self.dev_out_blocks]
 
 
 class CudaStagedRunner(abc.ABC):
-    """Base of the cuda-python staged back ends; subclasses implement `_infer`."""
+    """Base of the GPU staged back ends; subclasses implement `_infer`."""
 
     backend = "cuda"
 
-    def __init__(self, cuda: Cuda, plan: BufferPlan) -> None:
+    def __init__(self, cuda: Device, plan: BufferPlan) -> None:
         self.cuda = cuda
         self.plan = plan
         self.slots = plan.slots
         self.max_batch = plan.inputs[0].shape[0]
+        self.pool_owner = f"{self.backend}@{id(self):x}"
         self._ring = SlotRing(plan.slots)
         self._slots: list[Slot] = []
+        cuda.bind()
+        tin = plan.inputs[0]
         for _ in range(plan.slots):
-            tin = plan.inputs[0]
-            host_in, host_in_ptr = cuda.pinned(tin.shape, tin.dtype)
-            outs = [cuda.pinned(t.shape, t.dtype) for t in plan.outputs]
+            host_in = cuda.pinned(tin.nbytes, self.pool_owner)
+            outs = [cuda.pinned(t.nbytes, self.pool_owner) for t in plan.outputs]
             self._slots.append(
                 Slot(
                     stream=cuda.stream(),
                     event=cuda.event(),
-                    host_in=host_in,
-                    host_in_ptr=host_in_ptr,
-                    host_out=[o[0] for o in outs],
-                    host_out_ptrs=[o[1] for o in outs],
-                    dev_in=cuda.malloc(tin.aligned),
-                    dev_out=[cuda.malloc(t.aligned) for t in plan.outputs],
+                    host_in=host_in.view(tin.shape, tin.dtype),
+                    host_out=[
+                        b.view(t.shape, t.dtype) for b, t in zip(outs, plan.outputs, strict=True)
+                    ],
+                    host_in_block=host_in,
+                    host_out_blocks=outs,
+                    dev_in_block=cuda.malloc(tin.aligned, self.pool_owner),
+                    dev_out_blocks=[cuda.malloc(t.aligned, self.pool_owner) for t in plan.outputs],
                 )
             )
         self.inputs: tuple[TensorSpec, ...] = tuple(
@@ -79,6 +137,9 @@ class CudaStagedRunner(abc.ABC):
     def launch(self, slot: int, n: int) -> None:
         if not 1 <= n <= self.max_batch:
             raise ValueError(f"batch of {n} outside 1..{self.max_batch}")
+        # The calling thread (the edge's worker, not the one that built us) must be on our
+        # device before it queues copies and kernels.
+        self.cuda.bind()
         s = self._slots[slot]
         row_in = self.plan.inputs[0].nbytes // self.max_batch
         self.cuda.h2d(s.dev_in, s.host_in_ptr, row_in * n, s.stream)
@@ -94,29 +155,39 @@ class CudaStagedRunner(abc.ABC):
         return [o[:n] for o in s.host_out]
 
     def run(self, batch: np.ndarray) -> list[np.ndarray]:
-        """Synchronous convenience (ModelRunner): copies through one slot, returns copies."""
-        slot = self.acquire()
-        n = int(batch.shape[0])
-        self.host_input(slot)[:n] = batch
-        self.launch(slot, n)
-        return [o.copy() for o in self.wait(slot, n)]
+        """Synchronous convenience (ModelRunner): any batch size, in chunks of max_batch."""
+        total = int(batch.shape[0])
+        parts: list[list[np.ndarray]] = []
+        for start in range(0, total, self.max_batch):
+            chunk = batch[start : start + self.max_batch]
+            n = int(chunk.shape[0])
+            slot = self.acquire()
+            self.host_input(slot)[:n] = chunk
+            self.launch(slot, n)
+            parts.append([o.copy() for o in self.wait(slot, n)])
+        if len(parts) == 1:
+            return parts[0]
+        return [np.concatenate(outs) for outs in zip(*parts, strict=True)]
 
     def memory_used(self) -> int:
         return self.cuda.memory_used()
 
     def close(self) -> None:
+        """Wait for queued work, release the engine or sessions (which may still reference
+        the streams and buffers), then the events and streams, then return the buffers."""
+        if not self._slots:
+            return
+        self.cuda.bind()
         for s in self._slots:
             s.event.synchronize()
+        self._close_backend()
+        for s in self._slots:
             s.event.destroy()
             self.cuda.destroy_stream(s.stream)
-            self.cuda.free_host(s.host_in_ptr)
-            for p in s.host_out_ptrs:
-                self.cuda.free_host(p)
-            self.cuda.free(s.dev_in)
-            for d in s.dev_out:
-                self.cuda.free(d)
+        for s in self._slots:
+            for b in (s.host_in_block, *s.host_out_blocks, s.dev_in_block, *s.dev_out_blocks):
+                self.cuda.release(b)
         self._slots = []
-        self._close_backend()
 
     # -- for subclasses --------------------------------------------------------------------
 

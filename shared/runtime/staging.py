@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .base import ModelLoadError, ModelRunner, TensorSpec
+from .pool import host_pool
 
 # cudaMalloc returns 256-byte aligned memory; TensorRT wants at least that for every tensor.
 ALIGNMENT = 256
@@ -102,24 +103,73 @@ def plan_buffers(
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """An optimization profile's batch sizes (TensorRT: min <= opt <= max)."""
+    """An optimization profile over the batch axis (TensorRT: min <= opt <= max).
 
-    min: int
-    opt: int
-    max: int
+    The one profile type of the project: the runtime's engine builder, the TensorRT and
+    ORT-TensorRT runners and `strata models engine` all use it.
+    """
+
+    min_batch: int
+    opt_batch: int
+    max_batch: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_batch <= self.opt_batch <= self.max_batch:
+            raise ValueError(
+                "profile needs 1 <= min <= opt <= max, got "
+                f"{self.min_batch}/{self.opt_batch}/{self.max_batch}"
+            )
+
+    def __str__(self) -> str:
+        return f"{self.min_batch}/{self.opt_batch}/{self.max_batch}"
 
     def shapes(self, chw: Sequence[int]) -> tuple[tuple[int, ...], ...]:
         """(min, opt, max) input shapes for a (C, H, W) image input."""
-        return tuple((b, *(int(d) for d in chw)) for b in (self.min, self.opt, self.max))
+        rest = tuple(int(d) for d in chw)
+        return tuple((b, *rest) for b in (self.min_batch, self.opt_batch, self.max_batch))
+
+    def for_model_batch(self, fixed: int | None) -> Profile:
+        """This profile for a model whose batch axis is `fixed` (None: dynamic, unchanged)."""
+        if fixed is None:
+            return self
+        return Profile(fixed, fixed, fixed)
+
+    def capped(self, max_batch: int) -> Profile:
+        """This profile with its maximum lowered to `max_batch` (opt and min follow)."""
+        top = max(1, min(self.max_batch, max_batch))
+        low = min(self.min_batch, top)
+        return Profile(low, min(max(self.opt_batch, low), top), top)
+
+
+def engine_profile(
+    min_shape: Sequence[int], opt_shape: Sequence[int], max_shape: Sequence[int], wanted_max: int
+) -> Profile:
+    """The profile to run a built engine with: its own, capped at the batch asked for.
+
+    A prebuilt engine only takes batches inside the profile it was built with; a larger
+    configured batch would give unresolved shapes, so the engine's maximum wins (and the
+    caller says so). A wanted maximum below the engine's minimum cannot run at all.
+    """
+    lo, opt, hi = int(min_shape[0]), int(opt_shape[0]), int(max_shape[0])
+    if wanted_max < lo:
+        raise ModelLoadError(
+            f"the engine's profile starts at batch {lo}; a max batch of {wanted_max} cannot run"
+        )
+    top = min(hi, wanted_max)
+    return Profile(lo, min(max(opt, lo), top), top)
 
 
 def select_profile(profiles: Sequence[Profile], batch: int) -> int:
     """Index of the profile to run `batch` with: the tightest one whose range holds it."""
-    fits = [i for i, p in enumerate(profiles) if p.min <= batch <= p.max]
+    fits = [i for i, p in enumerate(profiles) if p.min_batch <= batch <= p.max_batch]
     if not fits:
         raise ValueError(f"batch {batch} is outside every optimization profile {profiles}")
     return min(
-        fits, key=lambda i: (profiles[i].max - profiles[i].min, abs(profiles[i].opt - batch))
+        fits,
+        key=lambda i: (
+            profiles[i].max_batch - profiles[i].min_batch,
+            abs(profiles[i].opt_batch - batch),
+        ),
     )
 
 
@@ -189,7 +239,12 @@ class StagedRunner(Protocol):
 
 
 class HostStagedRunner:
-    """A synchronous ModelRunner behind the staged interface, with buffers allocated once."""
+    """A synchronous ModelRunner behind the staged interface, with buffers allocated once.
+
+    The buffers come from the host memory pool. A model whose batch axis is fixed (a common
+    export: batch 1) caps `max_batch` at that size (`capped_from` says what was asked), and
+    a partial batch runs padded to the fixed size.
+    """
 
     def __init__(
         self, runner: ModelRunner, max_batch: int, input_chw: Sequence[int], slots: int = 1
@@ -199,10 +254,22 @@ class HostStagedRunner:
         self.inputs = runner.inputs
         self.outputs = runner.outputs
         self.slots = slots
+        fixed = runner.inputs[0].shape[0] if runner.inputs[0].shape else None
+        self.fixed_batch: int | None = int(fixed) if fixed else None
+        self.capped_from: int | None = None
+        if self.fixed_batch is not None and max_batch != self.fixed_batch:
+            self.capped_from = max_batch
+            max_batch = self.fixed_batch
+        self.max_batch = max_batch
+        self.pool_owner = f"{self.backend}@{id(self):x}"
         dtype = runner.inputs[0].dtype
-        self._host = [
-            np.zeros((max_batch, *(int(d) for d in input_chw)), dtype) for _ in range(slots)
-        ]
+        shape = (max_batch, *(int(d) for d in input_chw))
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        pool = host_pool()
+        self._blocks = [pool.allocate(nbytes, self.pool_owner) for _ in range(slots)]
+        self._host = [b.view(shape, dtype) for b in self._blocks]
+        for h in self._host:
+            h.fill(0)
         self._results: list[list[np.ndarray]] = [[] for _ in range(slots)]
         self._ring = SlotRing(slots)
 
@@ -213,10 +280,16 @@ class HostStagedRunner:
         return self._host[slot]
 
     def launch(self, slot: int, n: int) -> None:
-        self._results[slot] = self.runner.run(self._host[slot][:n])
+        rows = self.fixed_batch if self.fixed_batch is not None else n
+        self._results[slot] = self.runner.run(self._host[slot][:rows])
 
     def wait(self, slot: int, n: int) -> list[np.ndarray]:
         return [o[:n] for o in self._results[slot]]
 
     def close(self) -> None:
         self.runner.close()
+        pool = host_pool()
+        for b in self._blocks:
+            pool.release(b)
+        self._blocks = []
+        self._host = []

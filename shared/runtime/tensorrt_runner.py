@@ -1,15 +1,15 @@
 """Native TensorRT 10: build (or load a cached) engine from ONNX, run with enqueueV3.
 
-The engine is built with one optimization profile (min/opt/max batch from config) and
-FP16 where the GPU has fast FP16. TensorRT 10 networks are always explicit-batch (the
-EXPLICIT_BATCH flag is ignored, so none is passed) and STRICT_TYPES is gone. Each stream
-gets its own execution context; tensors are bound by name with set_tensor_address and
-the work is queued with execute_async_v3 on the slot's stream.
+The engine is built with one optimization profile (min/opt/max batch from config, or the
+model's fixed batch) and FP16 where asked. A prebuilt or cached engine is run with the
+profile it carries: a configured maximum batch above the engine's is lowered to it (and
+logged), never left to produce unresolved shapes. Each stream gets its own execution
+context; every shape change is checked; tensors are bound by name and the work is queued
+with execute_async_v3 on the slot's stream.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -19,22 +19,22 @@ import numpy as np
 from .base import ModelLoadError, TensorSpec
 from .cuda import Cuda
 from .cuda_staged import CudaStagedRunner, Slot
-from .staging import Profile, plan_buffers
+from .staging import Profile, engine_profile, plan_buffers
+from .trt_engine import build_engine, engine_cache_path, model_input, store_engine
 
 log = logging.getLogger(__name__)
 
 
-def engine_path(
-    onnx_path: Path, cache: str, profile: Profile, fp16: bool, trt_version: str, gpu: str
-) -> Path:
-    """Where the engine for this model, profile, precision, TensorRT and GPU is cached."""
-    digest = hashlib.sha256(onnx_path.read_bytes()).hexdigest()[:12]
-    gpu_tag = "".join(c if c.isalnum() else "-" for c in gpu)
-    name = (
-        f"{onnx_path.stem}.{digest}.trt{trt_version}.{gpu_tag}."
-        f"b{profile.min}-{profile.opt}-{profile.max}.{'fp16' if fp16 else 'fp32'}.engine"
-    )
-    return (Path(cache) if cache else onnx_path.parent) / name
+class ShapeError(RuntimeError):
+    """TensorRT refused an input shape (outside the engine's optimization profile)."""
+
+
+def set_shape(ctx: Any, name: str, shape: tuple[int, ...], profile: Profile) -> None:
+    """`set_input_shape`, checked: TensorRT returns False instead of raising."""
+    if not ctx.set_input_shape(name, shape):
+        raise ShapeError(
+            f"TensorRT rejected input shape {shape} for {name!r} (engine profile {profile})"
+        )
 
 
 class TensorRTRunner(CudaStagedRunner):
@@ -60,30 +60,39 @@ class TensorRTRunner(CudaStagedRunner):
             import tensorrt as trt
         except ImportError as exc:
             raise ModelLoadError("the tensorrt back end needs TensorRT 10 (pip tensorrt)") from exc
-        if int(trt.__version__.split(".")[0]) < 10:
-            raise ModelLoadError(f"TensorRT {trt.__version__} found; this runner needs 10+")
+        if int(trt.__version__.split(".")[0]) != 10:
+            raise ModelLoadError(f"TensorRT {trt.__version__} found; this runner needs 10.x")
         path = Path(path)
         if not path.is_file():
             raise ModelLoadError(f"model file not found: {path}")
-        cuda = Cuda(device_id)
+        cuda = Cuda.for_device(device_id)
         self._trt = trt
         self._logger = trt.Logger(trt.Logger.WARNING)
-        profile = Profile(min_batch, opt_batch, max_batch)
-        cached = engine_path(path, engine_cache, profile, fp16, trt.__version__, cuda.device_name())
         if path.suffix == ".engine":
             # A prebuilt engine from the model repository (`strata models engine`), whose
             # manifest records the GPU and TensorRT version it was built for.
             log.info("loading prebuilt TensorRT engine %s", path)
-            cached = path
-            blob = path.read_bytes()
-        elif cached.is_file():
-            log.info("loading TensorRT engine %s", cached)
-            blob = cached.read_bytes()
+            cached, blob = path, path.read_bytes()
         else:
-            blob = self._build(path, profile, fp16, input_size, workspace_mib)
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            cached.write_bytes(blob)
-            log.info("built TensorRT engine %s", cached)
+            inp = model_input(path)
+            chw = inp.chw(input_size)
+            wanted = Profile(min_batch, min(opt_batch, max_batch), max_batch)
+            build_profile = wanted.for_model_batch(inp.fixed_batch)
+            if build_profile != wanted:
+                log.warning(
+                    "%s has a fixed batch of %s: building with profile %s, not %s",
+                    path.name, inp.fixed_batch, build_profile, wanted,
+                )  # fmt: skip
+            cached = engine_cache_path(
+                path, engine_cache, build_profile, chw, fp16, trt.__version__, _gpu_name(cuda)
+            )
+            if cached.is_file():
+                log.info("loading TensorRT engine %s", cached)
+                blob = cached.read_bytes()
+            else:
+                blob = build_engine(path, build_profile, chw, fp16, workspace_mib)
+                if store_engine(cached, blob):
+                    log.info("built TensorRT engine %s", cached)
         self._runtime = trt.Runtime(self._logger)
         self.engine = self._runtime.deserialize_cuda_engine(blob)
         if self.engine is None:
@@ -94,14 +103,25 @@ class TensorRTRunner(CudaStagedRunner):
         self._out_names = [n for n in names if not is_in[n]]
         if len(self._in_names) != 1:
             raise ModelLoadError(f"expected one input tensor, the engine has {self._in_names}")
+        in_name = self._in_names[0]
+        # The engine's own profile decides what batches can run.
+        lo, op, hi = (tuple(s) for s in self.engine.get_tensor_profile_shape(in_name, 0))
+        profile = engine_profile(lo, op, hi, max_batch)
+        if profile.max_batch < max_batch:
+            log.warning(
+                "engine %s takes batches %d..%d: max batch lowered from %d to %d",
+                cached.name, int(lo[0]), int(hi[0]), max_batch, profile.max_batch,
+            )  # fmt: skip
+        max_batch = profile.max_batch
+        chw = tuple(int(d) for d in hi[1:])
         self._contexts = [self.engine.create_execution_context() for _ in range(streams)]
         # Output shapes at the maximum batch, read from a context with that input shape.
-        in_name = self._in_names[0]
-        in_shape = tuple(self.engine.get_tensor_shape(in_name))
-        chw = tuple(d if d > 0 else input_size for d in in_shape[1:])
         probe = self._contexts[0]
-        probe.set_input_shape(in_name, (max_batch, *chw))
-        out_shapes = [tuple(probe.get_tensor_shape(n)) for n in self._out_names]
+        set_shape(probe, in_name, (max_batch, *chw), profile)
+        out_shapes = [tuple(int(d) for d in probe.get_tensor_shape(n)) for n in self._out_names]
+        for n, s in zip(self._out_names, out_shapes, strict=True):
+            if any(d < 0 for d in s):
+                raise ModelLoadError(f"output {n!r} has unresolved shape {s} at batch {max_batch}")
 
         def spec(name: str, shape: tuple[int, ...]) -> TensorSpec:
             dt = np.dtype(trt.nptype(self.engine.get_tensor_dtype(name)))
@@ -117,48 +137,31 @@ class TensorRTRunner(CudaStagedRunner):
         )
         super().__init__(cuda, plan)
         self._chw = chw
-        self._profile = profile
-        for ctx, s in zip(self._contexts, self._slots, strict=True):
-            ctx.set_tensor_address(in_name, s.dev_in)
-            for name, dev in zip(self._out_names, s.dev_out, strict=True):
+        self.profile = profile
+        for ctx, slot in zip(self._contexts, self._slots, strict=True):
+            ctx.set_tensor_address(in_name, slot.dev_in)
+            for name, dev in zip(self._out_names, slot.dev_out, strict=True):
                 ctx.set_tensor_address(name, dev)
         self._shape_of: list[int] = [0] * streams
-
-    def _build(
-        self, path: Path, profile: Profile, fp16: bool, input_size: int, workspace_mib: int
-    ) -> bytes:
-        trt = self._trt
-        builder = trt.Builder(self._logger)
-        network = builder.create_network(0)  # TensorRT 10: explicit batch is the only mode
-        parser = trt.OnnxParser(network, self._logger)
-        if not parser.parse(path.read_bytes()):
-            errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-            raise ModelLoadError(f"TensorRT cannot parse {path}: {errors}")
-        config = builder.create_builder_config()
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mib << 20)
-        # platform_has_fast_fp16 is deprecated in TensorRT 10 (every supported GPU has it).
-        if fp16 and getattr(builder, "platform_has_fast_fp16", True):
-            config.set_flag(trt.BuilderFlag.FP16)
-        inp = network.get_input(0)
-        chw = tuple(d if d > 0 else input_size for d in tuple(inp.shape)[1:])
-        opt = builder.create_optimization_profile()
-        mn, op, mx = profile.shapes(chw)
-        opt.set_shape(inp.name, mn, op, mx)
-        config.add_optimization_profile(opt)
-        log.info("building TensorRT engine for %s (profile %s, fp16=%s)", path, profile, fp16)
-        blob = builder.build_serialized_network(network, config)
-        if blob is None:
-            raise ModelLoadError(f"TensorRT failed to build an engine for {path}")
-        return bytes(blob)
 
     def _infer(self, slot: int, s: Slot, n: int) -> None:
         ctx = self._contexts[slot]
         if self._shape_of[slot] != n:  # shape changes are cheap but not free: only on change
-            ctx.set_input_shape(self._in_names[0], (n, *self._chw))
+            rows = max(n, self.profile.min_batch)
+            set_shape(ctx, self._in_names[0], (rows, *self._chw), self.profile)
             self._shape_of[slot] = n
         if not ctx.execute_async_v3(int(s.stream)):
             raise RuntimeError("TensorRT execute_async_v3 failed")
 
     def _close_backend(self) -> None:
+        # Contexts before the engine, the engine before the runtime (TensorRT's order).
         self._contexts = []
         del self.engine
+        del self._runtime
+
+
+def _gpu_name(cuda: Cuda) -> str:
+    try:
+        return cuda.device_name()
+    except Exception:  # a name is only part of the cache key
+        return f"cuda{cuda.device_id}"

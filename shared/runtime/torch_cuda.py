@@ -1,9 +1,11 @@
 """PyTorch CUDA runner of the same ONNX model (onnx2torch), for GPU hosts without TensorRT.
 
-Same staged design as the cuda-python back ends, with PyTorch's own primitives: pinned
-host tensors (exposed to the caller as numpy views), preallocated device inputs, one
-torch.cuda.Stream and Event per slot, non-blocking copies. FP16 halves the module and its
-inputs where asked.
+The staged skeleton of the other GPU back ends (`cuda_staged.CudaStagedRunner`: pooled
+pinned and device buffers, one stream and event per slot, copies on the slot's stream)
+over PyTorch's primitives (`TorchDevice`). Inference reads the slot's device input and
+writes into its preallocated device output; each (slot, batch size) is captured once as a
+CUDA graph, so a replay allocates nothing (eager fallback, logged, where capture fails).
+FP16 halves the module and its inputs where asked.
 """
 
 from __future__ import annotations
@@ -15,12 +17,119 @@ from typing import Any
 import numpy as np
 
 from .base import ModelLoadError, TensorSpec
-from .staging import SlotRing
+from .cuda import DeviceBinding
+from .cuda_staged import CudaStagedRunner, Slot
+from .pool import MemoryPool
+from .staging import plan_buffers
+from .trt_engine import model_input
 
 log = logging.getLogger(__name__)
 
 
-class TorchCudaRunner:
+class _TorchAllocator:
+    """Raw bytes from PyTorch's caching allocator (device) or pinned host memory."""
+
+    def __init__(self, torch: Any, device: Any, pinned: bool) -> None:
+        self.torch = torch
+        self.device = device
+        self.pinned = pinned
+        self.tensors: dict[int, Any] = {}
+
+    def alloc(self, nbytes: int) -> int:
+        t = self.torch
+        if self.pinned:
+            buf = t.empty(nbytes, dtype=t.uint8, pin_memory=True)
+        else:
+            buf = t.empty(nbytes, dtype=t.uint8, device=self.device)
+        ptr = int(buf.data_ptr())
+        self.tensors[ptr] = buf
+        return ptr
+
+    def free(self, ptr: int) -> None:
+        del self.tensors[ptr]
+
+
+class _TorchEvent:
+    def __init__(self, torch: Any) -> None:
+        self.ev = torch.cuda.Event()
+
+    def record(self, stream: Any) -> None:
+        self.ev.record(stream)
+
+    def query(self) -> bool:
+        return bool(self.ev.query())
+
+    def synchronize(self) -> None:
+        self.ev.synchronize()
+
+    def destroy(self) -> None:
+        pass
+
+
+_DEVICES: dict[int, TorchDevice] = {}
+
+
+class TorchDevice:
+    """The skeleton's device calls through PyTorch, with this device's two pools."""
+
+    def __init__(self, torch: Any, device_id: int) -> None:
+        self.torch = torch
+        self.device_id = device_id
+        self.device = torch.device("cuda", device_id)
+        self._binding = DeviceBinding(device_id, torch.cuda.set_device)
+        self._pinned = _TorchAllocator(torch, self.device, pinned=True)
+        self._dev = _TorchAllocator(torch, self.device, pinned=False)
+        self.pinned_pool = MemoryPool(f"torch{device_id}-pinned", "pinned", device_id, self._pinned)
+        self.device_pool = MemoryPool(f"torch{device_id}-device", "device", device_id, self._dev)
+
+    @classmethod
+    def for_device(cls, torch: Any, device_id: int) -> TorchDevice:
+        dev = _DEVICES.get(device_id)
+        if dev is None:
+            dev = _DEVICES[device_id] = cls(torch, device_id)
+        return dev
+
+    def bind(self) -> None:
+        self._binding.ensure()
+
+    def pinned(self, nbytes: int, owner: str) -> Any:
+        return self.pinned_pool.allocate(nbytes, owner)
+
+    def malloc(self, nbytes: int, owner: str) -> Any:
+        return self.device_pool.allocate(nbytes, owner)
+
+    def release(self, block: Any) -> None:
+        block.pool.release(block)
+
+    def tensor(self, ptr: int) -> Any:
+        """The uint8 tensor behind a pooled address (device or pinned)."""
+        t = self._dev.tensors.get(ptr)
+        return t if t is not None else self._pinned.tensors[ptr]
+
+    def stream(self) -> Any:
+        return self.torch.cuda.Stream(device=self.device)
+
+    def event(self) -> _TorchEvent:
+        return _TorchEvent(self.torch)
+
+    def _copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        with self.torch.cuda.stream(stream):
+            self.tensor(dst)[:nbytes].copy_(self.tensor(src)[:nbytes], non_blocking=True)
+
+    def h2d(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        self._copy(dst, src, nbytes, stream)
+
+    def d2h(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        self._copy(dst, src, nbytes, stream)
+
+    def memory_used(self) -> int:
+        return int(self.torch.cuda.memory_reserved(self.device))
+
+    def destroy_stream(self, stream: Any) -> None:
+        pass  # PyTorch streams are freed with their Python object
+
+
+class TorchCudaRunner(CudaStagedRunner):
     """An onnx2torch module on CUDA behind the staged interface."""
 
     backend = "torch-cuda"
@@ -33,6 +142,7 @@ class TorchCudaRunner:
         fp16: bool = True,
         max_batch: int = 8,
         input_size: int = 640,
+        cuda_graphs: bool = True,
         **_ignored: Any,
     ) -> None:
         try:
@@ -49,82 +159,116 @@ class TorchCudaRunner:
             raise ModelLoadError(f"model file not found: {path}")
         import onnx
 
+        inp = model_input(path)
+        if inp.fixed_batch is not None and inp.fixed_batch != max_batch:
+            log.warning(
+                "%s has a fixed batch of %d: max batch %d -> %d",
+                path.name,
+                inp.fixed_batch,
+                max_batch,
+                inp.fixed_batch,
+            )
+            max_batch = inp.fixed_batch
+        chw = inp.chw(input_size)
         self._torch = torch
-        self.device = torch.device("cuda", device_id)
-        proto = onnx.load(str(path))
-        in_name = proto.graph.input[0].name
-        dims = [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim]
-        chw = tuple(d if d > 0 else input_size for d in dims[1:])
-        module = convert(proto).eval().to(self.device)
-        dtype = torch.float16 if fp16 else torch.float32
+        dev = TorchDevice.for_device(torch, device_id)
+        dev.bind()
+        module = convert(onnx.load(str(path))).eval().to(dev.device)
+        tdtype = torch.float16 if fp16 else torch.float32
         if fp16:
             module = module.half()
         self.module = module
-        self.slots = streams
-        self.max_batch = max_batch
-        self._streams = [torch.cuda.Stream(device=self.device) for _ in range(streams)]
-        self._events = [torch.cuda.Event() for _ in range(streams)]
-        self._host_in = [
-            torch.empty((max_batch, *chw), dtype=dtype, pin_memory=True) for _ in range(streams)
-        ]
-        self._dev_in = [
-            torch.empty((max_batch, *chw), dtype=dtype, device=self.device) for _ in range(streams)
-        ]
         with torch.inference_mode():
-            probe = self._forward(self._dev_in[0][:max_batch])
-        self._host_out = [
-            [torch.empty(tuple(p.shape), dtype=p.dtype, pin_memory=True) for p in probe]
-            for _ in range(streams)
-        ]
-        self._host_in_np: list[np.ndarray] = [t.numpy() for t in self._host_in]
-        self._host_out_np: list[list[np.ndarray]] = [
-            [t.numpy() for t in outs] for outs in self._host_out
-        ]
-        self._ring = SlotRing(streams)
-        np_dtype = np.dtype(np.float16 if fp16 else np.float32)
-        self.inputs = (TensorSpec(in_name, (None, *chw), np_dtype),)
-        self.outputs = tuple(
+            probe = self._forward(torch.zeros((max_batch, *chw), dtype=tdtype, device=dev.device))
+        np_in = np.dtype(np.float16 if fp16 else np.float32)
+        outs = [
             TensorSpec(f"output{i}", (None, *p.shape[1:]), np.dtype(str(p.dtype).split(".")[1]))
             for i, p in enumerate(probe)
+        ]
+        plan = plan_buffers(
+            [TensorSpec(inp.name, (None, *chw), np_in)],
+            outs,
+            max_batch,
+            streams,
+            input_shape=(max_batch, *chw),
+            output_shapes=[(max_batch, *p.shape[1:]) for p in probe],
         )
-        log.info("torch-cuda: %s on %s, %d streams, fp16=%s", path.name, self.device, streams, fp16)
+        del probe
+        super().__init__(dev, plan)
+        self._dev = dev
+        self._tdtype = tdtype
+        # Typed device views of each slot's buffers (static addresses: graphs capture them).
+        self._in_views = [
+            dev.tensor(s.dev_in)[: plan.inputs[0].nbytes].view(tdtype).view(plan.inputs[0].shape)
+            for s in self._slots
+        ]
+        self._out_views = [
+            [
+                dev.tensor(p)[: t.nbytes].view(_torch_dtype(torch, t.dtype)).view(t.shape)
+                for p, t in zip(s.dev_out, plan.outputs, strict=True)
+            ]
+            for s in self._slots
+        ]
+        self._use_graphs = cuda_graphs
+        self._graphs: dict[tuple[int, int], Any] = {}
+        self._graph_pools = [torch.cuda.graph_pool_handle() for _ in range(streams)]
+        log.info("torch-cuda: %s on %s, %d streams, fp16=%s", path.name, dev.device, streams, fp16)
 
     def _forward(self, x: Any) -> list[Any]:
         out = self.module(x)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
-    def acquire(self) -> int:
-        return self._ring.acquire()
+    def _eager(self, slot: int, n: int) -> None:
+        outs = self._forward(self._in_views[slot][:n])
+        for dst, src in zip(self._out_views[slot], outs, strict=True):
+            dst[:n].copy_(src)
 
-    def host_input(self, slot: int) -> np.ndarray:
-        return self._host_in_np[slot]
-
-    def launch(self, slot: int, n: int) -> None:
+    def _graph(self, slot: int, s: Slot, n: int) -> Any:
+        key = (slot, n)
+        graph = self._graphs.get(key)
+        if graph is not None or not self._use_graphs:
+            return graph
         torch = self._torch
-        stream = self._streams[slot]
-        with torch.cuda.stream(stream), torch.inference_mode():
-            self._dev_in[slot][:n].copy_(self._host_in[slot][:n], non_blocking=True)
-            outs = self._forward(self._dev_in[slot][:n])
-            for host, dev in zip(self._host_out[slot], outs, strict=True):
-                host[:n].copy_(dev, non_blocking=True)
-            self._events[slot].record(stream)
-        self._ring.launched(slot, self._events[slot])
+        try:
+            with torch.cuda.stream(s.stream):
+                self._eager(slot, n)  # warm-up outside capture (cuDNN picks its kernels)
+            s.stream.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._graph_pools[slot], stream=s.stream):
+                self._eager(slot, n)
+        except Exception as exc:  # capture is best effort: some ops cannot be captured
+            log.warning("torch-cuda: CUDA graph capture failed (%s); running eagerly", exc)
+            self._use_graphs = False
+            return None
+        self._graphs[key] = graph
+        return graph
 
-    def wait(self, slot: int, n: int) -> list[np.ndarray]:
-        self._events[slot].synchronize()
-        return [o[:n] for o in self._host_out_np[slot]]
-
-    def run(self, batch: np.ndarray) -> list[np.ndarray]:
-        slot = self.acquire()
-        n = int(batch.shape[0])
-        self.host_input(slot)[:n] = batch
-        self.launch(slot, n)
-        return [o.copy() for o in self.wait(slot, n)]
+    def _infer(self, slot: int, s: Slot, n: int) -> None:
+        torch = self._torch
+        with torch.inference_mode():
+            graph = self._graph(slot, s, n)
+            with torch.cuda.stream(s.stream):
+                if graph is not None:
+                    graph.replay()
+                else:
+                    self._eager(slot, n)
 
     def memory_used(self) -> int:
-        return int(self._torch.cuda.memory_allocated(self.device))
+        return int(self._torch.cuda.memory_allocated(self._dev.device))
 
-    def close(self) -> None:
-        for ev in self._events:
-            ev.synchronize()
+    def _close_backend(self) -> None:
+        self._graphs = {}
+        self._in_views = []
+        self._out_views = []
         del self.module
+
+
+def _torch_dtype(torch: Any, dtype: np.dtype[Any]) -> Any:
+    return {
+        "float32": torch.float32,
+        "float16": torch.float16,
+        "int64": torch.int64,
+        "int32": torch.int32,
+        "uint8": torch.uint8,
+        "bool": torch.bool,
+    }[np.dtype(dtype).name]

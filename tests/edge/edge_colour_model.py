@@ -19,8 +19,12 @@ HI, LO = 0.7, 0.3
 SCORE = 0.9
 
 
-def build_colour_detector(path: Path, size: int, extra_anchors: int = 5) -> Path:
-    """Write the model (input `images` [N, 3, size, size] RGB in [0, 1]) and return path."""
+def build_colour_detector(
+    path: Path, size: int, extra_anchors: int = 5, batch: int | str = "batch"
+) -> Path:
+    """Write the model (input `images` [N, 3, size, size] RGB in [0, 1]) and return path.
+
+    `batch` fixes the batch axis (an int, as many exports do) or names it (dynamic)."""
     nc = len(CLASSES)
     nodes: list[onnx.NodeProto] = []
     inits = [
@@ -91,10 +95,10 @@ def build_colour_detector(path: Path, size: int, extra_anchors: int = 5) -> Path
     graph = helper.make_graph(
         nodes,
         "colour_detector",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, size, size])],
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [batch, 3, size, size])],
         [
             helper.make_tensor_value_info(
-                "output0", TensorProto.FLOAT, ["batch", 4 + nc, nc + extra_anchors]
+                "output0", TensorProto.FLOAT, [batch, 4 + nc, nc + extra_anchors]
             )
         ],
         inits,

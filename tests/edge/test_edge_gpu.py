@@ -6,11 +6,16 @@ import importlib.util
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 import pytest
+from gpu_testkit import gpu_backends_wanted
 from strata.shared.runtime import BACKENDS, ModelLoadError, create_runner
+from strata.shared.runtime.pool import report_leaks
 from strata.shared.runtime.staging import StagedRunner
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.vision import LetterboxWriter
@@ -25,7 +30,24 @@ def _cuda_available() -> bool:
     )
 
 
-needs_cuda = pytest.mark.skipif(not _cuda_available(), reason="needs an NVIDIA GPU and CUDA")
+def open_gpu(
+    unavailable: Callable[[str], NoReturn], path: Path, backend: str, **options: Any
+) -> Any:
+    """A GPU runner, or skip -- fail under `-m gpu` -- saying why it cannot load here."""
+    require(unavailable, backend)
+    try:
+        return create_runner(path, backend, **options)
+    except ModelLoadError as exc:
+        unavailable(f"{backend} cannot load: {exc}")
+
+
+def require(unavailable: Callable[[str], NoReturn], backend: str) -> None:
+    """Skip a back end this host was told not to run; else demand a GPU."""
+    wanted = gpu_backends_wanted()
+    if wanted is not None and backend not in wanted:
+        pytest.skip(f"{backend} not in STRATA_GPU_BACKENDS on this host")
+    if not _cuda_available():
+        unavailable("needs an NVIDIA GPU and CUDA (nvidia-smi, cuda-python or torch)")
 
 
 def test_gpu_backends_are_registered_and_never_imported_by_default() -> None:
@@ -60,28 +82,29 @@ def _batch(size: int, n: int) -> tuple[np.ndarray, SyntheticClip]:
 
 
 @pytest.mark.gpu
-@needs_cuda
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 @pytest.mark.parametrize("streams", [1, 3])
 def test_gpu_backend_matches_cpu_on_every_stream(
-    backend: str, streams: int, colour_model: Path, tmp_path: Path
+    backend: str,
+    streams: int,
+    colour_model: Path,
+    tmp_path: Path,
+    gpu_unavailable: Callable[[str], NoReturn],
 ) -> None:
     from edge_testkit import MODEL_SIZE
 
     batch, _clip = _batch(MODEL_SIZE, 4)
     cpu = create_runner(colour_model).run(batch)[0]
-    try:
-        gpu = create_runner(
-            colour_model,
-            backend,
-            streams=streams,
-            fp16=False,
-            max_batch=4,
-            input_size=MODEL_SIZE,
-            engine_cache=str(tmp_path),
-        )
-    except ModelLoadError as exc:
-        pytest.skip(f"{backend} not installed here: {exc}")
+    gpu = open_gpu(
+        gpu_unavailable,
+        colour_model,
+        backend,
+        streams=streams,
+        fp16=False,
+        max_batch=4,
+        input_size=MODEL_SIZE,
+        engine_cache=str(tmp_path),
+    )
     assert isinstance(gpu, StagedRunner)
     try:
         # Launch on every slot before waiting on any: the streams overlap.
@@ -98,17 +121,189 @@ def test_gpu_backend_matches_cpu_on_every_stream(
         assert gpu.memory_used() > 0
     finally:
         gpu.close()
+    # Close gave every pooled buffer back.
+    assert report_leaks(gpu.pool_owner) == 0
 
 
 @pytest.mark.gpu
-@needs_cuda
-def test_tensorrt_engine_is_cached(colour_model: Path, tmp_path: Path) -> None:
-    pytest.importorskip("tensorrt")
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+def test_a_worker_thread_launches_on_the_configured_device(
+    backend: str, colour_model: Path, tmp_path: Path, gpu_unavailable: Callable[[str], NoReturn]
+) -> None:
+    """device_id != 0 used to run on device 0: cudaSetDevice ran in the constructor only."""
     from edge_testkit import MODEL_SIZE
 
-    r = create_runner(
-        colour_model, "tensorrt", max_batch=4, input_size=MODEL_SIZE, engine_cache=str(tmp_path)
-    )
+    require(gpu_unavailable, backend)
+    device = _device_count(gpu_unavailable) - 1  # the last GPU: device 1 on a two-GPU host
+    gpu = open_gpu(
+        gpu_unavailable, colour_model, backend, device_id=device, max_batch=2,
+        input_size=MODEL_SIZE, engine_cache=str(tmp_path), fp16=False,
+    )  # fmt: skip
+    torch = importlib.import_module("torch") if backend == "torch-cuda" else None
+    seen: list[int] = []
+
+    def work() -> None:
+        slot = gpu.acquire()
+        gpu.launch(slot, 1)
+        gpu.wait(slot, 1)
+        seen.append(int(torch.cuda.current_device()) if torch is not None else _current_device())
+
+    try:
+        t = threading.Thread(target=work)
+        t.start()
+        t.join(60)
+        assert seen == [device]
+    finally:
+        gpu.close()
+
+
+def _device_count(unavailable: Callable[[str], NoReturn]) -> int:
+    try:
+        from cuda.bindings import runtime as rt
+    except ImportError:
+        try:
+            import torch
+        except ImportError:
+            unavailable("neither cuda-python nor torch is installed")
+        return int(torch.cuda.device_count())
+    err, n = rt.cudaGetDeviceCount()
+    assert int(err) == 0
+    return int(n)
+
+
+def _current_device() -> int:
+    from cuda.bindings import runtime as rt
+
+    err, d = rt.cudaGetDevice()
+    assert int(err) == 0
+    return int(d)
+
+
+@pytest.mark.gpu
+def test_tensorrt_engine_is_cached_with_its_input_size(
+    colour_model: Path, tmp_path: Path, gpu_unavailable: Callable[[str], NoReturn]
+) -> None:
+    from edge_testkit import MODEL_SIZE
+
+    r = open_gpu(
+        gpu_unavailable, colour_model, "tensorrt", max_batch=4, input_size=MODEL_SIZE,
+        engine_cache=str(tmp_path),
+    )  # fmt: skip
     r.close()
     engines = list(tmp_path.glob("*.engine"))
     assert len(engines) == 1 and ".b1-4-4." in engines[0].name
+    assert f".in3x{MODEL_SIZE}x{MODEL_SIZE}." in engines[0].name
+
+
+@pytest.mark.gpu
+def test_tensorrt_prebuilt_engine_caps_a_larger_configured_batch(
+    colour_model: Path, tmp_path: Path, gpu_unavailable: Callable[[str], NoReturn]
+) -> None:
+    """A configured max batch above the engine's gave unresolved (negative) buffer sizes."""
+    from edge_testkit import MODEL_SIZE
+    from strata.shared.runtime.staging import Profile
+    from strata.shared.runtime.tensorrt_runner import ShapeError
+    from strata.shared.runtime.trt_engine import build_engine
+
+    require(gpu_unavailable, "tensorrt")
+    try:
+        blob = build_engine(colour_model, Profile(1, 2, 4), (3, MODEL_SIZE, MODEL_SIZE), False)
+    except ModelLoadError as exc:
+        gpu_unavailable(str(exc))
+    engine = tmp_path / "colour.engine"
+    engine.write_bytes(blob)
+    r = open_gpu(gpu_unavailable, engine, "tensorrt", max_batch=16, input_size=MODEL_SIZE)
+    try:
+        assert r.max_batch == 4 and r.host_input(0).shape[0] == 4
+        batch, _ = _batch(MODEL_SIZE, 4)
+        np.testing.assert_allclose(
+            r.run(batch)[0], create_runner(colour_model).run(batch)[0], atol=1.0
+        )
+        # Outside the profile: a clear error, not a silent wrong run.
+        with pytest.raises((ShapeError, ValueError)):
+            slot = r.acquire()
+            r.launch(slot, 5)
+    finally:
+        r.close()
+
+
+@pytest.mark.gpu
+def test_ort_tensorrt_runs_the_starter_detector_with_the_default_input_size(
+    tmp_path: Path, gpu_unavailable: Callable[[str], NoReturn]
+) -> None:
+    """The profile used to say images:Nx3x640x640 for a fixed 3x320x320 model."""
+    starter = Path(__file__).resolve().parents[2] / "shared/starter_models/yolov8n/model.onnx"
+    r = open_gpu(
+        gpu_unavailable, starter, "onnxruntime-tensorrt", max_batch=4, input_size=640,
+        engine_cache=str(tmp_path),
+    )  # fmt: skip
+    try:
+        x = np.random.default_rng(0).random((4, 3, 320, 320), np.float32)
+        np.testing.assert_allclose(
+            r.run(x)[0], create_runner(starter).run(x)[0], atol=0.5, rtol=0.05
+        )
+    finally:
+        r.close()
+
+
+@pytest.mark.gpu
+def test_ort_cuda_fp16_runs_an_fp16_copy(
+    colour_model: Path, tmp_path: Path, gpu_unavailable: Callable[[str], NoReturn]
+) -> None:
+    """fp16 used to be silently ignored by the CUDA provider."""
+    from edge_testkit import MODEL_SIZE
+
+    r = open_gpu(
+        gpu_unavailable, colour_model, "onnxruntime-cuda", fp16=True, max_batch=2,
+        input_size=MODEL_SIZE, engine_cache=str(tmp_path),
+    )  # fmt: skip
+    try:
+        assert r.precision == "fp16"
+        assert list(tmp_path.glob("*.fp16.onnx"))
+    finally:
+        r.close()
+
+
+@pytest.mark.gpu
+def test_a_gpu_runner_takes_a_cloud_sized_batch(
+    colour_model: Path, tmp_path: Path, gpu_unavailable: Callable[[str], NoReturn]
+) -> None:
+    """The cloud passes its batcher's max_batch; run() also chunks anything larger."""
+    from edge_testkit import MODEL_SIZE
+
+    r = open_gpu(
+        gpu_unavailable, colour_model, "onnxruntime-cuda", fp16=False, max_batch=8,
+        input_size=MODEL_SIZE,
+    )  # fmt: skip
+    try:
+        batch, _ = _batch(MODEL_SIZE, 4)
+        big = np.concatenate([batch] * 5)  # 20 rows through a runner of 8
+        out = r.run(big)[0]
+        assert out.shape[0] == 20
+        np.testing.assert_allclose(out[16:], out[:4], atol=1e-3)
+    finally:
+        r.close()
+
+
+@pytest.mark.gpu
+def test_torch_runner_allocates_nothing_per_batch(
+    colour_model: Path, gpu_unavailable: Callable[[str], NoReturn]
+) -> None:
+    from edge_testkit import MODEL_SIZE
+
+    r = open_gpu(
+        gpu_unavailable, colour_model, "torch-cuda", fp16=False, max_batch=4,
+        input_size=MODEL_SIZE, streams=2,
+    )  # fmt: skip
+    try:
+        torch = importlib.import_module("torch")
+        batch, _ = _batch(MODEL_SIZE, 4)
+        for _ in range(2):  # first runs capture the graphs of both slots
+            r.run(batch)
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        for _ in range(10):
+            r.run(batch)
+        after = torch.cuda.memory_stats()["allocation.all.allocated"]
+        assert after == before, f"{after - before} allocations in 10 batches"
+    finally:
+        r.close()

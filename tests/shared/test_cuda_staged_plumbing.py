@@ -8,11 +8,14 @@ CUDA runtime underneath is replaced (the GPU tests run the real one).
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 import numpy as np
 from strata.shared.runtime import TensorSpec
+from strata.shared.runtime.cuda import DeviceBinding
 from strata.shared.runtime.cuda_staged import CudaStagedRunner, Slot
+from strata.shared.runtime.pool import Block, HostAllocator, MemoryPool, report_leaks
 from strata.shared.runtime.staging import plan_buffers
 
 F32 = np.dtype(np.float32)
@@ -36,29 +39,33 @@ class HostEvent:
 
 
 class HostCuda:
-    """Pinned and device memory both in host memory; copies happen immediately."""
+    """Pinned and device memory both from host-memory pools; copies happen immediately."""
 
     device_id = 0
 
     def __init__(self) -> None:
-        self.keep: dict[int, Any] = {}
         self.log: list[str] = []
         self.streams = 0
+        self.bound: set[str] = set()
+        self.pinned_pool = MemoryPool("test-pinned", "pinned", 0, HostAllocator())
+        # "Device" memory is host memory here: a pool of kind host so the test can look.
+        self.device_pool = MemoryPool("test-device", "host", 0, HostAllocator())
 
-    def _alloc(self, nbytes: int) -> int:
-        buf = (ctypes.c_byte * nbytes)()
-        addr = ctypes.addressof(buf)
-        self.keep[addr] = buf
-        return addr
+    def bind(self) -> None:
+        name = threading.current_thread().name
+        if name not in self.bound:
+            self.bound.add(name)
+            self.log.append(f"bind {name}")
 
-    def pinned(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[np.ndarray, int]:
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        ptr = self._alloc(nbytes)
-        raw = self.keep[ptr]
-        return np.frombuffer(memoryview(raw).cast("B"), dtype=dtype).reshape(shape), ptr
+    def pinned(self, nbytes: int, owner: str) -> Block:
+        return self.pinned_pool.allocate(nbytes, owner)
 
-    def malloc(self, nbytes: int) -> int:
-        return self._alloc(nbytes)
+    def malloc(self, nbytes: int, owner: str) -> Block:
+        return self.device_pool.allocate(nbytes, owner)
+
+    def release(self, block: Block) -> None:
+        self.log.append("release")
+        block.pool.release(block)
 
     def stream(self) -> int:
         self.streams += 1
@@ -76,16 +83,10 @@ class HostCuda:
         ctypes.memmove(dst, src, nbytes)
 
     def memory_used(self) -> int:
-        return sum(ctypes.sizeof(b) for b in self.keep.values())
-
-    def free_host(self, ptr: int) -> None:
-        pass
-
-    def free(self, ptr: int) -> None:
-        pass
+        return self.pinned_pool.stats().in_use + self.device_pool.stats().in_use
 
     def destroy_stream(self, stream: Any) -> None:
-        pass
+        self.log.append(f"destroy stream {stream}")
 
 
 class Doubler(CudaStagedRunner):
@@ -103,6 +104,9 @@ class Doubler(CudaStagedRunner):
         ).reshape(tout.shape)
         y[:n, 0] = 2 * x[:n].reshape(n, -1).sum(axis=1)
         self.cuda.log.append(f"infer {n} on {s.stream}")  # type: ignore[attr-defined]
+
+    def _close_backend(self) -> None:
+        self.cuda.log.append("close backend")  # type: ignore[attr-defined]
 
 
 def test_staged_copies_move_exactly_the_batch_rows_on_the_slot_stream() -> None:
@@ -125,6 +129,7 @@ def test_staged_copies_move_exactly_the_batch_rows_on_the_slot_stream() -> None:
         x0 = np.arange(18, dtype=np.float32).reshape(3, 6) + 3
         np.testing.assert_allclose(out0[:, 0], 2 * x0.sum(axis=1))
         np.testing.assert_allclose(out1[:, 0], [2 * (np.arange(6) + 1).sum()])
+        cuda.log = [e for e in cuda.log if not e.startswith("bind")]
         # Per launch: copy-in of n rows (24 B each), inference, copy-out (4 B a row), event.
         assert cuda.log[:8] == [
             "h2d 72 on 1", "infer 3 on 1", "d2h 12 on 1", "record 1",
@@ -135,3 +140,88 @@ def test_staged_copies_move_exactly_the_batch_rows_on_the_slot_stream() -> None:
         assert r.memory_used() >= plan.total_bytes
     finally:
         r.close()
+
+
+def _doubler(cuda: HostCuda, max_batch: int = 4, slots: int = 2) -> Doubler:
+    plan = plan_buffers(
+        [TensorSpec("x", (None, 2, 3), F32)], [TensorSpec("y", (None, 1), F32)], max_batch, slots
+    )
+    return Doubler(cuda, plan)  # type: ignore[arg-type]
+
+
+def test_a_launch_from_another_thread_binds_that_thread_to_the_device() -> None:
+    cuda = HostCuda()
+    r = _doubler(cuda)
+    try:
+        main = threading.current_thread().name
+
+        def work() -> None:
+            slot = r.acquire()
+            r.host_input(slot)[:1] = 1
+            r.launch(slot, 1)
+            r.wait(slot, 1)
+
+        t = threading.Thread(target=work, name="edge-worker")
+        t.start()
+        t.join()
+        binds = [e for e in cuda.log if e.startswith("bind")]
+        assert binds == [f"bind {main}", "bind edge-worker"]
+        # And before its first copy in that thread.
+        assert cuda.log.index("bind edge-worker") < cuda.log.index("h2d 24 on 1")
+    finally:
+        r.close()
+
+
+def test_device_binding_sets_the_device_once_per_thread() -> None:
+    calls: list[tuple[str, int]] = []
+    b = DeviceBinding(3, lambda d: calls.append((threading.current_thread().name, d)))
+    b.ensure()
+    b.ensure()
+    t = threading.Thread(target=b.ensure, name="other")
+    t.start()
+    t.join()
+    assert calls == [(threading.current_thread().name, 3), ("other", 3)]
+
+
+def test_close_releases_the_backend_before_streams_and_buffers() -> None:
+    cuda = HostCuda()
+    r = _doubler(cuda)
+    slot = r.acquire()
+    r.launch(slot, 2)
+    cuda.log.clear()
+    r.close()
+    assert cuda.log[:2] == ["sync", "sync"]
+    assert cuda.log[2] == "close backend"
+    first_stream = cuda.log.index("destroy stream 1")
+    first_release = cuda.log.index("release")
+    assert 2 < first_stream < first_release
+    assert cuda.log.count("release") == 2 * 4  # per slot: host in/out, device in/out
+    r.close()  # idempotent
+
+
+def test_run_takes_batches_larger_than_max_batch_in_chunks() -> None:
+    cuda = HostCuda()
+    r = _doubler(cuda, max_batch=4)
+    try:
+        x = np.arange(10 * 6, dtype=np.float32).reshape(10, 2, 3)
+        out = r.run(x)[0]
+        assert out.shape == (10, 1)
+        np.testing.assert_allclose(out[:, 0], 2 * x.reshape(10, -1).sum(axis=1))
+    finally:
+        r.close()
+
+
+def test_buffers_come_from_the_pools_and_are_returned_at_close() -> None:
+    cuda = HostCuda()
+    r = _doubler(cuda)
+    owner = r.pool_owner
+    assert report_leaks(owner) == 8  # still open: every buffer is outstanding
+    reserved = cuda.pinned_pool.stats().reserved
+    r.close()
+    assert report_leaks(owner) == 0
+    st = cuda.pinned_pool.stats()
+    assert st.in_use == 0 and st.reserved == reserved and st.blocks_cached == 4
+    # A second runner of the same shapes reuses the cached blocks: nothing new reserved.
+    r2 = _doubler(cuda)
+    assert cuda.pinned_pool.stats().reserved == reserved
+    r2.close()

@@ -123,3 +123,23 @@ def test_this_environment_has_one_runtime() -> None:
     found = installed_ort_distributions()
     assert len(found) == 1, found
     assert ort_conflict() is None
+
+
+def test_a_gpu_run_without_a_gpu_fails_instead_of_skipping() -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this host has a GPU")
+    target = "tests/edge/test_edge_gpu.py::test_tensorrt_engine_is_cached_with_its_input_size"
+    quiet = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", target],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert quiet.returncode == 0 and "1 skipped" in quiet.stdout, quiet.stdout
+    asked = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", target],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert asked.returncode == 1 and "gpu run, but" in asked.stdout, asked.stdout

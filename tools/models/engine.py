@@ -14,28 +14,17 @@ import logging
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from strata.shared.models.manifest import InputSpec, Manifest, TensorRTBuild, Variant, save_manifest
 from strata.shared.models.repository import ModelError, ModelRepository, sha256_of
+from strata.shared.runtime import ModelLoadError, trt_engine
+from strata.shared.runtime.staging import Profile
+
+__all__ = ["Profile", "build_engine", "ensure_engine", "plan_profile", "rebuild_reason"]
 
 log = logging.getLogger(__name__)
 
 TIMING_CACHE = "timing.cache"
-
-
-@dataclass(frozen=True, slots=True)
-class Profile:
-    """An optimization profile over the batch axis."""
-
-    min_batch: int
-    opt_batch: int
-    max_batch: int
-
-    def shapes(self, spec: InputSpec) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        """(min, opt, max) input shapes for TensorRT's profile.set_shape."""
-        rest = (3, spec.height, spec.width)
-        return (self.min_batch, *rest), (self.opt_batch, *rest), (self.max_batch, *rest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,63 +130,22 @@ def build_engine(
     workspace_gib: float = 4.0,
     progress: bool = True,
 ) -> None:
-    """Build and serialize a TensorRT 10 engine (explicit batch is the only mode in 10)."""
-    import tensorrt as trt
-
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    network = builder.create_network(0)
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(onnx_path)):
-        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise ModelError(f"TensorRT cannot parse {onnx_path}: {errors}")
-    config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_gib * (1 << 30)))
-    if fp16:
-        config.set_flag(trt.BuilderFlag.FP16)
-    opt = builder.create_optimization_profile()
-    lo, mid, hi = profile.shapes(spec)
-    opt.set_shape(spec.name, lo, mid, hi)
-    config.add_optimization_profile(opt)
-    cache_bytes = timing_cache.read_bytes() if timing_cache and timing_cache.is_file() else b""
-    cache = config.create_timing_cache(cache_bytes)
-    config.set_timing_cache(cache, ignore_mismatch=False)
-    if progress:
-        config.progress_monitor = _progress_monitor(trt)
-    serialized = builder.build_serialized_network(network, config)
-    if serialized is None:
-        raise ModelError(f"TensorRT failed to build an engine from {onnx_path} (see its log)")
+    """Build and write a TensorRT 10 engine with the runtime's builder (one for both)."""
+    try:
+        blob = trt_engine.build_engine(
+            onnx_path,
+            profile,
+            (3, spec.height, spec.width),
+            fp16=fp16,
+            workspace_mib=int(workspace_gib * 1024),
+            timing_cache=timing_cache,
+            progress=progress,
+        )
+    except ModelLoadError as exc:
+        raise ModelError(str(exc)) from exc
     tmp = engine_path.with_suffix(".part")
-    tmp.write_bytes(bytes(serialized))
+    tmp.write_bytes(blob)
     tmp.replace(engine_path)
-    if timing_cache is not None:
-        timing_cache.write_bytes(bytes(config.get_timing_cache().serialize()))
-
-
-def _progress_monitor(trt: Any) -> Any:
-    """A tqdm bar per TensorRT build phase (trt.IProgressMonitor)."""
-    from tqdm import tqdm
-
-    class _Monitor(trt.IProgressMonitor):  # type: ignore[misc]
-        def __init__(self) -> None:
-            trt.IProgressMonitor.__init__(self)
-            self._bars: dict[str, Any] = {}
-
-        def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
-            self._bars[phase_name] = tqdm(total=num_steps, desc=phase_name, leave=False)
-
-        def step_complete(self, phase_name: str, step: int) -> bool:
-            bar = self._bars.get(phase_name)
-            if bar is not None:
-                bar.update(1)
-            return True  # False would cancel the build
-
-        def phase_finish(self, phase_name: str) -> None:
-            bar = self._bars.pop(phase_name, None)
-            if bar is not None:
-                bar.close()
-
-    return _Monitor()
 
 
 @dataclass(frozen=True, slots=True)

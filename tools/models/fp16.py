@@ -6,22 +6,9 @@ from pathlib import Path
 
 from strata.shared.models.manifest import Variant, save_manifest
 from strata.shared.models.repository import ModelRepository, sha256_of
+from strata.shared.runtime.fp16 import convert_fp16
 
-# Ops whose FP16 kernels lose too much (or that ORT's CPU provider lacks in FP16); the
-# converter wraps them in casts and keeps them in float.
-_KEEP_FLOAT = ["Resize", "TopK", "NonMaxSuppression"]
-
-
-def convert_fp16(src: Path, dst: Path) -> None:
-    """Write an FP16 copy of `src`; inputs and outputs stay float32 so callers do not change."""
-    import onnx
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    model = onnx.load(str(src))
-    half = convert_float_to_float16(model, keep_io_types=True, op_block_list=_KEEP_FLOAT)
-    tmp = dst.with_suffix(".part")
-    onnx.save(half, str(tmp))
-    tmp.replace(dst)
+__all__ = ["add_fp16_variant", "convert_fp16"]
 
 
 def add_fp16_variant(repository: Path, name: str, key: str = "fp16") -> Variant:

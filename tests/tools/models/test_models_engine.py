@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
+from gpu_testkit import gpu_backends_wanted
 from strata.shared.models import InputSpec, ModelError, ModelRepository, sha256_of
 from strata.shared.models.manifest import Variant
 from strata.tools.models.engine import (
@@ -20,7 +24,11 @@ H200 = Target("10.13.0", "NVIDIA H200", "9.0")
 
 def test_profile_shapes() -> None:
     p = plan_profile(SPEC, 1, 8, 16)
-    assert p.shapes(SPEC) == ((1, 3, 640, 640), (8, 3, 640, 640), (16, 3, 640, 640))
+    assert p.shapes((3, SPEC.height, SPEC.width)) == (
+        (1, 3, 640, 640),
+        (8, 3, 640, 640),
+        (16, 3, 640, 640),
+    )
 
 
 @pytest.mark.parametrize(("lo", "opt", "hi"), [(0, 1, 1), (2, 1, 4), (1, 8, 4)])
@@ -93,8 +101,12 @@ def test_recorded_engine_that_fits_is_kept(tiny_repo: Path) -> None:
 
 
 @pytest.mark.gpu
-def test_build_engine_on_a_gpu(tiny_repo: Path) -> None:
-    pytest.importorskip("tensorrt")
+def test_build_engine_on_a_gpu(tiny_repo: Path, gpu_unavailable: Callable[[str], NoReturn]) -> None:
+    wanted = gpu_backends_wanted()
+    if wanted is not None and "tensorrt" not in wanted:
+        pytest.skip("tensorrt not in STRATA_GPU_BACKENDS on this host")
+    if importlib.util.find_spec("tensorrt") is None:
+        gpu_unavailable("TensorRT is not installed")
     repo = ModelRepository(tiny_repo)
     prof = plan_profile(repo.manifest("tiny").input, 1, 2, 4)
     first = ensure_engine(repo, "tiny", prof, fp16=True, progress=False)
