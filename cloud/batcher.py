@@ -67,8 +67,12 @@ class DynamicBatcher:
         # A GPU runner's buffers hold at most its own max batch.
         runner_max = getattr(classifier.runner, "max_batch", None)
         if isinstance(runner_max, int) and runner_max < self.max_batch:
-            log.warning("the model runner takes at most %d per batch: max_batch %d -> %d",
-                        runner_max, self.max_batch, runner_max)
+            log.warning(
+                "the model runner takes at most %d per batch: max_batch %d -> %d",
+                runner_max,
+                self.max_batch,
+                runner_max,
+            )
             self.max_batch = runner_max
         self._delay = cfg.max_queue_delay_ms / 1000.0
         self._queue: queue.Queue[_Item] = queue.Queue(maxsize=cfg.max_queue_size)

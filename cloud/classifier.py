@@ -159,9 +159,7 @@ def runner_options(cfg: CloudModelConfig, max_batch: int) -> dict[str, int | boo
     return options
 
 
-def load_classifier(
-    cfg: CloudModelConfig, repository: str = "", max_batch: int = 8
-) -> Classifier:
+def load_classifier(cfg: CloudModelConfig, repository: str = "", max_batch: int = 8) -> Classifier:
     """The classifier the config names: an ONNX file, or a model of the repository."""
     options = runner_options(cfg, max_batch)
     if cfg.path:

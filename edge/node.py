@@ -20,8 +20,8 @@ import numpy as np
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import current_version, frame_pb2
 from strata.shared.curve import serve_curve
-from strata.shared.imagecheck import ImageLimits
 from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, TelemetrySource, open_nvml
+from strata.shared.imagecheck import ImageLimits
 from strata.shared.runtime import ModelLoadError
 from strata.shared.runtime.pool import report_leaks
 from strata.shared.runtime.staging import StagedRunner
