@@ -26,6 +26,7 @@ from strata.shared.runtime import ModelLoadError
 from strata.shared.runtime.pool import report_leaks
 from strata.shared.runtime.staging import StagedRunner
 from strata.shared.vision import FrameBoxes
+from strata.shared.wire import detections_topic
 
 from .crops import CropSelector
 from .decode import FrameDecoder
@@ -444,7 +445,7 @@ class EdgeNode:
         )
         t.inference_start_ns, t.inference_end_ns = start_ns, end_ns
         t.edge_send_ns = time.time_ns()
-        pub.send_multipart([h.camera_id.encode(), msg.SerializeToString()])
+        pub.send_multipart([detections_topic(h.camera_id), msg.SerializeToString()])
         self.metrics.processed.inc()
         self.metrics.camera_frames.labels(h.camera_id).inc()
         if not predicted:

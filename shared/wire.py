@@ -103,6 +103,8 @@ def unpack_frame(parts: Sequence[Any]) -> FrameMessage:
     _check_version(header.version, "node", header)
     if not header.camera_id:
         raise MalformedMessage(REASON_FIELDS, "camera_id is empty", header)
+    if "\0" in header.camera_id:  # it ends the PUB topic (detections_topic)
+        raise MalformedMessage(REASON_FIELDS, "camera_id contains a NUL byte", header)
     if header.sequence < 1:
         raise MalformedMessage(REASON_FIELDS, "sequence must start at 1", header)
     if header.width == 0 or header.height == 0:
@@ -164,10 +166,31 @@ def unpack_ack(parts: Sequence[Any]) -> frame_pb2.FrameAck:
     return ack
 
 
+def detections_topic(camera_id: str) -> bytes:
+    """The edge's PUB topic for one camera's results: its id and one NUL byte.
+
+    ZeroMQ matches subscriptions by prefix; the NUL ends the id (an id never contains one),
+    so `SUBSCRIBE detections_topic("cam1")` gets cam1 and never cam10. Subscribe to b""
+    for every camera.
+    """
+    if "\0" in camera_id:
+        raise ValueError(f"camera id {camera_id!r} contains a NUL byte")
+    return camera_id.encode() + b"\0"
+
+
+def camera_of_topic(topic: bytes) -> str:
+    """The camera id of a PUB topic made by `detections_topic`."""
+    if not topic.endswith(b"\0"):
+        raise MalformedMessage(REASON_FIELDS, f"topic {topic!r} does not end in NUL")
+    return topic[:-1].decode()
+
+
 __all__ = [
     "REASONS",
     "FrameMessage",
     "MalformedMessage",
+    "camera_of_topic",
+    "detections_topic",
     "make_ack",
     "new_session_id",
     "pack_ack",

@@ -244,7 +244,8 @@ class EdgeConfig(StrictModel):
         "tcp://127.0.0.1:5555", description="ZeroMQ ROUTER address device agents connect to."
     )
     publish: str = Field(
-        "tcp://127.0.0.1:5556", description="ZeroMQ PUB address of detections (topic: camera)."
+        "tcp://127.0.0.1:5556",
+        description="ZeroMQ PUB address of detections (topic: camera id + one NUL byte).",
     )
     cloud: str = Field("", description="Cloud HOST:PORT for crops; empty: no uplink.")
     model: EdgeModelConfig = Field(default_factory=EdgeModelConfig, description="Detector.")

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import zmq
 from strata.shared.contracts import common_pb2, frame_pb2
-from strata.shared.wire import pack_frame
+from strata.shared.wire import detections_topic, pack_frame
 
 MODEL_SIZE = 256
 
@@ -78,10 +78,11 @@ class RawAgent:
 class Listener:
     """A SUB socket on the node's results."""
 
-    def __init__(self, ctx: Any, address: str, topic: str = "") -> None:
+    def __init__(self, ctx: Any, address: str, camera: str = "") -> None:
         self.sock = ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt_string(zmq.SUBSCRIBE, topic)
+        # One camera's results, or (empty) every camera's.
+        self.sock.setsockopt(zmq.SUBSCRIBE, detections_topic(camera) if camera else b"")
         self.sock.connect(address)
 
     def collect(self, n: int, timeout_s: float = 20.0) -> list[frame_pb2.FrameDetections]:
@@ -92,21 +93,26 @@ class Listener:
                 topic, body = self.sock.recv_multipart()
                 msg = frame_pb2.FrameDetections()
                 msg.ParseFromString(body)
-                assert topic.decode() == msg.camera_id
+                assert topic == detections_topic(msg.camera_id)
                 out.append(msg)
         return out
 
 
 def wait_until_subscribed(
-    agent: RawAgent, sub: Listener, image: np.ndarray, timeout_s: float = 30.0
+    agent: RawAgent,
+    sub: Listener,
+    image: np.ndarray,
+    timeout_s: float = 30.0,
+    camera: str = "probe",
 ) -> int:
-    """Send probe frames (camera `probe`) until one comes back on the SUB socket, so no
-    result of the test proper is lost to PUB/SUB's slow join. Returns probes sent."""
+    """Send probe frames (of `camera`, sequences from 1) until one comes back on the SUB
+    socket, so no result of the test proper is lost to PUB/SUB's slow join. Returns probes
+    sent."""
     deadline = time.monotonic() + timeout_s
     seq = 0
     while time.monotonic() < deadline:
         seq += 1
-        agent.send_image("probe", seq, image)
+        agent.send_image(camera, seq, image)
         if sub.collect(1, timeout_s=0.5):
             break
     else:

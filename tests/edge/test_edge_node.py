@@ -239,3 +239,27 @@ def test_cameras_beyond_the_limit_are_rejected_and_counted(
     ]
     assert "max_cameras" in acks[2].reason
     assert sample(node.metrics.registry, "strata_edge_rejected_total", {"reason": "cameras"}) == 1
+
+
+def test_a_camera_subscription_never_gets_another_camera_sharing_its_prefix(
+    node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    # ZeroMQ matches topics by prefix: with the bare id as topic, "cam1" would get "cam10".
+    node = node_factory()
+    every, cam1 = (
+        Listener(zctx, node.endpoints.publish),
+        Listener(zctx, node.endpoints.publish, "cam1"),
+    )
+    agent = RawAgent(zctx, node.endpoints.listen)
+    image = synthetic_clip.frame(0).image
+    wait_until_subscribed(agent, every, image)
+    seq = wait_until_subscribed(agent, cam1, image, camera="cam1")
+    while every.collect(1, timeout_s=0.3):  # the cam1 probes' results
+        pass
+    for i in range(1, 4):
+        agent.send_image("cam10", i, image)
+        agent.send_image("cam1", seq + i, image)
+    assert sorted(m.camera_id for m in every.collect(6)) == ["cam1"] * 3 + ["cam10"] * 3
+    got = cam1.collect(6, timeout_s=3.0)
+    assert [m.camera_id for m in got] == ["cam1"] * 3
+    assert [m.sequence for m in got] == [seq + 1, seq + 2, seq + 3]

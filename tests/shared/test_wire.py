@@ -1,3 +1,5 @@
+import time
+
 import numpy as np
 import pytest
 import zmq
@@ -9,6 +11,8 @@ from strata.shared.wire import (
     REASON_PAYLOAD,
     REASON_VERSION,
     MalformedMessage,
+    camera_of_topic,
+    detections_topic,
     make_ack,
     pack_ack,
     pack_frame,
@@ -97,3 +101,40 @@ def test_bad_acks_are_typed_errors() -> None:
         unpack_ack([b"a", b"b"])
     with pytest.raises(MalformedMessage):
         unpack_ack([frame_pb2.FrameAck(camera_id="c", sequence=1).SerializeToString()])
+
+
+def test_detection_topics_match_one_camera_on_real_sockets() -> None:
+    ctx = zmq.Context()
+    try:
+        pub, sub = ctx.socket(zmq.PUB), ctx.socket(zmq.SUB)
+        for sock in (pub, sub):
+            sock.setsockopt(zmq.LINGER, 0)
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        sub.setsockopt(zmq.SUBSCRIBE, detections_topic("cam1"))
+        sub.connect(f"tcp://127.0.0.1:{port}")
+        got: list[str] = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:  # until the subscription has joined
+            pub.send_multipart([detections_topic("cam1"), b"join"])
+            if sub.poll(50):
+                got.append(camera_of_topic(sub.recv_multipart()[0]))
+        assert got == ["cam1"]
+        for cam in ("cam10", "cam1", "cam1x", "cam", "cam1"):
+            pub.send_multipart([detections_topic(cam), cam.encode()])
+        while sub.poll(300):
+            topic, body = sub.recv_multipart()
+            if body != b"join":
+                got.append(camera_of_topic(topic))
+        assert got == ["cam1", "cam1", "cam1"]
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_a_camera_id_with_a_nul_byte_is_refused() -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        detections_topic("cam\0x")
+    with pytest.raises(MalformedMessage) as exc:
+        unpack_frame(pack_frame(_header(camera_id="cam\0x"), b"\0" * 24))
+    assert exc.value.reason == REASON_FIELDS
+    with pytest.raises(MalformedMessage):
+        camera_of_topic(b"cam1")

@@ -55,7 +55,7 @@ class DetectionCollector:
             parts = self._sock.recv_multipart()
             msg = frame_pb2.FrameDetections()
             try:
-                # [topic (camera id), FrameDetections]; the message is always the last part.
+                # [topic (camera id + NUL), FrameDetections]; the message is always the last part.
                 msg.ParseFromString(parts[-1])
             except Exception as exc:  # a foreign publisher on the port: count and go on
                 self.malformed += 1
