@@ -20,7 +20,7 @@ CROP_STATUS_INVALID: CropStatus
 CROP_STATUS_RETRY: CropStatus
 
 class Crop(_message.Message):
-    __slots__ = ("crop_id", "edge_id", "camera_id", "sequence", "detection", "encoding", "width", "height", "image", "timing")
+    __slots__ = ("crop_id", "edge_id", "camera_id", "sequence", "detection", "encoding", "width", "height", "image", "timing", "track_id")
     CROP_ID_FIELD_NUMBER: _ClassVar[int]
     EDGE_ID_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class Crop(_message.Message):
     HEIGHT_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
+    TRACK_ID_FIELD_NUMBER: _ClassVar[int]
     crop_id: str
     edge_id: str
     camera_id: str
@@ -41,7 +42,8 @@ class Crop(_message.Message):
     height: int
     image: bytes
     timing: _common_pb2.Timing
-    def __init__(self, crop_id: _Optional[str] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., image: _Optional[bytes] = ..., timing: _Optional[_Union[_common_pb2.Timing, _Mapping]] = ...) -> None: ...
+    track_id: int
+    def __init__(self, crop_id: _Optional[str] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., image: _Optional[bytes] = ..., timing: _Optional[_Union[_common_pb2.Timing, _Mapping]] = ..., track_id: _Optional[int] = ...) -> None: ...
 
 class CropBatch(_message.Message):
     __slots__ = ("version", "crops")
@@ -112,7 +114,7 @@ class ClassifyResponse(_message.Message):
     def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "edge_id", "camera_id", "sequence", "capture_ns", "edge_detection", "label", "score", "stored_ns", "crop_id")
+    __slots__ = ("event_id", "edge_id", "camera_id", "sequence", "capture_ns", "edge_detection", "label", "score", "stored_ns", "crop_id", "track_id", "track_events")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     EDGE_ID_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +125,8 @@ class Event(_message.Message):
     SCORE_FIELD_NUMBER: _ClassVar[int]
     STORED_NS_FIELD_NUMBER: _ClassVar[int]
     CROP_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_EVENTS_FIELD_NUMBER: _ClassVar[int]
     event_id: int
     edge_id: str
     camera_id: str
@@ -133,10 +137,12 @@ class Event(_message.Message):
     score: float
     stored_ns: int
     crop_id: str
-    def __init__(self, event_id: _Optional[int] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., stored_ns: _Optional[int] = ..., crop_id: _Optional[str] = ...) -> None: ...
+    track_id: int
+    track_events: int
+    def __init__(self, event_id: _Optional[int] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., stored_ns: _Optional[int] = ..., crop_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_events: _Optional[int] = ...) -> None: ...
 
 class QueryEventsRequest(_message.Message):
-    __slots__ = ("version", "camera_id", "start_ns", "end_ns", "label", "page_size", "page_token")
+    __slots__ = ("version", "camera_id", "start_ns", "end_ns", "label", "page_size", "page_token", "group_by_track")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
     START_NS_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +150,7 @@ class QueryEventsRequest(_message.Message):
     LABEL_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_TRACK_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     camera_id: str
     start_ns: int
@@ -151,7 +158,8 @@ class QueryEventsRequest(_message.Message):
     label: str
     page_size: int
     page_token: str
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., label: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    group_by_track: bool
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., label: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., group_by_track: _Optional[bool] = ...) -> None: ...
 
 class QueryEventsResponse(_message.Message):
     __slots__ = ("version", "events", "next_page_token")
