@@ -12,10 +12,11 @@ from .store import EventQuery, PageKey
 
 COLUMNS = (
     "event_id, edge_id, crop_id, camera_id, sequence, capture_ns, stored_ns, label, score, "
-    "detection"
+    "detection, track_id"
 )
 INSERT_COLUMNS = (
-    "edge_id, crop_id, camera_id, sequence, capture_ns, time_ns, stored_ns, label, score, detection"
+    "edge_id, crop_id, camera_id, sequence, capture_ns, time_ns, stored_ns, label, score, "
+    "detection, track_id"
 )
 _U64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
@@ -32,7 +33,19 @@ def _unsigned(i: int) -> int:
 
 def event_from_row(row: tuple[Any, ...]) -> analytics_pb2.Event:
     """An Event from a row of COLUMNS."""
-    (event_id, edge_id, crop_id, camera_id, seq, capture_ns, stored_ns, label, score, det) = row
+    (
+        event_id,
+        edge_id,
+        crop_id,
+        camera_id,
+        seq,
+        capture_ns,
+        stored_ns,
+        label,
+        score,
+        det,
+        track,
+    ) = row
     ev = analytics_pb2.Event(
         event_id=int(event_id),
         edge_id=str(edge_id),
@@ -43,6 +56,7 @@ def event_from_row(row: tuple[Any, ...]) -> analytics_pb2.Event:
         stored_ns=int(stored_ns),
         label=str(label),
         score=float(score),
+        track_id=_unsigned(int(track)),
     )
     if det:
         ev.edge_detection.ParseFromString(bytes(det))
@@ -63,6 +77,7 @@ def insert_row(ev: analytics_pb2.Event) -> tuple[Any, ...]:
         ev.label,
         ev.score,
         ev.edge_detection.SerializeToString() if ev.HasField("edge_detection") else b"",
+        _signed(ev.track_id),
     )
 
 

@@ -67,12 +67,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX events_time ON events (time_ns, event_id)",
         "CREATE INDEX events_label_time ON events (label, time_ns, event_id)",
     ),
+    # 2: the edge tracker's id, so events group by tracked object (0: not tracked).
+    (
+        "ALTER TABLE events ADD COLUMN track_id BIGINT NOT NULL DEFAULT 0",
+        "CREATE INDEX events_track ON events (edge_id, camera_id, track_id, time_ns)",
+    ),
 )
 # pg_advisory_xact_lock key that serialises migrations of replicas starting together.
 _MIGRATION_LOCK = 0x5354524154414556  # "STRATAEV"
 
 _INSERT = (
-    f"INSERT INTO events ({INSERT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    f"INSERT INTO events ({INSERT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
     "ON CONFLICT (edge_id, crop_id) DO NOTHING RETURNING event_id"
 )
 _FIND = f"SELECT {COLUMNS} FROM events WHERE edge_id = %s AND crop_id = %s"

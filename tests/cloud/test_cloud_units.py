@@ -152,3 +152,35 @@ def test_adaptive_close_waits_only_for_requests_that_can_come(tmp_path: Path) ->
     finally:
         batcher.stop()
         clf.close()
+
+
+def test_schema_1_store_migrates_to_track_ids(tmp_path: Path) -> None:
+    from strata.cloud.sqlite_store import MIGRATIONS
+
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    for statement in MIGRATIONS[0]:
+        conn.execute(statement)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version VALUES (1)")
+    conn.execute(
+        "INSERT INTO events (edge_id, crop_id, camera_id, sequence, capture_ns, time_ns, "
+        "stored_ns, label, score, detection) VALUES ('e', 'old', 'cam', 1, 5, 5, 5, 'car', 0.5, '')"
+    )
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(CloudStoreConfig(path=str(path), write_delay_ms=1.0), CloudMetrics())
+    store.start()
+    new = analytics_pb2.Event(
+        edge_id="e", crop_id="new", camera_id="cam", capture_ns=6, label="car", track_id=2**63
+    )
+    assert store.submit(new).result(10).event.track_id == 2**63
+    old = store.find("e", "old")
+    assert old is not None and old.track_id == 0
+    assert store.find("e", "new").track_id == 2**63  # type: ignore[union-attr]
+    store.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 2
+    indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert "events_track" in indexes
+    conn.close()
