@@ -34,6 +34,11 @@ def register(subparsers: Any) -> None:
     q.add_argument("--start-ns", type=int, default=0, help="from this capture time (ns)")
     q.add_argument("--end-ns", type=int, default=0, help="before this capture time (ns)")
     q.add_argument("--limit", type=int, default=100, help="print at most this many events")
+    q.add_argument(
+        "--group-by-track",
+        action="store_true",
+        help="one event per tracked object (its latest), with its event count",
+    )
     q.add_argument("--token-file", default="", help="file with the bearer token")
     q.add_argument("--ca-file", default="", help="PEM CA of the server (turns on TLS)")
     q.add_argument("--cert-file", default="", help="client certificate (mTLS)")
@@ -105,6 +110,7 @@ def run_query(args: argparse.Namespace) -> int:
         start_ns=args.start_ns,
         end_ns=args.end_ns,
         page_size=min(max(args.limit, 1), 1000),
+        group_by_track=args.group_by_track,
     )
     shown = 0
     try:
@@ -119,6 +125,7 @@ def run_query(args: argparse.Namespace) -> int:
                     print(
                         f"{ev.event_id}\t{ev.capture_ns}\t{ev.camera_id}\t{ev.label}\t"
                         f"{ev.score:.3f}\t{ev.edge_id}/{ev.crop_id}"
+                        + (f"\ttrack {ev.track_id} x{ev.track_events}" if ev.track_id else "")
                     )
             if shown >= args.limit:
                 break

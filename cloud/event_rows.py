@@ -97,7 +97,8 @@ def query_sql(
 ) -> tuple[str, list[object]]:
     """SELECT of one page plus one row (to know whether more follow); `ph` is the placeholder.
 
-    Rows are COLUMNS then time_ns, in (time_ns, event_id) order.
+    Rows are COLUMNS, the track's event count (1 ungrouped), then time_ns, in (time_ns,
+    event_id) order.
     """
     where = [f"time_ns >= {ph}"]
     args: list[object] = [q.start_ns]
@@ -110,23 +111,50 @@ def query_sql(
     if q.label:
         where.append(f"label = {ph}")
         args.append(q.label)
+    page_after: list[str] = []
+    page_args: list[object] = []
     if after is not None:
-        where.append(f"(time_ns, event_id) > ({ph}, {ph})")
-        args += [after.time_ns, after.event_id]
+        page_after = [f"(time_ns, event_id) > ({ph}, {ph})"]
+        page_args = [after.time_ns, after.event_id]
+    if not q.group_by_track:
+        where += page_after
+        args += page_args
+        args.append(limit + 1)
+        sql = (
+            f"SELECT {COLUMNS}, 1, time_ns FROM events WHERE {' AND '.join(where)} "
+            f"ORDER BY time_ns, event_id LIMIT {ph}"
+        )
+        return sql, args
+    # Grouped: each tracked object's latest event in range, with how many it has; an
+    # untracked event (track_id 0) is its own group. Pages go by the chosen rows' order.
+    grouped = (
+        f"SELECT {COLUMNS}, time_ns, "
+        "CASE WHEN track_id = 0 THEN 1 ELSE COUNT(*) OVER w END AS n, "
+        "CASE WHEN track_id = 0 THEN 1 ELSE ROW_NUMBER() OVER "
+        "(PARTITION BY edge_id, camera_id, track_id ORDER BY time_ns DESC, event_id DESC) "
+        f"END AS rn FROM events WHERE {' AND '.join(where)} "
+        "WINDOW w AS (PARTITION BY edge_id, camera_id, track_id)"
+    )
+    outer = ["rn = 1", *page_after]
+    args += page_args
     args.append(limit + 1)
     sql = (
-        f"SELECT {COLUMNS}, time_ns FROM events WHERE {' AND '.join(where)} "
+        f"SELECT {COLUMNS}, n, time_ns FROM ({grouped}) AS g WHERE {' AND '.join(outer)} "
         f"ORDER BY time_ns, event_id LIMIT {ph}"
     )
     return sql, args
 
 
 def page(
-    rows: list[tuple[Any, ...]], limit: int
+    rows: list[tuple[Any, ...]], limit: int, grouped: bool = False
 ) -> tuple[list[analytics_pb2.Event], PageKey | None]:
     """The events of query_sql's rows, and the key of the next page (None: this is the last)."""
     more = len(rows) > limit
     rows = rows[:limit]
-    events = [event_from_row(r[:-1]) for r in rows]
+    events = [event_from_row(r[:-2]) for r in rows]
+    if grouped:
+        for ev, r in zip(events, rows, strict=True):
+            if ev.track_id:
+                ev.track_events = int(r[-2])
     key = PageKey(int(rows[-1][-1]), int(rows[-1][0])) if more else None
     return events, key

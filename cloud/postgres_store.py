@@ -238,7 +238,7 @@ class PostgresStore(EventStore):
     ) -> tuple[list[analytics_pb2.Event], PageKey | None]:
         """One page of events in (time, id) order, and the key of the next page (None: last)."""
         sql, args = query_sql(q, after, limit, "%s")
-        return page(self._rows(sql, args), limit)
+        return page(self._rows(sql, args), limit, q.group_by_track)
 
     def count(self) -> int:
         """Number of stored events."""

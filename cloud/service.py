@@ -302,6 +302,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             label=top[0].label,
             score=top[0].score,
             crop_id=crop.crop_id,
+            track_id=crop.track_id or crop.detection.track_id,
         )
         try:
             sfut = self.store.submit(event)
@@ -439,7 +440,13 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         lim = self.cfg.limits
         size = min(request.page_size or lim.default_page_size, lim.max_page_size)
-        q = EventQuery(request.camera_id, request.label, request.start_ns, request.end_ns)
+        q = EventQuery(
+            request.camera_id,
+            request.label,
+            request.start_ns,
+            request.end_ns,
+            request.group_by_track,
+        )
         loop = asyncio.get_running_loop()
         while True:
             try:

@@ -178,7 +178,7 @@ class SQLiteStore(EventStore):
             rows = self._reader().execute(sql, args).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"event store read failed: {exc}") from exc
-        return page(rows, limit)
+        return page(rows, limit, q.group_by_track)
 
     def count(self) -> int:
         """Number of stored events."""

@@ -73,6 +73,8 @@ class EventQuery:
     label: str = ""
     start_ns: int = 0
     end_ns: int = 0
+    # One event per (edge, camera, track): the latest in range, with track_events set.
+    group_by_track: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import Sequence
 
 import numpy as np
 from strata.shared.config.edge import CropsConfig
-from strata.shared.contracts import analytics_pb2, common_pb2
+from strata.shared.contracts import analytics_pb2, common_pb2, frame_pb2
 from strata.shared.vision import FrameBoxes
 
 from .frames import DecodedFrame
+from .looks import TrackLooks
+from .tracking import TrackedBoxes
 
 
 class CropSelector:
@@ -30,9 +33,15 @@ class CropSelector:
         self._ids = itertools.count(1)
         # A token per run keeps crop ids unique across restarts of the node.
         self._run = uuid.uuid4().hex[:8]
+        self.looks = TrackLooks(cfg)
 
-    def select(self, boxes: FrameBoxes) -> np.ndarray:
-        """Indices of the chosen boxes."""
+    def select(
+        self,
+        boxes: FrameBoxes,
+        tracks: TrackedBoxes | None = None,
+        header: frame_pb2.FrameHeader | None = None,
+    ) -> np.ndarray:
+        """Indices of the chosen boxes; with `tracks`, one look per object (TrackLooks)."""
         if self.cfg.max_per_frame == 0 or len(boxes) == 0:
             return np.zeros((0,), np.int64)
         s = boxes.scores
@@ -44,16 +53,36 @@ class CropSelector:
         idx = np.flatnonzero(ok)
         # Closest to the band's middle first: those are the ones the edge is least sure of.
         mid = (self.cfg.score_min + self.cfg.score_max) / 2
-        order = np.argsort(np.abs(s[idx] - mid), kind="stable")
-        return idx[order[: self.cfg.max_per_frame]]
+        idx = idx[np.argsort(np.abs(s[idx] - mid), kind="stable")]
+        if tracks is None or header is None:
+            return idx[: self.cfg.max_per_frame]
+        t = header.capture_ns / 1e9 if header.capture_ns else time.time()
+        return self.looks.want(
+            header.session_id,
+            header.camera_id,
+            tracks.track_ids,
+            tracks.boxes,
+            s,
+            idx,
+            t,
+            self.cfg.max_per_frame,
+        )
 
     def crops(
-        self, frame: DecodedFrame, boxes: FrameBoxes, detections: Sequence[common_pb2.Detection]
+        self,
+        frame: DecodedFrame,
+        boxes: FrameBoxes,
+        detections: Sequence[common_pb2.Detection],
+        tracks: TrackedBoxes | None = None,
     ) -> list[analytics_pb2.Crop]:
-        """JPEG crops (padded, clipped to the frame) of the selected boxes."""
+        """JPEG crops (padded, clipped to the frame) of the selected boxes.
+
+        `boxes` are in the decoded image's pixels (what is cut); `tracks`, when given, are
+        the same detections with their track ids (in source pixels).
+        """
         import cv2
 
-        chosen = self.select(boxes)
+        chosen = self.select(boxes, tracks, frame.header)
         if chosen.size == 0:
             return []
         h, w = frame.image.shape[:2]
@@ -82,6 +111,7 @@ class CropSelector:
                     camera_id=hdr.camera_id,
                     sequence=hdr.sequence,
                     detection=detections[i],
+                    track_id=detections[i].track_id,
                     encoding=common_pb2.ENCODING_JPEG,
                     width=x2 - x1,
                     height=y2 - y1,

@@ -141,6 +141,21 @@ class CropsConfig(StrictModel):
     max_per_frame: int = Field(4, ge=0, description="Most crops per frame; 0: none.")
     jpeg_quality: int = Field(85, ge=1, le=100, description="JPEG quality of crops.")
     pad: float = Field(0.1, ge=0.0, le=1.0, description="Margin added around a box, by its size.")
+    max_per_track: int = Field(
+        3, ge=1, description="Most crops of one tracked object (one cloud look per object)."
+    )
+    track_interval_s: float = Field(
+        10.0, ge=0.0, description="A track is sent again no sooner than this (capture time)."
+    )
+    track_change_iou: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="...and only if its box overlaps the last one sent less than this.",
+    )
+    track_score_change: float = Field(
+        0.2, ge=0.0, le=1.0, description="...or its score moved by more than this."
+    )
 
 
 class TrackingConfig(StrictModel):

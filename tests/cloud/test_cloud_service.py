@@ -127,6 +127,34 @@ def test_same_crop_twice_in_one_batch_is_stored_once(colour_server: CloudServer)
     channel.close()
 
 
+def test_track_ids_are_stored_and_queries_group_by_track(colour_server: CloudServer) -> None:
+    channel, stub = stub_for(colour_server)
+    crops = [crop(i, RED) for i in range(5)]
+    for i, c in enumerate(crops):
+        # Crops 0, 2, 4 are one object (track 9); 1 carries its id on the detection only;
+        # 3 is untracked.
+        if i % 2 == 0:
+            c.track_id = 9
+        elif i == 1:
+            c.detection.track_id = 5
+    uplink(stub, [analytics_pb2.CropBatch(version=current_version(), crops=crops)])
+    flat = query(stub)
+    assert [(e.crop_id, e.track_id) for e in flat] == [
+        ("c0", 9),
+        ("c1", 5),
+        ("c2", 9),
+        ("c3", 0),
+        ("c4", 9),
+    ]
+    grouped = query(stub, group_by_track=True, page_size=1)
+    assert [(e.crop_id, e.track_id, e.track_events) for e in grouped] == [
+        ("c1", 5, 1),
+        ("c3", 0, 0),
+        ("c4", 9, 3),
+    ]
+    channel.close()
+
+
 def test_classify_returns_labels(colour_server: CloudServer) -> None:
     channel, stub = stub_for(colour_server)
     for bgr, want in ((RED, "red"), (GREEN, "green"), (BLUE, "blue")):

@@ -43,6 +43,17 @@ def event(i: int, edge: str = "e", camera: str = "cam") -> analytics_pb2.Event:
     )
 
 
+def track_event(i: int, track: int) -> analytics_pb2.Event:
+    return analytics_pb2.Event(
+        edge_id="e",
+        crop_id=f"t{i}",
+        camera_id="trk",
+        capture_ns=5000 + i,
+        label="p",
+        track_id=track,
+    )
+
+
 def pg_config(url: str, **kw: object) -> CloudStoreConfig:
     return CloudStoreConfig(url=url, write_delay_ms=1.0, connect_timeout_s=5.0, **kw)
 
@@ -73,6 +84,26 @@ def exercise(store: EventStore) -> list[tuple[str, bool, int]]:
     cars, key = store.query(EventQuery(label="car", start_ns=1005, end_ns=1010), None, 100)
     assert key is None and [e.crop_id for e in cars] == ["c5", "c7", "c9"]
     assert store.count() == 25
+    # Tracks: c0..c9 of track i % 3 + 1 except multiples of 4 (untracked); grouped, one
+    # event per track (its latest) and each untracked one alone, paged like the rest.
+    tracked = [
+        store.submit(track_event(i, 0 if i % 4 == 0 else i % 3 + 1)).result(20).event
+        for i in range(10)
+    ]
+    assert tracked[1].track_id == 2 and tracked[0].track_id == 0
+    for size in (2, 100):
+        grouped = all_pages(store, EventQuery(camera_id="trk", group_by_track=True), size)
+        got = [(e.crop_id, e.track_id, e.track_events) for e in grouped]
+        assert got == [
+            ("t0", 0, 0),
+            ("t4", 0, 0),
+            ("t5", 3, 2),
+            ("t7", 2, 2),
+            ("t8", 0, 0),
+            ("t9", 1, 3),
+        ], got
+    flat = all_pages(store, EventQuery(camera_id="trk"), 100)
+    assert len(flat) == 10 and all(e.track_events == 0 for e in flat)
     seen = [(e.crop_id, e.label == "car", e.sequence) for e in paged]
     store.close()
     return seen
