@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from strata.shared.config.edge import CropsConfig
-
-from .tracking import iou
+from strata.shared.vision import iou
 
 
 @dataclass(slots=True)
