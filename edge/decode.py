@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from strata.shared.contracts import common_pb2
 from strata.shared.imagecheck import InvalidImageError
 from strata.shared.logs import RateLimitedLog
 
@@ -35,7 +36,8 @@ class FrameDecoder:
 
     def decode(self, frames: Sequence[QueuedFrame]) -> list[DecodedFrame]:
         """The frames that decode, in order; the others are dropped with a reason."""
-        if self._pool is None or len(frames) == 1:
+        # One frame, or raw BGR (a view, nothing to decode): no hand-off to the pool.
+        if self._pool is None or len(frames) == 1 or not any(_encoded(f) for f in frames):
             results = [_decode(f) for f in frames]
         else:
             results = list(self._pool.map(_decode, frames))
@@ -61,6 +63,10 @@ class FrameDecoder:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
+
+
+def _encoded(frame: QueuedFrame) -> bool:
+    return frame.header.encoding != common_pb2.ENCODING_BGR
 
 
 def _decode(frame: QueuedFrame) -> DecodedFrame | InvalidImageError:

@@ -138,7 +138,7 @@ class EdgeNode:
             ing.sessions_per_camera,
         )
         # Frames are decoded in the worker, only once taken for a batch.
-        self.decoder = FrameDecoder(self.metrics, cfg.runtime.preprocess_threads)
+        self.decoder = FrameDecoder(self.metrics, ing.decode_threads)
         self._auth: Any = None
         self.uplink = Uplink(cfg.cloud, cfg.uplink, self.metrics) if cfg.cloud else None
         self.crops = (

@@ -224,6 +224,12 @@ class IngestConfig(StrictModel):
         description="Messages queued per connected peer before ZeroMQ stops reading it "
         "(ZMQ_RCVHWM; the peer's TCP connection then waits).",
     )
+    decode_threads: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Threads decoding a batch's JPEG frames in the worker (OpenCV frees the GIL).",
+    )
     camera_idle_s: float = Field(
         120.0,
         gt=0.0,
