@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from strata.shared.cli.parser import Parser
 from strata.shared.machine import cpu_model
 
 
@@ -381,9 +382,7 @@ def _document(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line of the benchmark."""
-    p = argparse.ArgumentParser(
-        prog="python -m strata.cloud.bench", description=__doc__, allow_abbrev=False
-    )
+    p = Parser(prog="python -m strata.cloud.bench", description=__doc__)
     p.add_argument("--model", default="swin", help="repository model name")
     p.add_argument("--repository", default="", help="model repository; empty: the starter one")
     p.add_argument("--model-path", default="", help="an ONNX classifier instead of --model")

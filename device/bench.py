@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from strata.shared.cli.parser import Parser
 from strata.shared.config.device import (
     CameraConfig,
     DeviceConfig,
@@ -162,10 +163,9 @@ class Throughput:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m strata.device.bench",
         description=__doc__.splitlines()[0] if __doc__ else "",
-        allow_abbrev=False,
     )
     p.add_argument("--clip", type=Path, default=ROOT / "data" / "vtest.mp4", help="H.264 clip")
     p.add_argument("--avi", type=Path, default=ROOT / "data" / "vtest.avi", help="vtest.avi")

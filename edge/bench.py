@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from strata.shared.cli.parser import Parser
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.machine import cpu_line, gpus
@@ -258,9 +259,7 @@ class NodeHarness:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m strata.edge.bench", description=__doc__, allow_abbrev=False
-    )
+    p = Parser(prog="python -m strata.edge.bench", description=__doc__)
     p.add_argument("--model", default="yolov8n", help="repository model name or ONNX path")
     p.add_argument("--repository", default="", help="model repository (default: starter)")
     p.add_argument("--batch", default="1,2,4", help="batch sizes to sweep, comma-separated")

@@ -11,6 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from strata.shared.cli.parser import Parser
+
 # subcommand -> module providing register(subparsers). Tiers own their own CLI module.
 SUBCOMMANDS: dict[str, str] = {
     "device": "strata.device.cli",
@@ -25,7 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The full parser with every subcommand that is installed."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="strata",
         description="Edge-to-cloud video analytics: spend GPU time only where something happens.",
     )

@@ -13,7 +13,6 @@ clear_refs before each probe):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from strata.shared.cli.parser import Parser
 from strata.shared.contracts import analytics_pb2, common_pb2, current_version, frame_pb2
 from strata.shared.imagecheck import jpeg_size
 from strata.shared.machine import cpu_line
@@ -271,7 +271,7 @@ def check_cost(repeat: int = 2000) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=20, help="bomb rounds per daemon (20)")
     p.add_argument("--edge-model", default="", help="detector ONNX (default: starter yolov8n)")
     p.add_argument("--cloud-model", default="", help="classifier ONNX (default: starter swin)")

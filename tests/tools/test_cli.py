@@ -1,5 +1,9 @@
+import argparse
 import subprocess
 import sys
+from typing import Any
+
+import pytest
 
 
 def test_help_lists_without_heavy_imports() -> None:
@@ -10,3 +14,61 @@ def test_help_lists_without_heavy_imports() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _parsers(parser: argparse.ArgumentParser, path: str = "strata") -> list[tuple[str, Any]]:
+    """Every parser of the tree, with its command path."""
+    out: list[tuple[str, Any]] = [(path, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += _parsers(sub, f"{path} {name}")
+    return out
+
+
+def test_no_parser_takes_an_abbreviated_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from strata.tools.cli import build_parser, main
+
+    parsers = _parsers(build_parser())
+    assert len(parsers) > 15
+    assert [p for p, parser in parsers if parser.allow_abbrev] == []
+    # `--frame 10` used to be taken as `--frames 10`.
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--frame", "10"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --frame" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "strata.device.bench",
+        "strata.edge.bench",
+        "strata.cloud.bench",
+        "strata.shared.config.reference",
+        "strata.tools.hostile",
+    ],
+)
+def test_standalone_commands_refuse_abbreviations(
+    module: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    flag = {"strata.shared.config.reference": "--writ"}.get(module, "--jso")
+    with pytest.raises(SystemExit) as exc:
+        importlib.import_module(module).main([flag, "x"])
+    assert exc.value.code == 2
+    assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
+
+
+def test_help_lists_every_models_action(capsys: pytest.CaptureFixture[str]) -> None:
+    from strata.tools.cli import build_parser
+
+    parser = build_parser()
+    models = dict(_parsers(parser))["strata models"]
+    actions = next(a for a in models._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"list", "inspect", "import", "build", "quantize", "engine", "distill"} <= set(actions)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    top = " ".join(capsys.readouterr().out.split())  # help wraps lines
+    assert f"models Model repository: {', '.join(actions)}." in top, top

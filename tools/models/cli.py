@@ -40,6 +40,39 @@ def _add_inspect(sub: Any) -> None:
     p.set_defaults(func=run_inspect)
 
 
+def _add_import(sub: Any) -> None:
+    p = sub.add_parser(
+        "import",
+        help="Bring any ONNX detector or classifier into a repository (no PyTorch).",
+        description="Copy an ONNX file into the repository with a manifest made from its "
+        "input and output shapes (and checksum), then load and run it as the tiers do. "
+        "A file the tiers cannot run is refused with the reason.",
+    )
+    _common(p)
+    p.add_argument("name", help="Model name in the repository.")
+    p.add_argument("onnx", help="The ONNX file.")
+    p.add_argument(
+        "--labels", help="File with one class name per line (default: the file's `names`)."
+    )
+    p.add_argument("--imgsz", type=int, default=0, help="Input size when the file's is dynamic.")
+    p.add_argument("--colour", choices=["RGB", "BGR"], default="RGB", help="Channel order.")
+    p.add_argument(
+        "--resize",
+        choices=["letterbox", "stretch"],
+        help="Default: letterbox for detectors, stretch for classifiers.",
+    )
+    p.add_argument("--scale", type=float, default=1 / 255, help="Pixel multiplier (1/255).")
+    p.add_argument("--mean", help="R,G,B mean after scaling (default: ImageNet's for classifiers).")
+    p.add_argument("--std", help="R,G,B std after the mean (default: ImageNet's for classifiers).")
+    p.add_argument(
+        "--output-format",
+        choices=["yolov8", "logits", "probabilities"],
+        help="Default: from the graph (a final Softmax means probabilities).",
+    )
+    p.add_argument("--force", action="store_true", help="Replace a model of that name.")
+    p.set_defaults(func=run_import)
+
+
 def _add_build(sub: Any) -> None:
     p = sub.add_parser(
         "build", help="Export a model from PyTorch to ONNX (needs the export extra)."
@@ -56,8 +89,10 @@ def _add_build(sub: Any) -> None:
     p.add_argument(
         "--weights",
         default="",
-        help="Checkpoint: ultralytics .pt for yolo, a state dict for timm models; "
-        "omitted: the bare architecture with random (untrained) weights.",
+        help="Checkpoint: ultralytics .pt for yolo (an official name such as yolov8n.pt that "
+        "is not a local file is downloaded by ultralytics where the machine has internet), a "
+        "state dict for timm models; omitted: the bare architecture with random (untrained) "
+        "weights.",
     )
     p.add_argument(
         "--arch",
@@ -164,6 +199,7 @@ def _add_engine(sub: Any) -> None:
 _ACTIONS: tuple[tuple[str, Callable[[Any], None]], ...] = (
     ("list", _add_list),
     ("inspect", _add_inspect),
+    ("import", _add_import),
     ("build", _add_build),
     ("fp16", _add_fp16),
     ("quantize", _add_quantize),
@@ -281,6 +317,59 @@ def run_inspect(args: argparse.Namespace) -> int:
             print(f"FAIL {exc}")
             rc = 1
     return rc
+
+
+def _triple(text: str | None, flag: str) -> tuple[float, float, float] | None:
+    if not text:
+        return None
+    parts = [float(x) for x in text.split(",")]
+    if len(parts) != 3:
+        raise ValueError(f"{flag} wants three comma-separated numbers, got {text!r}")
+    return (parts[0], parts[1], parts[2])
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """Import an ONNX file; print the manifest's gist, or why the file was refused."""
+    from strata.tools.models.importer import ImportRefusedError, ImportRequest, import_model
+
+    path = _repo_path(args)
+    if not path:
+        print(
+            "strata models import: give --repository DIR (the starter repository is read-only)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        labels: tuple[str, ...] = ()
+        if args.labels:
+            labels = tuple(
+                ln.strip() for ln in Path(args.labels).read_text().splitlines() if ln.strip()
+            )
+        req = ImportRequest(
+            name=args.name,
+            onnx=Path(args.onnx),
+            repository=Path(path),
+            labels=labels,
+            imgsz=args.imgsz,
+            colour=args.colour,
+            resize=args.resize,
+            scale=args.scale,
+            mean=_triple(args.mean, "--mean"),
+            std=_triple(args.std, "--std"),
+            output_format=args.output_format,
+            force=args.force,
+        )
+        m = import_model(req)
+    except (ImportRefusedError, ValueError, OSError) as exc:
+        print(f"strata models import: refused: {exc}", file=sys.stderr)
+        return 2
+    shape = "x".join("N" if d is None else str(d) for d in m.input.shape)
+    print(
+        f"imported {m.name} -> {Path(path) / m.name / m.file}: {m.task}, input {shape} "
+        f"{m.input.colour} {m.input.resize}, output {m.output.format}, {m.num_classes} labels; "
+        f"loads and runs in ONNX Runtime (sha256 {m.sha256[:12]}...)"
+    )
+    return 0
 
 
 def run_build(args: argparse.Namespace) -> int:
