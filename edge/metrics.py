@@ -125,6 +125,14 @@ class EdgeMetrics:
             ["camera", "direction"],
             registry=r,
         )
+        # Series per camera, removed when the node forgets a camera (forget_camera), so
+        # made-up camera ids cannot grow the exposition without bound.
+        self._per_camera: tuple[tuple[Counter, tuple[str, ...]], ...] = (
+            (self.camera_gpu_seconds, ()),
+            (self.camera_frames, ()),
+            (self.camera_bytes, ("in",)),
+            (self.camera_bytes, ("uplink",)),
+        )
         self.memory_leaks = Counter(
             "strata_edge_memory_leaks",
             "Pool blocks the runner had not returned at stop.",
@@ -136,3 +144,8 @@ class EdgeMetrics:
             registry=r,
         )
         r.register(PoolCollector("strata_edge"))
+
+    def forget_camera(self, camera_id: str) -> None:
+        """Drop a forgotten camera's series (a camera that comes back starts them at 0)."""
+        for metric, rest in self._per_camera:
+            metric.remove(camera_id, *rest)

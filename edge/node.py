@@ -311,6 +311,9 @@ class EdgeNode:
         # A camera whose frames still wait in its queue keeps its slot until they leave.
         gone = self.queues.forget(idle)
         self.ingest.forget(gone)
+        for cam in gone:
+            self.metrics.forget_camera(cam)
+            self._last.pop(cam, None)
         if gone:
             self.metrics.cameras_forgotten.inc(len(gone))
             self.metrics.cameras.set(self.queues.cameras)

@@ -93,6 +93,11 @@ def test_made_up_cameras_are_forgotten_after_the_idle_timeout(
     while time.monotonic() < deadline and sample(reg, "strata_edge_cameras_forgotten_total") < 256:
         time.sleep(0.1)
     assert sample(reg, "strata_edge_cameras_forgotten_total") == 256
+    # Their per-camera series and cached results went with them.
+    from prometheus_client import generate_latest
+
+    assert b"made-up-" not in generate_latest(reg)
+    assert not any(c.startswith("made-up-") for c in node._last)
     sub = Listener(zctx, node.endpoints.publish)
     time.sleep(0.3)  # PUB/SUB join
     device.send_image("real", 2, synthetic_clip.frame(30).image, session_id=7)
