@@ -62,10 +62,23 @@ class Agent:
         self.gate = gate if cfg.gate.enabled else None
         self.inbox = GateInbox(cfg.gate.queue_frames)
         self.sender = Sender(cfg.edge, cfg.sender, self.metrics)
+        from .encoder import ScaleTarget
         from .worker import GateWorker  # cv2 import stays out of `strata --help`
 
+        # Frames are scaled to fit this: the configured size, else the edge model's input
+        # once the edge announces it (EdgeInfo).
+        self.scale = ScaleTarget(cfg.payload.max_width, cfg.payload.max_height)
         self.worker = GateWorker(
-            self.inbox, self.gate, cfg.gate, cfg.sender, self.sender, self.metrics, self.agent_id
+            self.inbox,
+            self.gate,
+            cfg.gate,
+            cfg.sender,
+            self.sender,
+            self.metrics,
+            self.agent_id,
+            cfg.payload,
+            cfg.cascade,
+            self.scale,
         )
         self.cameras: list[CameraWorker] = []
         for cam_id, cam in zip(camera_ids(cfg.cameras), cfg.cameras, strict=True):

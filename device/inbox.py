@@ -26,6 +26,10 @@ class GateItem:
     frame: Frame
     motion_score: float
     queued_at: float
+    # Non-empty: the frame was dropped for this reason; only its header-only message goes on.
+    skip_reason: str = ""
+    # Part of a calibration burst (the relevance gate does not drop it either).
+    calibration: bool = False
 
 
 class GateInbox:

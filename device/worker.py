@@ -21,9 +21,10 @@ from typing import Any
 
 import cv2
 import numpy as np
-from strata.shared.config.device import GateConfig, SenderConfig
+from strata.shared.config.device import CascadeConfig, GateConfig, PayloadConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 
+from .encoder import H264Encoder, ScaleTarget
 from .gate import RelevanceGate
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
@@ -39,20 +40,34 @@ _ENCODE_QUEUE = 32
 @dataclass(frozen=True, slots=True)
 class _Kept:
     item: GateItem
-    image: np.ndarray
+    # None: the frame was dropped (item.skip_reason says why); a header-only message.
+    image: np.ndarray | None
     gate_score: float
 
 
 class Encoder:
-    """Encodes kept frames (JPEG or raw BGR) and submits them to the sender, in order."""
+    """Encodes kept frames (JPEG, raw BGR or H.264) and submits them to the sender, in order
+    with the header-only messages of dropped frames."""
 
-    def __init__(self, cfg: SenderConfig, sender: Sender, agent_id: str) -> None:
+    def __init__(
+        self,
+        cfg: SenderConfig,
+        sender: Sender,
+        agent_id: str,
+        payload: PayloadConfig | None = None,
+    ) -> None:
         self.sender = sender
         self.agent_id = agent_id
-        self.jpeg = cfg.encoding == "jpeg"
+        self.encoding = cfg.encoding
+        self.payload = payload or PayloadConfig()
         self._params = [cv2.IMWRITE_JPEG_QUALITY, cfg.jpeg_quality]
         self._queue: queue.Queue[_Kept | None] = queue.Queue(_ENCODE_QUEUE)
         self._thread = threading.Thread(target=self._run, name="encoder", daemon=True)
+        self._h264: dict[str, H264Encoder] = {}
+        self._stream_index: dict[str, int] = {}
+        # Keyframe requests from other threads (acks, lost frames), taken by this one.
+        self._lock = threading.Lock()
+        self._want_key: dict[str, str] = {}
 
     def start(self) -> None:
         """Start the encoder thread."""
@@ -67,37 +82,76 @@ class Encoder:
         self._queue.put(None)
         self._thread.join()
 
+    def request_keyframe(self, camera_id: str, why: str) -> None:
+        """The next H.264 frame of `camera_id` starts a GOP (any thread)."""
+        with self._lock:
+            self._want_key.setdefault(camera_id, why)
+
+    def request_keyframes(self, why: str) -> None:
+        """Every camera's next H.264 frame starts a GOP (a new edge session)."""
+        with self._lock:
+            for cam in self._h264:
+                self._want_key.setdefault(cam, why)
+
     def _run(self) -> None:
         while (kept := self._queue.get()) is not None:
             try:
                 self._send(kept)
             except Exception:  # keep the agent alive; the frame is logged as lost
                 log.exception("camera %s: frame lost to an encoder error", kept.item.camera_id)
+                self.request_keyframe(kept.item.camera_id, "encoder error")
 
     def _send(self, kept: _Kept) -> None:
         item, image = kept.item, kept.image
-        payload: Any
-        if self.jpeg:
-            ok, payload = cv2.imencode(".jpg", image, self._params)
-            if not ok:
-                log.error("camera %s: JPEG encoding failed; frame lost", item.camera_id)
-                return
-            encoding = common_pb2.ENCODING_JPEG
-        else:
-            payload = np.ascontiguousarray(image)
-            encoding = common_pb2.ENCODING_BGR
+        src_w, src_h = item.frame.width, item.frame.height
         header = frame_pb2.FrameHeader(
             agent_id=self.agent_id,
             camera_id=item.camera_id,
             capture_ns=item.capture_ns,
-            width=image.shape[1],
-            height=image.shape[0],
-            encoding=encoding,
             motion_score=item.motion_score,
             gate_score=kept.gate_score,
             frame_index=item.index,
+            calibration=item.calibration,
+            source_width=src_w,
+            source_height=src_h,
         )
+        if image is None:
+            header.kind = frame_pb2.FRAME_KIND_SKIPPED
+            header.skip_reason = item.skip_reason
+            header.width, header.height = src_w, src_h
+            self.sender.submit(item.camera_id, header, b"")
+            return
+        header.width, header.height = image.shape[1], image.shape[0]
+        payload: Any
+        if self.encoding == "h264":
+            payload = self._h264_unit(item.camera_id, image, header)
+        elif self.encoding == "jpeg":
+            ok, payload = cv2.imencode(".jpg", image, self._params)
+            if not ok:
+                log.error("camera %s: JPEG encoding failed; frame lost", item.camera_id)
+                return
+            header.encoding = common_pb2.ENCODING_JPEG
+        else:
+            payload = np.ascontiguousarray(image)
+            header.encoding = common_pb2.ENCODING_BGR
         self.sender.submit(item.camera_id, header, payload)
+
+    def _h264_unit(self, camera_id: str, image: np.ndarray, header: frame_pb2.FrameHeader) -> bytes:
+        enc = self._h264.get(camera_id)
+        if enc is None:
+            p = self.payload
+            enc = self._h264[camera_id] = H264Encoder(p.keyframe_interval, p.crf, p.preset)
+        with self._lock:
+            why = self._want_key.pop(camera_id, "")
+        if why:
+            enc.request_keyframe(why)
+        unit = enc.encode(np.ascontiguousarray(image))
+        index = self._stream_index.get(camera_id, 0) + 1
+        self._stream_index[camera_id] = index
+        header.encoding = common_pb2.ENCODING_H264
+        header.keyframe = unit.keyframe
+        header.stream_index = index
+        return unit.data
 
 
 class GateWorker:
@@ -112,12 +166,18 @@ class GateWorker:
         sender: Sender,
         metrics: DeviceMetrics,
         agent_id: str,
+        payload: PayloadConfig | None = None,
+        cascade: CascadeConfig | None = None,
+        scale: ScaleTarget | None = None,
     ) -> None:
         self.inbox = inbox
         self.gate = gate
         self.gate_cfg = gate_cfg
         self.metrics = metrics
-        self.encoder = Encoder(sender_cfg, sender, agent_id)
+        self.encoder = Encoder(sender_cfg, sender, agent_id, payload)
+        self.scale = scale or ScaleTarget()
+        # Dropped frames travel as header-only messages when the cascade says so.
+        self.send_skipped = cascade is not None and cascade.enabled and cascade.send_skipped
         self._cams: dict[str, tuple[CameraMetrics, DropLog]] = {}
         self._finish = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gate", daemon=True)
@@ -161,7 +221,22 @@ class GateWorker:
                 log.exception("gate worker: %d frame(s) lost to an unexpected error", len(batch))
 
     def _process(self, batch: list[GateItem]) -> None:
-        images = [item.frame.bgr() for item in batch]
+        # Frames are scaled to the edge model's input while converting out of the decoder
+        # and gated together; dropped frames' messages keep their place in the order.
+        frames = [item for item in batch if not item.skip_reason]
+        images = [
+            item.frame.bgr(self.scale.size_for(item.frame.width, item.frame.height))
+            for item in frames
+        ]
+        gated = iter(self._gate(frames, images) if frames else [])
+        for item in batch:
+            k = _Kept(item, None, 0.0) if item.skip_reason else next(gated)
+            if k is not None:
+                self.encoder.put(k)
+
+    def _gate(self, batch: list[GateItem], images: list[np.ndarray]) -> list[_Kept | None]:
+        """Per frame: what goes to the encoder (a frame, a dropped frame's message, None)."""
+        out: list[_Kept | None] = []
         scores: np.ndarray | None = None
         keep: np.ndarray | None = None
         if self.gate is not None:
@@ -182,8 +257,14 @@ class GateWorker:
             if scores is not None and keep is not None:
                 m.gate_latency.observe(now - item.queued_at)
                 gate_score = float(scores[i])
-                if not keep[i]:
+                if not keep[i] and not item.calibration:
                     m.dropped_gate.inc()
                     drop_log.add(1, f"score {gate_score:.3f} < {self.gate_cfg.threshold:g}")
+                    if self.send_skipped:
+                        item.skip_reason = "gate"
+                        out.append(_Kept(item, None, gate_score))
+                    else:
+                        out.append(None)
                     continue
-            self.encoder.put(_Kept(item, images[i], gate_score))
+            out.append(_Kept(item, images[i], gate_score))
+        return out

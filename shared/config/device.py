@@ -162,10 +162,33 @@ class CascadeConfig(StrictModel):
     )
 
 
+class PayloadConfig(StrictModel):
+    """How kept frames are sized and compressed before they are sent."""
+
+    scale_to_model: bool = Field(
+        True,
+        description="Scale frames to fit the edge model's input (from the edge's EdgeInfo) "
+        "while converting out of the decoder.",
+    )
+    max_width: int = Field(
+        0, ge=0, description="Scale frames to fit this width (0: the edge model's, or none)."
+    )
+    max_height: int = Field(
+        0, ge=0, description="Scale frames to fit this height (0: the edge model's, or none)."
+    )
+    keyframe_interval: int = Field(
+        250, ge=0, description="H.264: a keyframe every this many kept frames (0: on demand)."
+    )
+    crf: int = Field(23, ge=0, le=51, description="H.264 quality (x264 CRF; lower is better).")
+    preset: str = Field("veryfast", description="x264 preset (speed against size).")
+
+
 class SenderConfig(StrictModel):
     """ZeroMQ sender to the edge node: in-flight window and spool."""
 
-    encoding: Literal["jpeg", "bgr"] = Field("jpeg", description="Payload encoding.")
+    encoding: Literal["jpeg", "bgr", "h264"] = Field(
+        "jpeg", description="Payload encoding (h264: a stream of the kept frames per camera)."
+    )
     jpeg_quality: int = Field(80, ge=1, le=100, description="JPEG quality (1-100).")
     window: int = Field(32, ge=1, description="Frames per camera sent but not yet acked.")
     spool_frames: int = Field(
@@ -203,6 +226,9 @@ class DeviceConfig(StrictModel):
     gate: GateConfig = Field(default_factory=GateConfig, description="MobileNetV3 gate.")
     cascade: CascadeConfig = Field(
         default_factory=CascadeConfig, description="Accuracy target and calibration."
+    )
+    payload: PayloadConfig = Field(
+        default_factory=PayloadConfig, description="Frame size and compression."
     )
     sender: SenderConfig = Field(default_factory=SenderConfig, description="Sender.")
     metrics: MetricsConfig = Field(
