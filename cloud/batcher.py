@@ -50,6 +50,7 @@ class _Item:
     deadline: float | None  # time.monotonic() seconds
     enqueued: float
     future: Future[np.ndarray]
+    camera: str = ""
 
 
 class DynamicBatcher:
@@ -98,14 +99,18 @@ class DynamicBatcher:
         for t in self._threads:
             t.start()
 
-    def submit(self, image: np.ndarray, deadline: float | None = None) -> Future[np.ndarray]:
-        """Queue one model-sized BGR image; raises QueueFullError or BatcherClosedError."""
+    def submit(
+        self, image: np.ndarray, deadline: float | None = None, camera: str = ""
+    ) -> Future[np.ndarray]:
+        """Queue one model-sized BGR image; raises QueueFullError or BatcherClosedError.
+
+        `camera` (crops from edges) is charged its share of the batch's compute time."""
         if self._stop.is_set():
             raise BatcherClosedError("server is shutting down")
         fut: Future[np.ndarray] = Future()
         now = time.monotonic()
         try:
-            self._queue.put_nowait(_Item(image, deadline, now, fut))
+            self._queue.put_nowait(_Item(image, deadline, now, fut, camera))
         except queue.Full:
             raise QueueFullError(self.cfg.retry_after_ms) from None
         self._count_in(now)
@@ -210,5 +215,9 @@ class DynamicBatcher:
         m.batch_size.observe(n)
         m.inference_count.inc(n)
         m.exec_count.inc()
+        share = (t2 - t0) / n
+        for item in live:
+            if item.camera:
+                m.camera_gpu_seconds.labels(item.camera).inc(share)
         for i, item in enumerate(live):
             item.future.set_result(probs[i])

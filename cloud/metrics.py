@@ -91,6 +91,28 @@ class CloudMetrics:
             "Crops received again (already stored; acked with the stored event).",
             registry=r,
         )
+        # Cost accounting per camera (strata cost).
+        self.camera_gpu_seconds = Counter(
+            "strata_cloud_camera_gpu_seconds",
+            "Classifier batch seconds (fill and run) apportioned to the crops in it.",
+            ["camera"],
+            registry=r,
+        )
+        self.camera_events = Counter(
+            "strata_cloud_camera_events", "Events newly stored, by camera.", ["camera"], registry=r
+        )
+        self.camera_stored_bytes = Counter(
+            "strata_cloud_camera_stored_bytes",
+            "Bytes of events newly stored (serialized event), by camera.",
+            ["camera"],
+            registry=r,
+        )
+        self.camera_crop_bytes = Counter(
+            "strata_cloud_camera_crop_bytes",
+            "Crop image bytes received from edges, by camera.",
+            ["camera"],
+            registry=r,
+        )
         self.watchers = Gauge("strata_cloud_watchers", "Open WatchEvents streams.", registry=r)
         self.watchers_dropped = Counter(
             "strata_cloud_watchers_dropped",

@@ -259,6 +259,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             self.metrics.ok(UPLINK)
             acks.set(i, self._stored_ack(crop.crop_id, existing, None))
             return
+        self.metrics.camera_crop_bytes.labels(crop.camera_id).inc(len(crop.image))
         try:
             img = self._image(crop.image, crop.encoding, crop.width, crop.height)
         except InvalidImageError as exc:
@@ -266,7 +267,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             acks.set(i, _invalid(crop.crop_id, f"{exc.reason}: {exc}"))
             return
         try:
-            fut = self.batcher.submit(img, deadline)
+            fut = self.batcher.submit(img, deadline, crop.camera_id)
         except QueueFullError as exc:
             self.drops(UPLINK, "queue_full", f"crop {crop.crop_id}: {exc}")
             acks.set(i, _retry(crop.crop_id, f"queue_full: {exc}", exc.retry_after_ms))
@@ -329,6 +330,11 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         stored = fut.result()
         if stored.duplicate:
             self.metrics.crops_duplicate.inc()
+        else:
+            self.metrics.camera_events.labels(stored.event.camera_id).inc()
+            self.metrics.camera_stored_bytes.labels(stored.event.camera_id).inc(
+                stored.event.ByteSize()
+            )
         self.metrics.ok(UPLINK)
         acks.set(i, self._stored_ack(crop_id, stored.event, None if stored.duplicate else top))
 

@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "models": "strata.tools.models.cli",
     "demo": "strata.tools.demo.cli",
     "bench": "strata.tools.bench.cli",
+    "cost": "strata.tools.cost",
     "keys": "strata.tools.keys",
 }
 

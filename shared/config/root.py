@@ -9,7 +9,7 @@ from pydantic import Field
 
 from .base import StrictModel, load_yaml_model, validate_model
 from .cloud import CloudConfig
-from .common import LoggingConfig
+from .common import CostConfig, LoggingConfig
 from .device import DeviceConfig
 from .edge import EdgeConfig
 from .models import ModelsConfig
@@ -23,6 +23,7 @@ class StrataConfig(StrictModel):
     device: DeviceConfig = Field(default_factory=DeviceConfig, description="Device agent.")
     edge: EdgeConfig = Field(default_factory=EdgeConfig, description="Edge node.")
     cloud: CloudConfig = Field(default_factory=CloudConfig, description="Cloud endpoint.")
+    cost: CostConfig = Field(default_factory=CostConfig, description="Cost model prices.")
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> StrataConfig:

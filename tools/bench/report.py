@@ -11,6 +11,7 @@ from typing import Any
 from strata.shared.machine import one_line
 from strata.shared.vision.agreement import Agreement
 from strata.tools.bench.cascade import ClipResult
+from strata.tools.bench.cost import markdown as cost_markdown
 from strata.tools.bench.tiers import TierRun, first_number
 
 # Report key -> where each tier's benchmark JSON holds it (first match wins).
@@ -210,6 +211,7 @@ def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> s
                 )
             )
     lines += ["", *meaning(clips)]
+    lines += cost_markdown(r.get("cost") or {})
     side = r.get("ultralytics")
     if side and "ultralytics_fps" in side:
         lines += [

@@ -156,6 +156,14 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
                 "--ultralytics-python names another interpreter); side by side skipped"
             )
         extra["ultralytics"] = side
+    if clips:
+        from strata.tools.bench.cost import bench_cost, clip_fps
+
+        paths = {"synthetic.mp4": out / "cascade" / "synthetic.mp4"}
+        if opts.vtest is not None:
+            paths[opts.vtest.name] = opts.vtest
+        rates = {name: clip_fps(p) for name, p in paths.items() if p.is_file()}
+        extra["cost"] = bench_cost(runs, clips, rates)
     written, notes = plots.write_all(plot_data(runs, clips), out)
     for note in notes:
         say(note)
