@@ -122,6 +122,19 @@ def migrate(conn: psycopg.Connection[Any], where: str = "") -> int:
     return found
 
 
+def _warn_if_not_durable(conn: psycopg.Connection[Any], where: str) -> None:
+    """An ack promises the event survives a crash; say so when the server cannot keep that."""
+    for setting, unsafe in (("synchronous_commit", "off"), ("fsync", "off")):
+        row = conn.execute(f"SHOW {setting}").fetchone()
+        if row is not None and str(row[0]) == unsafe:
+            log.warning(
+                "event store %s has %s=%s: a crash of the database can lose acked events",
+                where,
+                setting,
+                unsafe,
+            )
+
+
 class PostgresStore(EventStore):
     """Events in PostgreSQL: the shared batched writer, pooled readers, a LISTEN feed."""
 
@@ -140,6 +153,7 @@ class PostgresStore(EventStore):
         try:
             with psycopg.connect(url, **opts) as conn:
                 migrate(conn, self.name)
+                _warn_if_not_durable(conn, self.name)
         except psycopg.Error as exc:
             raise StoreError(f"cannot open event store {self.name}: {_why(exc)}") from None
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(

@@ -108,11 +108,19 @@ class TempPostgres:
             for path in (root, pwfile):
                 os.chown(path, pg.pw_uid, pg.pw_gid)
             self._run_as = {"user": pg.pw_uid, "group": pg.pw_gid, "extra_groups": []}
-        data, sock = root / "data", root / "sock"
+        try:
+            self._init(bindir, root, pwfile)
+            self.port = _free_port()
+            self.start_again()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _init(self, bindir: Path, root: Path, pwfile: Path) -> None:
         self._run(
             str(bindir / "initdb"),
             "-D",
-            str(data),
+            str(root / "data"),
             "-U",
             self.user,
             f"--pwfile={pwfile}",
@@ -122,28 +130,38 @@ class TempPostgres:
             "UTF8",
             "--no-sync",  # initdb's own files; the server still fsyncs every commit
         )
+        sock = root / "sock"
+        sock.mkdir(exist_ok=True)
         if self._run_as:
-            os.makedirs(sock, exist_ok=True)
             os.chown(sock, self._run_as["user"], self._run_as["group"])
-        else:
-            sock.mkdir(exist_ok=True)
-        self.port = _free_port()
+
+    def start_again(self) -> None:
+        """Start the server (again, after crash()) on the same port and data."""
+        assert self.root is not None, "start() first"
         options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {sock} "
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root / 'sock'} "
             "-c max_connections=200 -c shared_buffers=64MB -c fsync=on"
         )
         self._run(
-            str(bindir / "pg_ctl"),
+            str(self._bindir / "pg_ctl"),
             "-D",
-            str(data),
+            str(self.root / "data"),
             "-l",
-            str(root / "server.log"),
+            str(self.root / "server.log"),
             "-w",
             "-t",
             "60",
             "-o",
             options,
             "start",
+        )
+
+    def crash(self) -> None:
+        """Stop the server the hard way (immediate shutdown: no checkpoint, every backend
+        killed, recovery from the WAL at the next start), as a power cut or kill -9 would."""
+        assert self.root is not None, "start() first"
+        self._run(
+            str(self._bindir / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate", "stop"
         )
 
     def url(self, database: str = "postgres", password: str | None = None) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -54,8 +56,8 @@ def track_event(i: int, track: int) -> analytics_pb2.Event:
     )
 
 
-def pg_config(url: str, **kw: object) -> CloudStoreConfig:
-    return CloudStoreConfig(url=url, write_delay_ms=1.0, connect_timeout_s=5.0, **kw)
+def pg_config(url: str, **kw: Any) -> CloudStoreConfig:
+    return CloudStoreConfig(**{"url": url, "write_delay_ms": 1.0, "connect_timeout_s": 5.0, **kw})
 
 
 def all_pages(store: EventStore, q: EventQuery, size: int) -> list[analytics_pb2.Event]:
@@ -293,3 +295,66 @@ def test_redact_hides_only_the_password() -> None:
         "postgresql://u:***@db.example:5433/ev?sslmode=require"
     )
     assert redact("postgresql://u@db/ev") == "postgresql://u@db/ev"
+
+
+T = TypeVar("T")
+
+
+def retry_store_error(fn: Callable[[], T], timeout: float = 20.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except StoreError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_database_crash_loses_no_acked_event_and_the_store_recovers(
+    postgres: TempPostgres, pg_url: str
+) -> None:
+    metrics = CloudMetrics()
+    hub = WatchHub(metrics, 4, 1000)
+    store = PostgresStore(pg_config(pg_url, connect_timeout_s=2.0), pg_url, metrics, hub)
+    store.start()
+    loop = LoopThread()  # watchers live on an event loop, as in the server
+    sub = loop.subscribe(hub)
+    assert sub is not None
+    acked = {
+        r.event.crop_id: r.event.event_id
+        for r in (f.result(20) for f in [store.submit(event(i)) for i in range(200)])
+    }
+    postgres.crash()
+    try:
+        # Down: a write is refused (the crop gets RETRY upstream), never acked; so is a read.
+        with pytest.raises(StoreError, match="write failed"):
+            store.submit(event(1000)).result(30)
+        with pytest.raises(StoreError, match="read failed"):
+            store.find("e", "c1")
+        deadline = time.monotonic() + 10
+        while not sub.feed_lost and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sub.feed_lost, "watchers must learn that events may be missed"
+        with pytest.raises(WatchUnavailableError):
+            loop.subscribe(hub)
+    finally:
+        postgres.start_again()
+    # Back: every acked event survived the crash (recovered from the WAL), writes work again.
+    later = None
+    deadline = time.monotonic() + 20
+    while later is None and time.monotonic() < deadline:
+        try:
+            later = loop.subscribe(hub)
+        except WatchUnavailableError:
+            time.sleep(0.1)
+    assert later is not None
+    # The pool replaces its broken connections as they are asked for: a caller may get a
+    # StoreError (RETRY upstream) for a moment after the database is back.
+    rows = retry_store_error(lambda: all_pages(store, EventQuery(), 1000))
+    assert {e.crop_id: e.event_id for e in rows} == acked
+    stored = retry_store_error(lambda: store.submit(event(1000)).result(20))
+    assert not stored.duplicate
+    assert loop.next_event(later, 10).event_id == stored.event.event_id
+    store.close()
+    loop.close()
