@@ -19,9 +19,12 @@ from strata.shared.config.device import MotionConfig, SourceConfig
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DropLog
 from .motion import MotionGate
-from .sources import Source, SourceError, is_live, open_source
+from .sources import Source, SourceError, error_kind, is_live, open_source
 
 log = logging.getLogger(__name__)
+
+# At most one reopen line per camera this often (the first failure is always logged).
+RETRY_LOG_PERIOD_S = 5.0
 
 
 class CameraState(Enum):
@@ -72,8 +75,11 @@ class CameraWorker:
         self.motion = MotionGate(motion_cfg) if motion_cfg.enabled else None
         self.inbox = inbox
         self.m = metrics
+        self._state = CameraState.STARTING
         self.state = CameraState.STARTING
         self.error = ""
+        self._retry_logged_at = 0.0  # monotonic time of the last reopen line
+        self._retries_unlogged = 0
         self.frames = 0
         self.reconnects = 0
         self._stop = threading.Event()
@@ -83,6 +89,19 @@ class CameraWorker:
             log, camera_id, "gate queue full, dropped the oldest", logging.WARNING
         )
         self._thread = threading.Thread(target=self._run, name=f"camera-{camera_id}", daemon=True)
+
+    @property
+    def state(self) -> CameraState:
+        """Where the camera is; every change is mirrored in strata_device_camera_state."""
+        return self._state
+
+    @state.setter
+    def state(self, value: CameraState) -> None:
+        self._state = value
+        self.m.set_state(value.value)
+        if value is not CameraState.RECONNECTING:
+            self.m.retry_attempt.set(0)
+            self.m.retry_at.set(0)
 
     def start(self) -> None:
         """Start the camera's thread."""
@@ -166,6 +185,7 @@ class CameraWorker:
             return False
         self.m.source_errors.inc()
         self.error = str(exc)
+        self.m.set_error(error_kind(self.error))
         limit = self.cfg.max_reopen_attempts
         if exc.fatal or not self.live or (limit and attempt > limit):
             self.state = CameraState.FAILED
@@ -173,21 +193,32 @@ class CameraWorker:
             return False
         delay = backoff_delay(attempt, self.cfg, self._rng)
         self.state = CameraState.RECONNECTING
-        # One clear line when trouble starts; the retries that follow are debug noise.
-        level = logging.ERROR if attempt == 1 else logging.DEBUG
-        log.log(
-            level,
-            "camera %s: %s; reopening in %.1fs (attempt %d, backoff up to %gs)",
-            self.camera_id,
-            exc,
-            delay,
-            attempt,
-            self.cfg.backoff_max_s,
-        )
+        self.m.retry_attempt.set(attempt)
+        self.m.retry_at.set(time.time() + delay)
+        self._log_retry(exc, attempt, delay)
         if self._stop.wait(delay):
             self.state = CameraState.STOPPED
             return False
         return True
+
+    def _log_retry(self, exc: SourceError, attempt: int, delay: float) -> None:
+        """Every reopen gets a line, at most one per RETRY_LOG_PERIOD_S per camera; a line
+        after quiet retries says how many it stands for."""
+        now = time.monotonic()
+        if attempt > 1 and now - self._retry_logged_at < RETRY_LOG_PERIOD_S:
+            self._retries_unlogged += 1
+            return
+        quiet, self._retries_unlogged, self._retry_logged_at = self._retries_unlogged, 0, now
+        log.log(
+            logging.ERROR if attempt == 1 else logging.WARNING,
+            "camera %s: %s; retry %d in %.1fs (backoff up to %gs)%s",
+            self.camera_id,
+            exc,
+            attempt,
+            delay,
+            self.cfg.backoff_max_s,
+            f"; {quiet} earlier retries not logged" if quiet else "",
+        )
 
     def _read(self, src: Source) -> int:
         """Run the source until it ends; returns frames read. SourceError when it dies."""
@@ -197,6 +228,7 @@ class CameraWorker:
             if got == 0:
                 self.state = CameraState.RUNNING
                 self.error = ""
+                self.m.set_error("")
                 self.m.camera_up.set(1)
             got += 1
             self.frames += 1

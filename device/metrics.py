@@ -47,6 +47,33 @@ class DeviceMetrics:
         self.camera_up = Gauge(
             "strata_device_camera_up", "1 while the source delivers frames.", cam, registry=r
         )
+        # What a camera is doing and why, for a dashboard or `strata demo`'s progress line:
+        # 1 for its current state (and the kind of its last source error), 0 for the others.
+        self.camera_state = Gauge(
+            "strata_device_camera_state",
+            "1 for the camera's current state (starting, running, reconnecting, ended, "
+            "stopped, failed).",
+            ["camera", "state"],
+            registry=r,
+        )
+        self.camera_error = Gauge(
+            "strata_device_camera_last_error",
+            "1 for the kind of the camera's last source error (see device/sources.error_kind).",
+            ["camera", "kind"],
+            registry=r,
+        )
+        self.retry_attempt = Gauge(
+            "strata_device_camera_retry_attempt",
+            "Reopen attempt the camera is waiting for; 0 while it is not reconnecting.",
+            cam,
+            registry=r,
+        )
+        self.retry_at = Gauge(
+            "strata_device_camera_retry_at_seconds",
+            "Unix time of the camera's next reopen attempt; 0 while it is not reconnecting.",
+            cam,
+            registry=r,
+        )
         self.gate_latency = Histogram(
             "strata_device_gate_latency_seconds",
             "Queue wait plus inference of the relevance gate, per frame.",
@@ -88,6 +115,29 @@ class CameraMetrics:
         self.inflight_frames = m.inflight_frames.labels(c)
         self.camera_up = m.camera_up.labels(c)
         self.gate_latency = m.gate_latency.labels(c)
+        self.retry_attempt = m.retry_attempt.labels(c)
+        self.retry_at = m.retry_at.labels(c)
+        self._m, self._camera = m, c
+        self._state = ""
+        self._error = ""
+
+    def set_state(self, state: str) -> None:
+        """Mark `state` as the camera's current one (a change of labels, not a new series
+        per transition)."""
+        if state != self._state:
+            if self._state:
+                self._m.camera_state.labels(self._camera, self._state).set(0)
+            self._m.camera_state.labels(self._camera, state).set(1)
+            self._state = state
+
+    def set_error(self, kind: str) -> None:
+        """Mark the kind of the camera's last source error ("" clears it)."""
+        if kind != self._error:
+            if self._error:
+                self._m.camera_error.labels(self._camera, self._error).set(0)
+            if kind:
+                self._m.camera_error.labels(self._camera, kind).set(1)
+            self._error = kind
 
 
 class DropLog:

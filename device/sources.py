@@ -205,6 +205,28 @@ def open_source(spec: str, cfg: SourceConfig) -> Source:
     return AvSource(spec, cfg)
 
 
+# Kinds of source error, as the camera's state metric labels them.
+ERROR_KINDS = ("refused", "timeout", "unreachable", "not_found", "invalid", "ended", "other")
+
+
+def error_kind(message: str) -> str:
+    """A small fixed class for a SourceError's message (a metric label, not free text)."""
+    m = message.lower()
+    if "refused" in m:
+        return "refused"
+    if "no answer within" in m or "no data for" in m or "no frame decoded in" in m:
+        return "timeout"
+    if "unreachable" in m or "no route" in m or "not known" in m or "resolve" in m:
+        return "unreachable"
+    if "no such file" in m or "404" in m or "not found" in m:
+        return "not_found"
+    if "not a readable video" in m or "no video stream" in m or "could be decoded" in m:
+        return "invalid"
+    if "stream ended" in m:
+        return "ended"
+    return "other"
+
+
 def _why(exc: BaseException) -> str:
     # PyAV's messages repeat the path; the strerror part is what a user needs.
     return str(getattr(exc, "strerror", None) or exc)

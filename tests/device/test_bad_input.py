@@ -13,7 +13,7 @@ from strata.device.agent import Agent
 from strata.device.camera import CameraState
 from strata.device.metrics import CameraCounts
 from strata.device.sink import FrameSink
-from strata.shared.config.device import CameraConfig
+from strata.shared.config.device import CameraConfig, SourceConfig
 
 from .conftest import fast_config
 
@@ -79,3 +79,83 @@ def test_bad_sources_fail_alone_with_one_clear_line(
     assert "Connection refused" in lines["unreachable"][0]
     assert "not a readable video" in lines["truncated"][0]
     assert "not a readable video" in lines["text"][0]
+
+
+def test_a_reconnecting_camera_logs_every_retry_and_exports_its_state(
+    port: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from strata.shared.metrics import sample
+
+    monkeypatch.setattr("strata.device.camera.RETRY_LOG_PERIOD_S", 0.0)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    edge = f"tcp://127.0.0.1:{port}"
+    cfg = fast_config(
+        edge, None, cameras=[CameraConfig(id="cam", source=f"rtsp://127.0.0.1:{closed}/x")]
+    )
+    caplog.set_level(logging.INFO, logger="strata.device")
+    with FrameSink(edge):
+        agent = Agent(cfg, registry=CollectorRegistry())
+        agent.start()
+        reg = agent.metrics.registry
+        deadline = time.monotonic() + 20
+        while (
+            time.monotonic() < deadline
+            and sample(reg, "strata_device_camera_retry_attempt", {"camera": "cam"}) < 3
+        ):
+            time.sleep(0.05)
+        attempt = sample(reg, "strata_device_camera_retry_attempt", {"camera": "cam"})
+        retry_at = sample(reg, "strata_device_camera_retry_at_seconds", {"camera": "cam"})
+        state = {
+            st.value: sample(
+                reg, "strata_device_camera_state", {"camera": "cam", "state": st.value}
+            )
+            for st in CameraState
+        }
+        refused = sample(
+            reg, "strata_device_camera_last_error", {"camera": "cam", "kind": "refused"}
+        )
+        errors = CameraCounts.read(reg, "cam").source_errors
+        agent.stop(drain_timeout_s=5.0)
+        stopped = sample(reg, "strata_device_camera_state", {"camera": "cam", "state": "stopped"})
+    assert attempt >= 3 and time.time() - 5 < retry_at < time.time() + 5
+    assert state["reconnecting"] == 1 and sum(state.values()) == 1
+    assert refused == 1 and stopped == 1
+    retries = [
+        r
+        for r in caplog.records
+        if r.getMessage().startswith("camera cam:") and "retry" in r.getMessage()
+    ]
+    assert retries[0].levelno == logging.ERROR and "retry 1 in" in retries[0].getMessage()
+    assert all(r.levelno == logging.WARNING for r in retries[1:])
+    # Every failure up to the last one read got its line (the period is 0 here).
+    assert len(retries) >= errors - 1 >= 2
+    assert "Connection refused" in retries[-1].getMessage()
+
+
+def test_retry_lines_are_rate_limited_and_say_what_they_stand_for(
+    port: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("strata.device.camera.RETRY_LOG_PERIOD_S", 0.6)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    edge = f"tcp://127.0.0.1:{port}"
+    src = SourceConfig(open_timeout_s=2.0, backoff_initial_s=0.05, backoff_max_s=0.1)
+    cfg = fast_config(
+        edge,
+        None,
+        source=src,
+        cameras=[CameraConfig(id="cam", source=f"rtsp://127.0.0.1:{closed}/x")],
+    )
+    caplog.set_level(logging.INFO, logger="strata.device")
+    with FrameSink(edge):
+        agent = Agent(cfg, registry=CollectorRegistry())
+        agent.start()
+        time.sleep(2.0)
+        errors = CameraCounts.read(agent.metrics.registry, "cam").source_errors
+        agent.stop(drain_timeout_s=5.0)
+    lines = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    assert 2 <= len(lines) < errors, (len(lines), errors)
+    assert any("earlier retries not logged" in line for line in lines[1:])
