@@ -77,6 +77,7 @@ class AvSource(Source):
         self.spec = spec
         self.live = is_live(spec)
         self.read_timeout_s = cfg.read_timeout_s
+        self.realtime = cfg.realtime and not self.live
         options: dict[str, str] = {}
         if spec.startswith(("rtsp://", "rtsps://")):
             options["rtsp_transport"] = "tcp"
@@ -118,6 +119,7 @@ class AvSource(Source):
 
         index = 0
         last_frame_t = time.monotonic()
+        paced_from = last_frame_t
         try:
             for packet in self.container.demux(self.stream):
                 try:
@@ -135,7 +137,15 @@ class AvSource(Source):
                     continue
                 last_frame_t = now
                 for f in decoded:
-                    yield Frame(index, self._ts(f, index), time.time_ns(), av_frame=f)
+                    ts = self._ts(f, index)
+                    if self.realtime:
+                        # Paced like a camera: frame k leaves at start + its timestamp.
+                        if index == 0:
+                            paced_from = now - ts
+                        delay = paced_from + ts - time.monotonic()
+                        if delay > 0:
+                            time.sleep(delay)
+                    yield Frame(index, ts, time.time_ns(), av_frame=f)
                     index += 1
         except av.error.ExitError:
             raise SourceError(f"{self.spec}: no data for {self.read_timeout_s:g}s") from None

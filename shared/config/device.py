@@ -29,6 +29,11 @@ class SourceConfig(StrictModel):
         5.0, gt=0, description="A stream with no data (or no decoded frame) this long is dead."
     )
     loop: bool = Field(False, description="Files and synthetic clips start over at the end.")
+    realtime: bool = Field(
+        False,
+        description="Files are read at their frame rate, like a camera; off: as fast as they "
+        "decode (latencies then include the queueing this causes).",
+    )
     backoff_initial_s: float = Field(0.5, gt=0, description="First wait before reopening.")
     backoff_max_s: float = Field(30.0, gt=0, description="Longest wait before reopening.")
     backoff_jitter: float = Field(
