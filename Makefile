@@ -16,7 +16,10 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# The demo's clip is vtest.avi's street camera, fetched as `make test` fetches it; without it
+# (no apt) `strata demo` says so in one line and shows the synthetic clip.
 demo: setup
+	$(PY) .ci/test_data.py
 	$(VENV)/bin/strata demo
 
 test: setup

@@ -26,7 +26,7 @@ class ModelError(ModelLoadError):
 
 
 def starter_repository() -> Path:
-    """The starter repository shipped inside the package (untrained models, see manifests)."""
+    """The starter repository shipped inside the package (models distilled for vtest.avi)."""
     return Path(str(resources.files("strata.shared") / "starter_models"))
 
 

@@ -45,7 +45,7 @@ def frames_in(path: Path) -> int:
 
 def test_demo_runs_the_three_tiers_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    text = finish(demo(out, "--frames", "30"), 240)
+    text = finish(demo(out, "--synthetic", "--frames", "30"), 240)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["error"] is None, text
     assert not summary["interrupted"]
@@ -64,12 +64,24 @@ def test_demo_runs_the_three_tiers_and_reports(tmp_path: Path) -> None:
     video = out / "annotated-cam0-synthetic.mp4"
     assert frames_in(video) == 30
     assert "frames decoded" in text and "p50" in text
+    # The event store stays, with the line that reads it.
+    store = (out / "events.sqlite").resolve()
+    assert store.is_file() and summary["outputs"]["events"] == str(store)
+    assert f"strata cloud --db {store}" in text and "strata cloud query" in text
+    # The starter models off their camera: said in the summary and on the console.
+    starter = [n for n in summary["notes"] if "distilled for vtest.avi" in n]
+    assert starter and "cam0-synthetic" in starter[0] and "strata models distill" in starter[0]
+    assert "note: cam0-synthetic: the starter models were distilled for vtest.avi" in text
+    # Progress names each camera's state.
+    assert "cam0-synthetic running" in text or "cam0-synthetic ended" in text, text
 
 
 def test_a_dying_tier_is_reported_and_fails_the_demo(tmp_path: Path) -> None:
     out = tmp_path / "out"
     # A detector file that does not exist: the edge exits at start-up with a clear error.
-    proc = demo(out, "--frames", "20", "--set", "edge.model.path=/nonexistent/model.onnx")
+    proc = demo(
+        out, "--synthetic", "--frames", "20", "--set", "edge.model.path=/nonexistent/model.onnx"
+    )
     text = finish(proc, 120)
     assert proc.returncode == 1, text
     assert "edge exited with status" in text
@@ -80,7 +92,7 @@ def test_a_dying_tier_is_reported_and_fails_the_demo(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_everything_and_still_reports(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = demo(out, "--frames", "400")
+    proc = demo(out, "--synthetic", "--frames", "400")
     deadline = time.monotonic() + 120
     log = out / "run" / "device.log"
     # Wait until the device agent runs, then press Ctrl-C.
@@ -117,3 +129,20 @@ def test_two_file_sources_are_two_cameras(tmp_path: Path) -> None:
     assert cams["cam0-a"]["results_received"] == cams["cam0-a"]["sent_to_edge"]
     assert frames_in(out / "annotated-cam0-a.mp4") == 20
     assert frames_in(out / "annotated-cam1-b.mp4") == 25
+    queueing = [n for n in summary["notes"] if "--realtime paces the file" in n]
+    assert queueing and "cam0-a, cam1-b" in queueing[0], summary["notes"]
+
+
+def test_realtime_paces_a_file_like_a_camera(tmp_path: Path) -> None:
+    from strata.shared.synthetic import SyntheticClip
+
+    # 20 frames at 10 fps: at least 2 s of decoding, where unpaced it takes a fraction.
+    clip = SyntheticClip(width=320, height=240, frames=20, fps=10, seed=4).write(tmp_path / "a.mp4")
+    out = tmp_path / "out"
+    text = finish(demo(out, "--source", str(clip), "--realtime"), 240)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["error"] is None, text
+    assert summary["frames"]["decoded"] == 20
+    assert not [n for n in summary["notes"] if "--realtime paces" in n]
+    cfg = (out / "run" / "strata.yaml").read_text()
+    assert "realtime: true" in cfg

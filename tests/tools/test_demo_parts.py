@@ -193,3 +193,48 @@ def test_bad_input_is_a_clear_error_before_anything_starts(
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert not (tmp_path / "run" / "edge.log").exists()  # no daemon was started
+
+
+def test_the_default_clip_is_vtest_in_real_time_else_synthetic_with_a_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from strata.tools.bench import cli as bench_cli
+    from strata.tools.demo.cli import default_sources
+
+    vtest = tmp_path / "vtest.mp4"
+    vtest.write_bytes(b"x")
+    monkeypatch.setattr(bench_cli, "find_vtest", lambda explicit: vtest)
+    assert default_sources(False) == ([str(vtest)], True)
+    assert default_sources(True) == ([], False)
+    monkeypatch.setattr(bench_cli, "find_vtest", lambda explicit: None)
+    assert default_sources(False) == ([], False)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "data/vtest.mp4 not found" in err[0] and "synthetic" in err[0]
+
+
+def test_camera_states_from_the_device_metrics() -> None:
+    import time
+
+    from prometheus_client import generate_latest
+    from strata.device.metrics import DeviceMetrics
+    from strata.tools.demo.cameras import camera_views
+    from strata.tools.demo.scrape import parse
+
+    m = DeviceMetrics()
+    up, down = m.camera("cam0"), m.camera("cam1")
+    up.set_state("starting")
+    up.set_state("running")
+    down.set_state("reconnecting")
+    down.set_error("refused")
+    down.retry_attempt.set(4)
+    down.retry_at.set(time.time() + 8.2)
+    views = camera_views(parse(generate_latest(m.registry).decode()), time.time())
+    assert [v.describe() for v in views] == [
+        "cam0 running",
+        "cam1 reconnecting (refused), retry 4 in 8 s",
+    ]
+    down.set_state("running")
+    down.set_error("")
+    assert camera_views(parse(generate_latest(m.registry).decode()), time.time())[1].describe() == (
+        "cam1 running"
+    )

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +19,39 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run cloud, edge and device on this machine over a clip and report",
         description=(
             "Start the cloud, an edge node and a device agent on 127.0.0.1 as separate "
-            "processes, feed them a clip (the built-in synthetic one by default), show live "
-            "progress per tier, and write an annotated MP4 per source, summary.json and the "
-            "daemons' logs to --out. Ctrl-C stops everything cleanly and still writes the report."
+            "processes, feed them a clip (by default OpenCV's vtest.avi street camera, paced "
+            "in real time, from data/vtest.mp4: `python .ci/test_data.py` fetches it; without "
+            "it the built-in synthetic clip), show live progress per tier and camera, and "
+            "write an annotated MP4 per source, summary.json, the event store and the "
+            "daemons' logs to --out. Ctrl-C stops everything cleanly and still writes the "
+            "report."
         ),
     )
     p.add_argument(
         "--source",
         action="append",
         metavar="FILE|URL",
-        help="a video file or rtsp:// URL; repeat for several cameras (default: the synthetic "
-        "clip at camera pace). Files are read as fast as they decode, so the edge is set to "
-        "queue every kept frame rather than shed",
+        help="a video file or rtsp:// URL; repeat for several cameras (default: "
+        "data/vtest.mp4 in real time, else the synthetic clip). Files are read as fast as "
+        "they decode unless --realtime, so the edge is set to queue every kept frame rather "
+        "than shed, and latencies are mostly that queueing",
+    )
+    p.add_argument(
+        "--realtime",
+        action="store_true",
+        help="read files at their frame rate, like a camera (latencies as a camera sees them)",
+    )
+    p.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="the built-in synthetic clip (moving shapes at 5 fps) instead of vtest",
     )
     p.add_argument("--out", default="demo-out", metavar="DIR", help="output folder (demo-out)")
     p.add_argument(
-        "--frames", type=int, default=150, help="length of the synthetic clip in frames (150)"
+        "--frames",
+        type=int,
+        default=150,
+        help="length of the synthetic clip in frames (150; with --synthetic)",
     )
     p.add_argument(
         "--duration",
@@ -80,6 +95,24 @@ def camera_id(index: int, source: str) -> str:
     return f"cam{index}-" + re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:32]
 
 
+def default_sources(synthetic: bool) -> tuple[list[str], bool]:
+    """(sources, realtime) when none are given: vtest in real time, else the synthetic clip
+    (its own source string paces it) with a one-line reason."""
+    from strata.tools.bench.cli import find_vtest
+
+    if synthetic:
+        return [], False
+    vtest = find_vtest(None)
+    if vtest is not None:
+        return [str(vtest)], True
+    print(
+        "strata demo: data/vtest.mp4 not found (`python .ci/test_data.py` fetches it with "
+        "apt-get; `make demo` tries), so the synthetic clip instead",
+        file=sys.stderr,
+    )
+    return [], False
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 when it finished, 130 on Ctrl-C, 1 when a daemon died."""
     from strata.shared.logs import setup_logging
@@ -92,20 +125,18 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"strata demo: {exc}", file=sys.stderr)
         return 2
+    sources, realtime = list(args.source or []), args.realtime
+    if not sources:
+        sources, default_realtime = default_sources(args.synthetic)
+        realtime = realtime or default_realtime
     opts = DemoOptions(
         out=out,
-        sources=list(args.source or []),
+        sources=sources,
         synthetic_frames=args.frames,
         duration_s=args.duration,
         overrides=overrides,
         progress=not args.quiet,
         startup_timeout_s=args.startup_timeout,
+        realtime=realtime,
     )
-    db_dir = Path(tempfile.mkdtemp(prefix="strata-demo-db-"))
-    session = DemoSession(opts, db_dir)
-    try:
-        return session.run()
-    finally:
-        for f in db_dir.glob("*"):
-            f.unlink()
-        os.rmdir(db_dir)
+    return DemoSession(opts).run()

@@ -13,6 +13,7 @@ from typing import Any
 from strata.shared.config.base import merge
 from strata.shared.contracts import analytics_pb2
 from strata.tools.demo import summary
+from strata.tools.demo.cameras import CameraView, camera_views
 from strata.tools.demo.names import COUNTS
 from strata.tools.demo.procs import TierExitedError
 from strata.tools.demo.results import DetectionCollector, Received, query_events
@@ -21,7 +22,8 @@ from strata.tools.demo.stack import Camera, Stack
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[dict[str, float], int, float], None]
+# (frame counts, results received, seconds since start, each camera's state)
+Progress = Callable[[dict[str, float], int, float, list[CameraView]], None]
 
 
 @dataclass
@@ -122,7 +124,8 @@ class PipelineRun:
             if snapshot != last_snapshot:
                 last_snapshot, still_since = snapshot, now
             if self.progress is not None and now - last_print >= opts.progress_every_s:
-                self.progress(counts, received, now - started)
+                cams = camera_views(self.scrapes.get("device"), time.time())
+                self.progress(counts, received, now - started, cams)
                 last_print = now
             if opts.duration_s is not None and now - started >= opts.duration_s:
                 self.notes.append(f"stopped after {opts.duration_s:g}s (--duration)")

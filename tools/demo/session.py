@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any
 from strata.shared.synthetic import SyntheticClip
 from strata.tools.demo import summary as summary_mod
 from strata.tools.demo.annotate import annotate_frames, annotate_video
+from strata.tools.demo.cameras import CameraView
 from strata.tools.demo.pipeline import Outcome, PipelineRun, RunOptions
 from strata.tools.demo.stack import Camera
 
@@ -29,6 +31,7 @@ class DemoOptions:
     overrides: dict[str, Any] = field(default_factory=dict)
     progress: bool = True
     startup_timeout_s: float = 120.0
+    realtime: bool = False  # files paced at their frame rate, like a camera
 
 
 SYNTHETIC = "synthetic://"
@@ -81,9 +84,9 @@ def cameras_for(sources: list[str]) -> list[Camera]:
 class DemoSession:
     """Runs the demo once; `run()` returns the exit status."""
 
-    def __init__(self, opts: DemoOptions, db_dir: Path) -> None:
+    def __init__(self, opts: DemoOptions) -> None:
         self.opts = opts
-        self.db_dir = db_dir
+        self.event_store = (opts.out / "events.sqlite").resolve()
         self.pipeline: PipelineRun | None = None
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
@@ -91,7 +94,9 @@ class DemoSession:
             self.pipeline.interrupted = True
             print("\nstrata demo: stopping; the report follows", file=sys.stderr, flush=True)
 
-    def _progress(self, counts: dict[str, float], received: int, elapsed: float) -> None:
+    def _progress(
+        self, counts: dict[str, float], received: int, elapsed: float, cams: list[CameraView]
+    ) -> None:
         c = {k: int(v) for k, v in counts.items()}
         line = (
             f"[{elapsed:6.1f}s] device: decoded {c['decoded']} kept {c['sent_to_edge']} "
@@ -99,8 +104,11 @@ class DemoSession:
             f"edge: detected {c['detected']} boxes {c['boxes']} | "
             f"cloud: classified {c['classified']} events {c['events_stored']}"
         )
+        if cams:
+            line += " | " + "; ".join(v.describe() for v in cams)
         if sys.stderr.isatty():
-            print("\r" + line[:150].ljust(150), end="", file=sys.stderr, flush=True)
+            width = max(150, shutil.get_terminal_size().columns - 1)
+            print("\r" + line[:width].ljust(width), end="", file=sys.stderr, flush=True)
         else:
             print(line, file=sys.stderr, flush=True)
 
@@ -122,10 +130,11 @@ class DemoSession:
             startup_timeout_s=self.opts.startup_timeout_s,
             progress_every_s=0.5 if tty else 5.0,
         )
-        overrides: dict[str, Any] = {
-            "cloud": {"store": {"path": str(self.db_dir / "events.sqlite")}}
-        }
-        if any(is_file_source(c.source) for c in cameras):
+        # The event store stays in the output folder, for `strata cloud query` afterwards.
+        overrides: dict[str, Any] = {"cloud": {"store": {"path": str(self.event_store)}}}
+        if self.opts.realtime:
+            overrides["device"] = {"source": {"realtime": True}}
+        elif any(is_file_source(c.source) for c in cameras):
             # A file is read as fast as it decodes, not at camera pace: let the edge queue
             # every kept frame (latency shows the wait) instead of shedding most of them, and
             # keep the batch size (that wait is not a missed delay target).
@@ -167,6 +176,30 @@ class DemoSession:
         path = Path(cam.source)
         return path.stat().st_size if path.is_file() else None
 
+    def _caveats(self, o: Outcome) -> list[str]:
+        """What a reader of the figures must know: starter models off their camera, and
+        latencies of a file read faster than real time."""
+        out = []
+        models = self.opts.overrides.get("models", {}).get("repository")
+        own_model = self.opts.overrides.get("edge", {}).get("model", {}).get("path")
+        others = [c.id for c in o.cameras if Path(c.source.split("?")[0]).stem != "vtest"]
+        if not models and not own_model and others:
+            out.append(
+                f"{', '.join(others)}: the starter models were distilled for vtest.avi (one "
+                "fixed street camera) and know nothing of other footage; their boxes and stored "
+                "events here are mostly noise. Bring weights (`strata models import` or "
+                "`build`, README 'Bring real weights') or distill your camera's "
+                "(`strata models distill CLIP`), then --set models.repository=DIR"
+            )
+        files = [c.id for c in o.cameras if is_file_source(c.source)]
+        if files and not self.opts.realtime:
+            out.append(
+                f"{', '.join(files)}: a file is read as fast as it decodes, so the latencies "
+                "above are mostly queueing at the edge, not what a camera would see; "
+                "--realtime paces the file at its frame rate"
+            )
+        return out
+
     def _report(self, o: Outcome) -> int:
         out = self.opts.out
         notes = list(o.notes)
@@ -201,21 +234,18 @@ class DemoSession:
                 notes.append(f"{cam.id}: annotating failed: {exc}")
         report.outputs["summary"] = str(out / "summary.json")
         report.outputs["logs"] = str(self.pipeline.stack.workdir if self.pipeline else out)
-        if notes:
-            report.outputs["notes"] = "; ".join(notes)
+        report.outputs["events"] = str(self.event_store)
+        report.notes = [*notes, *self._caveats(o)]
         report.write(out / "summary.json")
         print(summary_mod.table(report))
         for key, val in report.outputs.items():
             print(f"{key}: {val}")
-        boxes = report.frames.get("boxes", 0.0)
-        if not boxes and any(c.source.startswith(SYNTHETIC) for c in o.cameras):
-            print(
-                "strata demo: no boxes: the detector found nothing in the synthetic clip (the "
-                "starter models are untrained or trained for other footage; README, 'Bring real "
-                "weights'). Real footage: `python .ci/test_data.py`, then "
-                "`strata demo --source data/vtest.mp4`",
-                file=sys.stderr,
-            )
+        print(
+            f"read the stored events: `strata cloud --db {self.event_store}` (serves them on "
+            "127.0.0.1:50051), then in another shell `strata cloud query --limit 20`"
+        )
+        for note in report.notes:
+            print(f"strata demo: note: {note}", file=sys.stderr)
         if o.error is not None:
             print(f"strata demo: {o.error}", file=sys.stderr)
             return 1

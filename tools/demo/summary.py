@@ -50,6 +50,7 @@ class Summary:
     interrupted: bool = False
     error: str | None = None
     outputs: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
     per_camera: dict[str, dict[str, float]] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
 
