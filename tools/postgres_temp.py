@@ -21,7 +21,8 @@ from typing import Any
 
 HOW_TO_GET = (
     "PostgreSQL server binaries (initdb, pg_ctl) not found: install Debian's `postgresql` "
-    "package (`apt-get install postgresql`, as .ci/system-deps does) or set STRATA_PG_BINDIR"
+    "package (`apt-get install postgresql`, or `bash .ci/system-deps`) or set STRATA_PG_BINDIR "
+    "to the directory holding them"
 )
 
 
@@ -32,7 +33,10 @@ class PostgresUnavailableError(RuntimeError):
 def find_bindir() -> Path | None:
     """The directory holding initdb and pg_ctl, newest Debian version first; None: none."""
     env = os.environ.get("STRATA_PG_BINDIR")
-    candidates = [env] if env else []
+    if env:  # an explicit choice: that directory or none
+        ok = (Path(env) / "initdb").is_file() and (Path(env) / "pg_ctl").is_file()
+        return Path(env) if ok else None
+    candidates: list[str] = []
     on_path = shutil.which("pg_ctl")
     if on_path:
         candidates.append(str(Path(on_path).parent))
