@@ -6,6 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from strata.shared.metrics import BATCH_BUCKETS, LATENCY_BUCKETS
 from strata.shared.runtime.pool import PoolCollector
 
+from .degradation import DegradationMetrics
+
 # Breaker state gauge values.
 BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = 0, 1, 2
 
@@ -144,6 +146,7 @@ class EdgeMetrics:
             registry=r,
         )
         r.register(PoolCollector("strata_edge"))
+        self.degradation = DegradationMetrics(r)
 
     def forget_camera(self, camera_id: str) -> None:
         """Drop a forgotten camera's series (a camera that comes back starts them at 0)."""

@@ -30,7 +30,7 @@ from strata.shared.wire import detections_topic
 
 from .crops import CropSelector
 from .decode import FrameDecoder
-from .degradation import DegradationController, DegradationMetrics
+from .degradation import DegradationController
 from .degrade import AdaptiveBatchLimit
 from .detector import Detector, InFlight, model_labels, open_staged
 from .frames import DecodedFrame, QueuedFrame
@@ -122,9 +122,7 @@ class EdgeNode:
             telemetry if telemetry is not None else open_nvml(), cfg.degradation.interval_s
         )
         self.metrics.registry.register(DcgmCollector(self.telemetry))
-        self.degradation = DegradationController(
-            cfg.degradation, DegradationMetrics(self.metrics.registry)
-        )
+        self.degradation = DegradationController(cfg.degradation, self.metrics.degradation)
         self._last: dict[str, tuple[FrameBoxes, frame_pb2.FrameDetections]] = {}
         self._shed_log = _RateLimitedLog("shed", 1.0)
         self.queues = CameraQueues(cfg.batching.queue_per_camera, on_shed=self._on_shed)

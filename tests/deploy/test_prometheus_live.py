@@ -41,6 +41,13 @@ NO_DATA_ON_CPU_WITHOUT_FAULTS = {
     "Frames in, by ack status / B": "rejections: only malformed or refused frames count",
     "Drops by reason / A": "edge drops: only overload or a full crop buffer count",
     "Requests per second / B": "cloud failures: only refused or failed requests count",
+    # NVML telemetry is absent (not zero) without a GPU; degradation never moves unloaded.
+    "GPU temperature / A": "no GPU on a CPU host: DCGM metrics are absent",
+    "GPU memory used / A": "no GPU on a CPU host: DCGM metrics are absent",
+    "GPU utilization, power and SM clock / A": "no GPU on a CPU host: DCGM metrics are absent",
+    "GPU utilization, power and SM clock / B": "no GPU on a CPU host: DCGM metrics are absent",
+    "GPU utilization, power and SM clock / C": "no GPU on a CPU host: DCGM metrics are absent",
+    "Degradation transitions / A": "no trigger fires in a short unloaded run",
 }
 
 

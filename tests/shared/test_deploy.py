@@ -16,6 +16,7 @@ import pytest
 import yaml
 from strata.shared.config import load_config
 from strata.shared.config.root import StrataConfig
+from strata.shared.gpu_telemetry import DCGM_FIELDS
 from strata.tools.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,6 +338,9 @@ def exported_names() -> set[str]:
     return names
 
 
+DCGM_NAMES = {name for name, *_ in DCGM_FIELDS} | {"DCGM_FI_DEV_FB_FREE"}
+
+
 def test_grafana_dashboard_uses_only_exported_metrics() -> None:
     dash = json.loads((DEPLOY / "grafana" / "strata.json").read_text())
     exported = exported_names()
@@ -348,7 +352,10 @@ def test_grafana_dashboard_uses_only_exported_metrics() -> None:
         assert pos["x"] + pos["w"] <= 24
         for target in panel.get("targets", []):
             found = set(re.findall(r"\bstrata_[a-z0-9_]+", target["expr"]))
-            assert found, f"{panel['title']}: a query without a strata metric"
+            # GPU panels read NVML telemetry under NVIDIA's DCGM exporter names.
+            dcgm = set(re.findall(r"\bDCGM_FI_[A-Z0-9_]+", target["expr"]))
+            assert found or dcgm, f"{panel['title']}: a query without a strata or DCGM metric"
+            assert dcgm <= DCGM_NAMES, f"{panel['title']}: {sorted(dcgm - DCGM_NAMES)}"
             used |= found
     missing = used - exported
     assert not missing, f"the dashboard uses metrics no tier exports: {sorted(missing)}"
