@@ -2,8 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
-# Exactly one ONNX Runtime: the CPU build here; a GPU host runs `make setup EXTRAS=gpu,test`
-# in a fresh venv (onnxruntime-gpu, TensorRT 10, cuda-python, NVML; see tests/shared/test_extras.py).
+# Exactly one ONNX Runtime: the CPU build here; a GPU host runs
+# `make setup VENV=.venv-gpu EXTRAS=gpu,test`
+# (onnxruntime-gpu, TensorRT 10, cuda-python, NVML; see tests/shared/test_extras.py).
 EXTRAS ?= cpu,test
 
 .PHONY: setup demo test lint typecheck contracts gpu-check
