@@ -116,10 +116,16 @@ class CloudStoreConfig(StrictModel):
         "", description="File holding the PostgreSQL URL (a mounted Secret); instead of `url`."
     )
     pool_size: int = Field(
-        8, ge=2, le=256, description="PostgreSQL connections per replica at most (pool)."
+        8,
+        ge=2,
+        le=256,
+        description="PostgreSQL connections per replica at most (pool; one more LISTENs).",
     )
     connect_timeout_s: float = Field(
-        10.0, gt=0, le=300, description="How long to wait for PostgreSQL at start and per query."
+        10.0,
+        gt=0,
+        le=300,
+        description="How long to wait for PostgreSQL: to connect, or for a free pooled connection.",
     )
     write_batch: int = Field(256, ge=1, description="Events committed in one transaction at most.")
     write_delay_ms: float = Field(
