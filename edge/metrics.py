@@ -96,6 +96,16 @@ class EdgeMetrics:
         self.crop_queue = Gauge(
             "strata_edge_crop_queue_depth", "Crops waiting for the cloud.", registry=r
         )
+        self.spool_crops = Gauge(
+            "strata_edge_uplink_spool_crops",
+            "Crops waiting in the uplink's disk spool.",
+            registry=r,
+        )
+        self.spool_bytes = Gauge(
+            "strata_edge_uplink_spool_bytes",
+            "Bytes of crops in the uplink's disk spool.",
+            registry=r,
+        )
         self.uplink_latency = Histogram(
             "strata_edge_uplink_latency_seconds",
             "Crop sent to ack received.",
@@ -106,7 +116,9 @@ class EdgeMetrics:
             "strata_edge_breaker_state", "Cloud breaker: 0 closed, 1 half-open, 2 open.", registry=r
         )
         self.breaker_trips = Counter(
-            "strata_edge_breaker_trips", "Times the cloud breaker opened.", registry=r
+            "strata_edge_breaker_trips",
+            "Times the cloud breaker opened from closed (trips).",
+            registry=r,
         )
         self.gpu_memory = Gauge(
             "strata_edge_gpu_memory_bytes", "GPU memory in use on the device.", registry=r

@@ -1,44 +1,79 @@
-"""Crops to the cloud over the bidirectional Uplink stream, behind a circuit breaker.
+"""Crops to the cloud over bidirectional Uplink streams, behind a circuit breaker.
 
-Crops wait in a bounded buffer (the oldest are dropped and counted when it is full). One
-thread sends batches while the breaker allows, another reads acks. A broken stream, an ack
-timeout or an unreachable cloud count as failures; the crops in flight go back to the
-buffer. While the breaker is open nothing is sent; after `open_s` one batch probes.
+Crops wait in a bounded memory buffer; beyond it they spill, in order, to a bounded on-disk
+spool (edge/spool.py) that drains back through the buffer when the cloud returns, so an outage
+the spool can hold loses nothing. Beyond the spool's bound the oldest are dropped and counted.
+
+One thread sends batches over up to `streams` streams while the breaker allows; each stream
+has a thread reading its acks. On a target with several addresses (a DNS name or a list) the
+channel's round_robin policy puts each stream on the next endpoint. A broken stream, an ack
+timeout or an unreachable cloud count as failures; the crops in flight go back to the front of
+the buffer. While the breaker is open nothing is sent; after `open_s` one batch probes.
+
+TLS (server CA), mTLS (client certificate) and a bearer token match the cloud's options.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from strata.shared.config.edge import UplinkConfig
+import grpc
+from strata.shared.config.edge import UplinkConfig, cloud_target
 from strata.shared.contracts import analytics_pb2, check_version, current_version
 
 from .breaker import BreakerState, CircuitBreaker
 from .metrics import EdgeMetrics
+from .spool import CropSpool
 
 log = logging.getLogger(__name__)
 
 _CLOSE = object()
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+# Statuses of the connect check that still prove the cloud is there and talks to us.
+_REACHABLE = (grpc.StatusCode.OK, grpc.StatusCode.UNIMPLEMENTED)
+
+
+class UplinkSetupError(ValueError):
+    """A TLS or token file of the uplink cannot be read."""
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UplinkSetupError(f"cannot read the uplink's {what} {path}: {exc.strerror}") from exc
 
 
 @dataclass(slots=True)
 class _Pending:
     crop: analytics_pb2.Crop
     sent: float
+    probe: bool
+
+
+@dataclass(eq=False)
+class _Stream:
+    call: Any
+    requests: queue.SimpleQueue[Any]
+    opened: float
+    pending: dict[str, _Pending] = field(default_factory=dict)
+    draining: bool = False  # past its age: no new batches; closed once its acks are in
 
 
 class Uplink:
-    """Owns the gRPC channel, the crop buffer and the breaker."""
+    """Owns the gRPC channel, the streams, the crop buffer and spool, and the breaker."""
 
-    def __init__(self, target: str, cfg: UplinkConfig, metrics: EdgeMetrics) -> None:
-        self.target = target
+    def __init__(self, target: str | list[str], cfg: UplinkConfig, metrics: EdgeMetrics) -> None:
+        self.target = cloud_target(target)
         self.cfg = cfg
         self.metrics = metrics
         self.breaker = CircuitBreaker(
@@ -47,96 +82,233 @@ class Uplink:
             cfg.latency_window,
             cfg.open_s,
             on_change=self._on_breaker,
+            close_ratio=cfg.close_ratio,
+            min_samples=cfg.min_latency_samples,
         )
         metrics.breaker_state.set(BreakerState.CLOSED)
+        self._credentials = self._channel_credentials()
+        self._metadata: tuple[tuple[str, str], ...] = ()
+        if cfg.token_file:
+            token = _read(cfg.token_file, "token file").decode().strip()
+            if not token:
+                raise UplinkSetupError(f"the uplink's token file {cfg.token_file} is empty")
+            self._metadata = (("authorization", f"Bearer {token}"),)
+            if self._credentials is None:
+                log.warning("uplink sends its bearer token without TLS to %s", self.target)
+        self._spool = (
+            CropSpool(cfg.spool_path, int(cfg.spool_max_mib * 1024 * 1024))
+            if cfg.spool_path
+            else None
+        )
         self._buf: deque[analytics_pb2.Crop] = deque()
         self._cond = threading.Condition()
-        self._pending: dict[str, _Pending] = {}
+        self._streams: list[_Stream] = []
         self._stop = threading.Event()
-        self._requests: queue.SimpleQueue[Any] | None = None
-        self._call: Any = None
-        self._channel: Any = None
-        self._broken = threading.Event()
+        self._channel: grpc.Channel | None = None
         # The cloud asked for a pause (CROP_STATUS_RETRY with retry_after_ms) until then.
         self._retry_until = 0.0
         self._thread = threading.Thread(target=self._run, name="edge-uplink", daemon=True)
+        self._gauges()
 
-    def _on_breaker(self, state: BreakerState) -> None:
-        self.metrics.breaker_state.set(int(state))
-        if state is BreakerState.OPEN:
+    def _channel_credentials(self) -> grpc.ChannelCredentials | None:
+        tls = self.cfg.tls
+        if not tls.on:
+            return None
+        ca = _read(tls.ca_file, "CA file") if tls.ca_file else None
+        key = _read(tls.key_file, "client key") if tls.key_file else None
+        cert = _read(tls.cert_file, "client certificate") if tls.cert_file else None
+        return grpc.ssl_channel_credentials(ca, key, cert)
+
+    def _on_breaker(self, old: BreakerState, new: BreakerState) -> None:
+        self.metrics.breaker_state.set(int(new))
+        if old is BreakerState.CLOSED and new is BreakerState.OPEN:
             self.metrics.breaker_trips.inc()
 
     def start(self) -> None:
         self._thread.start()
 
+    # -- the buffer and the spool ----------------------------------------------------------
+
     def offer(self, crops: list[analytics_pb2.Crop]) -> None:
-        """Buffer crops for the cloud; never blocks. Overflow drops the oldest, counted."""
+        """Buffer crops for the cloud; never waits for the network. Beyond the memory bound
+        they spill to the spool (in order); beyond both, the oldest drop, counted."""
         if not crops:
             return
-        dropped = 0
         with self._cond:
-            for c in crops:
-                if len(self._buf) >= self.cfg.queue:
-                    self._buf.popleft()
-                    dropped += 1
-                self._buf.append(c)
-            self.metrics.crop_queue.set(len(self._buf))
+            if self._spool is not None:
+                # Memory takes crops only while nothing waits on disk, so order holds.
+                room = self.cfg.queue - len(self._buf) if not len(self._spool) else 0
+                self._buf.extend(crops[: max(0, room)])
+                spill = crops[max(0, room) :]
+                if spill:
+                    self._to_spool(spill, front=False)
+                dropped = 0
+            else:
+                dropped = 0
+                for c in crops:
+                    if len(self._buf) >= self.cfg.queue:
+                        self._buf.popleft()
+                        dropped += 1
+                    self._buf.append(c)
+            self._gauges()
             self._cond.notify()
         if dropped:
-            self.metrics.drops.labels("crop_buffer_full").inc(dropped)
-            log.warning(
-                "dropped %d crops: uplink buffer full (%d), breaker %s",
-                dropped,
-                self.cfg.queue,
-                self.breaker.state.name,
-            )
+            self._dropped("crop_buffer_full", dropped)
+
+    def _to_spool(self, crops: list[analytics_pb2.Crop], front: bool) -> None:
+        """Write crops to the spool (caller holds the lock); failures and overflow counted."""
+        assert self._spool is not None
+        try:
+            over = self._spool.push(crops, front=front)
+        except sqlite3.Error as exc:
+            log.error("uplink spool %s failed: %s", self._spool.path, exc)
+            self._dropped("uplink_spool_error", len(crops))
+            return
+        if over:
+            self._dropped("uplink_spool_full", over)
+
+    def _dropped(self, reason: str, n: int) -> None:
+        self.metrics.drops.labels(reason).inc(n)
+        log.warning(
+            "dropped %d crops (%s): memory %d, spool %s; breaker %s",
+            n,
+            reason,
+            self.cfg.queue,
+            f"{self.cfg.spool_max_mib:g} MiB" if self._spool is not None else "off",
+            self.breaker.state.name,
+        )
+
+    def _gauges(self) -> None:
+        self.metrics.crop_queue.set(len(self._buf))
+        if self._spool is not None:
+            self.metrics.spool_crops.set(len(self._spool))
+            self.metrics.spool_bytes.set(self._spool.bytes)
 
     @property
     def buffered(self) -> int:
+        """Crops waiting for the cloud, in memory and on disk."""
         with self._cond:
-            return len(self._buf)
+            return len(self._buf) + (len(self._spool) if self._spool is not None else 0)
+
+    @property
+    def waiting(self) -> int:
+        """Crops not yet acked: in memory, on disk and in flight."""
+        with self._cond:
+            flying = sum(len(s.pending) for s in self._streams)
+            return flying + len(self._buf) + (len(self._spool) if self._spool is not None else 0)
+
+    @property
+    def spooled(self) -> int:
+        """Crops waiting on disk."""
+        with self._cond:
+            return len(self._spool) if self._spool is not None else 0
 
     def stop(self) -> None:
+        """Stop sending; what is still unacked or buffered goes to the spool for next time."""
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
         self._thread.join(timeout=5)
-        self._close_stream()
+        with self._cond:
+            streams, self._streams = self._streams, []
+            unacked = sorted((p for s in streams for p in s.pending.values()), key=lambda p: p.sent)
+            for s in streams:
+                s.pending.clear()
+            left = [p.crop for p in unacked] + list(self._buf)
+            self._buf.clear()
+            if left and self._spool is not None:
+                self._to_spool(left, front=True)
+                log.info("uplink: %d unsent crops kept in %s", len(left), self._spool.path)
+            elif left:
+                self._dropped("uplink_shutdown", len(left))
+            self._gauges()
+        for s in streams:
+            self._end(s)
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self._spool is not None:
+            self._spool.close()
 
     # -- sending ---------------------------------------------------------------------------
 
     def _take(self, n: int, timeout: float) -> list[analytics_pb2.Crop]:
         with self._cond:
+            self._refill()
             if not self._buf:
                 self._cond.wait(timeout)
+                self._refill()
             out = [self._buf.popleft() for _ in range(min(n, len(self._buf)))]
-            self.metrics.crop_queue.set(len(self._buf))
+            self._gauges()
             return out
 
+    def _refill(self) -> None:
+        """Move crops from the spool's head into memory when memory runs low (lock held)."""
+        if self._spool is None or len(self._buf) > self.cfg.queue // 2 or not len(self._spool):
+            return
+        try:
+            crops, bad = self._spool.pop(self.cfg.queue - len(self._buf))
+        except sqlite3.Error as exc:
+            log.error("uplink spool %s unreadable: %s", self._spool.path, exc)
+            return
+        self._buf.extend(crops)
+        if bad:
+            self._dropped("uplink_spool_corrupt", bad)
+
     def _requeue(self, crops: list[analytics_pb2.Crop]) -> None:
-        # Back to the front, oldest first; the buffer bound still holds (drop the oldest).
+        """Back to the front, oldest first. Over the memory bound, the newest in memory move
+        to the front of the spool (order kept); without a spool the oldest drop."""
+        if not crops:
+            return
+        over = 0
         with self._cond:
             self._buf.extendleft(reversed(crops))
             over = len(self._buf) - self.cfg.queue
+            if over > 0 and self._spool is not None:
+                tail = [self._buf.pop() for _ in range(over)]
+                tail.reverse()
+                self._to_spool(tail, front=True)
+                over = 0
             for _ in range(max(0, over)):
                 self._buf.popleft()
-            self.metrics.crop_queue.set(len(self._buf))
+            self._gauges()
         if over > 0:
-            self.metrics.drops.labels("crop_buffer_full").inc(over)
-            log.warning("dropped %d crops on requeue: uplink buffer full", over)
+            self._dropped("crop_buffer_full", over)
 
-    def _open_stream(self) -> bool:
-        import grpc
+    def _connect(self) -> str:
+        """Make the channel if needed and check the cloud answers; '' or why not."""
+        if self._channel is None:
+            size = 64 * 1024 * 1024
+            options = [
+                ("grpc.lb_policy_name", "round_robin"),
+                ("grpc.max_send_message_length", size),
+                ("grpc.max_receive_message_length", size),
+            ]
+            if self.cfg.tls.server_name:
+                options.append(("grpc.ssl_target_name_override", self.cfg.tls.server_name))
+            if self._credentials is not None:
+                self._channel = grpc.secure_channel(self.target, self._credentials, options)
+            else:
+                self._channel = grpc.insecure_channel(self.target, options)
+        check = self._channel.unary_unary(HEALTH_CHECK)
+        try:
+            # An empty HealthCheckRequest; its status names a TLS or token problem clearly.
+            check(b"", timeout=self.cfg.connect_timeout_s, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code in _REACHABLE:
+                return ""
+            return f"cloud {self.target}: {code.name}: {exc.details()}"
+        return ""
+
+    def _open_stream(self) -> _Stream | str:
         from strata.shared.contracts import analytics_pb2_grpc
 
-        self._close_stream()
-        channel = grpc.insecure_channel(self.target)
-        try:
-            grpc.channel_ready_future(channel).result(timeout=self.cfg.connect_timeout_s)
-        except grpc.FutureTimeoutError:
-            channel.close()
-            self.breaker.failure(f"cloud {self.target} unreachable")
-            return False
+        if not self._streams:
+            why = self._connect()
+            if why:
+                return why
+        assert self._channel is not None
         requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         def gen() -> Iterator[analytics_pb2.CropBatch]:
@@ -146,40 +318,67 @@ class Uplink:
                     return
                 yield item
 
-        stub = analytics_pb2_grpc.AnalyticsStub(channel)  # type: ignore[no-untyped-call]
-        self._channel, self._requests = channel, requests
-        self._call = stub.Uplink(gen())
-        self._broken.clear()
-        threading.Thread(
-            target=self._read, args=(self._call,), name="edge-uplink-acks", daemon=True
-        ).start()
-        log.info("uplink stream to %s open", self.target)
-        return True
-
-    def _close_stream(self) -> None:
-        if self._requests is not None:
-            self._requests.put(_CLOSE)
-            self._requests = None
-        if self._call is not None:
-            self._call.cancel()
-            self._call = None
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-
-    def _fail_pending(self, why: str) -> None:
+        stub = analytics_pb2_grpc.AnalyticsStub(self._channel)  # type: ignore[no-untyped-call]
+        stream = _Stream(stub.Uplink(gen(), metadata=self._metadata), requests, time.monotonic())
         with self._cond:
-            crops = [p.crop for p in self._pending.values()]
-            self._pending.clear()
-        if crops:
-            self._requeue(crops)
-        self.breaker.failure(why)
+            self._streams.append(stream)
+        threading.Thread(
+            target=self._read, args=(stream,), name="edge-uplink-acks", daemon=True
+        ).start()
+        log.info("uplink stream %d to %s open", len(self._streams), self.target)
+        return stream
+
+    def _recycle(self) -> None:
+        """Renew streams past stream_max_age_s: round_robin places each new one on the next
+        endpoint, so streams spread over endpoints that were not ready (or not there) when
+        the old ones opened. A draining stream takes no new batches and ends once acked."""
+        now = time.monotonic()
+        done: list[_Stream] = []
+        with self._cond:
+            for s in self._streams:
+                if not s.draining and now - s.opened > self.cfg.stream_max_age_s:
+                    s.draining = True
+                if s.draining and not s.pending:
+                    done.append(s)
+            for s in done:
+                self._streams.remove(s)
+        for s in done:
+            self._end(s)
+
+    def _pick(self) -> _Stream | str:
+        """The open stream with the fewest crops in flight; opens more up to `streams`."""
+        self._recycle()
+        with self._cond:
+            streams = [s for s in self._streams if not s.draining]
+        if len(streams) < self.cfg.streams:
+            opened = self._open_stream()
+            if isinstance(opened, _Stream) or not streams:
+                return opened
+        return min(streams, key=lambda s: len(s.pending))
+
+    @staticmethod
+    def _end(stream: _Stream) -> None:
+        stream.requests.put(_CLOSE)
+        stream.call.cancel()
+
+    def _stream_failed(self, stream: _Stream, why: str) -> None:
+        """A stream broke: forget it, its crops go back to the buffer, the breaker hears."""
+        with self._cond:
+            if stream not in self._streams:
+                return
+            self._streams.remove(stream)
+            pending = sorted(stream.pending.values(), key=lambda p: p.sent)
+            stream.pending.clear()
+        self._end(stream)
+        self._requeue([p.crop for p in pending])
+        self.breaker.failure(why, probe=any(p.probe for p in pending))
+
+    def _inflight(self) -> int:
+        with self._cond:
+            return sum(len(s.pending) for s in self._streams)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if self._broken.is_set():
-                self._close_stream()
-                self._broken.clear()
             wait = self.breaker.seconds_until_probe()
             if wait > 0:
                 self._stop.wait(min(wait, 0.2))
@@ -189,10 +388,8 @@ class Uplink:
             if pause > 0:
                 self._stop.wait(min(pause, 0.2))
                 continue
-            with self._cond:
-                inflight = len(self._pending)
             # In half-open state only the probe batch is out; wait for its verdict.
-            if self.breaker.state is not BreakerState.CLOSED and inflight:
+            if self.breaker.state is not BreakerState.CLOSED and self._inflight():
                 self._stop.wait(0.05)
                 continue
             crops = self._take(self.cfg.batch, 0.1)
@@ -202,72 +399,87 @@ class Uplink:
                 self._requeue(crops)
                 self._stop.wait(0.05)
                 continue
-            if self._call is None and not self._open_stream():
+            probe = self.breaker.state is not BreakerState.CLOSED
+            stream = self._pick()
+            if isinstance(stream, str):
                 self._requeue(crops)
+                log.warning("uplink: %s", stream)
+                self.breaker.failure(stream, probe=probe)
                 continue
             now = time.monotonic()
             with self._cond:
-                for c in crops:
-                    self._pending[c.crop_id] = _Pending(c, now)
-            assert self._requests is not None
-            self._requests.put(analytics_pb2.CropBatch(version=current_version(), crops=crops))
+                # The stream may already have failed (a refused call ends at once); then
+                # its failure requeued nothing of these, so they go back here.
+                live = stream in self._streams
+                if live:
+                    for c in crops:
+                        stream.pending[c.crop_id] = _Pending(c, now, probe)
+            if not live:
+                self._requeue(crops)
+                if probe:
+                    self.breaker.failure("stream ended before the probe went out", probe=True)
+                continue
+            stream.requests.put(analytics_pb2.CropBatch(version=current_version(), crops=crops))
             self.metrics.crops.labels("sent").inc(len(crops))
             self.metrics.uplink_bytes.inc(sum(len(c.image) for c in crops))
 
     def _expire(self) -> None:
         now = time.monotonic()
         with self._cond:
-            late = [k for k, p in self._pending.items() if now - p.sent > self.cfg.ack_timeout_s]
-            crops = [self._pending.pop(k).crop for k in late]
-        if crops:
-            self.metrics.crops.labels("timeout").inc(len(crops))
-            log.warning("%d crops unacked after %.1f s", len(crops), self.cfg.ack_timeout_s)
-            self._requeue(crops)
-            self.breaker.failure("ack timeout")
-            self._broken.set()
+            late = [
+                s
+                for s in self._streams
+                if any(now - p.sent > self.cfg.ack_timeout_s for p in s.pending.values())
+            ]
+            n = sum(len(s.pending) for s in late)
+        if late:
+            self.metrics.crops.labels("timeout").inc(n)
+            log.warning("%d crops unacked after %.1f s", n, self.cfg.ack_timeout_s)
+        for s in late:
+            self._stream_failed(s, "ack timeout")
 
     # -- acks ------------------------------------------------------------------------------
 
-    def _read(self, call: Any) -> None:
-        import grpc
-
+    def _read(self, stream: _Stream) -> None:
         try:
-            for resp in call:
-                self._on_response(resp)
+            for resp in stream.call:
+                self._on_response(stream, resp)
             why = "stream closed by the cloud"
         except grpc.RpcError as exc:
             why = f"stream failed: {exc.code().name} {exc.details()}"
         except ValueError as exc:
             why = str(exc)
-        if call is self._call and not self._stop.is_set():
-            log.warning("uplink: %s", why)
-            self._fail_pending(why)
-            self._broken.set()
+        if not self._stop.is_set():
+            with self._cond:
+                mine = stream in self._streams
+            if mine:
+                log.warning("uplink %s: %s", self.target, why)
+                self._stream_failed(stream, why)
 
-    def _on_response(self, resp: analytics_pb2.UplinkResponse) -> None:
+    def _on_response(self, stream: _Stream, resp: analytics_pb2.UplinkResponse) -> None:
         check_version(resp.version)
         now = time.monotonic()
         retry: list[analytics_pb2.Crop] = []
         for ack in resp.acks:
             with self._cond:
-                p = self._pending.pop(ack.crop_id, None)
+                p = stream.pending.pop(ack.crop_id, None)
             if p is None:
                 continue
             latency = now - p.sent
             self.metrics.uplink_latency.observe(latency)
             if ack.status == analytics_pb2.CROP_STATUS_STORED:
                 self.metrics.crops.labels("stored").inc()
-                self.breaker.success(latency)
+                self.breaker.success(latency, probe=p.probe)
             elif ack.status == analytics_pb2.CROP_STATUS_INVALID:
                 # The cloud answered: the link is fine, the crop is not. Counted and logged.
                 self.metrics.crops.labels("invalid").inc()
                 self.metrics.drops.labels("crop_invalid").inc()
                 log.warning("cloud rejected crop %s: %s", ack.crop_id, ack.reason)
-                self.breaker.success(latency)
+                self.breaker.success(latency, probe=p.probe)
             else:
                 self.metrics.crops.labels("retry").inc()
                 retry.append(p.crop)
                 self._retry_until = max(self._retry_until, now + ack.retry_after_ms / 1e3)
-                self.breaker.failure(f"cloud busy: {ack.reason or 'retry'}")
+                self.breaker.failure(f"cloud busy: {ack.reason or 'retry'}", probe=p.probe)
         if retry:
             self._requeue(retry)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import StrictModel
 from .common import MetricsConfig
@@ -193,11 +194,55 @@ class TrackingConfig(StrictModel):
     )
 
 
-class UplinkConfig(StrictModel):
-    """The gRPC stream to the cloud and its circuit breaker."""
+class UplinkTlsConfig(StrictModel):
+    """TLS of the uplink (the cloud's cloud.tls); on when `enabled` or ca_file is set."""
 
-    queue: int = Field(256, ge=1, description="Crops waiting for the cloud; the oldest drop.")
+    enabled: bool = Field(False, description="Use TLS, trusting the system's CA roots.")
+    ca_file: str = Field(
+        "", description="PEM CA bundle that signed the cloud's certificate; set: TLS on."
+    )
+    cert_file: str = Field(
+        "", description="PEM client certificate, for a cloud that requires mTLS."
+    )
+    key_file: str = Field("", description="PEM private key of cert_file.")
+    server_name: str = Field(
+        "", description="Name to verify the cloud's certificate against; empty: the target's."
+    )
+
+    @property
+    def on(self) -> bool:
+        """Whether the uplink uses TLS."""
+        return self.enabled or bool(self.ca_file)
+
+    @model_validator(mode="after")
+    def _pair(self) -> UplinkTlsConfig:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("edge.uplink.tls needs both cert_file and key_file (mTLS)")
+        if self.cert_file and not self.on:
+            raise ValueError("edge.uplink.tls.cert_file needs TLS: set ca_file or enabled")
+        return self
+
+
+class UplinkConfig(StrictModel):
+    """The gRPC streams to the cloud, their buffer and spool, and the circuit breaker."""
+
+    queue: int = Field(
+        256, ge=1, description="Crops held in memory; more spill to the spool (or drop)."
+    )
+    spool_path: str = Field(
+        "strata-uplink-spool.sqlite",
+        description="SQLite file crops spill to while the cloud is away; empty: memory only.",
+    )
+    spool_max_mib: float = Field(
+        512.0, gt=0, description="Spool size bound (MiB); beyond it the oldest crops drop."
+    )
     batch: int = Field(8, ge=1, description="Most crops per CropBatch.")
+    streams: int = Field(
+        2, ge=1, le=64, description="Uplink streams; round_robin spreads them over endpoints."
+    )
+    stream_max_age_s: float = Field(
+        30.0, gt=0.0, description="Streams are renewed after this, spreading them anew."
+    )
     ack_timeout_s: float = Field(5.0, gt=0.0, description="A crop unacked this long failed.")
     failure_threshold: int = Field(
         3, ge=1, description="Consecutive failures that open the breaker."
@@ -206,8 +251,50 @@ class UplinkConfig(StrictModel):
         2000.0, gt=0.0, description="Open the breaker when the p99 ack latency exceeds this."
     )
     latency_window: int = Field(100, ge=10, description="Acks in the p99 window.")
+    min_latency_samples: int = Field(
+        20, ge=1, description="Acks in the window before the p99 rule may open the breaker."
+    )
+    close_ratio: float = Field(
+        0.8,
+        gt=0.0,
+        le=1.0,
+        description="A probe closes the breaker only under this share of p99_limit_ms.",
+    )
     open_s: float = Field(5.0, gt=0.0, description="Seconds open before a half-open probe.")
     connect_timeout_s: float = Field(2.0, gt=0.0, description="Wait for the channel to connect.")
+    tls: UplinkTlsConfig = Field(default_factory=UplinkTlsConfig, description="TLS and mTLS.")
+    token_file: str = Field(
+        "", description="File holding the bearer token the cloud expects; empty: none."
+    )
+
+
+def _is_ip(host: str) -> int:
+    """4 or 6 for an IP literal, 0 for a name."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).version
+    except ValueError:
+        return 0
+
+
+def cloud_target(cloud: str | list[str]) -> str:
+    """The gRPC target of edge.cloud: one HOST:PORT or dns:///NAME:PORT as given, or a list
+    of IP:PORT addresses as one ipv4:/ipv6: target (round_robin balances over it)."""
+    if isinstance(cloud, str):
+        return cloud
+    if len(cloud) == 1:
+        return cloud[0]
+    versions = set()
+    for entry in cloud:
+        host, sep, port = entry.rpartition(":")
+        if not sep or not port.isdigit() or not _is_ip(host):
+            raise ValueError(
+                f"edge.cloud entry {entry!r}: a list takes IP:PORT addresses; for names use "
+                "one DNS name that resolves to several addresses (dns:///NAME:PORT)"
+            )
+        versions.add(_is_ip(host))
+    if len(versions) > 1:
+        raise ValueError("edge.cloud: a list mixes IPv4 and IPv6 addresses")
+    return f"ipv{versions.pop()}:" + ",".join(cloud)
 
 
 class IngestConfig(StrictModel):
@@ -268,7 +355,11 @@ class EdgeConfig(StrictModel):
         "tcp://127.0.0.1:5556",
         description="ZeroMQ PUB address of detections (topic: camera id + one NUL byte).",
     )
-    cloud: str = Field("", description="Cloud HOST:PORT for crops; empty: no uplink.")
+    cloud: str | list[str] = Field(
+        "",
+        description="Cloud HOST:PORT, dns:///NAME:PORT (every address) or a list of IP:PORT; "
+        "empty: no uplink.",
+    )
     model: EdgeModelConfig = Field(default_factory=EdgeModelConfig, description="Detector.")
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Back end.")
     batching: BatchingConfig = Field(default_factory=BatchingConfig, description="Batching.")
@@ -294,3 +385,12 @@ class EdgeConfig(StrictModel):
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."
     )
+
+    @field_validator("cloud")
+    @classmethod
+    def _cloud_target(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError('edge.cloud: an empty list; use "" for no uplink')
+            cloud_target(v)
+        return v

@@ -181,7 +181,13 @@ def test_no_cloud_opens_breaker_and_detection_goes_on(
     node = node_factory(
         cloud=f"127.0.0.1:{port}",  # nothing listens there
         crops={"score_max": 1.0, "max_per_frame": 2},
-        uplink={"failure_threshold": 2, "connect_timeout_s": 0.2, "open_s": 30, "queue": 5},
+        uplink={
+            "failure_threshold": 2,
+            "connect_timeout_s": 0.2,
+            "open_s": 30,
+            "queue": 5,
+            "spool_path": "",  # memory only: the overflow is dropped, not spilled
+        },
     )
     sub = Listener(zctx, node.endpoints.publish)
     agent = RawAgent(zctx, node.endpoints.listen)

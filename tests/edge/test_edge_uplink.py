@@ -90,7 +90,8 @@ def wait_for(cond: Callable[[], bool], timeout_s: float = 10.0) -> bool:
 def make(port: int, **over: Any) -> tuple[Uplink, EdgeMetrics]:
     metrics = EdgeMetrics()
     cfg = UplinkConfig.model_validate(
-        {"connect_timeout_s": 0.2, "open_s": 0.5, "failure_threshold": 2, **over}
+        # Memory only unless a test gives a spool file.
+        {"connect_timeout_s": 0.2, "open_s": 0.5, "failure_threshold": 2, "spool_path": "", **over}
     )
     up = Uplink(f"127.0.0.1:{port}", cfg, metrics)
     up.start()
@@ -152,7 +153,9 @@ def test_busy_cloud_retry_after_is_honoured(port: int) -> None:
 def test_slow_cloud_p99_opens_breaker(port: int) -> None:
     cloud = Cloud(delay_s=0.05)
     server = serve(cloud, port)
-    up, m = make(port, batch=1, p99_limit_ms=20, latency_window=10, open_s=30)
+    up, m = make(
+        port, batch=1, p99_limit_ms=20, latency_window=10, min_latency_samples=10, open_s=30
+    )
     try:
         up.offer(crops(15))
         assert wait_for(lambda: up.breaker.state is BreakerState.OPEN)
@@ -164,7 +167,7 @@ def test_slow_cloud_p99_opens_breaker(port: int) -> None:
 
 
 def test_node_sends_chosen_crops_to_the_cloud(
-    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip, port: int
+    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip, port: int, tmp_path: Path
 ) -> None:
     import cv2
     import numpy as np
@@ -179,6 +182,7 @@ def test_node_sends_chosen_crops_to_the_cloud(
             "listen": "tcp://127.0.0.1:0",
             "publish": "tcp://127.0.0.1:0",
             "cloud": f"127.0.0.1:{port}",
+            "uplink": {"spool_path": str(tmp_path / "spool.sqlite")},
             "model": {"input_size": MODEL_SIZE},
             "batching": {"queue_per_camera": 64},  # the burst must not be shed
             "crops": {

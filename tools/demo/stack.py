@@ -92,6 +92,7 @@ class Stack:
                 "listen": f"tcp://127.0.0.1:{p.edge_listen}",
                 "publish": self.publish_address,
                 "cloud": self.cloud_address,
+                "uplink": {"spool_path": str(self.workdir / "uplink-spool.sqlite")},
                 "metrics": {"port": p.metrics["edge"]},
             },
             "device": {
