@@ -388,9 +388,13 @@ class Uplink:
             if pause > 0:
                 self._stop.wait(min(pause, 0.2))
                 continue
-            # In half-open state only the probe batch is out; wait for its verdict.
-            if self.breaker.state is not BreakerState.CLOSED and self._inflight():
-                self._stop.wait(0.05)
+            # In half-open state only the probe batch is out; wait for its verdict. Otherwise a
+            # window bounds what is in flight (and so how far a resend can reorder crops).
+            inflight = self._inflight()
+            if inflight and (
+                self.breaker.state is not BreakerState.CLOSED or inflight >= self.cfg.max_inflight
+            ):
+                self._stop.wait(0.005 if self.breaker.state is BreakerState.CLOSED else 0.05)
                 continue
             crops = self._take(self.cfg.batch, 0.1)
             if not crops:

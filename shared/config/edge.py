@@ -237,6 +237,9 @@ class UplinkConfig(StrictModel):
         512.0, gt=0, description="Spool size bound (MiB); beyond it the oldest crops drop."
     )
     batch: int = Field(8, ge=1, description="Most crops per CropBatch.")
+    max_inflight: int = Field(
+        64, ge=1, description="Crops sent and not yet acked, all streams together."
+    )
     streams: int = Field(
         2, ge=1, le=64, description="Uplink streams; round_robin spreads them over endpoints."
     )
