@@ -99,11 +99,11 @@ def test_made_up_cameras_are_forgotten_after_the_idle_timeout(
     assert b"made-up-" not in generate_latest(reg)
     assert not any(c.startswith("made-up-") for c in node._last)
     sub = Listener(zctx, node.endpoints.publish)
-    time.sleep(0.3)  # PUB/SUB join
+    wait_until_subscribed(RawAgent(zctx, node.endpoints.listen), sub, synthetic_clip.frame(0).image)
     device.send_image("real", 2, synthetic_clip.frame(30).image, session_id=7)
     assert statuses(device.acks(1)) == [QUEUED]
     assert [r.sequence for r in sub.collect(1, timeout_s=10)] == [2]
-    assert node.ingest.cameras == 1 and node.queues.cameras == 1
+    assert node.ingest.cameras == 2 and node.queues.cameras == 2  # the probe's and this one
 
 
 class CurveAgent(RawAgent):
