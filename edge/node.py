@@ -31,13 +31,19 @@ from strata.shared.wire import detections_topic
 from .crops import CropSelector
 from .decode import FrameDecoder
 from .degradation import DegradationController
-from .degrade import AdaptiveBatchLimit
 from .detector import Detector, InFlight, model_labels, open_staged
 from .frames import DecodedFrame, QueuedFrame
 from .ingest import Ingest
 from .metrics import EdgeMetrics
 from .peers import PeerMonitor
 from .queues import CameraQueues
+from .scheduler import (
+    DecisionClock,
+    SchedulerMetrics,
+    SchedulerWindow,
+    make_policy,
+    save_policy,
+)
 from .uplink import Uplink
 
 log = logging.getLogger(__name__)
@@ -110,11 +116,20 @@ class EdgeNode:
                 max_batch,
             )
         self.max_batch = max_batch
-        self.degrade = AdaptiveBatchLimit(
+        # The batching policy (today's rule, or the learned one); the degradation
+        # controller's cap applies on top of its choice.
+        self.scheduler = make_policy(
+            cfg.scheduler,
             max_batch,
             cfg.batching.min_batch,
             cfg.batching.delay_target_ms / 1e3,
             cfg.batching.adapt_every,
+            cfg.batching.max_queue_delay_ms / 1e3,
+        )
+        self.sched_metrics = SchedulerMetrics(self.metrics.registry, self.scheduler.name)
+        self.sched_window = SchedulerWindow(
+            cfg.scheduler.sla_ms / 1e3,
+            cfg.batching.max_cameras * cfg.batching.queue_per_camera,
         )
         self.metrics.batch_limit.set(max_batch)
         # GPU telemetry (absent without NVML) and the degradation triggers it drives.
@@ -235,6 +250,7 @@ class EdgeNode:
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
+        save_policy(self.scheduler, self.cfg.scheduler)
         self.detector.close()
         self.decoder.close()
         self.runner.close()
@@ -257,6 +273,7 @@ class EdgeNode:
 
     def _on_shed(self, frame: QueuedFrame) -> None:
         self.metrics.drops.labels("overload").inc()
+        self.sched_window.add_shed()
         self._shed_log.warn(
             "overload: shed oldest frame(s) of camera %s (queue of %d full); last seq %d",
             frame.header.camera_id,
@@ -327,15 +344,22 @@ class EdgeNode:
     def _worker_loop(self, pub: Any) -> None:
         inflight: deque[InFlight] = deque()
         window_start, window_frames = time.monotonic(), 0
-        delay_s = self.cfg.batching.max_queue_delay_ms / 1e3
+        sched = DecisionClock(
+            self.scheduler,
+            self.sched_window,
+            self.cfg.scheduler.decide_every_s,
+            lambda: len(self.queues),
+            self._power_w,
+            self.sched_metrics,
+        )
         try:
             while not self._stop.is_set() or inflight:
                 frames = (
                     []
                     if self._stop.is_set()
                     else self.queues.next_batch(
-                        self.degradation.batch_cap(self.degrade.limit),
-                        delay_s,
+                        self.degradation.batch_cap(self.scheduler.current().max_batch),
+                        self.scheduler.current().max_delay_s,
                         0.0 if inflight else POLL_MS / 1e3,
                     )
                 )
@@ -351,7 +375,9 @@ class EdgeNode:
                     if decoded:
                         self.metrics.batch_size.observe(len(decoded))
                         inflight.append(self.detector.launch(decoded, time.time_ns()))
-                    self.metrics.batch_limit.set(self.degrade.observe(delays))
+                    self.scheduler.on_batch(delays)
+                    self.sched_window.add_batch(len(frames))
+                    self.metrics.batch_limit.set(self.scheduler.current().max_batch)
                 if inflight and (len(inflight) >= self.runner.slots or not frames):
                     window_frames += self._finish(pub, inflight.popleft())
                 now = time.monotonic()
@@ -361,12 +387,18 @@ class EdgeNode:
                     self._gpu_memory()
                 if self.degradation.due():
                     self.degradation.tick(self.telemetry.samples())
+                sched.tick()
         except Exception as exc:
             self._error = exc
             log.exception("worker thread failed")
             self._stop.set()
         finally:
             pub.close()
+
+    def _power_w(self) -> float | None:
+        """The GPUs' power draw (NVML); None without a GPU that reports it."""
+        watts = [s.power_w for s in self.telemetry.samples() if s.power_w is not None]
+        return sum(watts) if watts else None
 
     def _gpu_memory(self) -> None:
         used = getattr(self.runner, "memory_used", None)
@@ -386,6 +418,8 @@ class EdgeNode:
             self.metrics.camera_bytes.labels(cam, "in").inc(frame.header.payload_size)
         for frame, boxes in zip(job.frames, results, strict=True):
             self._publish(pub, frame, boxes, job.start_ns, end_ns)
+        done = time.monotonic()
+        self.sched_window.add_latencies([done - f.frame.received for f in job.frames])
         return len(results)
 
     def _answer_from_cache(self, pub: Any, frames: list[QueuedFrame]) -> list[QueuedFrame]:

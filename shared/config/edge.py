@@ -75,6 +75,45 @@ class BatchingConfig(StrictModel):
     adapt_every: int = Field(8, ge=1, description="Batches between degradation decisions.")
 
 
+class SchedulerConfig(StrictModel):
+    """Who sets the batch limit and max queue delay (edge/scheduler.py, docs/edge.md)."""
+
+    policy: Literal["rule", "learned"] = Field(
+        "rule",
+        description="rule: halve/double the batch on the queue-delay target; learned: "
+        "on-line Q-learning (off by default until it wins on the node's own traffic).",
+    )
+    decide_every_s: float = Field(1.0, gt=0.0, description="Seconds between two decisions.")
+    sla_ms: float = Field(
+        1000.0, gt=0.0, description="Latency SLA (receive to publish) of the reward's p99 term."
+    )
+    batch_choices: list[int] = Field(
+        default_factory=lambda: [1, 2, 4, 8],
+        min_length=1,
+        description="Batch limits the learned policy picks from (capped at the model's).",
+    )
+    delay_choices_ms: list[float] = Field(
+        default_factory=lambda: [0.0, 10.0, 50.0],
+        min_length=1,
+        description="Max queue delays the learned policy picks from.",
+    )
+    learning_rate: float = Field(0.2, gt=0.0, le=1.0, description="Q-learning step size.")
+    discount: float = Field(
+        0.5, ge=0.0, lt=1.0, description="Q-learning discount; 0: a contextual bandit."
+    )
+    epsilon: float = Field(
+        0.2, ge=0.0, le=1.0, description="Initial chance of trying a neighbouring action."
+    )
+    epsilon_min: float = Field(0.02, ge=0.0, le=1.0, description="Exploration never below this.")
+    epsilon_decay: float = Field(
+        0.995, gt=0.0, le=1.0, description="Exploration multiplied by this per decision."
+    )
+    q_table: str = Field(
+        "", description="JSON table to warm-start from and save to at stop; empty: none."
+    )
+    seed: int = Field(0, description="Seed of the exploration's random choices.")
+
+
 class DegradationConfig(StrictModel):
     """GPU degradation triggers (design: temperature, memory, inference p99) and actions.
 
@@ -374,6 +413,9 @@ class EdgeConfig(StrictModel):
     uplink: UplinkConfig = Field(default_factory=UplinkConfig, description="Cloud uplink.")
     degradation: DegradationConfig = Field(
         default_factory=DegradationConfig, description="GPU degradation triggers."
+    )
+    scheduler: SchedulerConfig = Field(
+        default_factory=SchedulerConfig, description="Batching policy (rule or learned)."
     )
     max_payload_mib: int = Field(
         32,
