@@ -1,0 +1,46 @@
+"""The bench's uniform baseline, object recall and curve on a scene with known motion."""
+
+from __future__ import annotations
+
+import numpy as np
+from strata.shared.config.edge import TrackingConfig
+from strata.shared.vision import FrameBoxes
+from strata.tools.bench.sampling import (
+    object_recall,
+    reference_tracks,
+    uniform_agreement,
+    uniform_curve,
+)
+
+
+def scene(n: int) -> list[FrameBoxes]:
+    """A walker throughout; a second object only on frames 10-13 (a short visit)."""
+    out = []
+    for i in range(n):
+        xs = [50.0 + 4.0 * i] + ([300.0] if 10 <= i <= 13 else [])
+        b = np.array([[x, 100.0, x + 30.0, 190.0] for x in xs], np.float32)
+        out.append(FrameBoxes(b, np.full(len(xs), 0.9, np.float32), np.zeros(len(xs), np.int32)))
+    return out
+
+
+def test_object_recall_counts_objects_seen_on_detected_frames_only() -> None:
+    ref = scene(40)
+    tracks = reference_tracks(ref, TrackingConfig())
+    assert {int(t) for ids in tracks for t in ids.tolist()} == {1, 2}
+    every_5th = {i: ref[i] for i in range(0, 40, 5)}
+    r = object_recall(ref, tracks, every_5th)
+    assert (r.seen, r.total) == (2, 2)  # frame 10 sees the visitor
+    every_8th = {i: ref[i] for i in range(0, 40, 8)}
+    assert object_recall(ref, tracks, every_8th).recall == 0.5
+    assert object_recall(ref, tracks, {}).recall == 0.0
+
+
+def test_uniform_baseline_and_curve() -> None:
+    ref = scene(40)
+    a, kept = uniform_agreement(ref, 0.25, TrackingConfig(), 640, 480)
+    assert kept.sum() == 10 and a.frames == 40
+    curve = uniform_curve(ref, [1.0, 0.5, 0.125], TrackingConfig(), 640, 480)
+    assert [p.kept for p in curve] == [1.0, 0.5, 0.125]
+    assert curve[0].f1 == 1.0 and curve[0].recall == 1.0
+    assert curve[2].recall == 0.5
+    assert curve[2].f1 < curve[0].f1
