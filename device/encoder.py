@@ -76,7 +76,7 @@ class H264Encoder:
     def __init__(
         self,
         keyframe_interval: int = 250,
-        crf: int = 23,
+        crf: int = 18,
         preset: str = "veryfast",
         threads: int = 1,
     ) -> None:

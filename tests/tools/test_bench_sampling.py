@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+from conftest import ROOT
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes
 from strata.tools.bench.sampling import (
@@ -44,3 +47,23 @@ def test_uniform_baseline_and_curve() -> None:
     assert curve[0].f1 == 1.0 and curve[0].recall == 1.0
     assert curve[2].recall == 0.5
     assert curve[2].f1 < curve[0].f1
+
+
+def test_payload_run_encodes_only_kept_frames_and_detects_in_source_pixels(
+    synthetic_mp4: Path,
+) -> None:
+    from strata.edge.calibration import uniform
+    from strata.tools.bench.payloads import detector_for, h264_run, original_boxes
+
+    det = detector_for(ROOT / "shared" / "starter_models" / "yolov8n" / "model.onnx", 4)
+    try:
+        ref = original_boxes(synthetic_mp4, det)
+        assert len(ref) == 60
+        kept = uniform(60, 0.5)
+        run = h264_run(synthetic_mp4, kept, det, 160)
+        assert run.kept == 30 and sorted(run.boxes) == list(range(0, 60, 2))
+        assert run.size == (160, 120) and 0 < run.bytes < synthetic_mp4.stat().st_size
+        for b in run.boxes.values():
+            assert (b.boxes[:, 2:] <= np.array([320.0, 240.0]) + 1).all()
+    finally:
+        det.close()
