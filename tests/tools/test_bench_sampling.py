@@ -5,15 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from conftest import ROOT
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes
+
 from strata.tools.bench.sampling import (
     object_recall,
     reference_tracks,
     uniform_agreement,
     uniform_curve,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def scene(n: int) -> list[FrameBoxes]:
