@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes
-
 from strata.tools.bench.sampling import (
     object_recall,
     reference_tracks,
