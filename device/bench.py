@@ -155,6 +155,7 @@ class Throughput:
     decode_fps: list[float]
     decode_bgr_fps: list[float]
     decode_cpu_ms: list[float]
+    decode_bgr_cpu_ms: list[float]
     agent: list[ClipReport]
 
     @property
@@ -245,17 +246,25 @@ def _base_config(args: argparse.Namespace) -> DeviceConfig:
 
 
 def _throughput(clip: Path, base: DeviceConfig, repeats: int, repository: str) -> Throughput:
-    out = Throughput(0, [], [], [], [])
+    out = Throughput(0, [], [], [], [], [])
     frames = 0
     run_agent(clip, base, repository)  # warm-up: model load, page cache
     for _ in range(repeats):
         frames, s, cpu = decode_fps(clip, base.source)
         out.decode_fps.append(frames / s)
         out.decode_cpu_ms.append(cpu / frames * 1000)
-        n, s, _ = decode_fps(clip, base.source, bgr=True)
+        n, s, cpu = decode_fps(clip, base.source, bgr=True)
         out.decode_bgr_fps.append(n / s)
+        out.decode_bgr_cpu_ms.append(cpu / n * 1000)
         out.agent.append(run_agent(clip, base, repository))
-    return Throughput(frames, out.decode_fps, out.decode_bgr_fps, out.decode_cpu_ms, out.agent)
+    return Throughput(
+        frames,
+        out.decode_fps,
+        out.decode_bgr_fps,
+        out.decode_cpu_ms,
+        out.decode_bgr_cpu_ms,
+        out.agent,
+    )
 
 
 def _motion_sweep(
@@ -305,6 +314,7 @@ def _result(
         # Process CPU time per frame (all threads; the agent's includes the in-process
         # ROUTER): what the ratio tends to when other load leaves no core idle.
         "decode_cpu_ms_per_frame": statistics.median(tp.decode_cpu_ms),
+        "decode_bgr_cpu_ms_per_frame": statistics.median(tp.decode_bgr_cpu_ms),
         "agent_cpu_ms_per_frame": statistics.median(
             r.cpu_seconds / r.frames * 1000 for r in tp.agent
         ),
@@ -328,6 +338,7 @@ def _print(result: dict[str, Any], clips: dict[str, ClipReport], info: dict[str,
         f"({result['frames']} frames, {info['cpu']}, {info['cores']} cores, load "
         f"{info['load_avg_1m_at_start']:.1f} -> {os.getloadavg()[0]:.1f}); CPU per frame: "
         f"decode {result['decode_cpu_ms_per_frame']:.2f} ms, "
+        f"decode + BGR {result['decode_bgr_cpu_ms_per_frame']:.2f} ms, "
         f"agent {result['agent_cpu_ms_per_frame']:.2f} ms"
     )
     for name, r in clips.items():
