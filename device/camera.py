@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from strata.shared.config.device import MotionConfig, SourceConfig
+from strata.shared.logs import RateLimitedLog
 
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DropLog
@@ -78,8 +79,7 @@ class CameraWorker:
         self._state = CameraState.STARTING
         self.state = CameraState.STARTING
         self.error = ""
-        self._retry_logged_at = 0.0  # monotonic time of the last reopen line
-        self._retries_unlogged = 0
+        self._retry_log = RateLimitedLog(log, period=RETRY_LOG_PERIOD_S)
         self.frames = 0
         self.reconnects = 0
         self._stop = threading.Event()
@@ -202,23 +202,14 @@ class CameraWorker:
         return True
 
     def _log_retry(self, exc: SourceError, attempt: int, delay: float) -> None:
-        """Every reopen gets a line, at most one per RETRY_LOG_PERIOD_S per camera; a line
-        after quiet retries says how many it stands for."""
-        now = time.monotonic()
-        if attempt > 1 and now - self._retry_logged_at < RETRY_LOG_PERIOD_S:
-            self._retries_unlogged += 1
-            return
-        quiet, self._retries_unlogged, self._retry_logged_at = self._retries_unlogged, 0, now
-        log.log(
-            logging.ERROR if attempt == 1 else logging.WARNING,
-            "camera %s: %s; retry %d in %.1fs (backoff up to %gs)%s",
-            self.camera_id,
-            exc,
-            attempt,
-            delay,
-            self.cfg.backoff_max_s,
-            f"; {quiet} earlier retries not logged" if quiet else "",
-        )
+        """The first failure always gets a line; every retry after it too, at most one per
+        RETRY_LOG_PERIOD_S per camera, saying how many it stands for."""
+        fmt = "camera %s: %s; retry %d in %.1fs (backoff up to %gs)"
+        args = (self.camera_id, exc, attempt, delay, self.cfg.backoff_max_s)
+        if attempt == 1:
+            log.error(fmt, *args)
+        else:
+            self._retry_log.warn(self.camera_id, fmt, *args)
 
     def _read(self, src: Source) -> int:
         """Run the source until it ends; returns frames read. SourceError when it dies."""

@@ -190,6 +190,11 @@ class PipelineRun:
                 self.scrapes["device"] = final
         if collector is not None:
             collector.stop()
+            if collector.malformed:
+                self.notes.append(
+                    f"{collector.malformed} messages on the edge's results socket did not "
+                    "parse as FrameDetections (skipped)"
+                )
         codes = stack.stop()
         for tier, code in codes.items():
             # 0: a clean stop; 130 or -2: it ended on the SIGINT the stop sends.
