@@ -14,6 +14,8 @@ def test_store_bench_measures_sqlite_and_one_and_two_replicas(pg_url: str, tmp_p
     assert (
         main(
             [
+                "--rounds",
+                "1",
                 "--events",
                 "150",
                 "--streams",
@@ -28,7 +30,9 @@ def test_store_bench_measures_sqlite_and_one_and_two_replicas(pg_url: str, tmp_p
         )
         == 0
     )
-    points = json.loads(out.read_text())["points"]
+    report = json.loads(out.read_text())
+    points = report["points"]
+    assert [len(r) for r in report["rounds"]] == [1, 1, 1]
     assert [(p["store"], p["replicas"], p["events"]) for p in points] == [
         ("sqlite", 1, 150),
         ("postgresql", 1, 150),

@@ -163,6 +163,11 @@ def measure(
     )
 
 
+def _median_point(runs: list[Point]) -> Point:
+    """The run with the median throughput (its latencies with it)."""
+    return sorted(runs, key=lambda p: p.events_per_s)[len(runs) // 2]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; print a table, optionally write JSON."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -170,43 +175,52 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", type=int, default=8, help="writer threads per replica")
     ap.add_argument("--window", type=int, default=32, help="events in flight per thread")
     ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds; each runs every configuration once, interleaved (median reported)",
+    )
+    ap.add_argument(
         "--url", default="", help="an existing PostgreSQL database (default: start one)"
     )
     ap.add_argument("--json", type=Path, help="write the points here")
     args = ap.parse_args(argv)
     common = {"write_batch": 256, "write_delay_ms": 2.0, "max_pending": 8192}
     load0 = os.getloadavg()
-    points: list[Point] = []
+    runs: dict[tuple[str, int], list[Point]] = {}
     with tempfile.TemporaryDirectory(prefix="strata-store-bench-") as tmp:
-        sqlite = {**common, "path": str(Path(tmp) / "events.sqlite")}
-        points.append(measure("sqlite", [sqlite], args.events, args.streams, args.window))
         server = None
-        url = args.url
-        if not url:
+        if not args.url:
             from strata.tools.postgres_temp import TempPostgres
 
             server = TempPostgres()
             server.start()
         try:
+            configs: list[tuple[str, list[dict[str, Any]]]] = [
+                ("sqlite", [{**common, "path": str(Path(tmp) / "events.sqlite")}])
+            ]
             for replicas in (1, 2):
-                if server is not None:
-                    url = server.create_database(f"bench{replicas}")
-                cfg = {**common, "url": url, "pool_size": 4}
-                points.append(
-                    measure("postgresql", [cfg] * replicas, args.events, args.streams, args.window)
-                )
+                url = server.create_database(f"bench{replicas}") if server else args.url
+                configs.append(("postgresql", [{**common, "url": url, "pool_size": 4}] * replicas))
+            # Interleaved, so a change of the machine's load hits every configuration alike.
+            for _ in range(args.rounds):
+                for name, cfgs in configs:
+                    point = measure(name, cfgs, args.events, args.streams, args.window)
+                    runs.setdefault((name, len(cfgs)), []).append(point)
         finally:
             if server is not None:
                 server.stop()
     load1 = os.getloadavg()
+    points = [_median_point(r) for r in runs.values()]
     print(
-        f"{'store':<11} {'replicas':>8} {'events':>7} {'s':>7} {'events/s':>9} "
+        f"{'store':<11} {'replicas':>8} {'events':>7} {'events/s':>9} {'all rounds':>24} "
         f"{'p50 ms':>7} {'p99 ms':>7}"
     )
-    for p in points:
+    for p, r in zip(points, runs.values(), strict=True):
+        every = "/".join(f"{x.events_per_s:.0f}" for x in r)
         print(
-            f"{p.store:<11} {p.replicas:>8} {p.events:>7} {p.seconds:>7.2f} "
-            f"{p.events_per_s:>9.0f} {p.p50_ms:>7.1f} {p.p99_ms:>7.1f}"
+            f"{p.store:<11} {p.replicas:>8} {p.events:>7} {p.events_per_s:>9.0f} {every:>24} "
+            f"{p.p50_ms:>7.1f} {p.p99_ms:>7.1f}"
         )
     print(f"load average before {load0[0]:.2f}, after {load1[0]:.2f}; {os.cpu_count()} CPUs")
     if args.json:
@@ -214,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     "points": [asdict(p) for p in points],
+                    "rounds": [[asdict(x) for x in r] for r in runs.values()],
                     "args": vars(args) | {"json": str(args.json)},
                     "machine": {
                         "cpus": os.cpu_count(),
