@@ -181,6 +181,11 @@ class TempPostgres:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def postmaster(self) -> int:
+        """The server's main process id."""
+        assert self.root is not None, "start() first"
+        return int((self.root / "data" / "postmaster.pid").read_text().split()[0])
+
     def log(self) -> str:
         """The server's log so far."""
         if self.root is None:

@@ -39,5 +39,7 @@ def test_store_bench_measures_sqlite_and_one_and_two_replicas(pg_url: str, tmp_p
         ("postgresql", 2, 300),
     ]
     assert all(p["events_per_s"] > 0 and p["p99_ms"] >= p["p50_ms"] for p in points)
+    assert all(p["replica_cpu_us"] > 0 for p in points)
+    assert all(p["server_cpu_us"] == -1 for p in points)  # an external server: not measured
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM events").fetchone() == (450,)

@@ -20,6 +20,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import resource
 import statistics
 import tempfile
 import threading
@@ -42,6 +43,7 @@ class ReplicaRun:
     end: float
     p50_ms: float
     p99_ms: float
+    cpu_s: float  # this process, user + system, over [start, end]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,35 @@ class Point:
     events_per_s: float
     p50_ms: float
     p99_ms: float
+    # CPU per stored event: the replica processes, and the PostgreSQL server (its postmaster
+    # and backends; -1 when the server is not this machine's own). Steadier than events/s
+    # on a shared machine.
+    replica_cpu_us: float
+    server_cpu_us: float
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def server_cpu_s(postmaster: int) -> float:
+    """CPU seconds of a PostgreSQL server so far: the postmaster, its live backends, and the
+    backends it has reaped (its children's times)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # Fields after the command name, which may hold spaces: state is field 3.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(stat.parent.name), int(fields[1])
+        if pid == postmaster:
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        elif ppid == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
 
 
 def _events(tag: str, n: int) -> list[Any]:
@@ -119,31 +150,41 @@ def replica_main(
     parts = [events[i::streams] for i in range(streams)]
     threads = [threading.Thread(target=stream, args=(p,)) for p in parts]
     ready.wait(120)  # every replica has imported and opened its store
-    start = time.time()
+    start, cpu0 = time.time(), _cpu_s()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    end = time.time()
+    end, cpu1 = time.time(), _cpu_s()
     store.close()
     q = statistics.quantiles(lat, n=100)
-    out.put(asdict(ReplicaRun(n, dups[0], start, end, q[49] * 1e3, q[98] * 1e3)))
+    run = ReplicaRun(n, dups[0], start, end, q[49] * 1e3, q[98] * 1e3, cpu1 - cpu0)
+    out.put(asdict(run))
 
 
 def measure(
-    name: str, store_cfgs: list[dict[str, Any]], n: int, streams: int, window: int
+    name: str,
+    store_cfgs: list[dict[str, Any]],
+    n: int,
+    streams: int,
+    window: int,
+    postmaster: int | None = None,
 ) -> Point:
     """Run one process per store config at once; combine their runs."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    ready = ctx.Barrier(len(store_cfgs))
+    ready = ctx.Barrier(len(store_cfgs) + 1)  # and this process, to read the server's CPU
     procs = [
         ctx.Process(target=replica_main, args=(cfg, n, streams, window, ready, out))
         for cfg in store_cfgs
     ]
     for p in procs:
         p.start()
+    ready.wait(180)
+    server0 = server_cpu_s(postmaster) if postmaster else 0.0
     runs = [ReplicaRun(**out.get(timeout=600)) for _ in procs]
+    # Includes closing the replicas' connections: a few backends' exits, next to nothing.
+    server = server_cpu_s(postmaster) - server0 if postmaster else -1.0
     for p in procs:
         p.join(60)
         if p.exitcode != 0:
@@ -160,6 +201,8 @@ def measure(
         round(total / span, 1),
         round(max(r.p50_ms for r in runs), 2),
         round(max(r.p99_ms for r in runs), 2),
+        round(sum(r.cpu_s for r in runs) / total * 1e6, 1),
+        round(server / total * 1e6, 1) if server >= 0 else -1.0,
     )
 
 
@@ -205,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             # Interleaved, so a change of the machine's load hits every configuration alike.
             for _ in range(args.rounds):
                 for name, cfgs in configs:
-                    point = measure(name, cfgs, args.events, args.streams, args.window)
+                    pm = server.postmaster() if server is not None and name != "sqlite" else None
+                    point = measure(name, cfgs, args.events, args.streams, args.window, pm)
                     runs.setdefault((name, len(cfgs)), []).append(point)
         finally:
             if server is not None:
@@ -213,14 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     load1 = os.getloadavg()
     points = [_median_point(r) for r in runs.values()]
     print(
-        f"{'store':<11} {'replicas':>8} {'events':>7} {'events/s':>9} {'all rounds':>24} "
-        f"{'p50 ms':>7} {'p99 ms':>7}"
+        f"{'store':<11} {'replicas':>8} {'events':>7} {'events/s':>9} {'all rounds':>30} "
+        f"{'p50 ms':>7} {'p99 ms':>7} {'CPU us/event replicas + server (median)':>40}"
     )
     for p, r in zip(points, runs.values(), strict=True):
         every = "/".join(f"{x.events_per_s:.0f}" for x in r)
+        rep = statistics.median(x.replica_cpu_us for x in r)
+        srv = statistics.median(x.server_cpu_us for x in r)
+        cpu = f"{rep:.0f} + {srv:.0f}" if srv >= 0 else f"{rep:.0f}"
         print(
-            f"{p.store:<11} {p.replicas:>8} {p.events:>7} {p.events_per_s:>9.0f} {every:>24} "
-            f"{p.p50_ms:>7.1f} {p.p99_ms:>7.1f}"
+            f"{p.store:<11} {p.replicas:>8} {p.events:>7} {p.events_per_s:>9.0f} {every:>30} "
+            f"{p.p50_ms:>7.1f} {p.p99_ms:>7.1f} {cpu:>40}"
         )
     print(f"load average before {load0[0]:.2f}, after {load1[0]:.2f}; {os.cpu_count()} CPUs")
     if args.json:
