@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc
+from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, open_nvml
 from strata.shared.metrics import serve_metrics
 
 from .batcher import DynamicBatcher
@@ -52,6 +53,8 @@ class CloudServer:
     ) -> None:
         self.cfg = cfg
         self.metrics = metrics or CloudMetrics()
+        # The classifier's GPU under DCGM exporter names (absent without NVML).
+        self.metrics.registry.register(DcgmCollector(GpuTelemetry(open_nvml())))
         creds = server_credentials(cfg.tls)
         self.tls = creds is not None
         check_bind(cfg.listen, self.tls, cfg.allow_insecure)

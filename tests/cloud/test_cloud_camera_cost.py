@@ -1,4 +1,4 @@
-"""Per-camera cost accounting in a real cloud server: compute time, events, bytes."""
+"""A real cloud server: per-camera cost accounting (compute, events, bytes), GPU telemetry."""
 
 from __future__ import annotations
 
@@ -39,3 +39,21 @@ def test_each_camera_is_charged_its_crops(
     uplink(stub, [analytics_pb2.CropBatch(version=current_version(), crops=crops[3:])])
     assert sample(reg, "strata_cloud_camera_events_total", {"camera": "door"}) == 2
     assert sample(reg, "strata_cloud_camera_stored_bytes_total", {"camera": "door"}) == stored
+
+
+def test_the_cloud_exports_gpu_telemetry_only_with_a_gpu(
+    colour_model: tuple[Path, Path],
+    tmp_path: Path,
+    start_server: Callable[[CloudConfig], CloudServer],
+) -> None:
+    import shutil
+
+    from prometheus_client import generate_latest
+
+    model, labels = colour_model
+    server = start_server(make_config(model, tmp_path / "events.sqlite", labels))
+    text = generate_latest(server.metrics.registry).decode()
+    if shutil.which("nvidia-smi"):
+        assert "DCGM_FI_DEV_GPU_TEMP{" in text
+    else:
+        assert "DCGM_" not in text  # absent, not zero
