@@ -6,11 +6,13 @@ PYTHON ?= python3
 # `make setup VENV=.venv-gpu EXTRAS=gpu,test`
 # (onnxruntime-gpu, TensorRT 10, cuda-python, NVML; see tests/shared/test_extras.py).
 EXTRAS ?= cpu,test
+# --system-site-packages: a GPU host's own PyTorch (EXTRAS=gpu-torch,test).
+VENV_FLAGS ?=
 
 .PHONY: setup demo test lint typecheck contracts gpu-check
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@

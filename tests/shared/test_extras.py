@@ -31,6 +31,7 @@ SUPPORTED = {
     "cpu,test": "onnxruntime",
     "gpu,test": "onnxruntime-gpu",
     "dev,export": "onnxruntime",
+    "gpu-torch,test": "onnxruntime",
 }
 
 
