@@ -71,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         model = resolve_model(edge.model.name, edge.model.path, cfg.models.repository)
         labels = repository_labels(edge.model.name, edge.model.path, cfg.models.repository)
-        node = EdgeNode(edge, model, edge.model.name, labels=labels)
+        # A repository model can switch versions at run time (SIGHUP, versions.poll_s).
+        repository = None if edge.model.path else cfg.models.repository
+        node = EdgeNode(edge, model, edge.model.name, labels=labels, repository=repository)
     except ModelLoadError as exc:
         print(f"strata edge: {exc}", file=sys.stderr)
         return 2
@@ -87,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
         log.info("signal %d: stopping", signum)
         node._stop.set()
 
+    def _hup(_signum: int, _frame: Any) -> None:
+        log.info("SIGHUP: looking for a newer model version")
+        node.request_model_check()
+
+    signal.signal(signal.SIGHUP, _hup)
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, _term)
     node.wait()

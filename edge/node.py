@@ -22,6 +22,7 @@ from strata.shared.contracts import current_version, frame_pb2
 from strata.shared.curve import serve_curve
 from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, TelemetrySource, open_nvml
 from strata.shared.imagecheck import ImageLimits
+from strata.shared.models import ModelRepository
 from strata.shared.runtime import ModelLoadError
 from strata.shared.runtime.pool import report_leaks
 from strata.shared.runtime.staging import StagedRunner
@@ -45,6 +46,7 @@ from .scheduler import (
     save_policy,
 )
 from .uplink import Uplink
+from .versions import LoadedVersion, ModelSwitcher, VersionMetrics, version_of
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +93,14 @@ class EdgeNode:
         runner: StagedRunner | None = None,
         labels: Sequence[str] = (),
         telemetry: TelemetrySource | None = None,
+        repository: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.metrics = metrics or EdgeMetrics()
         self.model_path = Path(model_path)
         self.model_name = model_name or cfg.model.name or self.model_path.stem
         self.runner = runner or open_staged(self.model_path, cfg, cfg.batching.max_batch)
-        out_shape = self.runner.outputs[0].shape
-        classes = (out_shape[1] or 0) - 4 if len(out_shape) == 3 else 0
-        if classes <= 0:
-            classes = self._probe_classes()
+        classes = _classes_of(self.runner)
         # Config first, then the repository manifest's, then the ONNX metadata.
         labels = model_labels(self.model_path, classes, cfg.model.labels or labels)
         self.detector = Detector(self.runner, labels, cfg.detection, cfg.runtime.preprocess_threads)
@@ -157,6 +157,20 @@ class EdgeNode:
         self.crops = (
             CropSelector(cfg.crops, labels, cfg.edge_id) if self.uplink is not None else None
         )
+        # Run-time version switches of a repository model (edge/versions.py).
+        self.model_version = 0
+        self.switcher: ModelSwitcher | None = None
+        if repository is not None:
+            repo = ModelRepository(repository or None)
+            self.model_version = version_of(repo, self.model_name, self.model_path)
+            self.switcher = ModelSwitcher(
+                repo,
+                self.model_name,
+                self.model_version,
+                cfg.versions,
+                self._build_version,
+                VersionMetrics(self.metrics.registry),
+            )
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -164,15 +178,43 @@ class EdgeNode:
         self._ctx: Any = None
         self.endpoints = Endpoints("", "")
 
-    def _probe_classes(self) -> int:
-        # Output size is dynamic in the graph: one dummy run tells it.
-        slot = self.runner.acquire()
-        self.runner.host_input(slot)[:1] = 0
-        self.runner.launch(slot, 1)
-        out = self.runner.wait(slot, 1)[0]
-        if out.ndim != 3 or out.shape[1] < 5:
-            raise ModelLoadError(f"not a YOLO detection output: shape {out.shape}")
-        return int(out.shape[1]) - 4
+    def _build_version(self, path: Path) -> tuple[StagedRunner, Detector]:
+        """Runner and detector of another version of the serving model (loader thread)."""
+        runner = open_staged(path, self.cfg, self.cfg.batching.max_batch)
+        try:
+            classes = _classes_of(runner)
+            if classes != self.detector.classes:
+                raise ModelLoadError(
+                    f"{path}: {classes} classes, the serving version has {self.detector.classes}"
+                )
+            det = Detector(
+                runner,
+                self.detector.labels,
+                self.cfg.detection,
+                self.cfg.runtime.preprocess_threads,
+            )
+            if det.max_batch < self.max_batch:
+                det.close()
+                raise ModelLoadError(f"{path}: takes {det.max_batch} frames, not {self.max_batch}")
+        except BaseException:
+            runner.close()
+            raise
+        return runner, det
+
+    def _switch(self, loaded: LoadedVersion) -> None:
+        """Serve `loaded` from the next batch on (worker thread, nothing in flight)."""
+        assert self.switcher is not None
+        old_runner, old_detector, old = self.runner, self.detector, self.model_version
+        self.runner, self.detector = loaded.runner, loaded.detector
+        self.model_path, self.model_version = loaded.path, loaded.version
+        self.switcher.switched(loaded, old)
+        old_detector.close()
+        old_runner.close()
+
+    def request_model_check(self) -> None:
+        """Look for a newer model version now (SIGHUP)."""
+        if self.switcher is not None:
+            self.switcher.request()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -231,6 +273,8 @@ class EdgeNode:
         for t in self._threads:
             t.join(timeout=join_timeout_s)
         stuck = [t.name for t in self._threads if t.is_alive()]
+        if self.switcher is not None:
+            self.switcher.stop()
         if self.uplink is not None:
             self.uplink.stop()
         if self._auth is not None:
@@ -349,6 +393,8 @@ class EdgeNode:
             self.sched_window,
             self.cfg.scheduler.decide_every_s,
             lambda: len(self.queues),
+            # The queues of the cameras seen, not of every camera the node may take.
+            lambda: max(1, self.queues.cameras) * self.cfg.batching.queue_per_camera,
             self._power_w,
             self.sched_metrics,
         )
@@ -380,6 +426,12 @@ class EdgeNode:
                     self.metrics.batch_limit.set(self.scheduler.current().max_batch)
                 if inflight and (len(inflight) >= self.runner.slots or not frames):
                     window_frames += self._finish(pub, inflight.popleft())
+                if self.switcher is not None:
+                    self.switcher.poll()
+                    # Between two batches: nothing in flight on the old runner.
+                    loaded = None if inflight else self.switcher.ready()
+                    if loaded is not None:
+                        self._switch(loaded)
                 now = time.monotonic()
                 if now - window_start >= 1.0:
                     self.metrics.fps.set(window_frames / (now - window_start))
@@ -418,6 +470,8 @@ class EdgeNode:
             self.metrics.camera_bytes.labels(cam, "in").inc(frame.header.payload_size)
         for frame, boxes in zip(job.frames, results, strict=True):
             self._publish(pub, frame, boxes, job.start_ns, end_ns)
+        if self.switcher is not None:
+            self.switcher.remember(job.frames, results)
         done = time.monotonic()
         self.sched_window.add_latencies([done - f.frame.received for f in job.frames])
         return len(results)
@@ -459,6 +513,7 @@ class EdgeNode:
             width=h.width,
             height=h.height,
             model=self.model_name,
+            model_version=self.model_version,
             predicted=predicted,
         )
         if predicted:
@@ -500,6 +555,21 @@ class EdgeNode:
                 sum(len(c.image) for c in crops)
             )
             self.uplink.offer(crops)
+
+
+def _classes_of(runner: StagedRunner) -> int:
+    """Classes of a YOLO output [N, 4 + classes, anchors]; a dummy run when dynamic."""
+    out_shape = runner.outputs[0].shape
+    classes = (out_shape[1] or 0) - 4 if len(out_shape) == 3 else 0
+    if classes > 0:
+        return classes
+    slot = runner.acquire()
+    runner.host_input(slot)[:1] = 0
+    runner.launch(slot, 1)
+    out = runner.wait(slot, 1)[0]
+    if out.ndim != 3 or out.shape[1] < 5:
+        raise ModelLoadError(f"not a YOLO detection output: shape {out.shape}")
+    return int(out.shape[1]) - 4
 
 
 class _RateLimitedLog:

@@ -104,10 +104,15 @@ class SchedulerWindow:
     def add_latencies(self, latencies_s: Sequence[float]) -> None:
         self._latencies.extend(latencies_s)
 
-    def close(self, seconds: float, queue_depth: int, energy: float) -> WindowStats:
+    def close(
+        self, seconds: float, queue_depth: int, energy: float, queue_capacity: int = 0
+    ) -> WindowStats:
         """End the window: its stats and reward; the next window starts empty.
 
-        `energy`: joules (NVML) or CPU seconds used in the window (the proxy)."""
+        `energy`: joules (NVML) or CPU seconds used in the window (the proxy);
+        `queue_capacity`: what the queues of the cameras seen can hold (0: as built)."""
+        if queue_capacity > 0:
+            self.queue_capacity = queue_capacity
         with self._lock:
             shed, self._shed = self._shed, 0
         answered = len(self._latencies)
@@ -370,12 +375,14 @@ class DecisionClock:
         window: SchedulerWindow,
         every_s: float,
         queue_depth: Callable[[], int],
+        queue_capacity: Callable[[], int],
         power_w: Callable[[], float | None],
         metrics: SchedulerMetrics,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy, self.window, self.every_s = policy, window, every_s
-        self._depth, self._power, self.metrics, self._clock = queue_depth, power_w, metrics, clock
+        self._depth, self._capacity = queue_depth, queue_capacity
+        self._power, self.metrics, self._clock = power_w, metrics, clock
         self._start = clock()
         self._cpu = time.process_time()
         self.last: WindowStats | None = None
@@ -389,7 +396,7 @@ class DecisionClock:
         power = self._power()
         energy = power * seconds if power is not None else cpu - self._cpu
         self._start, self._cpu = now, cpu
-        stats = self.last = self.window.close(seconds, self._depth(), energy)
+        stats = self.last = self.window.close(seconds, self._depth(), energy, self._capacity())
         explored = getattr(self.policy, "explored", 0)
         decision = self.policy.on_window(stats)
         m = self.metrics

@@ -36,6 +36,7 @@ class NodeResult:
     goodput_fps: float
     p50_ms: float
     p99_ms: float
+    mean_batch: float
     loadavg: str
 
 
@@ -153,6 +154,8 @@ def run_policy(policy: str, q_table: str, trace: Any, cameras: int, sla_s: float
         sender.join(timeout=5)
         drainer.join(timeout=5)
         shed = int(sample(reg, "strata_edge_drops_total", {"reason": "overload"}))
+        batches = sample(reg, "strata_edge_batch_size_count")
+        mean_batch = sample(reg, "strata_edge_batch_size_sum") / batches if batches else 0.0
         node.stop()
         ctx.destroy(linger=0)
     del span
@@ -169,6 +172,7 @@ def run_policy(policy: str, q_table: str, trace: Any, cameras: int, sla_s: float
         goodput_fps=float((lat <= sla_s).sum()) / trace.duration,
         p50_ms=float(np.percentile(lat, 50) * 1e3),
         p99_ms=float(np.percentile(lat, 99) * 1e3),
+        mean_batch=mean_batch,
         loadavg=Path("/proc/loadavg").read_text().split(" ")[0],
     )
 

@@ -75,6 +75,30 @@ class BatchingConfig(StrictModel):
     adapt_every: int = Field(8, ge=1, description="Batches between degradation decisions.")
 
 
+class ModelVersionsConfig(StrictModel):
+    """Run-time model version switches (edge/versions.py; docs/edge.md).
+
+    When the detector comes from a repository, the node loads a newer version beside the
+    serving one (on SIGHUP, or found by polling), runs a canary on recent frames, and
+    switches between two batches; a load or canary failure keeps the old version."""
+
+    poll_s: float = Field(
+        10.0, ge=0.0, description="Seconds between repository checks; 0: on SIGHUP only."
+    )
+    canary_frames: int = Field(
+        8, ge=1, le=256, description="Recent frames the new version must agree on."
+    )
+    canary_floor: float = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="Least mean box F1 (IoU 0.5, same class) with the serving version.",
+    )
+    canary_wait_s: float = Field(
+        60.0, gt=0.0, description="Longest wait for canary frames before giving up (rollback)."
+    )
+
+
 class SchedulerConfig(StrictModel):
     """Who sets the batch limit and max queue delay (edge/scheduler.py, docs/edge.md)."""
 
@@ -413,6 +437,9 @@ class EdgeConfig(StrictModel):
     uplink: UplinkConfig = Field(default_factory=UplinkConfig, description="Cloud uplink.")
     degradation: DegradationConfig = Field(
         default_factory=DegradationConfig, description="GPU degradation triggers."
+    )
+    versions: ModelVersionsConfig = Field(
+        default_factory=ModelVersionsConfig, description="Run-time model version switches."
     )
     scheduler: SchedulerConfig = Field(
         default_factory=SchedulerConfig, description="Batching policy (rule or learned)."

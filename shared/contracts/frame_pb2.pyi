@@ -163,7 +163,7 @@ class FrameAck(_message.Message):
     def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., status: _Optional[_Union[AckStatus, str]] = ..., reason: _Optional[str] = ..., session_id: _Optional[int] = ..., retry_after_ms: _Optional[int] = ..., credits: _Optional[int] = ..., pressure: _Optional[float] = ..., degrade_level: _Optional[int] = ..., edge: _Optional[_Union[EdgeInfo, _Mapping]] = ..., keyframe_request: _Optional[bool] = ..., feedback: _Optional[_Union[CascadeFeedback, _Mapping]] = ...) -> None: ...
 
 class FrameDetections(_message.Message):
-    __slots__ = ("version", "edge_id", "camera_id", "sequence", "frame_index", "width", "height", "detections", "timing", "model", "session_id", "predicted", "redelivery", "note")
+    __slots__ = ("version", "edge_id", "camera_id", "sequence", "frame_index", "width", "height", "detections", "timing", "model", "session_id", "predicted", "redelivery", "note", "model_version")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     EDGE_ID_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +178,7 @@ class FrameDetections(_message.Message):
     PREDICTED_FIELD_NUMBER: _ClassVar[int]
     REDELIVERY_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     edge_id: str
     camera_id: str
@@ -192,4 +193,5 @@ class FrameDetections(_message.Message):
     predicted: bool
     redelivery: bool
     note: str
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., frame_index: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., detections: _Optional[_Iterable[_Union[_common_pb2.Detection, _Mapping]]] = ..., timing: _Optional[_Union[_common_pb2.Timing, _Mapping]] = ..., model: _Optional[str] = ..., session_id: _Optional[int] = ..., predicted: _Optional[bool] = ..., redelivery: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
+    model_version: int
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., frame_index: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., detections: _Optional[_Iterable[_Union[_common_pb2.Detection, _Mapping]]] = ..., timing: _Optional[_Union[_common_pb2.Timing, _Mapping]] = ..., model: _Optional[str] = ..., session_id: _Optional[int] = ..., predicted: _Optional[bool] = ..., redelivery: _Optional[bool] = ..., note: _Optional[str] = ..., model_version: _Optional[int] = ...) -> None: ...

@@ -69,13 +69,45 @@ class ModelRepository:
         """The folder of model `name`."""
         return self.root / name
 
-    def manifest(self, name: str) -> Manifest:
-        """The validated manifest of `name`; ModelError if absent or invalid."""
-        path = self.root / name / MANIFEST_FILE
-        if not path.is_file():
+    def versions(self, name: str) -> list[int]:
+        """Numbered versions of `name` (Triton-style folders `<name>/<N>/`), ascending.
+
+        The model's own folder is version 0; `strata models promote` adds 1, 2, ..."""
+        folder = self.root / name
+        if not folder.is_dir():
+            return []
+        return sorted(
+            int(p.name)
+            for p in folder.iterdir()
+            if p.name.isdigit() and int(p.name) > 0 and (p / MANIFEST_FILE).is_file()
+        )
+
+    def latest_version(self, name: str) -> int:
+        """The version a tier loads by default: the highest, else 0 (the model's folder)."""
+        found = self.versions(name)
+        return found[-1] if found else 0
+
+    def version_folder(self, name: str, version: int) -> Path:
+        """Where version `version` of `name` lives (0: the model's own folder)."""
+        return self.root / name if version == 0 else self.root / name / str(version)
+
+    def manifest(self, name: str, version: int | None = None) -> Manifest:
+        """The validated manifest of `name` (its latest version unless `version` is given);
+        ModelError if absent or invalid."""
+        base = self.root / name / MANIFEST_FILE
+        if not base.is_file():
             known = ", ".join(self.names()) or "none"
             raise ModelError(
                 f"model {name!r} not found in repository {self.root} (models: {known})"
+            )
+        if version is None:
+            version = self.latest_version(name)
+        path = self.version_folder(name, version) / MANIFEST_FILE
+        if not path.is_file():
+            known = ", ".join(self.names()) or "none"
+            raise ModelError(
+                f"model {name!r} has no version {version} in {self.root} "
+                f"(versions: {', '.join(map(str, [0, *self.versions(name)]))})"
             )
         try:
             manifest = load_manifest(path)
@@ -88,11 +120,16 @@ class ModelRepository:
             )
         return manifest
 
-    def file_of(self, name: str, variant: str | None = None) -> tuple[Manifest, str, Path]:
-        """Manifest, variant key and path of a model file; checks it exists and its checksum."""
-        manifest = self.manifest(name)
+    def file_of(
+        self, name: str, variant: str | None = None, version: int | None = None
+    ) -> tuple[Manifest, str, Path]:
+        """Manifest, variant key and path of a model file (the latest version unless
+        `version` is given); checks it exists and its checksum."""
+        if version is None:
+            version = self.latest_version(name)
+        manifest = self.manifest(name, version)
         key, file, sha = _pick(manifest, variant)
-        path = self.root / name / file
+        path = self.version_folder(name, version) / file
         if not path.is_file():
             raise ModelError(f"model {name!r} ({key}): file {path} is missing")
         actual = sha256_of(path)
@@ -161,6 +198,64 @@ def promote_variant(repo: ModelRepository, name: str, variant: str, new_name: st
     return promoted
 
 
+def promote_version(
+    repo: ModelRepository, name: str, source: str | Path | None = None, variant: str | None = None
+) -> tuple[int, Manifest]:
+    """Make a new numbered version of `name`: an ONNX file (`source`) or one of the latest
+    version's variants becomes the primary file of `<name>/<N+1>/`, with the latest
+    manifest's inputs, outputs and labels. The folder appears at once, complete (written
+    beside and renamed), so a tier polling the repository never sees half a version. The
+    file is loaded and checked against the manifest first; ModelError says why not."""
+    import shutil
+
+    latest = repo.latest_version(name)
+    manifest = repo.manifest(name, latest)
+    if (source is None) == (variant is None):
+        raise ModelError("promote a version from either an ONNX file or a variant")
+    if variant is not None:
+        _m, key, path = repo.file_of(name, variant, latest)
+        v = manifest.variants.get(key)
+        precision = v.precision if v is not None else manifest.precision
+        made_by = f"promoted from {name}:{latest}:{key}"
+    else:
+        path = Path(str(source))
+        if not path.is_file():
+            raise ModelError(f"model {name!r}: no file {path} to promote")
+        precision = manifest.precision
+        made_by = f"promoted from {path.name}"
+    runner = None
+    try:
+        runner = create_runner(path, "onnxruntime-cpu")
+        check_io(manifest, runner.inputs, runner.outputs)
+    except ModelLoadError as exc:
+        raise ModelError(f"model {name!r}: {path} cannot be version {latest + 1}: {exc}") from None
+    finally:
+        if runner is not None:
+            runner.close()
+    number = latest + 1
+    final = repo.version_folder(name, number)
+    part = final.with_name(f".{number}.part")
+    shutil.rmtree(part, ignore_errors=True)
+    part.mkdir(parents=True)
+    shutil.copyfile(path, part / "model.onnx")
+    source_info = manifest.source.model_copy(
+        update={"made_by": f"{manifest.source.made_by}; {made_by} as version {number}"}
+    )
+    promoted = manifest.model_copy(
+        update={
+            "file": "model.onnx",
+            "sha256": sha256_of(part / "model.onnx"),
+            "precision": precision,
+            "source": source_info,
+            "variants": {},
+        }
+    )
+    promoted = Manifest.model_validate(promoted.model_dump())
+    save_manifest(promoted, part)
+    part.rename(final)
+    return number, promoted
+
+
 def _pick(manifest: Manifest, variant: str | None) -> tuple[str, str, str]:
     if variant is not None and variant in manifest.variants:
         v: Variant = manifest.variants[variant]
@@ -226,6 +321,7 @@ __all__ = [
     "ModelRepository",
     "check_io",
     "promote_variant",
+    "promote_version",
     "sha256_of",
     "starter_repository",
 ]

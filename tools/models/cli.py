@@ -152,12 +152,17 @@ def _add_quantize(sub: Any) -> None:
 
 def _add_promote(sub: Any) -> None:
     p = sub.add_parser(
-        "promote", help="Store a variant as a model of its own, loadable by name in any tier."
+        "promote",
+        help="Make a new numbered version of a model (from --file or --variant), or with "
+        "--as store a variant as a model of its own.",
     )
     _common(p)
     p.add_argument("name", help="Model name.")
-    p.add_argument("--variant", required=True, help="Variant key, e.g. int8 or fp16.")
-    p.add_argument("--as", dest="as_model", required=True, help="New model name.")
+    p.add_argument("--variant", help="Variant key, e.g. int8 or fp16.")
+    p.add_argument("--file", help="ONNX file that becomes the next version.")
+    p.add_argument(
+        "--as", dest="as_model", help="New model name (the variant as a model of its own)."
+    )
     p.set_defaults(func=run_promote)
 
 
@@ -283,7 +288,11 @@ def run_list(args: argparse.Namespace) -> int:
         variants = ",".join([m.precision, *m.variants])
         trained = "trained" if m.source.trained else "UNTRAINED"
         shape = "x".join("N" if d is None else str(d) for d in m.input.shape)
-        print(f"  {name:<24} {m.task:<8} {shape:<14} {variants:<24} {trained}")
+        numbers = repo.versions(name)
+        versions = (
+            f"versions 0,{','.join(map(str, numbers))} serving {numbers[-1]}" if numbers else ""
+        )
+        print(f"  {name:<24} {m.task:<8} {shape:<14} {variants:<24} {trained} {versions}".rstrip())
     return rc
 
 
@@ -511,17 +520,32 @@ def run_quantize(args: argparse.Namespace) -> int:
 
 
 def run_promote(args: argparse.Namespace) -> int:
-    """Copy a variant into a model folder of its own."""
-    from strata.shared.models.repository import ModelError, promote_variant
+    """A new numbered version of a model, or (--as) a variant as a model of its own."""
+    from strata.shared.models.repository import ModelError, promote_variant, promote_version
 
     repo = _repo(args)
     _target(argparse.Namespace(into=None), repo)  # refuses the starter repository
     try:
-        m = promote_variant(repo, args.name, args.variant, args.as_model)
+        if args.as_model:
+            if not args.variant or args.file:
+                print(
+                    "strata models promote: --as needs --variant (and no --file)", file=sys.stderr
+                )
+                return 2
+            m = promote_variant(repo, args.name, args.variant, args.as_model)
+            print(f"{args.name}:{args.variant} -> model {m.name!r} ({m.precision}) in {repo.root}")
+            return 0
+        if bool(args.variant) == bool(args.file):
+            print(
+                "strata models promote: give --file ONNX or --variant KEY (the new version)",
+                file=sys.stderr,
+            )
+            return 2
+        number, m = promote_version(repo, args.name, args.file, args.variant)
     except ModelError as exc:
         print(f"strata models promote: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.name}:{args.variant} -> model {m.name!r} ({m.precision}) in {repo.root}")
+    print(f"{args.name} version {number} ({m.precision}, sha256 {m.sha256[:12]}) in {repo.root}")
     return 0
 
 
