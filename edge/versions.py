@@ -4,7 +4,7 @@ The node serves version V of a repository model. On SIGHUP (`request()`) or ever
 `versions.poll_s`, `poll()` looks for a newer version; a loader thread builds its runner
 and detector beside the serving ones (no frame waits for it), then runs the canary: the
 new detector on the node's most recent frames, scored against what the serving version
-published for them (box F1 at IoU 0.5, same class). At or above `canary_floor` the
+published for them (box F1 at IoU 0.5, same class; at least one of them with a box). At or above `canary_floor` the
 version is `ready()`; the worker swaps detectors when no batch is in flight, so every
 frame is answered by exactly one version and none is dropped. A load failure, a canary
 below the floor or no canary frames within `canary_wait_s` closes the new version, keeps
@@ -220,7 +220,9 @@ class ModelSwitcher:
         while True:
             with self._lock:
                 recent = list(self._recent)
-            if len(recent) >= self.cfg.canary_frames:
+            # Frames where nothing was found agree with any model that finds nothing:
+            # the canary waits until the serving version found at least one object.
+            if len(recent) >= self.cfg.canary_frames and any(len(b) for _, b in recent):
                 break
             if time.monotonic() >= deadline or self._stop.wait(0.1):
                 return None
