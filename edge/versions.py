@@ -4,12 +4,12 @@ The node serves version V of a repository model. On SIGHUP (`request()`) or ever
 `versions.poll_s`, `poll()` looks for a newer version; a loader thread builds its runner
 and detector beside the serving ones (no frame waits for it), then runs the canary: the
 new detector on the node's most recent frames, scored against what the serving version
-published for them (box F1 at IoU 0.5, same class; at least one of them with a box). At or above `canary_floor` the
-version is `ready()`; the worker swaps detectors when no batch is in flight, so every
-frame is answered by exactly one version and none is dropped. A load failure, a canary
-below the floor or no canary frames within `canary_wait_s` closes the new version, keeps
-the old one serving (a rollback, counted by reason) and remembers the version so it is
-not retried until a newer one appears.
+published for them (box F1 at IoU 0.5, same class; at least one frame with a box). At or
+above `canary_floor` the version is `ready()`; the worker swaps detectors when no batch
+is in flight, so every frame is answered by exactly one version and none is dropped. A
+load failure, a canary below the floor or no canary frames within `canary_wait_s`
+closes the new version, keeps the old one serving (a rollback, counted by reason) and
+remembers the version so it is not retried until a newer one appears.
 """
 
 from __future__ import annotations
