@@ -279,11 +279,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--delay-ms", type=float, default=50.0, help="batching max queue delay")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per node run")
     p.add_argument("--rounds", type=int, default=6, help="alternating bare/node rounds")
+    p.add_argument(
+        "--engine-profile",
+        type=_profile,
+        default=None,
+        metavar="MIN,OPT,MAX",
+        help="one optimization profile for every point (GPU engines built once)",
+    )
     p.add_argument("--json", metavar="OUT", help="write the results here")
     p.add_argument(
         "--quick", action="store_true", help="batch 1,2, 6 frames, 1 round (for strata bench)"
     )
     return p
+
+
+def _profile(text: str) -> tuple[int, int, int]:
+    lo, opt, hi = (int(x) for x in text.split(","))
+    if not 1 <= lo <= opt <= hi:
+        raise argparse.ArgumentTypeError("need MIN <= OPT <= MAX, all at least 1")
+    return lo, opt, hi
 
 
 def _config(
@@ -299,9 +313,11 @@ def _config(
                 "streams": streams,
                 "fp16": not args.no_fp16,
                 "preprocess_threads": args.preprocess_threads,
-                "min_batch": 1,
-                "opt_batch": b,
-                "max_batch": b,
+                # One engine for the whole sweep when asked (a TensorRT build per batch size
+                # would take most of a GPU check's time).
+                "min_batch": args.engine_profile[0] if args.engine_profile else 1,
+                "opt_batch": args.engine_profile[1] if args.engine_profile else b,
+                "max_batch": args.engine_profile[2] if args.engine_profile else b,
             },
             # Degradation off: the sweep measures each batch size as configured.
             "batching": {

@@ -178,7 +178,8 @@ def run_bench(backend: str, model: Path, timeout_s: float, work: Path) -> dict[s
         sys.executable, "-m", "strata.edge.bench", "--model", str(model),
         "--backend", backend, "--streams", "1,2,4", "--batch", "1,2,4,8,16",
         "--frames", "64", "--rounds", "2", "--encoding", "bgr", "--width", "640",
-        "--height", "480", "--cameras", "8", "--json", str(out),
+        "--height", "480", "--cameras", "8", "--engine-profile", "1,8,16",
+        "--json", str(out),
     ]  # fmt: skip
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
