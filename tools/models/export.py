@@ -53,9 +53,12 @@ class BuildRequest:
     simplify: bool = True
 
 
-def _offline() -> None:
-    # ultralytics otherwise checks for updates, fetches fonts and syncs settings.
-    os.environ.setdefault("YOLO_OFFLINE", "1")
+def _offline(download: bool = False) -> None:
+    # ultralytics otherwise checks for updates, fetches fonts and syncs settings. Some
+    # ultralytics versions also refuse to fetch weights while YOLO_OFFLINE is set, so it
+    # stays unset when the checkpoint named is one to download.
+    if not download:
+        os.environ.setdefault("YOLO_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from ultralytics.utils import SETTINGS
@@ -117,7 +120,7 @@ def _simplify(path: Path) -> None:
 
 def build(req: BuildRequest) -> Manifest:
     """Export the requested model to `repository/name/model.onnx` and write its manifest."""
-    _offline()
+    _offline(download=req.kind == "yolo" and bool(req.weights) and not Path(req.weights).exists())
     import torch
 
     torch.manual_seed(0)
