@@ -29,6 +29,12 @@ def register(subparsers: Any) -> None:
     q = sub.add_parser("query", help="print stored events of a running endpoint")
     add_config_flag(q)
     q.add_argument("--target", default="127.0.0.1:50051", help="HOST:PORT of the endpoint")
+    q.add_argument(
+        "--db",
+        metavar="PATH",
+        help="read this SQLite event store directly (e.g. demo-out/events.sqlite) instead "
+        "of asking an endpoint",
+    )
     q.add_argument("--camera", default="", help="only this camera")
     q.add_argument("--label", default="", help="only this label")
     q.add_argument("--start-ns", type=int, default=0, help="from this capture time (ns)")
@@ -75,16 +81,64 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_query(args: argparse.Namespace) -> int:
-    """Print events from QueryEvents, oldest first."""
+def _print_event(ev: Any, as_json: bool) -> None:
     import json
+
+    from google.protobuf.json_format import MessageToDict
+
+    if as_json:
+        print(json.dumps(MessageToDict(ev)))
+    else:
+        print(
+            f"{ev.event_id}\t{ev.capture_ns}\t{ev.camera_id}\t{ev.label}\t"
+            f"{ev.score:.3f}\t{ev.edge_id}/{ev.crop_id}"
+            + (f"\ttrack {ev.track_id} x{ev.track_events}" if ev.track_id else "")
+        )
+
+
+def _query_file(args: argparse.Namespace) -> int:
+    """Print events of a SQLite store file, oldest first, without an endpoint."""
+    from pathlib import Path
+
+    from strata.shared.config.cloud import CloudStoreConfig
+
+    from .metrics import CloudMetrics
+    from .sqlite_store import SQLiteStore
+    from .store import EventQuery, StoreError
+
+    if not Path(args.db).is_file():
+        print(f"strata cloud query: no such event store: {args.db}", file=sys.stderr)
+        return 2
+    try:
+        store = SQLiteStore(CloudStoreConfig(path=args.db), CloudMetrics())
+    except StoreError as exc:
+        print(f"strata cloud query: {exc}", file=sys.stderr)
+        return 2
+    q = EventQuery(args.camera, args.label, args.start_ns, args.end_ns, args.group_by_track)
+    shown, after = 0, None
+    try:
+        while shown < args.limit:
+            events, after = store.query(q, after, min(args.limit - shown, 1000))
+            for ev in events:
+                _print_event(ev, args.json)
+            shown += len(events)
+            if after is None or not events:
+                break
+    finally:
+        store.close()
+    return 0
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """Print events from QueryEvents (or a store file), oldest first."""
     from pathlib import Path
 
     import grpc
-    from google.protobuf.json_format import MessageToDict
     from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
 
     load_or_exit(args, {}, "cloud query")
+    if args.db:
+        return _query_file(args)
     try:
         if args.ca_file:
             creds = grpc.ssl_channel_credentials(
@@ -119,14 +173,7 @@ def run_query(args: argparse.Namespace) -> int:
                 if shown >= args.limit:
                     break
                 shown += 1
-                if args.json:
-                    print(json.dumps(MessageToDict(ev)))
-                else:
-                    print(
-                        f"{ev.event_id}\t{ev.capture_ns}\t{ev.camera_id}\t{ev.label}\t"
-                        f"{ev.score:.3f}\t{ev.edge_id}/{ev.crop_id}"
-                        + (f"\ttrack {ev.track_id} x{ev.track_events}" if ev.track_id else "")
-                    )
+                _print_event(ev, args.json)
             if shown >= args.limit:
                 break
     except grpc.RpcError as exc:

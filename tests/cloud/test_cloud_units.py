@@ -184,3 +184,23 @@ def test_schema_1_store_migrates_to_track_ids(tmp_path: Path) -> None:
     indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert "events_track" in indexes
     conn.close()
+
+
+def test_query_reads_a_store_file_without_an_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from strata.tools.cli import main
+
+    path = tmp_path / "events.sqlite"
+    store = SQLiteStore(CloudStoreConfig(path=str(path), write_delay_ms=1.0), CloudMetrics())
+    store.start()
+    for f in [store.submit(event(i)) for i in range(12)]:
+        f.result(10)
+    store.close()
+    assert main(["cloud", "query", "--db", str(path), "--label", "car", "--limit", "4"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split("\t")[3] for ln in lines] == ["car"] * 4
+    assert [ln.split("\t")[5] for ln in lines] == ["e/c1", "e/c3", "e/c5", "e/c7"]
+    assert main(["cloud", "query", "--db", str(tmp_path / "absent.sqlite")]) == 2
+    assert "no such event store" in capsys.readouterr().err
+    assert not (tmp_path / "absent.sqlite").exists()

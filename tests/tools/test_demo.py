@@ -67,7 +67,7 @@ def test_demo_runs_the_three_tiers_and_reports(tmp_path: Path) -> None:
     # The event store stays, with the line that reads it.
     store = (out / "events.sqlite").resolve()
     assert store.is_file() and summary["outputs"]["events"] == str(store)
-    assert f"strata cloud --db {store}" in text and "strata cloud query" in text
+    assert f"strata cloud query --db {store}" in text
     # The starter models off their camera: said in the summary and on the console.
     starter = [n for n in summary["notes"] if "distilled for vtest.avi" in n]
     assert starter and "cam0-synthetic" in starter[0] and "strata models distill" in starter[0]

@@ -240,10 +240,7 @@ class DemoSession:
         print(summary_mod.table(report))
         for key, val in report.outputs.items():
             print(f"{key}: {val}")
-        print(
-            f"read the stored events: `strata cloud --db {self.event_store}` (serves them on "
-            "127.0.0.1:50051), then in another shell `strata cloud query --limit 20`"
-        )
+        print(f"read the stored events: strata cloud query --db {self.event_store} --limit 20")
         for note in report.notes:
             print(f"strata demo: note: {note}", file=sys.stderr)
         if o.error is not None:
