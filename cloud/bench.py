@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -235,7 +235,9 @@ def _write_config(args: argparse.Namespace, folder: Path, metrics_port: int) -> 
         + model_yaml
         + (f"    threads: {args.threads}\n" if args.threads else "")
         + f"    spin: {str(args.spin).lower()}\n"
+        + f"  max_watchers: {max(16, args.idle_streams)}\n"
         + f"  batcher:\n    max_batch: {args.max_batch}\n"
+        + f"    adaptive_close: {str(not args.no_adaptive_close).lower()}\n"
         + f"    max_queue_delay_ms: {args.max_queue_delay_ms}\n    max_queue_size: 256\n"
         + f"  metrics:\n    port: {metrics_port}\n"
     )
@@ -309,6 +311,61 @@ def _point(
     )
 
 
+def _p99_ms(call: Callable[[], object], n: int) -> tuple[float, float]:
+    """(p50, p99) in ms of `n` sequential calls."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    ms = np.asarray(times) * 1000
+    return round(float(np.percentile(ms, 50)), 2), round(float(np.percentile(ms, 99)), 2)
+
+
+def _idle_streams(
+    address: str, image: bytes, n: int
+) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    """Open n idle streams (half WatchEvents, half Uplink) from another process, then time
+    Health and Classify (200 sequential calls each) beside them."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from strata.shared.contracts import (
+        analytics_pb2,
+        analytics_pb2_grpc,
+        common_pb2,
+        current_version,
+    )
+
+    watch = n // 2
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "strata.cloud.idle_streams", address, str(watch), str(n - watch)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    if holder.stdout.readline().strip() != "ready":
+        raise RuntimeError("the idle-stream holder did not open its streams")
+    channel = grpc.insecure_channel(address)
+    health = health_pb2_grpc.HealthStub(channel)
+    stub = analytics_pb2_grpc.AnalyticsStub(channel)  # type: ignore[no-untyped-call]
+    req = analytics_pb2.ClassifyRequest(
+        version=current_version(), encoding=common_pb2.ENCODING_JPEG, image=image, top_k=1
+    )
+    stub.Classify(req, timeout=30)
+    h50, h99 = _p99_ms(lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=10), 200)
+    c50, c99 = _p99_ms(lambda: stub.Classify(req, timeout=30), 200)
+    channel.close()
+    result: dict[str, object] = {
+        "streams": n,
+        "health_p50_ms": h50,
+        "health_p99_ms": h99,
+        "classify_p50_ms": c50,
+        "classify_p99_ms": c99,
+    }
+    print(json.dumps({"idle_streams": result}), flush=True)
+    return holder, result
+
+
 def run_bench(args: argparse.Namespace) -> dict[str, object]:
     """The whole sweep; returns the JSON document."""
     runner, side, model_desc = _load_bare(args)
@@ -325,20 +382,27 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     points: list[Point] = []
     load_before = os.getloadavg()
+    holder: subprocess.Popen[str] | None = None
+    idle: dict[str, object] = {}
     try:
         _wait_serving(address, proc, 120)
+        if args.idle_streams:
+            holder, idle = _idle_streams(address, image, args.idle_streams)
         metrics_url = f"http://127.0.0.1:{mport}/metrics"
         for c in args.concurrency:
             points.append(_point(args, c, address, metrics_url, proc, (runner, side), image))
             print(json.dumps(asdict(points[-1])), flush=True)
     finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait(10)
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
         runner.close()  # type: ignore[attr-defined]
-    return _document(args, model_desc, points, load_before)
+    return _document(args, model_desc, points, load_before, idle)
 
 
 def _document(
@@ -346,6 +410,7 @@ def _document(
     model_desc: object,
     points: list[Point],
     load_before: tuple[float, float, float],
+    idle: dict[str, object],
 ) -> dict[str, object]:
     best = max(points, key=lambda p: p.served_ips)
     return {
@@ -368,7 +433,10 @@ def _document(
             "warmup_s": args.warmup,
             "window_s": args.seconds,
             "max_requests_per_client": args.max_requests,
+            "adaptive_close": not args.no_adaptive_close,
+            "idle_streams": args.idle_streams,
         },
+        "idle_streams": idle,
         "sweep": [asdict(p) for p in points],
         "best_concurrency": best.concurrency,
         "bare_ips": best.bare_ips,
@@ -407,6 +475,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-queue-delay-ms", type=float, default=5.0, help="batcher delay")
     p.add_argument("--crop-width", type=int, default=192)
     p.add_argument("--crop-height", type=int, default=256)
+    p.add_argument(
+        "--idle-streams",
+        type=int,
+        default=0,
+        help="hold this many idle streams open (half WatchEvents, half Uplink) from another "
+        "process during the run, and time Health and Classify beside them",
+    )
+    p.add_argument(
+        "--no-adaptive-close",
+        action="store_true",
+        help="cloud.batcher.adaptive_close: false (always wait max_queue_delay_ms)",
+    )
     p.add_argument("--json", metavar="OUT", help="write the results here")
     p.add_argument(
         "--quick",

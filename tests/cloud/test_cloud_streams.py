@@ -85,7 +85,8 @@ def test_a_thousand_idle_streams_do_not_starve_health_or_classify(
     holder = subprocess.Popen(
         [
             sys.executable,
-            str(Path(__file__).with_name("idle_streams.py")),
+            "-m",
+            "strata.cloud.idle_streams",
             server.address,
             "500",
             "500",

@@ -1,7 +1,8 @@
 """Opens N idle WatchEvents and M idle Uplink streams to a cloud and holds them until killed.
 
-Run as its own process by the idle-stream test and the bench, so the streams' client side
-does not share a GIL with the calls being timed: `python idle_streams.py ADDRESS N M`.
+Run as its own process by the idle-stream test and the cloud bench, so the streams' client
+side does not share a GIL with the calls being timed:
+`python -m strata.cloud.idle_streams ADDRESS N M` prints `ready` once every stream is open.
 """
 
 from __future__ import annotations
