@@ -78,7 +78,7 @@ class CloudBatcherConfig(StrictModel):
     )
     adaptive_close: bool = Field(
         True,
-        description="Stop waiting once a batch holds the recent peak of requests in flight.",
+        description="No queue delay for a lone caller (no two requests in flight lately).",
     )
 
 
