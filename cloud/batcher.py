@@ -6,9 +6,11 @@ were in the batcher at once in the last one to two seconds, nothing else is comi
 delay could add, so the batch of one goes at once (one client in a closed loop no longer pays
 max_queue_delay on every call). As soon as requests overlap, the delay applies as before. (A
 close at the recent peak of requests in flight was tried: under load it formed smaller batches
-at 2-4 clients than the plain delay.) A full queue refuses at once (the caller answers
-RESOURCE_EXHAUSTED with a retry hint) instead of letting latency grow without bound; a request whose deadline has passed
-or whose caller went away is dropped before it is computed.
+at 2-4 clients than the plain delay.)
+
+A full queue refuses at once (the caller answers RESOURCE_EXHAUSTED with a retry hint) instead
+of letting latency grow without bound; a request whose deadline has passed or whose caller
+went away is dropped before it is computed.
 """
 
 from __future__ import annotations
