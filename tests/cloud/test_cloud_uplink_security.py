@@ -194,3 +194,50 @@ def test_a_wrong_ca_or_token_fails_clearly_and_keeps_the_crops(
         )
     finally:
         up2.stop()
+
+
+def test_dns_name_and_address_list_over_tls(
+    colour_model: tuple[Path, Path],
+    tmp_path: Path,
+    pki: Pki,
+    start_server: Callable[[CloudConfig], CloudServer],
+) -> None:
+    """dns:///localhost:PORT (round_robin over what it resolves to), and a list of two
+    replicas' addresses verified against the certificate's name (tls.server_name)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one = secure_server(colour_model, tmp_path / "a", pki, start_server)
+    two = secure_server(colour_model, tmp_path / "b", pki, start_server)
+    token = tmp_path / "edge-token"
+    token.write_text(TOKEN)
+    tls = {"ca_file": str(pki.ca)}
+    for name, target, extra in (
+        ("dns", f"dns:///localhost:{one.port}", {}),
+        ("list", [f"127.0.0.1:{one.port}", f"127.0.0.1:{two.port}"], {"server_name": "localhost"}),
+    ):
+        metrics = EdgeMetrics()
+        cfg = UplinkConfig.model_validate(
+            {
+                "connect_timeout_s": 2.0,
+                "streams": 2,
+                "stream_max_age_s": 0.3,
+                "spool_path": str(tmp_path / f"{name}.sqlite"),
+                "tls": {**tls, **extra},
+                "token_file": str(token),
+            }
+        )
+        up = Uplink(target, cfg, metrics)
+        up.start()
+        try:
+            for i in range(10):
+                up.offer(crops(4, start=1000 * len(name) + 4 * i))
+                time.sleep(0.05)
+            assert wait_for(
+                lambda m=metrics: (
+                    sample(m.registry, "strata_edge_crops_total", {"status": "stored"}) == 40
+                ),
+                30,
+            ), name
+        finally:
+            up.stop()
+    assert stored(one) > 0 and stored(two) > 0  # the list spread over both replicas
