@@ -134,6 +134,8 @@ class Uplink:
         they spill to the spool (in order); beyond both, the oldest drop, counted."""
         if not crops:
             return
+        # Every crop handed over: offered = stored + invalid + dropped (by reason), in the end.
+        self.metrics.crops.labels("offered").inc(len(crops))
         with self._cond:
             if self._spool is not None:
                 # Memory takes crops only while nothing waits on disk, so order holds.
