@@ -129,6 +129,20 @@ class Ingest:
         frame = QueuedFrame(header, msg.payload, time.time_ns(), time.monotonic())
         return IngestResult(self._ack(header, QUEUED), frame)
 
+    def restore(self, cameras: dict[str, list[tuple[int, int]]]) -> int:
+        """Seed the session state of cameras from a checkpoint (before the node starts):
+        (session, last sequence) pairs, oldest first. Returns the cameras restored."""
+        now = self._clock()
+        n = 0
+        for cid, sessions in cameras.items():
+            if cid not in self._cams and len(self._cams) >= self.max_cameras:
+                break
+            cam = self._cams[cid] = _Camera(now)
+            for session, seq in sessions[-self.sessions_per_camera :]:
+                cam.sessions[session] = seq
+            n += 1
+        return n
+
     def idle_cameras(self) -> list[str]:
         """Cameras silent for longer than camera_idle_s."""
         horizon = self._clock() - self.camera_idle_s

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from prometheus_client import Counter
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import current_version, frame_pb2
 from strata.shared.curve import serve_curve
@@ -29,6 +30,16 @@ from strata.shared.runtime.staging import StagedRunner
 from strata.shared.vision import FrameBoxes
 from strata.shared.wire import detections_topic
 
+from .checkpoint import VERSION as CHECKPOINT_VERSION
+from .checkpoint import (
+    CheckpointBody,
+    Checkpointer,
+    CheckpointMetrics,
+    PublishedSequences,
+    UplinkCheckpoint,
+    counter_values,
+    restore_counters,
+)
 from .crops import CropSelector
 from .decode import FrameDecoder
 from .degradation import DegradationController
@@ -171,6 +182,17 @@ class EdgeNode:
                 self._build_version,
                 VersionMetrics(self.metrics.registry),
             )
+        # Checkpoints of edge state (edge/checkpoint.py), restored before the threads start.
+        self.published = PublishedSequences(ing.sessions_per_camera)
+        self.checkpointer = Checkpointer(
+            cfg.checkpoint,
+            cfg.edge_id,
+            self._checkpoint_body,
+            CheckpointMetrics(self.metrics.registry),
+        )
+        restored = self.checkpointer.load()
+        if restored is not None:
+            self._restore(restored)
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -210,6 +232,46 @@ class EdgeNode:
         self.switcher.switched(loaded, old)
         old_detector.close()
         old_runner.close()
+
+    def _counters(self) -> list[Counter]:
+        return [v for v in vars(self.metrics).values() if isinstance(v, Counter)]
+
+    def _checkpoint_body(self) -> CheckpointBody:
+        up = self.uplink
+        return CheckpointBody(
+            version=CHECKPOINT_VERSION,
+            edge_id=self.cfg.edge_id,
+            written_unix=time.time(),
+            model=self.model_name,
+            model_version=self.model_version,
+            cameras=self.published.snapshot(),
+            counters=counter_values(self._counters()),
+            uplink=UplinkCheckpoint(
+                spooled=up.spooled if up is not None else 0,
+                buffered=up.buffered if up is not None else 0,
+            ),
+        )
+
+    def _restore(self, body: CheckpointBody) -> None:
+        cams = {c.camera_id: c.sessions for c in body.cameras}
+        self.published.restore(body.cameras)
+        n_cams = self.ingest.restore(cams)
+        n_counters = restore_counters(self._counters(), body.counters)
+        spool = self.uplink.spooled if self.uplink is not None else 0
+        log.warning(
+            "restored checkpoint of edge %s written %s: %d camera(s), %d counter series, "
+            "model %s version %d then (%d now); uplink spool holds %d crops (%d at the "
+            "checkpoint)",
+            body.edge_id,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(body.written_unix)),
+            n_cams,
+            n_counters,
+            body.model,
+            body.model_version,
+            self.model_version,
+            spool,
+            body.uplink.spooled,
+        )
 
     def request_model_check(self) -> None:
         """Look for a newer model version now (SIGHUP)."""
@@ -294,6 +356,7 @@ class EdgeNode:
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
+        self.checkpointer.save()
         save_policy(self.scheduler, self.cfg.scheduler)
         self.detector.close()
         self.decoder.close()
@@ -370,6 +433,7 @@ class EdgeNode:
         # A camera whose frames still wait in its queue keeps its slot until they leave.
         gone = self.queues.forget(idle)
         self.ingest.forget(gone)
+        self.published.forget(gone)
         for cam in gone:
             self.metrics.forget_camera(cam)
             self._last.pop(cam, None)
@@ -440,6 +504,7 @@ class EdgeNode:
                 if self.degradation.due():
                     self.degradation.tick(self.telemetry.samples())
                 sched.tick()
+                self.checkpointer.tick()
         except Exception as exc:
             self._error = exc
             log.exception("worker thread failed")
@@ -536,6 +601,7 @@ class EdgeNode:
         t.inference_start_ns, t.inference_end_ns = start_ns, end_ns
         t.edge_send_ns = time.time_ns()
         pub.send_multipart([detections_topic(h.camera_id), msg.SerializeToString()])
+        self.published.published(h.camera_id, h.session_id, h.sequence)
         self.metrics.processed.inc()
         self.metrics.camera_frames.labels(h.camera_id).inc()
         if not predicted:

@@ -99,6 +99,19 @@ class ModelVersionsConfig(StrictModel):
     )
 
 
+class CheckpointConfig(StrictModel):
+    """Checkpoints of edge state (edge/checkpoint.py; docs/edge.md)."""
+
+    path: str = Field(
+        "",
+        description="Checkpoint file, written periodically and at clean stop, restored at "
+        "start; empty: no checkpoints.",
+    )
+    interval_s: float = Field(
+        900.0, gt=0.0, description="Seconds between checkpoints (15 minutes, as designed)."
+    )
+
+
 class SchedulerConfig(StrictModel):
     """Who sets the batch limit and max queue delay (edge/scheduler.py, docs/edge.md)."""
 
@@ -440,6 +453,9 @@ class EdgeConfig(StrictModel):
     )
     versions: ModelVersionsConfig = Field(
         default_factory=ModelVersionsConfig, description="Run-time model version switches."
+    )
+    checkpoint: CheckpointConfig = Field(
+        default_factory=CheckpointConfig, description="Checkpoints of edge state."
     )
     scheduler: SchedulerConfig = Field(
         default_factory=SchedulerConfig, description="Batching policy (rule or learned)."

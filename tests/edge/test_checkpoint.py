@@ -1,0 +1,180 @@
+"""Checkpoints of edge state: written by a real `strata edge`, the process killed with
+SIGKILL, a new one restored from it; corrupt or other-version files start clean."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, free_port
+from strata.edge.checkpoint import read
+from strata.edge.node import EdgeNode
+from strata.shared.config.edge import EdgeConfig
+from strata.shared.contracts import frame_pb2
+from strata.shared.metrics import sample
+from strata.shared.synthetic import SyntheticClip
+
+pytestmark = pytest.mark.timeout(120)
+STRATA = [sys.executable, "-m", "strata.tools.cli"]
+SESSION = 7
+
+
+def daemon(cfg: Path, listen: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*STRATA, "edge", "--listen", listen, "--config", str(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def scrape(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def send_until_answered(agent: RawAgent, sub: Listener, image: Any, seqs: range) -> None:
+    """Send `seqs` of camera cam (resending the first until the node is up)."""
+    deadline = time.monotonic() + 60
+    first = seqs[0]
+    while time.monotonic() < deadline:
+        agent.send_image("cam", first, image, session_id=SESSION)
+        if sub.collect(1, timeout_s=0.5):
+            break
+    for seq in seqs[1:]:
+        agent.send_image("cam", seq, image, session_id=SESSION)
+    got = sub.collect(len(seqs) - 1, timeout_s=30)
+    assert len(got) == len(seqs) - 1
+
+
+def test_checkpoint_written_node_killed_state_restored(
+    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "state" / "edge.checkpoint.json"
+    listen_addr = f"tcp://127.0.0.1:{free_port()}"
+    publish = f"tcp://127.0.0.1:{free_port()}"
+    mport = free_port()
+    cfg = tmp_path / "strata.yaml"
+    cfg.write_text(
+        f"edge:\n  publish: {publish}\n  model:\n    path: {colour_model}\n"
+        f"    input_size: {MODEL_SIZE}\n  batching:\n    max_queue_delay_ms: 2\n"
+        "    queue_per_camera: 64\n"
+        f"  checkpoint:\n    path: {ckpt}\n    interval_s: 0.3\n"
+        f"  metrics:\n    port: {mport}\n"
+    )
+    image = synthetic_clip.frame(30).image
+    proc = daemon(cfg, listen_addr)
+    try:
+        sub = Listener(zctx, publish)
+        agent = RawAgent(zctx, listen_addr)
+        send_until_answered(agent, sub, image, range(1, 21))
+        # A periodic checkpoint with every answered frame in it.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if ckpt.exists():
+                body = read(ckpt)
+                if body.cameras and dict(body.cameras[0].sessions).get(SESSION) == 20:
+                    break
+            time.sleep(0.1)
+        else:
+            pytest.fail("no checkpoint with sequence 20")
+        processed = scrape(mport, "strata_edge_frames_processed_total")
+        assert processed >= 20
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+    written = {c.name: c.value for c in body.counters if not c.labels}
+    assert written["strata_edge_frames_processed"] >= 20
+
+    proc = daemon(cfg, listen_addr)
+    try:
+        sub2 = Listener(zctx, publish)
+        agent2 = RawAgent(zctx, listen_addr, "agent-2")
+        # A frame answered before the kill is a duplicate for the restored node...
+        deadline = time.monotonic() + 60
+        ack = None
+        while time.monotonic() < deadline and ack is None:
+            agent2.send_image("cam", 15, image, session_id=SESSION)
+            acks = agent2.acks(1, timeout_s=0.5)
+            ack = acks[0] if acks else None
+        assert ack is not None and ack.status == frame_pb2.ACK_STATUS_DUPLICATE
+        # ...and a new one is answered, counted on top of the restored totals.
+        send_until_answered(agent2, sub2, image, range(21, 24))
+        assert (
+            scrape(mport, "strata_edge_frames_processed_total")
+            >= written["strata_edge_frames_processed"] + 2
+        )
+        assert scrape(mport, "strata_edge_checkpoint_restored") == 1
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert "restored checkpoint of edge edge-1" in out
+    # The clean stop wrote a last checkpoint with the new frames.
+    assert dict(read(ckpt).cameras[0].sessions)[SESSION] == 23
+
+
+def node_cfg(path: Path) -> EdgeConfig:
+    return EdgeConfig.model_validate(
+        {
+            "listen": "tcp://127.0.0.1:0",
+            "publish": "tcp://127.0.0.1:0",
+            "model": {"input_size": MODEL_SIZE},
+            "checkpoint": {"path": str(path)},
+        }
+    )
+
+
+def signed(body: dict[str, Any]) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return json.dumps({"sha256": hashlib.sha256(text.encode()).hexdigest(), "body": body})
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("{not json", "unreadable"),
+        (json.dumps({"sha256": "0" * 64, "body": {"format": "strata-edge-checkpoint"}}),
+         "checksum mismatch"),
+        (signed({"format": "strata-edge-checkpoint", "version": 99, "edge_id": "edge-1"}),
+         "format version 99, this node reads version 1"),
+        (signed({"format": "strata-edge-checkpoint", "version": 1, "edge_id": "edge-1",
+                 "written_unix": 1.0, "counters": [{"name": "x", "value": -5}]}),
+         "invalid"),
+    ],
+)  # fmt: skip
+def test_a_bad_checkpoint_is_logged_and_the_node_starts_clean(
+    content: str, why: str, colour_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "edge.checkpoint.json"
+    path.write_text(content)
+    node = EdgeNode(node_cfg(path), colour_model, "colour")
+    reg = node.metrics.registry
+    assert sample(reg, "strata_edge_checkpoints_refused_total") == 1
+    assert sample(reg, "strata_edge_checkpoint_restored") == 0
+    assert sample(reg, "strata_edge_frames_processed_total") == 0
+    line = next(r.getMessage() for r in caplog.records if "not used" in r.getMessage())
+    assert why in line and "starting clean" in line
+    assert (tmp_path / "edge.checkpoint.json.refused").read_text() == content
+    node.start()
+    node.stop()
+    # The clean stop writes a good one in its place.
+    assert read(path).edge_id == "edge-1"
