@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from strata.shared.runtime import ModelLoadError
 
     from .node import EdgeNode
+    from .spool import SpoolError
+    from .uplink import UplinkSetupError
 
     edge = cfg.edge
     try:
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         # A repository model can switch versions at run time (SIGHUP, versions.poll_s).
         repository = None if edge.model.path else cfg.models.repository
         node = EdgeNode(edge, model, edge.model.name, labels=labels, repository=repository)
-    except ModelLoadError as exc:
+    except (ModelLoadError, UplinkSetupError, SpoolError) as exc:
         print(f"strata edge: {exc}", file=sys.stderr)
         return 2
     serve_metrics(node.metrics.registry, edge.metrics.host, edge.metrics.port)

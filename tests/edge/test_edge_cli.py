@@ -73,3 +73,28 @@ def test_edge_bad_config_key_exits_2(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert "edge.batching.max_batchh: unknown key" in out.stderr
+
+
+def test_edge_missing_uplink_ca_or_bad_cloud_list_exits_2(
+    colour_model: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        f"edge:\n  cloud: 127.0.0.1:{free_port()}\n  model:\n    path: {colour_model}\n"
+        f"  uplink:\n    spool_path: {tmp_path / 'spool.sqlite'}\n"
+        f"    tls:\n      ca_file: {tmp_path / 'no-ca.pem'}\n"
+    )
+    out = subprocess.run(
+        [*STRATA, "edge", "--listen", "tcp://127.0.0.1:0", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "cannot read the uplink's CA file" in out.stderr
+    cfg.write_text("edge:\n  cloud: [cloud-a:50051, cloud-b:50051]\n")
+    out = subprocess.run(
+        [*STRATA, "edge", "--config", str(cfg)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2
+    assert "dns:///NAME:PORT" in out.stderr
