@@ -92,7 +92,9 @@ class Clock:
 def test_breaker_opens_on_consecutive_failures_and_probes_half_open() -> None:
     clock = Clock()
     states: list[BreakerState] = []
-    b = CircuitBreaker(3, 1.0, 20, open_s=5.0, clock=clock, on_change=states.append)
+    b = CircuitBreaker(
+        3, 1.0, 20, open_s=5.0, clock=clock, on_change=lambda _old, new: states.append(new)
+    )
     b.failure("x")
     b.success(0.01)  # resets the run of failures
     b.failure("x")
@@ -105,13 +107,14 @@ def test_breaker_opens_on_consecutive_failures_and_probes_half_open() -> None:
     assert b.allow()  # the probe
     assert b.state is BreakerState.HALF_OPEN
     assert not b.allow()  # one probe at a time
-    b.failure("probe")
+    b.failure("probe", probe=True)
     assert b.state is BreakerState.OPEN
     assert b.seconds_until_probe() == pytest.approx(5.0)
     clock.t = 10.2
     assert b.allow()
-    b.success(0.01)
+    b.success(0.01, probe=True)
     assert b.state is BreakerState.CLOSED
+    assert b.trips == 1  # the failed probe reopened it; that is not a new trip
     assert states == [
         BreakerState.OPEN,
         BreakerState.HALF_OPEN,
@@ -122,7 +125,7 @@ def test_breaker_opens_on_consecutive_failures_and_probes_half_open() -> None:
 
 
 def test_breaker_opens_on_p99_latency() -> None:
-    b = CircuitBreaker(100, p99_limit_s=0.1, window=20, open_s=1.0, clock=Clock())
+    b = CircuitBreaker(100, p99_limit_s=0.1, window=20, open_s=1.0, clock=Clock(), min_samples=10)
     for _ in range(9):
         b.success(0.5)  # too few samples to judge yet
     assert b.state is BreakerState.CLOSED
