@@ -241,7 +241,7 @@ class SimSetup:
     delay_target_ms: float = 200.0
     adapt_every: int = 8
     noise: float = 0.1
-    train_s: float = 3600.0
+    train_s: float = 10800.0
     seed: int = 1
 
 
@@ -295,6 +295,31 @@ def compare(
     return out
 
 
+def mean_over_seeds(results: Sequence[SimResult]) -> list[SimResult]:
+    """One row per (trace, policy): the mean of each figure over the seeds."""
+    groups: dict[tuple[str, str], list[SimResult]] = {}
+    for r in results:
+        groups.setdefault((r.trace, r.policy), []).append(r)
+    out = []
+    for (trace, policy), rs in groups.items():
+        out.append(
+            SimResult(
+                policy=policy,
+                trace=trace,
+                offered=sum(r.offered for r in rs),
+                answered=sum(r.answered for r in rs),
+                shed=sum(r.shed for r in rs),
+                mean_reward=float(np.mean([r.mean_reward for r in rs])),
+                throughput_fps=float(np.mean([r.throughput_fps for r in rs])),
+                goodput_fps=float(np.mean([r.goodput_fps for r in rs])),
+                p50_ms=float(np.mean([r.p50_ms for r in rs])),
+                p99_ms=float(np.mean([r.p99_ms for r in rs])),
+                mean_batch=float(np.mean([r.mean_batch for r in rs])),
+            )
+        )
+    return out
+
+
 def measure_curve(model: Path, sizes: Sequence[int], threads: int, rounds: int) -> dict[int, float]:
     """Median seconds per batch of each size, the runtime alone (ONNX Runtime CPU)."""
     from strata.shared.runtime import create_runner
@@ -344,10 +369,12 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("compare", help="every policy on the same simulated traces")
     m.add_argument("--curve", default="", help="JSON {batch: seconds} (default: measured)")
     m.add_argument("--duration", type=float, default=300.0, help="seconds per trace")
-    m.add_argument("--train", type=float, default=3600.0, help="seconds of training traces")
+    m.add_argument("--train", type=float, default=10800.0, help="seconds of training traces")
     m.add_argument("--cameras", type=int, default=4)
     m.add_argument("--base-fps", type=float, default=0.5, help="per camera")
     m.add_argument("--seed", type=int, default=1)
+    m.add_argument("--seeds", type=int, default=1, help="repeat over this many seeds; means")
+    m.add_argument("--decide-every", type=float, default=2.0, help="seconds per decision")
     m.add_argument("--q-table", default="", help="save the trained table here")
     m.add_argument("--json", default="", help="write the results here")
     n = sub.add_parser("node", help="the real edge node on the CPU against the same traces")
@@ -379,15 +406,24 @@ def main(argv: list[str] | None = None) -> int:
             if args.curve
             else MEASURED_CPU_CURVE
         )
-        setup = SimSetup(
-            cameras=args.cameras,
-            base_fps=args.base_fps,
-            duration_s=args.duration,
-            train_s=args.train,
-            seed=args.seed,
-        )
-        results = compare(setup, SchedulerConfig(policy="learned"), curve, q_table=args.q_table)
-        print(_table(results))
+        results = []
+        for k in range(args.seeds):
+            setup = SimSetup(
+                cameras=args.cameras,
+                base_fps=args.base_fps,
+                duration_s=args.duration,
+                train_s=args.train,
+                seed=args.seed + 100 * k,
+            )
+            # The first seed's trained table is the one saved (the node's warm start).
+            q = args.q_table if k == 0 else ""
+            results += compare(
+                setup,
+                SchedulerConfig(policy="learned", decide_every_s=args.decide_every),
+                curve,
+                q_table=q,
+            )
+        print(_table(mean_over_seeds(results) if args.seeds > 1 else results))
         if args.json:
             Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=1))
         return 0

@@ -120,7 +120,9 @@ class SchedulerConfig(StrictModel):
         description="rule: halve/double the batch on the queue-delay target; learned: "
         "on-line Q-learning (off by default until it wins on the node's own traffic).",
     )
-    decide_every_s: float = Field(1.0, gt=0.0, description="Seconds between two decisions.")
+    decide_every_s: float = Field(
+        2.0, gt=0.0, description="Seconds between two decisions (several batches each)."
+    )
     sla_ms: float = Field(
         1000.0, gt=0.0, description="Latency SLA (receive to publish) of the reward's p99 term."
     )

@@ -3,7 +3,11 @@ canary or load failure that rolls back, on a real node with real ONNX versions."
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -14,7 +18,7 @@ import numpy as np
 import onnx
 import pytest
 from edge_colour_model import build_colour_detector
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, free_port, wait_until_subscribed
 from onnx import numpy_helper
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
@@ -208,3 +212,62 @@ def test_promote_makes_numbered_versions_and_list_shows_them(
     )
     assert "cannot be version 3" in capsys.readouterr().err
     assert repo.versions("colour") == [1, 2]
+
+
+def test_sighup_makes_a_running_strata_edge_switch_versions(
+    repo: ModelRepository, zctx: Any, synthetic_clip: SyntheticClip, tmp_path: Path
+) -> None:
+    listen = f"tcp://127.0.0.1:{free_port()}"
+    publish = f"tcp://127.0.0.1:{free_port()}"
+    cfg = tmp_path / "strata.yaml"
+    cfg.write_text(
+        f"models:\n  repository: {repo.root}\n"
+        f"edge:\n  publish: {publish}\n  model:\n    name: colour\n    input_size: {MODEL_SIZE}\n"
+        "  versions:\n    poll_s: 0\n    canary_frames: 2\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "strata.tools.cli",
+            "edge",
+            "--listen",
+            listen,
+            "--config",
+            str(cfg),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        sub = Listener(zctx, publish)
+        agent = RawAgent(zctx, listen)
+        wait_until_subscribed(agent, sub, synthetic_clip.frame(0).image, timeout_s=60)
+        image = synthetic_clip.frame(30).image
+        for seq in range(1, 5):
+            agent.send_image("cam", seq, image)
+        assert {m.model_version for m in results(sub, 4)} == {0}
+        v1 = build_colour_detector(tmp_path / "v1.onnx", MODEL_SIZE, extra_anchors=9)
+        promote_version(repo, "colour", v1)
+        time.sleep(0.5)  # poll_s 0: nothing happens until the signal
+        agent.send_image("cam", 5, image)
+        assert results(sub, 1)[0].model_version == 0
+        proc.send_signal(signal.SIGHUP)
+        seq, version = 5, 0
+        deadline = time.monotonic() + 30
+        while version != 1 and time.monotonic() < deadline:
+            seq += 1
+            agent.send_image("cam", seq, image)
+            got = results(sub, 1)
+            version = got[0].model_version if got else version
+        assert version == 1
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert "SIGHUP: looking for a newer model version" in out
+    assert "switched from version 0 to 1" in out
