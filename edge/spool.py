@@ -9,6 +9,7 @@ killed process loses nothing; a power cut may lose the last commits.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import sqlite3
 import threading
@@ -37,6 +38,16 @@ class CropSpool:
         self.max_bytes = max_bytes
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # One process per spool: two would pop each other's crops and miscount.
+            self._lock_file = open(f"{path}.lock", "a+b")  # noqa: SIM115 - held until close
+            try:
+                fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._lock_file.close()
+                raise SpoolError(
+                    f"the uplink spool {path} is in use by another edge process; give each "
+                    "its own edge.uplink.spool_path"
+                ) from None
             self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
@@ -140,3 +151,4 @@ class CropSpool:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            self._lock_file.close()  # releases the flock

@@ -308,8 +308,9 @@ class UplinkConfig(StrictModel):
         256, ge=1, description="Crops held in memory; more spill to the spool (or drop)."
     )
     spool_path: str = Field(
-        "strata-uplink-spool.sqlite",
-        description="SQLite file crops spill to while the cloud is away; empty: memory only.",
+        "",
+        description="SQLite file crops spill to while the cloud is away (one per edge "
+        "process); empty: memory only.",
     )
     spool_max_mib: float = Field(
         512.0, gt=0, description="Spool size bound (MiB); beyond it the oldest crops drop."

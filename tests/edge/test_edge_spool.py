@@ -46,6 +46,10 @@ def test_spool_is_fifo_with_a_front_bounded_and_survives_reopening(tmp_path: Pat
     assert ids(got) == ["c000001", "c000002"]
     assert spool.push(crops(8, start=6)) == 1  # 12 would not fit: the oldest goes
     assert len(spool) == 10 and spool.bytes <= 10 * one
+    from strata.edge.spool import SpoolError
+
+    with pytest.raises(SpoolError, match="in use by another edge process"):
+        CropSpool(path, max_bytes=10 * one)
     spool.close()
     again = CropSpool(path, max_bytes=10 * one)
     got, _ = again.pop(100)
