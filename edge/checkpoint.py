@@ -10,8 +10,9 @@ What a restarted (or standby) node needs to carry on where the last one stopped:
   frames, GPU-seconds and bytes), so totals and cost accounting continue;
 - the uplink: how many crops the spool held (the spool file itself keeps the queue and
   its order; the checkpoint records the position to check it against at restore);
-- the model version serving, and extra parts registered by other modules (the tracker,
-  when the node runs one) under their own names.
+- the model version serving, and parts other modules register (`Checkpointer.register`,
+  e.g. the tracker when the node runs one), each under its own name: JSON-able
+  snapshots, restored when the part registers.
 
 The file is JSON: {"sha256": hex of the body, "body": {...}}, written beside and renamed
 after an fsync, so a crash mid-write leaves the previous checkpoint. A file that does not
@@ -232,6 +233,28 @@ class Checkpointer:
         self.path = Path(cfg.path) if cfg.path else None
         self._clock = clock
         self._next = clock() + cfg.interval_s
+        self.parts: list[CheckpointPart] = []
+        self._restored_parts: dict[str, Any] = {}
+
+    def register(self, part: CheckpointPart) -> bool:
+        """Keep `part` in every checkpoint from now on; restores it at once from the
+        checkpoint the node started from, if that holds it (True then)."""
+        self.parts.append(part)
+        data = self._restored_parts.pop(part.name, None)
+        if data is None:
+            return False
+        try:
+            part.restore(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("checkpoint part %s not restored (%s): it starts clean", part.name, exc)
+            return False
+        return True
+
+    def with_parts(self, body: CheckpointBody) -> CheckpointBody:
+        """`body` with the registered parts' snapshots."""
+        if not self.parts:
+            return body
+        return body.model_copy(update={"parts": {p.name: p.snapshot() for p in self.parts}})
 
     def load(self) -> CheckpointBody | None:
         """The checkpoint to start from, or None (absent, or refused with a log line)."""
@@ -262,6 +285,7 @@ class Checkpointer:
             )
         self.metrics.restored.set(1)
         self.metrics.age.set(body.written_unix)
+        self._restored_parts = dict(body.parts)
         return body
 
     def tick(self) -> None:
@@ -275,7 +299,7 @@ class Checkpointer:
         """Write now; False (logged) when it cannot."""
         if self.path is None:
             return False
-        body = self._body()
+        body = self.with_parts(self._body())
         try:
             write(self.path, body)
         except OSError as exc:

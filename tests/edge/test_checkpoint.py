@@ -178,3 +178,37 @@ def test_a_bad_checkpoint_is_logged_and_the_node_starts_clean(
     node.stop()
     # The clean stop writes a good one in its place.
     assert read(path).edge_id == "edge-1"
+
+
+class Counting:
+    """A part kept in the checkpoint (what the tracker would register)."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def snapshot(self) -> Any:
+        return {"n": self.n}
+
+    def restore(self, data: Any) -> None:
+        self.n = int(data["n"])
+
+
+def test_registered_parts_travel_in_the_checkpoint(colour_model: Path, tmp_path: Path) -> None:
+    path = tmp_path / "edge.checkpoint.json"
+    node = EdgeNode(node_cfg(path), colour_model, "colour")
+    part = Counting()
+    assert not node.checkpointer.register(part)  # nothing to restore yet
+    part.n = 41
+    node.start()
+    node.stop()
+    assert read(path).parts == {"counting": {"n": 41}}
+    again = EdgeNode(node_cfg(path), colour_model, "colour")
+    restored = Counting()
+    assert again.checkpointer.register(restored) and restored.n == 41
+    # A part whose saved state it cannot read starts clean, with a log line.
+    broken = Counting()
+    broken.name = "broken"
+    again.checkpointer._restored_parts["broken"] = {"no": "n"}
+    assert not again.checkpointer.register(broken) and broken.n == 0
