@@ -16,6 +16,7 @@ from strata.shared.imagecheck import InvalidImageError
 from strata.shared.logs import RateLimitedLog
 
 from .frames import DecodedFrame, QueuedFrame
+from .h264 import H264Decoders, H264Error
 from .metrics import EdgeMetrics
 
 log = logging.getLogger(__name__)
@@ -27,20 +28,34 @@ class FrameDecoder:
     """Decodes batches, on `threads` threads when more than one (cv2 frees the GIL)."""
 
     def __init__(
-        self, metrics: EdgeMetrics, threads: int = 1, on_reject: RejectHook | None = None
+        self,
+        metrics: EdgeMetrics,
+        threads: int = 1,
+        on_reject: RejectHook | None = None,
+        h264: H264Decoders | None = None,
     ) -> None:
         self.metrics = metrics
         self.on_reject = on_reject
+        # H.264 frames decode here, in order, one stream at a time (references between
+        # frames); the pool takes the independent JPEG ones.
+        self.h264 = h264 or H264Decoders()
         self._pool = ThreadPoolExecutor(threads, "edge-decode") if threads > 1 else None
         self._log = RateLimitedLog(log)
 
     def decode(self, frames: Sequence[QueuedFrame]) -> list[DecodedFrame]:
         """The frames that decode, in order; the others are dropped with a reason."""
-        # One frame, or raw BGR (a view, nothing to decode): no hand-off to the pool.
-        if self._pool is None or len(frames) == 1 or not any(_encoded(f) for f in frames):
-            results = [_decode(f) for f in frames]
+        results: list[DecodedFrame | InvalidImageError]
+        # One frame, or nothing for the pool (raw BGR is a view; H.264 decodes in order on
+        # this thread): no hand-off.
+        pooled = [i for i, f in enumerate(frames) if _encoded(f)]
+        if self._pool is None or len(frames) == 1 or not pooled:
+            results = [self._decode(f) for f in frames]
         else:
-            results = list(self._pool.map(_decode, frames))
+            futures = {i: self._pool.submit(_decode, frames[i]) for i in pooled}
+            results = [
+                futures[i].result() if i in futures else self._decode(f)
+                for i, f in enumerate(frames)
+            ]
         out: list[DecodedFrame] = []
         for frame, res in zip(frames, results, strict=True):
             if isinstance(res, DecodedFrame):
@@ -64,9 +79,29 @@ class FrameDecoder:
         if self._pool is not None:
             self._pool.shutdown()
 
+    def _decode(self, frame: QueuedFrame) -> DecodedFrame | InvalidImageError:
+        h = frame.header
+        if h.encoding != common_pb2.ENCODING_H264:
+            return _decode(frame)
+        try:
+            image = self.h264.decode(
+                h.session_id,
+                h.camera_id,
+                h.sequence,
+                h.stream_index,
+                frame.payload,
+                h.keyframe,
+                h.width,
+                h.height,
+            )
+        except H264Error as exc:
+            return InvalidImageError(exc.reason, exc.detail)
+        return DecodedFrame(frame, image)
+
 
 def _encoded(frame: QueuedFrame) -> bool:
-    return frame.header.encoding != common_pb2.ENCODING_BGR
+    # H.264 is encoded too, but its streams are decoded in order on the calling thread.
+    return frame.header.encoding == common_pb2.ENCODING_JPEG
 
 
 def _decode(frame: QueuedFrame) -> DecodedFrame | InvalidImageError:

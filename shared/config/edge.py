@@ -262,6 +262,15 @@ class TrackingConfig(StrictModel):
     hold_s: float = Field(
         2.0, gt=0, description="A skipped frame waits at most this long, then is predicted."
     )
+    send_next_uncertainty: float = Field(
+        0.0,
+        ge=0.0,
+        description="Ask the agent for the next frame when a track's predicted position is "
+        "this uncertain (std over box height); 0: never.",
+    )
+    calibration_max_gap: int = Field(
+        15, ge=1, description="Calibration measures keeping 1 frame in g for g up to this."
+    )
     max_lost: int = Field(
         60, ge=0, description="Source frames a track lives on without a detection."
     )

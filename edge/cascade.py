@@ -1,0 +1,176 @@
+"""The node's side of the cascade, in one place the node calls into.
+
+- Skipped frames (FRAME_KIND_SKIPPED, header only) are answered from the camera's tracker
+  (`answers`), flagged predicted; kept frames feed the tracker after detection.
+- Detector boxes come back in the payload's pixels; everything published, tracked and
+  calibrated is in the source frame's pixels (`source_width` / `source_height`).
+- H.264 payloads decode per (session, camera) in order (`h264`); a stream that lost a
+  reference makes the next ack of that camera ask for a keyframe.
+- Calibration bursts are replayed at every gap (`calibration`); the result, and
+  `send_next` when the tracker's prediction for the camera is uncertain, ride on that
+  camera's next ack (CascadeFeedback).
+- The acks carry the detector's input size (EdgeInfo) so agents scale frames to it.
+
+Every answer is counted by how it was made; every lost H.264 frame by reason.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from strata.shared.config.edge import EdgeConfig
+from strata.shared.contracts import frame_pb2
+from strata.shared.vision import FrameBoxes
+
+from .answers import Answer, Answers
+from .calibration import Calibration
+from .h264 import H264Decoders
+from .tracking import TrackedBoxes
+
+
+class CascadeMetrics:
+    """The cascade's counters, in the node's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.answers = Counter(
+            "strata_edge_answers",
+            "Results published for frames the device did not send, by how they were made "
+            "(predicted, interpolated, timeout: predicted after waiting hold_s).",
+            ["how"],
+            registry=r,
+        )
+        self.skipped = Counter(
+            "strata_edge_skipped_frames",
+            "Header-only messages of frames the device dropped, by the device's reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.h264_lost = Counter(
+            "strata_edge_h264_lost",
+            "H.264 frames that could not be decoded (a keyframe was asked for), by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.keyframe_requests = Counter(
+            "strata_edge_keyframe_requests", "Acks that asked an agent for a keyframe.", registry=r
+        )
+        self.calibrations = Counter(
+            "strata_edge_calibrations", "Calibration bursts measured.", registry=r
+        )
+        self.tracks = Counter("strata_edge_tracks_started", "Tracks started.", registry=r)
+        self.held = Gauge(
+            "strata_edge_skipped_held", "Skipped frames waiting for their answer.", registry=r
+        )
+
+
+class EdgeCascade:
+    """Tracking, answers, H.264 decoders and calibration of one node. Thread-safe."""
+
+    def __init__(self, cfg: EdgeConfig, registry: CollectorRegistry, model_input: int) -> None:
+        self.cfg = cfg
+        self.model_input = model_input
+        self.metrics = CascadeMetrics(registry)
+        self.answers = Answers(cfg.tracking)
+        self.h264 = H264Decoders()
+        self.calibration = Calibration(cfg.tracking, cfg.tracking.calibration_max_gap)
+        self._lock = threading.Lock()
+        self._send_next: set[tuple[int, str]] = set()
+        self._keyframe: set[tuple[int, str]] = set()
+
+    # -- ingest thread ---------------------------------------------------------------------
+
+    def skipped(self, h: frame_pb2.FrameHeader, received: float, receive_ns: int) -> None:
+        """A skipped frame's message was accepted: answer it when its turn comes."""
+        self.metrics.skipped.labels(h.skip_reason or "unspecified").inc()
+        self.answers.skipped(h, received, receive_ns)
+
+    def expect(self, h: frame_pb2.FrameHeader) -> None:
+        """A kept frame was queued for the detector."""
+        self.answers.expect(h)
+
+    def abandon(self, h: frame_pb2.FrameHeader) -> None:
+        """A kept frame will not be detected (shed, rejected, undecodable)."""
+        self.answers.abandon(h)
+
+    def decorate(self, ack: frame_pb2.FrameAck, h: frame_pb2.FrameHeader) -> None:
+        """Add what the agent should hear to this camera's ack: the model's input size,
+        a keyframe request, calibration feedback, send_next."""
+        ack.edge.model_input_width = ack.edge.model_input_height = self.model_input
+        key = (h.session_id, h.camera_id)
+        with self._lock:
+            key_wanted = key in self._keyframe
+            self._keyframe.discard(key)
+            send_next = key in self._send_next
+            self._send_next.discard(key)
+        if key_wanted:
+            ack.keyframe_request = True
+            self.metrics.keyframe_requests.inc()
+        fb = self.calibration.take_feedback(*key)
+        if fb is not None:
+            ack.feedback.CopyFrom(fb)
+        if send_next:
+            ack.feedback.send_next = True
+        tracker = self.answers.tracker(*key)
+        if tracker is not None and (fb is not None or send_next):
+            ack.feedback.tracked_objects = len(tracker)
+
+    # -- worker thread ---------------------------------------------------------------------
+
+    def lost_h264(self, h: frame_pb2.FrameHeader, reason: str) -> None:
+        """An H.264 frame did not decode: count it, and ask for a keyframe on the next ack."""
+        self.metrics.h264_lost.labels(reason).inc()
+        with self._lock:
+            self._keyframe.add((h.session_id, h.camera_id))
+
+    def detected(
+        self, h: frame_pb2.FrameHeader, boxes: FrameBoxes
+    ) -> tuple[TrackedBoxes, list[Answer]]:
+        """A kept frame's boxes (payload pixels): them in source pixels with track ids, and
+        the skipped frames this completes."""
+        src = to_source(h, boxes)
+        tracker = self.answers.tracker(h.session_id, h.camera_id)
+        started = tracker.started if tracker is not None else 0
+        tracked, done = self.answers.detected(h, src)
+        tracker = self.answers.tracker(h.session_id, h.camera_id)
+        if tracker is not None:
+            self.metrics.tracks.inc(tracker.started - started)
+            limit = self.cfg.tracking.send_next_uncertainty
+            if limit > 0 and tracker.uncertainty(h.frame_index + 1) > limit:
+                with self._lock:
+                    self._send_next.add((h.session_id, h.camera_id))
+        if self.calibration.detected(h, src) is not None:
+            self.metrics.calibrations.inc()
+        self._count(done)
+        return tracked, done
+
+    def ready(self) -> list[Answer]:
+        """Skipped frames that can be answered now (or have waited long enough)."""
+        done = self.answers.ready()
+        self._count(done)
+        return done
+
+    def _count(self, done: list[Answer]) -> None:
+        for a in done:
+            self.metrics.answers.labels(a.how).inc()
+        self.metrics.held.set(self.answers.held())
+
+    def forget_idle(self, idle_s: float) -> None:
+        """Drop the state of cameras silent for `idle_s`."""
+        self.answers.forget_idle(idle_s)
+        self.h264.forget_idle()
+
+    def close(self) -> None:
+        """Stop the calibration thread."""
+        self.calibration.close()
+
+
+def to_source(h: frame_pb2.FrameHeader, boxes: FrameBoxes) -> FrameBoxes:
+    """Boxes in payload pixels to the source frame's pixels (the header's source size)."""
+    sw, sh = h.source_width or h.width, h.source_height or h.height
+    if (sw, sh) == (h.width, h.height) or not h.width or not h.height:
+        return boxes
+    scale = np.array([sw / h.width, sh / h.height] * 2, np.float32)
+    return FrameBoxes(boxes.boxes * scale, boxes.scores, boxes.class_ids)
