@@ -14,12 +14,14 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
-from strata.shared.config.device import MotionConfig, SourceConfig
+from strata.shared.config.device import CascadeConfig, MotionConfig, SourceConfig
 from strata.shared.logs import RateLimitedLog
 
+from .cascade import CascadeMetrics, CascadePolicy
+from .frames import Frame
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DropLog
-from .motion import MotionGate
+from .motion import MotionDecision, MotionGate
 from .sources import Source, SourceError, error_kind, is_live, open_source
 
 log = logging.getLogger(__name__)
@@ -68,12 +70,21 @@ class CameraWorker:
         motion_cfg: MotionConfig,
         inbox: GateInbox,
         metrics: CameraMetrics,
+        cascade: CascadeConfig | None = None,
+        cascade_metrics: CascadeMetrics | None = None,
     ) -> None:
         self.camera_id = camera_id
         self.source = source
         self.cfg = source_cfg
         self.live = is_live(source)
         self.motion = MotionGate(motion_cfg) if motion_cfg.enabled else None
+        # The accuracy-targeted policy in front of the motion gate (None: motion alone).
+        self.policy: CascadePolicy | None = None
+        self.send_skipped = False
+        if cascade is not None and cascade.enabled:
+            self.policy = CascadePolicy(cascade, cascade_metrics, camera_id)
+            self.send_skipped = cascade.send_skipped
+        self._calibrating = False
         self.inbox = inbox
         self.m = metrics
         self._state = CameraState.STARTING
@@ -211,6 +222,33 @@ class CameraWorker:
         else:
             self._retry_log.warn(self.camera_id, fmt, *args)
 
+    def _decide(self, frame: Frame) -> tuple[bool, str, float]:
+        """Keep the frame or drop it, why, and its motion score; counted per reason."""
+        index = self.frames - 1
+        policy = self.policy
+        self._calibrating = False
+        pre = policy.before_motion(index) if policy is not None else None
+        if policy is not None and pre is not None and pre.block:
+            policy.count("dropped", "min_gap")
+            return False, "min_gap", 0.0
+        if self.motion is None:
+            verdict = MotionDecision(True, 0.0, pre.force if pre and pre.force else "motion_off")
+        elif pre is not None and pre.force:
+            verdict = self.motion.keep_now(frame.motion_input(), frame.ts, pre.force)
+        else:
+            verdict = self.motion.check(frame.motion_input(), frame.ts)
+        if not verdict.keep:
+            self.m.dropped_motion.inc()
+            self._motion_log.add()
+            if policy is not None:
+                policy.count("dropped", "motion")
+            return False, "motion", verdict.score
+        if policy is not None:
+            policy.kept(index)
+            policy.count("kept", verdict.why)
+            self._calibrating = bool(pre and pre.calibration)
+        return True, verdict.why, verdict.score
+
     def _read(self, src: Source) -> int:
         """Run the source until it ends; returns frames read. SourceError when it dies."""
         got = 0
@@ -224,16 +262,11 @@ class CameraWorker:
             got += 1
             self.frames += 1
             self.m.decoded.inc()
-            score = 0.0
-            if self.motion is not None:
-                verdict = self.motion.check(frame.motion_input(), frame.ts)
-                if not verdict.keep:
-                    self.m.dropped_motion.inc()
-                    self._motion_log.add()
-                    if self._stop.is_set():
-                        break
-                    continue
-                score = verdict.score
+            keep, reason, score = self._decide(frame)
+            if not keep and not self.send_skipped:
+                if self._stop.is_set():
+                    break
+                continue
             item = GateItem(
                 self.camera_id,
                 self.frames - 1,
@@ -241,6 +274,8 @@ class CameraWorker:
                 frame,
                 score,
                 time.monotonic(),
+                "" if keep else reason,
+                self._calibrating,
             )
             dropped = self.inbox.put(item, wait, self._stop)
             if dropped is item:

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry, Counter
 from strata.shared.config.device import CascadeConfig
 from strata.shared.contracts import frame_pb2
 
@@ -29,6 +30,24 @@ log = logging.getLogger(__name__)
 
 KEEP_REASONS = ("first", "motion", "max_gap", "calibration", "uncertain")
 DROP_REASONS = ("motion", "min_gap")
+
+
+class CascadeMetrics:
+    """Every cascade decision, per camera, kept or dropped, and why."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.decisions = Counter(
+            "strata_device_cascade_decisions",
+            "Frames by the cascade's decision (kept, dropped) and its reason.",
+            ["camera", "decision", "reason"],
+            registry=registry,
+        )
+        self.recalibrations = Counter(
+            "strata_device_cascade_recalibrations",
+            "Times calibration feedback changed a camera's gap.",
+            ["camera"],
+            registry=registry,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +77,13 @@ class CascadePolicy:
     """One camera's settings and decisions. Feedback arrives from the sender's thread,
     decisions are made in the camera's thread: a lock guards the settings."""
 
-    def __init__(self, cfg: CascadeConfig) -> None:
+    def __init__(
+        self, cfg: CascadeConfig, metrics: CascadeMetrics | None = None, camera_id: str = ""
+    ) -> None:
         self.cfg = cfg
+        self.camera_id = camera_id
+        self._metrics = metrics
+        self._counters: dict[tuple[str, str], Counter] = {}
         self._lock = threading.Lock()
         self.min_gap = cfg.min_gap
         self.max_gap = cfg.max_gap
@@ -86,6 +110,16 @@ class CascadePolicy:
             if gap >= self.max_gap:
                 return PreDecision("max_gap", False, False)
             return PreDecision("", gap < self.min_gap, False)
+
+    def count(self, decision: str, reason: str) -> None:
+        """Count one decision ("kept" or "dropped") and its reason."""
+        if self._metrics is None:
+            return
+        c = self._counters.get((decision, reason))
+        if c is None:
+            c = self._metrics.decisions.labels(self.camera_id, decision, reason)
+            self._counters[(decision, reason)] = c
+        c.inc()
 
     def kept(self, index: int) -> None:
         """Source frame `index` goes to the edge."""
@@ -123,9 +157,12 @@ class CascadePolicy:
                 self.min_gap = max(1, min(gap, self.cfg.max_min_gap))
                 self.estimated = float(by_gap[self.min_gap - 1])
                 if self.min_gap != old:
+                    if self._metrics is not None:
+                        self._metrics.recalibrations.labels(self.camera_id).inc()
                     log.info(
-                        "cascade: keep at most 1 frame in %d with motion (was %d), estimated "
-                        "%s %.3f against the target %.3f",
+                        "camera %s: keep 1 frame in %d with motion (was %d), estimated %s %.3f "
+                        "against the target %.3f",
+                        self.camera_id,
                         self.min_gap,
                         old,
                         self.cfg.metric,

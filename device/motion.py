@@ -74,6 +74,20 @@ class MotionGate:
             return self._keep(ts, score, "interval")
         return MotionDecision(False, score, "")
 
+    def keep_now(self, image: np.ndarray, ts: float, why: str) -> MotionDecision:
+        """Score `image` like `check`, and keep it whatever the score (the cascade forces
+        it: a calibration burst, the edge asked, the longest gap passed)."""
+        size = (self.cfg.width, self.cfg.height)
+        if image.ndim == 2:
+            cv2.resize(image, size, dst=self._grey, interpolation=cv2.INTER_AREA)
+        else:
+            cv2.resize(image, size, dst=self._small_bgr, interpolation=cv2.INTER_AREA)
+            cv2.cvtColor(self._small_bgr, cv2.COLOR_BGR2GRAY, dst=self._grey)
+        score = 0.0
+        if self._have_kept and self._scale:
+            score = float(cv2.norm(self._grey, self._kept, cv2.NORM_L2, self._mask)) * self._scale
+        return self._keep(ts, score, why)
+
     def _keep(self, ts: float, score: float, why: str) -> MotionDecision:
         # Swap buffers instead of copying: the new grey becomes the reference.
         self._grey, self._kept = self._kept, self._grey
