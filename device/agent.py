@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from strata.shared.config.device import CameraConfig, DeviceConfig
 
 from .camera import CameraState, CameraStatus, CameraWorker
+from .cascade import CascadeMetrics, EdgeLink
 from .gate import RelevanceGate, load_gate
 from .inbox import GateInbox
 from .metrics import DeviceMetrics
@@ -80,6 +81,7 @@ class Agent:
             cfg.cascade,
             self.scale,
         )
+        self.cascade_metrics = CascadeMetrics(self.metrics.registry)
         self.cameras: list[CameraWorker] = []
         for cam_id, cam in zip(camera_ids(cfg.cameras), cfg.cameras, strict=True):
             self.inbox.add_camera(cam_id)
@@ -93,8 +95,19 @@ class Agent:
                     cfg.motion,
                     self.inbox,
                     self.metrics.camera(cam_id),
+                    cfg.cascade,
+                    self.cascade_metrics,
                 )
             )
+        # What the edge says in acks reaches the policies, the scaler and the encoder.
+        self.link = EdgeLink(
+            {c.camera_id: c.policy for c in self.cameras if c.policy is not None},
+            self.scale,
+            self.worker.encoder,
+            cfg.payload.scale_to_model and not (cfg.payload.max_width or cfg.payload.max_height),
+        )
+        self.sender.on_ack = self.link.on_ack
+        self.sender.on_lost = self.link.on_lost
         self._started = False
         self._stopped = False
 

@@ -21,6 +21,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from strata.shared.config.device import CascadeConfig
@@ -171,3 +172,45 @@ class CascadePolicy:
                     )
             elif fb.max_gap_frames:
                 self.min_gap = max(1, min(int(fb.max_gap_frames), self.cfg.max_min_gap))
+
+
+class EdgeLink:
+    """What the edge says in its acks, applied: the model's input size (frames are scaled
+    to it), keyframe requests and a new edge session (the H.264 streams restart), and
+    calibration feedback (each camera's policy)."""
+
+    def __init__(
+        self,
+        policies: dict[str, CascadePolicy],
+        scale: Any,
+        encoder: Any,
+        scale_to_model: bool,
+    ) -> None:
+        self.policies = policies
+        self.scale = scale
+        self.encoder = encoder
+        self.scale_to_model = scale_to_model
+        self.edge_session = 0
+
+    def on_ack(self, ack: frame_pb2.FrameAck) -> None:
+        """Sender thread: one ack."""
+        if ack.HasField("edge"):
+            e = ack.edge
+            size = (e.model_input_width, e.model_input_height)
+            if self.scale_to_model and all(size) and self.scale.get() != size:
+                log.info("edge model input %dx%d: frames are scaled to fit it", *size)
+                self.scale.set(*size)
+            if e.edge_session and e.edge_session != self.edge_session:
+                if self.edge_session:
+                    # A restarted node has no decoder state: every stream restarts.
+                    self.encoder.request_keyframes("new edge session")
+                self.edge_session = e.edge_session
+        if ack.keyframe_request:
+            self.encoder.request_keyframe(ack.camera_id, "the edge asked")
+        policy = self.policies.get(ack.camera_id)
+        if policy is not None and ack.HasField("feedback"):
+            policy.feedback(ack.feedback)
+
+    def on_lost(self, camera_id: str) -> None:
+        """A frame was given up before the edge had it: its H.264 stream restarts."""
+        self.encoder.request_keyframe(camera_id, "a frame was given up")

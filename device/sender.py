@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from strata.shared.config.device import SenderConfig
@@ -65,6 +66,11 @@ class Sender:
         self._ready = threading.Event()
         self.started = False
         self.error: str | None = None
+        # Hooks (sender thread, or the submitting thread for on_lost): every ack as it
+        # arrives, and frames given up on before the edge had them (an H.264 stream needs
+        # a keyframe after that).
+        self.on_ack: Callable[[frame_pb2.FrameAck], None] | None = None
+        self.on_lost: Callable[[str], None] | None = None
 
     def add_camera(self, camera_id: str) -> Outbox:
         """Register a camera (before start or while running)."""
@@ -101,6 +107,8 @@ class Sender:
         if res.waited:
             cam.m.spooled.inc()
         if res.overflowed:
+            if self.on_lost is not None:
+                self.on_lost(camera_id)
             cam.m.overflowed.inc(len(res.overflowed))
             cam.overflow_log.add(len(res.overflowed), f"last sequence {res.overflowed[-1]}")
         cam.m.spool_frames.set(cam.box.spooled)
@@ -189,6 +197,8 @@ class Sender:
             if cam is None:
                 log.warning("ack for unknown camera %r ignored", ack.camera_id)
                 continue
+            if self.on_ack is not None:
+                self.on_ack(ack)
             item = cam.box.ack(ack.sequence)
             if item is None:
                 continue  # a late ack for a frame already resent and acked
@@ -219,6 +229,8 @@ class Sender:
                     back,
                 )
             if overflowed:
+                if self.on_lost is not None:
+                    self.on_lost(box.camera_id)
                 cam.m.overflowed.inc(len(overflowed))
                 cam.overflow_log.add(len(overflowed), f"last sequence {overflowed[-1]}")
             while (item := box.take(now)) is not None:

@@ -93,9 +93,10 @@ class Ingest:
             msg = unpack_frame(parts)
             header = msg.header
             try:
-                check_image(
-                    msg.payload, header.encoding, header.width, header.height, self.limits, True
-                )
+                if header.kind != frame_pb2.FRAME_KIND_SKIPPED:
+                    check_image(
+                        msg.payload, header.encoding, header.width, header.height, self.limits, True
+                    )
             except InvalidImageError as exc:
                 raise MalformedMessage(exc.reason, str(exc), header) from None
             cam_id, seq, session = header.camera_id, header.sequence, header.session_id

@@ -30,6 +30,8 @@ from strata.shared.runtime.staging import StagedRunner
 from strata.shared.vision import FrameBoxes
 from strata.shared.wire import detections_topic
 
+from .answers import Answer
+from .cascade import EdgeCascade
 from .checkpoint import VERSION as CHECKPOINT_VERSION
 from .checkpoint import (
     CheckpointBody,
@@ -56,6 +58,7 @@ from .scheduler import (
     make_policy,
     save_policy,
 )
+from .tracking import TrackedBoxes
 from .uplink import Uplink
 from .versions import LoadedVersion, ModelSwitcher, VersionMetrics, version_of
 
@@ -161,8 +164,12 @@ class EdgeNode:
             ing.camera_idle_s,
             ing.sessions_per_camera,
         )
+        # Tracking, answers for skipped frames, H.264 streams and calibration.
+        self.cascade = EdgeCascade(cfg, self.metrics.registry, self.detector.input_size)
         # Frames are decoded in the worker, only once taken for a batch.
-        self.decoder = FrameDecoder(self.metrics, ing.decode_threads)
+        self.decoder = FrameDecoder(
+            self.metrics, ing.decode_threads, self._undecodable, self.cascade.h264
+        )
         self._auth: Any = None
         self.uplink = Uplink(cfg.cloud, cfg.uplink, self.metrics) if cfg.cloud else None
         self.crops = (
@@ -358,6 +365,7 @@ class EdgeNode:
             self._ctx = None
         self.checkpointer.save()
         save_policy(self.scheduler, self.cfg.scheduler)
+        self.cascade.close()
         self.detector.close()
         self.decoder.close()
         self.runner.close()
@@ -379,6 +387,7 @@ class EdgeNode:
     # -- ingest ----------------------------------------------------------------------------
 
     def _on_shed(self, frame: QueuedFrame) -> None:
+        self.cascade.abandon(frame.header)
         self.metrics.drops.labels("overload").inc()
         self.sched_window.add_shed()
         self._shed_log.warn(
@@ -413,9 +422,11 @@ class EdgeNode:
                         break
                     identity = parts[0]
                     result = self.ingest.handle(parts[1:], identity)
+                    if result.frame is not None:
+                        self.cascade.decorate(result.ack, result.frame.header)
                     router.send_multipart([identity, result.ack.SerializeToString()], copy=False)
                     if result.frame is not None:
-                        self.queues.put(result.frame)
+                        self._route(result.frame)
                     self.metrics.queue_depth.set(len(self.queues))
                     self.metrics.cameras.set(self.queues.cameras)
         except Exception as exc:
@@ -426,7 +437,23 @@ class EdgeNode:
             monitor.close()
             router.close()
 
+    def _route(self, frame: QueuedFrame) -> None:
+        """A skipped frame waits for its answer from tracking; a kept one for the detector."""
+        h = frame.header
+        if h.kind == frame_pb2.FRAME_KIND_SKIPPED:
+            self.cascade.skipped(h, frame.received, frame.receive_ns)
+            return
+        self.cascade.expect(h)
+        self.queues.put(frame)
+
+    def _undecodable(self, frame: QueuedFrame, reason: str, detail: str) -> None:
+        """A frame taken for a batch did not decode (counted and logged by the decoder)."""
+        self.cascade.abandon(frame.header)
+        if reason.startswith("h264"):
+            self.cascade.lost_h264(frame.header, reason)
+
     def _forget_idle(self) -> None:
+        self.cascade.forget_idle(self.cfg.ingest.camera_idle_s)
         idle = self.ingest.idle_cameras()
         if not idle:
             return
@@ -496,6 +523,8 @@ class EdgeNode:
                     loaded = None if inflight else self.switcher.ready()
                     if loaded is not None:
                         self._switch(loaded)
+                for answer in self.cascade.ready():
+                    self._publish_answer(pub, answer)
                 now = time.monotonic()
                 if now - window_start >= 1.0:
                     self.metrics.fps.set(window_frames / (now - window_start))
@@ -534,7 +563,20 @@ class EdgeNode:
             self.metrics.camera_gpu_seconds.labels(cam).inc(share)
             self.metrics.camera_bytes.labels(cam, "in").inc(frame.header.payload_size)
         for frame, boxes in zip(job.frames, results, strict=True):
-            self._publish(pub, frame, boxes, job.start_ns, end_ns)
+            # Boxes go out in the source frame's pixels with their track ids; the skipped
+            # frames this detection completes are answered right after it, in order.
+            tracked, answers = self.cascade.detected(frame.header, boxes)
+            self._publish(
+                pub,
+                frame,
+                tracked.as_frame_boxes(),
+                job.start_ns,
+                end_ns,
+                tracked=tracked,
+                image_boxes=boxes,
+            )
+            for answer in answers:
+                self._publish_answer(pub, answer)
         if self.switcher is not None:
             self.switcher.remember(job.frames, results)
         done = time.monotonic()
@@ -566,7 +608,11 @@ class EdgeNode:
         start_ns: int,
         end_ns: int,
         predicted: bool = False,
+        tracked: TrackedBoxes | None = None,
+        image_boxes: FrameBoxes | None = None,
     ) -> None:
+        """Publish one frame's result; `boxes` in source pixels, `image_boxes` the same in
+        the decoded image's pixels (what crops are cut with)."""
         frame = decoded.frame
         h = frame.header
         msg = frame_pb2.FrameDetections(
@@ -575,21 +621,27 @@ class EdgeNode:
             camera_id=h.camera_id,
             sequence=h.sequence,
             frame_index=h.frame_index,
-            width=h.width,
-            height=h.height,
+            width=h.source_width or h.width,
+            height=h.source_height or h.height,
             model=self.model_name,
             model_version=self.model_version,
             predicted=predicted,
+            session_id=h.session_id,
         )
         if predicted:
             msg.note = "degraded"
         labels = self.detector.labels
         nlab = len(labels)
         # Serialization is per box by nature of the message; the numbers go over in bulk.
-        for (x1, y1, x2, y2), score, cid in zip(
-            boxes.boxes.tolist(), boxes.scores.tolist(), boxes.class_ids.tolist(), strict=True
+        ids = tracked.track_ids.tolist() if tracked is not None else [0] * len(boxes)
+        for (x1, y1, x2, y2), score, cid, tid in zip(
+            boxes.boxes.tolist(),
+            boxes.scores.tolist(),
+            boxes.class_ids.tolist(),
+            ids,
+            strict=True,
         ):
-            d = msg.detections.add(score=score, class_id=cid)
+            d = msg.detections.add(score=score, class_id=cid, track_id=tid)
             d.box.x1, d.box.y1, d.box.x2, d.box.y2 = x1, y1, x2, y2
             d.label = labels[cid] if 0 <= cid < nlab else str(cid)
         t = msg.timing
@@ -614,13 +666,49 @@ class EdgeNode:
             if not self.degradation.crops_enabled:
                 self.degradation.metrics.skipped.labels("cloud_crops").inc()
                 return
-            crops = self.crops.crops(decoded, boxes, msg.detections)
+            cut = image_boxes if image_boxes is not None else boxes
+            crops = self.crops.crops(decoded, cut, msg.detections, tracked)
             for c in crops:
                 c.timing.CopyFrom(t)
             self.metrics.camera_bytes.labels(h.camera_id, "uplink").inc(
                 sum(len(c.image) for c in crops)
             )
             self.uplink.offer(crops)
+
+    def _publish_answer(self, pub: Any, a: Answer) -> None:
+        """A skipped frame's result, from the tracker (flagged predicted; no crops)."""
+        h = a.header
+        msg = frame_pb2.FrameDetections(
+            version=current_version(),
+            edge_id=self.cfg.edge_id,
+            camera_id=h.camera_id,
+            sequence=h.sequence,
+            frame_index=h.frame_index,
+            width=h.source_width or h.width,
+            height=h.source_height or h.height,
+            model=self.model_name,
+            session_id=h.session_id,
+            predicted=True,
+            note=f"skipped:{h.skip_reason or 'unspecified'}:{a.how}",
+        )
+        labels = self.detector.labels
+        nlab = len(labels)
+        b = a.boxes
+        for (x1, y1, x2, y2), score, cid, tid in zip(
+            b.boxes.tolist(),
+            b.scores.tolist(),
+            b.class_ids.tolist(),
+            b.track_ids.tolist(),
+            strict=True,
+        ):
+            d = msg.detections.add(score=score, class_id=cid, track_id=tid)
+            d.box.x1, d.box.y1, d.box.x2, d.box.y2 = x1, y1, x2, y2
+            d.label = labels[cid] if 0 <= cid < nlab else str(cid)
+        t = msg.timing
+        t.capture_ns, t.device_send_ns, t.edge_receive_ns = h.capture_ns, h.send_ns, a.receive_ns
+        t.edge_send_ns = time.time_ns()
+        pub.send_multipart([detections_topic(h.camera_id), msg.SerializeToString()])
+        self.metrics.camera_frames.labels(h.camera_id).inc()
 
 
 def _classes_of(runner: StagedRunner) -> int:

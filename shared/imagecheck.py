@@ -123,6 +123,11 @@ def check_image(
                 f"BGR payload has {size} bytes; {width}x{height}x3 needs {width * height * 3}",
             )
         return width, height
+    if encoding == common_pb2.ENCODING_H264:
+        # An access unit's size is in its SPS; the decoder checks it against the header
+        # when it decodes (strata.edge.h264), so only the header's claim is checked here.
+        limits.check(width, height)
+        return width, height
     raise InvalidImageError("bad_encoding", f"unsupported image encoding {encoding}")
 
 

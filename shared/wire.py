@@ -112,6 +112,18 @@ def unpack_frame(parts: Sequence[Any]) -> FrameMessage:
             REASON_FIELDS, f"bad frame size {header.width}x{header.height}", header
         )
     payload = memoryview(parts[1]).cast("B")
+    if header.kind in (frame_pb2.FRAME_KIND_SKIPPED, frame_pb2.FRAME_KIND_HEARTBEAT):
+        # Header only: a dropped frame's notice (answered from tracking) or a heartbeat.
+        if payload.nbytes or header.payload_size:
+            raise MalformedMessage(
+                REASON_PAYLOAD,
+                f"a {frame_pb2.FrameKind.Name(header.kind)} message carries no payload, "
+                f"got {payload.nbytes} bytes",
+                header,
+            )
+        return FrameMessage(header, payload)
+    if header.kind not in (frame_pb2.FRAME_KIND_UNSPECIFIED, frame_pb2.FRAME_KIND_FRAME):
+        raise MalformedMessage(REASON_FIELDS, f"unknown frame kind {header.kind}", header)
     if payload.nbytes != header.payload_size:
         raise MalformedMessage(
             REASON_PAYLOAD,
@@ -127,7 +139,7 @@ def unpack_frame(parts: Sequence[Any]) -> FrameMessage:
                 f"got {payload.nbytes}",
                 header,
             )
-    elif header.encoding != common_pb2.ENCODING_JPEG:
+    elif header.encoding not in (common_pb2.ENCODING_JPEG, common_pb2.ENCODING_H264):
         raise MalformedMessage(REASON_FIELDS, f"unknown encoding {header.encoding}", header)
     return FrameMessage(header, payload)
 

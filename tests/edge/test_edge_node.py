@@ -180,7 +180,15 @@ def test_no_cloud_opens_breaker_and_detection_goes_on(
 ) -> None:
     node = node_factory(
         cloud=f"127.0.0.1:{port}",  # nothing listens there
-        crops={"score_max": 1.0, "max_per_frame": 2},
+        # Every kept frame's boxes, not one look per object: the buffer must overflow.
+        crops={
+            "score_max": 1.0,
+            "max_per_frame": 2,
+            "track_interval_s": 0.0,
+            "track_change_iou": 1.0,
+            "track_score_change": 0.0,
+            "max_per_track": 1000,
+        },
         uplink={
             "failure_threshold": 2,
             "connect_timeout_s": 0.2,
