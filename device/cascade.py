@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter
 from strata.shared.config.device import CascadeConfig
 from strata.shared.contracts import frame_pb2
@@ -94,6 +95,7 @@ class CascadePolicy:
         self._send_next = False
         self.estimated = 0.0
         self.calibrations = 0
+        self._by_gap: np.ndarray | None = None
 
     def before_motion(self, index: int) -> PreDecision:
         """What to do with source frame `index` before its motion is scored."""
@@ -153,6 +155,13 @@ class CascadePolicy:
                 self._burst_due = 0
             by_gap = fb.f1_by_gap if self.cfg.metric == "f1" else fb.counting_by_gap
             if by_gap:
+                # One burst is a small sample: decide on a running mean over bursts.
+                new = np.asarray(by_gap, np.float64)
+                prev = self._by_gap
+                if prev is not None and prev.shape == new.shape:
+                    new = prev + self.cfg.smoothing * (new - prev)
+                self._by_gap = new
+                by_gap = new.tolist()
                 old = self.min_gap
                 gap = choose_gap(list(by_gap), self.cfg.target, self.min_gap)
                 self.min_gap = max(1, min(gap, self.cfg.max_min_gap))

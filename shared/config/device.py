@@ -157,10 +157,16 @@ class CascadeConfig(StrictModel):
     )
     max_gap: int = Field(50, ge=1, description="A quiet scene still sends one frame in this many.")
     calibrate_every: int = Field(
-        300, ge=0, description="Source frames between calibration bursts; 0: never."
+        600, ge=0, description="Source frames between calibration bursts; 0: never."
     )
     burst_frames: int = Field(
-        30, ge=0, description="Frames of a calibration burst, sent at full rate."
+        25, ge=0, description="Frames of a calibration burst, sent at full rate."
+    )
+    smoothing: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Weight of the newest burst in the running estimate (1: newest only).",
     )
     send_skipped: bool = Field(
         True, description="Tell the edge about every dropped frame (it answers from tracking)."

@@ -1,10 +1,13 @@
 """The cascade's cost and accuracy on one clip: two real pipeline runs, compared.
 
-Reference: the device's gates off, so the edge's YOLO sees every frame. Cascade: the gates
-as configured. Both runs are the real daemons over loopback (`strata.tools.demo.pipeline`).
-On the synthetic clip the ground truth is known, so the cascade is also scored against it
-(a frame the device dropped reuses the truth of the last kept frame), which measures what
-dropping frames costs independently of how good the detector is.
+Reference: the device's gates and cascade off, full-resolution raw frames, so the edge's
+YOLO sees every original frame. Cascade: as shipped (accuracy target, H.264 at the model's
+input size, the edge's tracker answering dropped frames). Both runs are the real daemons
+over loopback (`strata.tools.demo.pipeline`), the clip played at its frame rate. Every
+frame is scored with what the edge published for it; beside it, the uniform baseline at
+the same share of frames with the same tracker, the stale-copy baseline, and object-level
+recall. On the synthetic clip the ground truth is known, so the cascade is also scored
+against it (a dropped frame reuses the truth of the last kept frame).
 """
 
 from __future__ import annotations
@@ -17,8 +20,16 @@ from typing import Any
 
 import numpy as np
 from strata.shared.config.base import merge
+from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision.agreement import Agreement, agreement, propagate
 from strata.shared.vision.boxes import FrameBoxes
+from strata.tools.bench.sampling import (
+    CurvePoint,
+    object_recall,
+    reference_tracks,
+    uniform_agreement,
+    uniform_curve,
+)
 from strata.tools.demo.names import BYTES, COUNTS
 from strata.tools.demo.pipeline import Outcome, PipelineRun, RunOptions
 from strata.tools.demo.results import Received
@@ -32,13 +43,32 @@ log = logging.getLogger(__name__)
 # The device must also wait for every ack at the end of the file: a file is read far faster
 # than the edge detects, and frames still unacked when the agent gives up are lost.
 NO_SHEDDING: dict[str, Any] = {
-    "edge": {"batching": {"queue_per_camera": 100_000, "delay_target_ms": 0}},
-    "device": {"sender": {"drain_timeout_s": 1800}},
+    "edge": {
+        "batching": {"queue_per_camera": 100_000, "delay_target_ms": 0},
+        # A shared CPU's inference p99 would trip GPU degradation (answers from cache).
+        "degradation": {"enabled": False},
+    },
+    # The clip plays at its own frame rate, like a camera: the cascade's feedback from the
+    # edge arrives while the clip still runs, as it would live.
+    "device": {"sender": {"drain_timeout_s": 1800}, "source": {"realtime": True}},
 }
 GATES_OFF: dict[str, Any] = {
-    "device": {"motion": {"enabled": False}, "gate": {"enabled": False}},
+    "device": {
+        "motion": {"enabled": False},
+        "gate": {"enabled": False},
+        "cascade": {"enabled": False},
+        # The detector on every original frame: full resolution, uncompressed.
+        "payload": {"scale_to_model": False},
+        "sender": {"encoding": "bgr"},
+    },
     # The reference needs only the detector; no crops for the cloud.
     "edge": {"crops": {"max_per_frame": 0}},
+}
+# The cascade as shipped for the bench: H.264 at the model's input size, relevance gate
+# off (the starter gate keeps nearly every vtest frame), answers interpolated.
+CASCADE: dict[str, Any] = {
+    "device": {"sender": {"encoding": "h264"}, "gate": {"enabled": False}},
+    "edge": {"tracking": {"answer": "interpolate"}},
 }
 
 
@@ -62,8 +92,14 @@ def boxes_of(results: Mapping[tuple[str, int], Received], labels: Labels) -> dic
             [(d.box.x1, d.box.y1, d.box.x2, d.box.y2) for d in dets], np.float32
         ).reshape(-1, 4)
         classes = np.array([labels.id(d.label or str(d.class_id)) for d in dets], np.int32)
-        out[index] = FrameBoxes.of(boxes, classes)
+        scores = np.array([d.score for d in dets], np.float32)
+        out[index] = FrameBoxes.of(boxes, classes, scores)
     return out
+
+
+def detected_frames(results: Mapping[tuple[str, int], Received]) -> set[int]:
+    """Frame indices the detector ran on (not answered from tracking)."""
+    return {index for (_camera, index), r in results.items() if not r.message.predicted}
 
 
 @dataclass
@@ -84,6 +120,23 @@ class ClipResult:
     edge_latency_ms: list[float] = field(default_factory=list)
     reference_fps: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # Frames the detector ran on (the rest answered by the edge's tracker).
+    frames_detected: int = 0
+    frames_unanswered: int = 0
+    object_recall: float = 0.0
+    objects: int = 0
+    # Keeping the same share of frames evenly, with the same tracker answering the rest.
+    uniform: Agreement | None = None
+    # Copying the last kept frame's boxes instead (the old way).
+    stale: Agreement | None = None
+    # Cloud looks per tracked object: most and mean crops of one track (track id != 0).
+    crops_per_track_max: int = 0
+    crops_per_track_mean: float = 0.0
+    untracked_crops: int = 0
+    # The uniform baseline at several shares of frames kept (for the curve).
+    curve: list[CurvePoint] = field(default_factory=list)
+    # (share kept, bytes of an H.264 stream of those frames at the model's size / file).
+    bytes_curve: list[tuple[float, float]] = field(default_factory=list)
 
 
 def run_once(workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: float) -> Outcome:
@@ -107,12 +160,13 @@ def measure_clip(
     truth_labels: Labels | None = None,
     overrides: dict[str, Any] | None = None,
     timeout_s: float = 1800.0,
+    curve: bool = False,
 ) -> ClipResult:
     """Reference and cascade runs over `clip`, compared."""
     labels = truth_labels or Labels()
     extra = merge(NO_SHEDDING, overrides or {})
     ref = run_once(workdir / "reference", clip, merge(extra, GATES_OFF), timeout_s)
-    cas = run_once(workdir / "cascade", clip, extra, timeout_s)
+    cas = run_once(workdir / "cascade", clip, merge(CASCADE, extra), timeout_s)
     decoded = int(value(ref.scrapes, COUNTS["decoded"]))
     ref_boxes = boxes_of(ref.results, labels)
     cas_boxes = boxes_of(cas.results, labels)
@@ -121,16 +175,34 @@ def measure_clip(
     # A reference frame without an answer would count against the cascade; treat it as
     # empty and say how many there were.
     reference = [ref_boxes.get(i, FrameBoxes.empty()) for i in range(total)]
-    ours = propagate(cas_boxes, total)
+    # Every frame is scored with what the edge published for it (detected or answered by
+    # its tracker); a frame without any result counts as empty, and is counted.
+    ours = [cas_boxes.get(i, FrameBoxes.empty()) for i in range(total)]
+    unanswered = sum(1 for i in range(total) if i not in cas_boxes)
+    detected = detected_frames(cas.results)
+    kept = {i: b for i, b in cas_boxes.items() if i in detected}
+    tracking = TrackingConfig(answer="interpolate")
+    tracks = reference_tracks(reference, tracking)
+    recall = object_recall(reference, tracks, kept)
+    size = _frame_size(cas.results)
+    fraction = len(detected) / total if total else 0.0
+    uniform_a, _ = uniform_agreement(reference, fraction, tracking, *size)
     result = ClipResult(
         clip=clip.name,
         frames_total=total,
-        frames_to_edge=int(value(cas.scrapes, COUNTS["sent_to_edge"])),
+        # Frames whose pixels went to the edge (the other messages are header-only).
+        frames_to_edge=len(detected),
         frames_to_cloud=len({(e.camera_id, e.sequence) for e in cas.events}),
         bytes_source=clip.stat().st_size,
         bytes_to_edge=value(cas.scrapes, BYTES["to_edge"]),
         bytes_to_cloud=value(cas.scrapes, BYTES["to_cloud"]),
         vs_reference=agreement(reference, ours),
+        frames_detected=len(detected),
+        frames_unanswered=unanswered,
+        object_recall=recall.recall,
+        objects=recall.total,
+        uniform=uniform_a,
+        stale=agreement(reference, propagate(kept, total)),
         reference_missing=missing,
         edge_latency_ms=sorted((edge_latency_ns(cas.results) / 1e6).tolist()),
         reference_fps=len(ref.results) / ref.processing_s if ref.processing_s > 0 else 0.0,
@@ -138,12 +210,47 @@ def measure_clip(
     )
     if missing:
         result.notes.append(f"{missing} reference frames had no result (counted as empty)")
+    if unanswered:
+        result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")
+    per_track: dict[tuple[str, str, int], int] = {}
+    for e in cas.events:
+        if e.track_id:
+            key = (e.edge_id, e.camera_id, e.track_id)
+            per_track[key] = per_track.get(key, 0) + 1
+        else:
+            result.untracked_crops += 1
+    if per_track:
+        result.crops_per_track_max = max(per_track.values())
+        result.crops_per_track_mean = sum(per_track.values()) / len(per_track)
+    if curve:
+        result.curve = uniform_curve(reference, CURVE_FRACTIONS, tracking, *size)
+        result.bytes_curve = bytes_curve(clip, total, CURVE_FRACTIONS)
     if truth is not None:
         truth = truth[:total]
-        kept = {i: truth[i] for i in cas_boxes if i < len(truth)}
-        result.vs_truth = agreement(truth, propagate(kept, len(truth)))
+        truth_kept = {i: truth[i] for i in detected if i < len(truth)}
+        result.vs_truth = agreement(truth, propagate(truth_kept, len(truth)))
         result.detector_vs_truth = agreement(truth, reference[: len(truth)])
     return result
+
+
+CURVE_FRACTIONS = (0.1, 0.15, 0.2, 0.3, 0.4, 0.6)
+
+
+def bytes_curve(clip: Path, total: int, fractions: tuple[float, ...]) -> list[tuple[float, float]]:
+    """Bytes of an H.264 stream (the agent's encoder, the starter model's 320 input) of
+    `fraction` of the frames, evenly spaced, over the clip file's size."""
+    from strata.edge.calibration import uniform
+    from strata.tools.bench.payloads import h264_bytes
+
+    size = clip.stat().st_size
+    return [(f, h264_bytes(clip, uniform(total, f), 320) / size) for f in fractions]
+
+
+def _frame_size(results: Mapping[tuple[str, int], Received]) -> tuple[int, int]:
+    for r in results.values():
+        if r.message.width and r.message.height:
+            return int(r.message.width), int(r.message.height)
+    return 0, 0
 
 
 def synthetic_truth(clip: Any, labels: Labels) -> list[FrameBoxes]:

@@ -93,6 +93,20 @@ def h264_run(
     return PayloadRun(len(idx), total, size, dict(zip(idx, boxes, strict=True)))
 
 
+def h264_bytes(clip: Path, kept: np.ndarray, model_input: int, crf: int = 18) -> int:
+    """Bytes of the H.264 stream of the kept frames scaled to fit `model_input`."""
+    import av
+
+    enc = H264Encoder(250, crf)
+    total = 0
+    with av.open(str(clip)) as container:
+        for i, f in enumerate(container.decode(video=0)):
+            if i < len(kept) and kept[i]:
+                size = fit_size(f.width, f.height, model_input, model_input)
+                total += len(enc.encode(Frame(i, 0.0, 0, av_frame=f).bgr(size)).data)
+    return total
+
+
 def original_boxes(clip: Path, det: Detector) -> list[FrameBoxes]:
     """The detector on every original frame (full resolution BGR): the reference."""
     import av

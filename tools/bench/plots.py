@@ -19,6 +19,10 @@ class PlotData:
     throughput: dict[str, Sequence[tuple[float, float]]] = field(default_factory=dict)
     # label -> [(motion threshold, fraction of frames kept)]
     kept: dict[str, Sequence[tuple[float, float]]] = field(default_factory=dict)
+    # label -> [(fraction of frames kept, box F1 against the detector on every frame)]
+    f1_vs_kept: dict[str, Sequence[tuple[float, float]]] = field(default_factory=dict)
+    # label -> [(fraction of frames kept, bytes to the edge / the clip's file)]
+    bytes_vs_kept: dict[str, Sequence[tuple[float, float]]] = field(default_factory=dict)
 
 
 def available() -> str | None:
@@ -83,6 +87,36 @@ def xy_plot(
     return _save(fig, path)
 
 
+def cascade_curve(
+    f1: Mapping[str, Sequence[tuple[float, float]]],
+    size: Mapping[str, Sequence[tuple[float, float]]],
+    path: Path,
+) -> Path | None:
+    """Box F1 and bytes against the fraction of frames kept, side by side."""
+    import matplotlib.pyplot as plt
+
+    if not any(len(v) for v in f1.values()):
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, series, ylabel in (
+        (left, f1, "box F1 vs the detector on every frame"),
+        (right, size, "bytes to the edge / the clip's H.264 file"),
+    ):
+        for label, v in series.items():
+            pts = np.asarray(sorted(v), np.float64).reshape(-1, 2)
+            if pts.shape[0] == 1:
+                ax.plot(pts[:, 0], pts[:, 1], marker="*", markersize=14, ls="", label=label)
+            elif pts.shape[0]:
+                ax.plot(pts[:, 0], pts[:, 1], marker="o", label=label)
+        ax.set_xlabel("fraction of frames kept (sent to the edge)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    left.set_title("Accuracy against frames kept")
+    right.set_title("Bytes against frames kept")
+    return _save(fig, path)
+
+
 def write_all(data: PlotData, out: Path) -> tuple[list[Path], list[str]]:
     """Every plot there is data for; returns (written, notes)."""
     why = available()
@@ -111,6 +145,10 @@ def write_all(data: PlotData, out: Path) -> tuple[list[Path], list[str]]:
                 "fraction of frames kept",
                 "Frames kept against motion threshold",
             ),
+        ),
+        (
+            "cascade_vs_frames_kept.png",
+            cascade_curve(data.f1_vs_kept, data.bytes_vs_kept, out / "cascade_vs_frames_kept.png"),
         ),
     ):
         if made is None:

@@ -78,7 +78,7 @@ def run_cascade(opts: BenchOptions, work: Path) -> list[ClipResult]:
         say("--quick: cascade on vtest.mp4 skipped (795 frames through two full pipeline runs)")
     else:
         say(f"cascade on {opts.vtest.name}: reference run, then cascade run ...")
-        clips.append(measure_clip(opts.vtest, work / "vtest"))
+        clips.append(measure_clip(opts.vtest, work / "vtest", curve=True))
     return clips
 
 
@@ -109,6 +109,22 @@ def plot_data(runs: dict[str, TierRun], clips: list[ClipResult]) -> plots.PlotDa
             for p in points
             if "mean_batch" in p and "served_ips" in p
         ]
+    for c in clips:
+        if c.curve:
+            name = c.clip
+            data.f1_vs_kept[f"uniform sampling + the edge's tracker, {name}"] = [
+                (p.kept, p.f1) for p in c.curve
+            ]
+            data.f1_vs_kept[f"cascade, {name}"] = [
+                (c.frames_to_edge / max(c.frames_total, 1), c.vs_reference.f1)
+            ]
+            data.bytes_vs_kept[f"H.264 of the kept frames at 320, {name}"] = c.bytes_curve
+            data.bytes_vs_kept[f"cascade, {name}"] = [
+                (
+                    c.frames_to_edge / max(c.frames_total, 1),
+                    c.bytes_to_edge / max(c.bytes_source, 1),
+                )
+            ]
     device = runs.get("device")
     motion = lookup(device.data, "motion_sweep") if device else None
     if isinstance(motion, list):

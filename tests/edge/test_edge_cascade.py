@@ -1,0 +1,168 @@
+"""The cascade in a real node over loopback: skipped frames answered from tracking, scaled
+payloads in source pixels, H.264 with a lost frame, a new size and a keyframe request."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zmq
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from strata.device.encoder import H264Encoder
+from strata.edge.node import EdgeNode
+from strata.shared.config.edge import EdgeConfig
+from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.metrics import sample
+from strata.shared.synthetic import SyntheticClip
+from strata.shared.wire import pack_frame
+
+pytestmark = pytest.mark.timeout(120)
+SESSION = 77
+
+
+@pytest.fixture
+def node(colour_model: Path) -> Iterator[EdgeNode]:
+    cfg = EdgeConfig.model_validate(
+        {
+            "listen": "tcp://127.0.0.1:0",
+            "publish": "tcp://127.0.0.1:0",
+            "model": {"input_size": MODEL_SIZE},
+            "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
+            "degradation": {"enabled": False},
+        }
+    )
+    n = EdgeNode(cfg, colour_model, "colour")
+    n.start()
+    yield n
+    n.stop()
+
+
+def send(agent: RawAgent, header: frame_pb2.FrameHeader, payload: Any = b"") -> None:
+    header.agent_id = agent.agent_id
+    header.session_id = SESSION
+    agent.sock.send_multipart(pack_frame(header, payload), copy=False)
+
+
+def test_every_frame_gets_a_result_skipped_ones_from_tracking(
+    node: EdgeNode, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    sub = Listener(zctx, node.endpoints.publish)
+    agent = RawAgent(zctx, node.endpoints.listen)
+    wait_until_subscribed(agent, sub, synthetic_clip.frame(0).image)
+    h, w = synthetic_clip.frame(0).image.shape[:2]
+    frames = range(16, 41)
+    for seq, i in enumerate(frames, start=1):
+        hdr = frame_pb2.FrameHeader(camera_id="cam", sequence=seq, frame_index=i)
+        if i % 4 == 0:
+            # Kept: as if scaled down by 2 from a source twice this size (the agent
+            # scaling to the model's input); results come back in source pixels.
+            image = synthetic_clip.frame(i).image
+            hdr.width, hdr.height = w, h
+            hdr.source_width, hdr.source_height = 2 * w, 2 * h
+            hdr.encoding = common_pb2.ENCODING_BGR
+            send(agent, hdr, image)
+        else:
+            hdr.kind = frame_pb2.FRAME_KIND_SKIPPED
+            hdr.skip_reason = "min_gap"
+            hdr.width, hdr.height = 2 * w, 2 * h
+            send(agent, hdr)
+    results = sorted(sub.collect(len(frames)), key=lambda r: r.frame_index)
+    assert [r.frame_index for r in results] == list(frames)
+    detected = [r for r in results if not r.predicted]
+    predicted = [r for r in results if r.predicted]
+    assert [r.frame_index for r in detected] == [i for i in frames if i % 4 == 0]
+    assert all(r.note.startswith("skipped:min_gap:") for r in predicted)
+    assert all((r.width, r.height) == (2 * w, 2 * h) for r in results)
+    # Boxes in source pixels, with the track ids the predictions carry on.
+    assert all(len(r.detections) > 0 for r in detected)
+    for r in detected:
+        truth = synthetic_clip.boxes(r.frame_index)
+        for d in r.detections:
+            assert d.track_id > 0
+            best = max(min(d.box.x2, 2 * t.x2) - max(d.box.x1, 2 * t.x1) for t in truth)
+            assert best > 0.5 * (d.box.x2 - d.box.x1)
+    ids = {d.track_id for r in detected for d in r.detections}
+    assert {d.track_id for r in predicted[2:] for d in r.detections} <= ids
+    reg = node.metrics.registry
+    answered = sum(
+        sample(reg, "strata_edge_answers_total", {"how": how})
+        for how in ("predicted", "timeout", "interpolated")
+    )
+    assert answered == len(predicted)
+    assert sample(reg, "strata_edge_skipped_frames_total", {"reason": "min_gap"}) == len(predicted)
+
+
+def h264_header(seq: int, index: int, unit: Any, size: tuple[int, int]) -> frame_pb2.FrameHeader:
+    return frame_pb2.FrameHeader(
+        camera_id="h",
+        sequence=seq,
+        frame_index=seq,
+        width=size[0],
+        height=size[1],
+        encoding=common_pb2.ENCODING_H264,
+        keyframe=unit.keyframe,
+        stream_index=index,
+    )
+
+
+def acks_until(agent: RawAgent, pred: Any, timeout_s: float = 10.0) -> list[frame_pb2.FrameAck]:
+    out: list[frame_pb2.FrameAck] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if agent.sock.poll(100, zmq.POLLIN):
+            out.append(frame_pb2.FrameAck.FromString(agent.sock.recv()))
+            if pred(out[-1]):
+                break
+    return out
+
+
+def test_h264_lost_frame_size_change_and_keyframe_request(
+    node: EdgeNode, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    sub = Listener(zctx, node.endpoints.publish)
+    agent = RawAgent(zctx, node.endpoints.listen)
+    wait_until_subscribed(agent, sub, synthetic_clip.frame(0).image)
+    enc = H264Encoder(keyframe_interval=0)
+    images = [synthetic_clip.frame(i).image for i in range(12)]
+    size = (images[0].shape[1], images[0].shape[0])
+    seq = index = 0
+
+    def push(image: np.ndarray, withhold: bool = False) -> int:
+        nonlocal seq, index
+        unit = enc.encode(image)
+        seq += 1
+        index += 1
+        if not withhold:
+            hdr = h264_header(seq, index, unit, (image.shape[1], image.shape[0]))
+            send(agent, hdr, unit.data)
+        return seq
+
+    for im in images[:3]:
+        push(im)
+    assert sorted(r.sequence for r in sub.collect(3)) == [1, 2, 3]
+    push(images[3], withhold=True)  # given up by the agent: never arrives
+    lost = push(images[4])
+    # The node cannot decode it, nor what follows, and says so on the camera's next ack.
+    asked = False
+    for im in images[5:12]:
+        push(im)
+        if any(a.keyframe_request for a in acks_until(agent, lambda a: a.keyframe_request, 1.0)):
+            asked = True
+            break
+    assert asked
+    reg = node.metrics.registry
+    assert sample(reg, "strata_edge_h264_lost_total", {"reason": "h264_no_reference"}) >= 1
+    assert sample(reg, "strata_edge_keyframe_requests_total") >= 1
+    # A keyframe at a new size (the camera changed resolution) resumes the stream.
+    big = np.ascontiguousarray(np.repeat(np.repeat(images[5], 2, 0), 2, 1))
+    enc.request_keyframe("keyframe_request")
+    resumed = push(big)
+    after = push(np.ascontiguousarray(np.repeat(np.repeat(images[6], 2, 0), 2, 1)))
+    got = {r.sequence: r for r in sub.collect(2)}
+    assert set(got) == {resumed, after}
+    assert (got[resumed].width, got[resumed].height) == (size[0] * 2, size[1] * 2)
+    assert lost not in got
