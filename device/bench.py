@@ -36,6 +36,8 @@ from strata.shared.config.device import (
     DeviceConfig,
     GateConfig,
     MotionConfig,
+    PayloadConfig,
+    SenderConfig,
     SourceConfig,
 )
 from strata.shared.machine import cpu_model
@@ -191,6 +193,16 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="decoder threads on all sides (device.source.decode_threads; 0: PyAV's default)",
     )
+    p.add_argument(
+        "--scale",
+        type=int,
+        default=0,
+        help="scale frames to fit NxN while decoding, as for an edge model of that input "
+        "(0: full size)",
+    )
+    p.add_argument(
+        "--encoding", choices=("jpeg", "bgr", "h264"), default="jpeg", help="payload encoding"
+    )
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument(
         "--motion-sweep",
@@ -242,6 +254,8 @@ def _base_config(args: argparse.Namespace) -> DeviceConfig:
         motion=MotionConfig(**motion),
         gate=GateConfig(**gate),
         source=SourceConfig(decode_threads=args.decode_threads),
+        payload=PayloadConfig(max_width=args.scale, max_height=args.scale),
+        sender=SenderConfig(encoding=args.encoding),
     )
 
 

@@ -157,10 +157,10 @@ class CascadeConfig(StrictModel):
     )
     max_gap: int = Field(50, ge=1, description="A quiet scene still sends one frame in this many.")
     calibrate_every: int = Field(
-        600, ge=0, description="Source frames between calibration bursts; 0: never."
+        900, ge=0, description="Source frames between calibration bursts; 0: never."
     )
     burst_frames: int = Field(
-        25, ge=0, description="Frames of a calibration burst, sent at full rate."
+        20, ge=0, description="Frames of a calibration burst, sent at full rate."
     )
     smoothing: float = Field(
         0.5,
