@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from strata.shared.config.device import DeviceConfig, GateConfig, SourceConfig
+from strata.shared.config.device import CascadeConfig, DeviceConfig, GateConfig, SourceConfig
 
 
 def write_red_classifier(path: Path, size: int = 16) -> Path:
@@ -56,6 +56,9 @@ def fast_config(edge: str, model: Path | None, **sections: object) -> DeviceConf
             open_timeout_s=2.0, read_timeout_s=2.0, backoff_initial_s=0.2, backoff_max_s=1.0
         ),
         "gate": gate,
+        # These tests count frames through the sender: no header-only messages of dropped
+        # frames and no calibration bursts in between (tests/device/test_cascade*.py do).
+        "cascade": CascadeConfig(enabled=False),
     }
     base.update(sections)
     return DeviceConfig(**base)  # type: ignore[arg-type]

@@ -88,3 +88,66 @@ def test_device_agent_to_edge_node_detections_match_ground_truth(
             np.testing.assert_allclose(got, [t.x1, t.y1, t.x2, t.y2], atol=tol)
             checked += 1
     assert checked > 40
+
+
+def test_cascade_every_frame_answered_h264_scaled_to_the_model(
+    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    from strata.shared.config.device import CascadeConfig
+
+    node = EdgeNode(
+        EdgeConfig.model_validate(
+            {
+                "listen": "tcp://127.0.0.1:0",
+                "publish": "tcp://127.0.0.1:0",
+                "model": {"input_size": MODEL_SIZE},
+                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
+                "degradation": {"enabled": False},
+                "tracking": {"answer": "interpolate"},
+            }
+        ),
+        colour_model,
+    )
+    ep = node.start()
+    sub = Listener(zctx, ep.publish, "cam")
+    wait_until_subscribed(
+        RawAgent(zctx, ep.listen, "probe"), sub, synthetic_clip.frame(0).image, camera="cam"
+    )
+    registry = CollectorRegistry()
+    agent = Agent(
+        DeviceConfig(
+            agent_id="agent-under-test",
+            edge=ep.listen,
+            cameras=[CameraConfig(id="cam", source=CLIP)],
+            motion=MotionConfig(enabled=False),
+            gate=GateConfig(enabled=False),
+            sender=SenderConfig(encoding="h264"),
+            # One frame in 3, no calibration bursts: 20 sent, 40 answered from tracking.
+            cascade=CascadeConfig(min_gap=3, calibrate_every=0),
+        ),
+        registry=registry,
+    )
+    try:
+        agent.start()
+        results = [r for r in sub.collect(60, timeout_s=60.0) if r.session_id]
+        agent.stop(drain_timeout_s=5.0)
+    finally:
+        node.stop()
+    by_index = {r.frame_index: r for r in results}
+    assert sorted(by_index) == list(range(60))
+    detected = sorted(i for i, r in by_index.items() if not r.predicted)
+    assert detected == list(range(0, 60, 3))
+    assert all((r.width, r.height) == (320, 240) for r in results)
+    assert all(r.note.startswith("skipped:min_gap:") for r in results if r.predicted)
+    decisions = "strata_device_cascade_decisions_total"
+    labels = {"camera": "cam", "decision": "dropped", "reason": "min_gap"}
+    assert sample(registry, decisions, labels) == 40
+    # The first frame the agent sent at full size; once the edge's ack told it the model's
+    # input, frames were scaled to fit it (256x192) while decoding.
+    assert agent.scale.get() == (MODEL_SIZE, MODEL_SIZE)
+    assert (
+        sample(
+            node.metrics.registry, "strata_edge_h264_lost_total", {"reason": "h264_no_reference"}
+        )
+        == 0
+    )
