@@ -152,7 +152,9 @@ class EdgeNode:
         )
         self.metrics.registry.register(DcgmCollector(self.telemetry))
         self.degradation = DegradationController(cfg.degradation, self.metrics.degradation)
-        self._last: dict[str, tuple[FrameBoxes, frame_pb2.FrameDetections]] = {}
+        self._last: dict[
+            str, tuple[FrameBoxes, frame_pb2.FrameDetections, TrackedBoxes | None]
+        ] = {}
         self._shed_log = _RateLimitedLog("shed", 1.0)
         self.queues = CameraQueues(cfg.batching.queue_per_camera, on_shed=self._on_shed)
         ing = cfg.ingest
@@ -597,7 +599,10 @@ class EdgeNode:
             self.degradation.metrics.skipped.labels("cached_result").inc()
             now = time.time_ns()
             # Never decoded: a predicted answer needs no pixels (and sends no crops).
-            self._publish(pub, DecodedFrame(f, _NO_IMAGE), last[0], now, now, predicted=True)
+            self.cascade.abandon(f.header)
+            self._publish(
+                pub, DecodedFrame(f, _NO_IMAGE), last[0], now, now, predicted=True, tracked=last[2]
+            )
         return rest
 
     def _publish(
@@ -657,7 +662,7 @@ class EdgeNode:
         self.metrics.processed.inc()
         self.metrics.camera_frames.labels(h.camera_id).inc()
         if not predicted:
-            self._last[h.camera_id] = (boxes, msg)
+            self._last[h.camera_id] = (boxes, msg, tracked)
         self.metrics.detections.inc(len(boxes))
         self.metrics.node_latency.observe(time.monotonic() - frame.received)
         if h.capture_ns:

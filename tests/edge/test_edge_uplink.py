@@ -191,6 +191,11 @@ def test_node_sends_chosen_crops_to_the_cloud(
                 "score_max": 1.0,
                 "max_per_frame": 1,
                 "pad": 0.0,
+                # A crop of every frame, not one look per tracked object.
+                "track_interval_s": 0.0,
+                "track_change_iou": 1.0,
+                "track_score_change": 0.0,
+                "max_per_track": 1000,
             },
         }
     )
