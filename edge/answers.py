@@ -42,6 +42,9 @@ class Answer:
     receive_ns: int
     # "predicted" or "interpolated"; "timeout" when hold_s ran out first.
     how: str
+    # What the caller handed in with the skipped frame (the node: its queued message, to
+    # send the final ack once the answer is published).
+    token: object = None
 
 
 @dataclass(slots=True)
@@ -49,6 +52,7 @@ class _Held:
     header: frame_pb2.FrameHeader
     received: float
     receive_ns: int
+    token: object = None
 
 
 class _Camera:
@@ -102,12 +106,14 @@ class Answers:
             if c is not None and h.frame_index in c.pending:
                 c.pending.remove(h.frame_index)
 
-    def skipped(self, h: frame_pb2.FrameHeader, received: float, receive_ns: int) -> None:
+    def skipped(
+        self, h: frame_pb2.FrameHeader, received: float, receive_ns: int, token: object = None
+    ) -> None:
         """A skipped frame to answer once the frames before it are known."""
         with self._lock:
             c = self._cam(h)
             c.width, c.height = _source_size(h)
-            c.held.append(_Held(h, received, receive_ns))
+            c.held.append(_Held(h, received, receive_ns, token))
 
     def detected(
         self, h: frame_pb2.FrameHeader, boxes: FrameBoxes
@@ -172,19 +178,23 @@ class Answers:
             boxes = c.tracker.predict(idx, c.width, c.height) if self.cfg.enabled else _none()
             late = before < 0 and (blocked or waiting)
             how = "timeout" if late else "predicted"
-            out.append(Answer(held.header, boxes, held.received, held.receive_ns, how))
+            out.append(Answer(held.header, boxes, held.received, held.receive_ns, how, held.token))
 
     def _interpolated(self, c: _Camera, held: _Held, end: tuple[int, TrackedBoxes]) -> Answer:
         idx = held.header.frame_index
         pred = c.tracker.predict(idx, c.width, c.height) if self.cfg.enabled else _none()
         start = c.last
         if self.cfg.answer != "interpolate" or start is None or not self.cfg.enabled:
-            return Answer(held.header, pred, held.received, held.receive_ns, "predicted")
+            return Answer(
+                held.header, pred, held.received, held.receive_ns, "predicted", held.token
+            )
         a_idx, a = start
         b_idx, b = end
         w = (idx - a_idx) / max(b_idx - a_idx, 1)
         boxes = interpolate(a, b, w, pred)
-        return Answer(held.header, boxes, held.received, held.receive_ns, "interpolated")
+        return Answer(
+            held.header, boxes, held.received, held.receive_ns, "interpolated", held.token
+        )
 
     def forget_idle(self, idle_s: float, now: float | None = None) -> int:
         """Drop cameras with nothing held and no frame for `idle_s`."""

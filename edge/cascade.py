@@ -82,10 +82,13 @@ class EdgeCascade:
 
     # -- ingest thread ---------------------------------------------------------------------
 
-    def skipped(self, h: frame_pb2.FrameHeader, received: float, receive_ns: int) -> None:
-        """A skipped frame's message was accepted: answer it when its turn comes."""
+    def skipped(
+        self, h: frame_pb2.FrameHeader, received: float, receive_ns: int, token: object = None
+    ) -> None:
+        """A skipped frame's message was accepted: answer it when its turn comes (`token`
+        comes back on its Answer)."""
         self.metrics.skipped.labels(h.skip_reason or "unspecified").inc()
-        self.answers.skipped(h, received, receive_ns)
+        self.answers.skipped(h, received, receive_ns, token)
 
     def expect(self, h: frame_pb2.FrameHeader) -> None:
         """A kept frame was queued for the detector."""

@@ -443,7 +443,7 @@ class EdgeNode:
         """A skipped frame waits for its answer from tracking; a kept one for the detector."""
         h = frame.header
         if h.kind == frame_pb2.FRAME_KIND_SKIPPED:
-            self.cascade.skipped(h, frame.received, frame.receive_ns)
+            self.cascade.skipped(h, frame.received, frame.receive_ns, frame)
             return
         self.cascade.expect(h)
         self.queues.put(frame)
