@@ -186,14 +186,25 @@ def run_node(args: argparse.Namespace, _cfg: type[EdgeConfig]) -> int:
 
     trace = make_trace(args.kind, args.cameras, args.base_fps, args.duration, seed=args.seed)
     results = []
-    for policy in args.policy or ["rule", "learned"]:
-        q = ""
-        if policy == "learned" and args.q_table:
-            q = str(Path(tempfile.mkdtemp()) / "q.json")
-            shutil.copyfile(args.q_table, q)
-        r = run_policy(policy, q, trace, args.cameras, 1.0)
-        results.append(r)
-        print(json.dumps(asdict(r)), flush=True)
+    policies = args.policy or ["rule", "learned"]
+    for k in range(args.rounds):
+        # Alternate which policy goes first: load drifts hit both alike over the rounds.
+        for policy in policies if k % 2 == 0 else policies[::-1]:
+            q = ""
+            if policy == "learned" and args.q_table:
+                # A fresh copy each time: the node saves what it learned at stop.
+                q = str(Path(tempfile.mkdtemp()) / "q.json")
+                shutil.copyfile(args.q_table, q)
+            r = run_policy(policy, q, trace, args.cameras, 1.0)
+            results.append(r)
+            print(json.dumps(asdict(r)), flush=True)
+    for policy in policies:
+        rs = [r for r in results if r.policy == policy]
+        print(
+            f"{policy}: median p99 {np.median([r.p99_ms for r in rs]):.0f} ms, "
+            f"goodput {np.median([r.goodput_fps for r in rs]):.2f} fps over {len(rs)} runs",
+            flush=True,
+        )
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=1))
     return 0

@@ -385,6 +385,7 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--cameras", type=int, default=4)
     n.add_argument("--base-fps", type=float, default=0.5)
     n.add_argument("--seed", type=int, default=1)
+    n.add_argument("--rounds", type=int, default=1, help="alternating rounds per policy")
     n.add_argument("--json", default="")
     return p
 
