@@ -32,7 +32,16 @@ def test_cloud_killed_while_crops_flow_loses_none(tmp_path: Path, vtest_mp4: Pat
             "device": {"source": {"realtime": True}},
             "edge": {
                 # Every detection goes to the cloud, a small memory buffer: the spool works.
-                "crops": {"score_min": 0.25, "score_max": 1.0, "max_per_frame": 4},
+                # Crops of every frame (not one look per tracked object): a steady flow.
+                "crops": {
+                    "score_min": 0.25,
+                    "score_max": 1.0,
+                    "max_per_frame": 4,
+                    "track_interval_s": 0.0,
+                    "track_change_iou": 1.0,
+                    "track_score_change": 0.0,
+                    "max_per_track": 100000,
+                },
                 "uplink": {"queue": 8, "open_s": 1.0, "connect_timeout_s": 0.5},
             },
         },
