@@ -28,6 +28,10 @@ class DeviceMetrics:
             "frames_dropped_overload", "Live frames dropped because the gate queue was full."
         )
         self.sent = counter("frames_sent", "Frames sent to the edge (first sends).")
+        self.skipped_sent = counter(
+            "skipped_sent",
+            "Header-only messages of dropped frames sent to the edge (first sends).",
+        )
         self.retransmitted = counter("frames_retransmitted", "Frames sent again after no ack.")
         self.acked = counter("frames_acked", "Frames the edge acknowledged (incl. duplicates).")
         self.rejected = counter("frames_rejected", "Frames the edge rejected as malformed.")
@@ -103,6 +107,7 @@ class CameraMetrics:
         self.dropped_gate = m.dropped_gate.labels(c)
         self.dropped_overload = m.dropped_overload.labels(c)
         self.sent = m.sent.labels(c)
+        self.skipped_sent = m.skipped_sent.labels(c)
         self.retransmitted = m.retransmitted.labels(c)
         self.acked = m.acked.labels(c)
         self.rejected = m.rejected.labels(c)

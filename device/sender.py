@@ -242,7 +242,9 @@ class Sender:
                 except zmq.Again:
                     box.unsend(item)  # edge not connected (or its queue full): keep it
                     break
-                if item.sends == 1:
+                if item.sends == 1 and item.header.kind == frame_pb2.FRAME_KIND_SKIPPED:
+                    cam.m.skipped_sent.inc()
+                elif item.sends == 1:
                     cam.m.sent.inc()
                     cam.m.bytes_sent.inc(item.nbytes)
                 else:

@@ -97,9 +97,12 @@ def per_camera(
         for key in ("decoded", "dropped_motion", "dropped_gate", "sent_to_edge"):
             for cam, n in device.by_label(COUNTS[key].name, "camera").items():
                 out.setdefault(cam, {})[key] = n
-    for cam, _index in results:
+    for (cam, _index), r in results.items():
         row = out.setdefault(cam, {})
         row["results_received"] = row.get("results_received", 0.0) + 1
+        if r.message.predicted:
+            # Answered from the edge's tracker (a frame the device did not send).
+            row["results_predicted"] = row.get("results_predicted", 0.0) + 1
     return out
 
 
@@ -143,6 +146,7 @@ def build(
     """Assemble the report from the last scrapes, the received results and the events."""
     frames = counts(scrapes)
     frames["results_received"] = float(len(results))
+    frames["results_predicted"] = float(sum(1 for r in results.values() if r.message.predicted))
     frames["frames_with_cloud_events"] = float(len({(e.camera_id, e.sequence) for e in events}))
     frames["cloud_events"] = float(len(events))
     source_bytes = float(sum(int(s.get("bytes") or 0) for s in sources))
