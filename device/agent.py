@@ -62,7 +62,7 @@ class Agent:
             gate = load_gate(cfg.gate, models_repository)
         self.gate = gate if cfg.gate.enabled else None
         self.inbox = GateInbox(cfg.gate.queue_frames)
-        self.sender = Sender(cfg.edge, cfg.sender, self.metrics)
+        self.sender = Sender(cfg.edge, cfg.sender, self.metrics, degrade=cfg.degrade)
         from .encoder import ScaleTarget
         from .worker import GateWorker  # cv2 import stays out of `strata --help`
 
@@ -97,6 +97,7 @@ class Agent:
                     self.metrics.camera(cam_id),
                     cfg.cascade,
                     self.cascade_metrics,
+                    self.sender.degrader(cam_id),
                 )
             )
         # What the edge says in acks reaches the policies, the scaler and the encoder.

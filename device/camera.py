@@ -18,6 +18,7 @@ from strata.shared.config.device import CascadeConfig, MotionConfig, SourceConfi
 from strata.shared.logs import RateLimitedLog
 
 from .cascade import CascadeMetrics, CascadePolicy
+from .degrade import REASON_MOTION, REASON_RATE, SourceDegrader
 from .frames import Frame
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DropLog
@@ -72,6 +73,7 @@ class CameraWorker:
         metrics: CameraMetrics,
         cascade: CascadeConfig | None = None,
         cascade_metrics: CascadeMetrics | None = None,
+        degrader: SourceDegrader | None = None,
     ) -> None:
         self.camera_id = camera_id
         self.source = source
@@ -88,6 +90,9 @@ class CameraWorker:
         self.inbox = inbox
         self.m = metrics
         self._state = CameraState.STARTING
+        # What the edge asks this camera to give up under overload (None: nothing).
+        self.degrader = degrader
+        self._degrade_log = DropLog(log, camera_id, "edge overloaded, degraded at the source")
         self.state = CameraState.STARTING
         self.error = ""
         self._retry_log = RateLimitedLog(log, period=RETRY_LOG_PERIOD_S)
@@ -188,6 +193,7 @@ class CameraWorker:
         finally:
             self._motion_log.flush()
             self._overload_log.flush()
+            self._degrade_log.flush()
 
     def _failed(self, exc: SourceError, attempt: int) -> bool:
         """Log and count a failure; wait the backoff. False: the camera gives up."""
@@ -236,13 +242,29 @@ class CameraWorker:
         elif pre is not None and pre.force:
             verdict = self.motion.keep_now(frame.motion_input(), frame.ts, pre.force)
         else:
-            verdict = self.motion.check(frame.motion_input(), frame.ts)
+            base = self.motion.cfg.threshold
+            deg = self.degrader
+            raised = deg.motion_threshold(base) if deg is not None else base
+            verdict = self.motion.check(frame.motion_input(), frame.ts, raised)
+            if not verdict.keep and verdict.score >= base:  # kept but for the degradation
+                self.m.dropped(REASON_MOTION).inc()
+                self._degrade_log.add(1, f"motion threshold raised to {raised:g}")
+                if policy is not None:
+                    policy.count("dropped", REASON_MOTION)
+                return False, REASON_MOTION, verdict.score
         if not verdict.keep:
             self.m.dropped_motion.inc()
             self._motion_log.add()
             if policy is not None:
                 policy.count("dropped", "motion")
             return False, "motion", verdict.score
+        forced = bool(pre is not None and pre.force)
+        if self.degrader is not None and not forced and not self.degrader.keep_by_rate():
+            self.m.dropped(REASON_RATE).inc()
+            self._degrade_log.add(1, f"frame rate capped at {self.degrader.rate_cap():.1f}/s")
+            if policy is not None:
+                policy.count("dropped", REASON_RATE)
+            return False, REASON_RATE, verdict.score
         if policy is not None:
             policy.kept(index)
             policy.count("kept", verdict.why)

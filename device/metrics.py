@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, fields
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from strata.shared.metrics import BATCH_BUCKETS, LATENCY_BUCKETS, sample
@@ -33,7 +34,21 @@ class DeviceMetrics:
             "Header-only messages of dropped frames sent to the edge (first sends).",
         )
         self.retransmitted = counter("frames_retransmitted", "Frames sent again after no ack.")
-        self.acked = counter("frames_acked", "Frames the edge acknowledged (incl. duplicates).")
+        self.acked = counter(
+            "frames_acked", "Frames the edge finally acked as processed (incl. duplicates)."
+        )
+        self.processed = counter("frames_processed", "Frames acked PROCESSED (result published).")
+        self.duplicate = counter(
+            "frames_duplicate", "Frames acked DUPLICATE (processed before, ack lost)."
+        )
+        self.busy = counter("frames_busy", "BUSY answers (over credit; the frame is resent).")
+        self.dropped_reason = Counter(
+            "strata_device_frames_dropped",
+            "Frames the agent gave up on after keeping them, by reason (spool_full, rejected, "
+            "shed_*, degraded_motion, degraded_rate, degraded_policy).",
+            ["camera", "reason"],
+            registry=r,
+        )
         self.rejected = counter("frames_rejected", "Frames the edge rejected as malformed.")
         self.spooled = counter(
             "frames_spooled", "Frames queued behind a full window (edge slow, away or not acking)."
@@ -47,6 +62,15 @@ class DeviceMetrics:
         )
         self.inflight_frames = Gauge(
             "strata_device_inflight_frames", "Frames sent and not yet acked.", cam, registry=r
+        )
+        self.credits = Gauge(
+            "strata_device_credits", "In-flight window the edge grants the camera.", cam, registry=r
+        )
+        self.degrade_level = Gauge(
+            "strata_device_degrade_level",
+            "Degradation the edge asks of the camera (0 none .. 3 drop policy).",
+            cam,
+            registry=r,
         )
         self.camera_up = Gauge(
             "strata_device_camera_up", "1 while the source delivers frames.", cam, registry=r
@@ -110,6 +134,14 @@ class CameraMetrics:
         self.skipped_sent = m.skipped_sent.labels(c)
         self.retransmitted = m.retransmitted.labels(c)
         self.acked = m.acked.labels(c)
+        self.processed = m.processed.labels(c)
+        self.duplicate = m.duplicate.labels(c)
+        self.busy = m.busy.labels(c)
+        self.credits = m.credits.labels(c)
+        self.degrade_level = m.degrade_level.labels(c)
+        self._dropped = m.dropped_reason
+        self._camera = c
+        self._dropped_children: dict[str, Any] = {}
         self.rejected = m.rejected.labels(c)
         self.spooled = m.spooled.labels(c)
         self.overflowed = m.overflowed.labels(c)
@@ -143,6 +175,13 @@ class CameraMetrics:
             if kind:
                 self._m.camera_error.labels(self._camera, kind).set(1)
             self._error = kind
+
+    def dropped(self, reason: str) -> Any:
+        """The give-up counter of one reason (children cached)."""
+        child = self._dropped_children.get(reason)
+        if child is None:
+            child = self._dropped_children[reason] = self._dropped.labels(self._camera, reason)
+        return child
 
 
 class DropLog:
@@ -208,6 +247,9 @@ class CameraCounts:
     sent: int
     retransmitted: int
     acked: int
+    processed: int
+    duplicate: int
+    busy: int
     rejected: int
     spooled: int
     overflowed: int
@@ -224,6 +266,18 @@ class CameraCounts:
             return int(sample(registry, f"strata_device_{name}_total", labels))
 
         return cls(**{f.name: get(_METRIC_OF.get(f.name, f"frames_{f.name}")) for f in fields(cls)})
+
+
+def dropped_by_reason(registry: CollectorRegistry, camera_id: str) -> dict[str, int]:
+    """Frames the agent gave up on, by reason, for one camera."""
+    out: dict[str, int] = {}
+    for metric in registry.collect():
+        if metric.name != "strata_device_frames_dropped":
+            continue
+        for s in metric.samples:
+            if s.name.endswith("_total") and s.labels.get("camera") == camera_id:
+                out[s.labels["reason"]] = out.get(s.labels["reason"], 0) + int(s.value)
+    return out
 
 
 _METRIC_OF = {

@@ -53,8 +53,9 @@ class MotionGate:
         """Forget the last kept frame (after a reconnect the scene may have changed)."""
         self._have_kept = False
 
-    def check(self, image: np.ndarray, ts: float) -> MotionDecision:
-        """Score `image` (2-D grey or H x W x 3 BGR) at stream time `ts` and decide."""
+    def check(self, image: np.ndarray, ts: float, threshold: float | None = None) -> MotionDecision:
+        """Score `image` (2-D grey or H x W x 3 BGR) at stream time `ts` and decide;
+        `threshold` overrides the configured one (degradation raises it)."""
         size = (self.cfg.width, self.cfg.height)
         if image.ndim == 2:
             cv2.resize(image, size, dst=self._grey, interpolation=cv2.INTER_AREA)
@@ -68,7 +69,7 @@ class MotionGate:
             score = float(norm) * self._scale
         else:
             score = 0.0
-        if score >= self.cfg.threshold:
+        if score >= (self.cfg.threshold if threshold is None else threshold):
             return self._keep(ts, score, "motion")
         if self.cfg.max_interval_s > 0 and ts - self._kept_ts >= self.cfg.max_interval_s:
             return self._keep(ts, score, "interval")

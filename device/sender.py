@@ -4,6 +4,12 @@ Frames leave as [FrameHeader, payload] (strata.shared.wire), the payload buffer 
 ZeroMQ without a copy. ZMQ_IMMEDIATE keeps ZeroMQ from queueing frames for an edge that is
 not connected: while it is away, sends fail at once and frames wait in our own bounded,
 counted spool instead of an invisible socket buffer.
+
+Delivery: a frame is freed only by a final ack (see strata.device.outbox). The acks' credits
+set each camera's in-flight window, their degradation level drives the camera's
+SourceDegrader, and a new `edge_session` in an ack's EdgeInfo (the edge restarted) sends
+everything in flight again at once. Every frame given up is counted per camera and reason
+(`strata_device_frames_dropped_total{camera,reason}`) and logged, rate-limited.
 """
 
 from __future__ import annotations
@@ -14,18 +20,30 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from strata.shared.config.device import SenderConfig
+from strata.shared.config.device import DegradeConfig, SenderConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.curve import CurveError, connect_curve
 from strata.shared.wire import MalformedMessage, new_session_id, pack_frame, unpack_ack
 
+from .degrade import REASON_POLICY, SourceDegrader
 from .diskspool import DiskSpool
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
 from .outbox import Outbox
 
+PROCESSED = frame_pb2.ACK_STATUS_PROCESSED
+DUPLICATE = frame_pb2.ACK_STATUS_DUPLICATE
+REJECTED = frame_pb2.ACK_STATUS_REJECTED
+SHED = frame_pb2.ACK_STATUS_SHED
+QUEUED = frame_pb2.ACK_STATUS_QUEUED
+BUSY = frame_pb2.ACK_STATUS_BUSY
+
 log = logging.getLogger(__name__)
 
 _POLL_MS = 5
+
+
+# (camera id, the frame's header, the final ack) for each settled frame.
+FinalHook = Callable[[str, frame_pb2.FrameHeader, frame_pb2.FrameAck], None]
 
 
 class SenderError(RuntimeError):
@@ -33,10 +51,18 @@ class SenderError(RuntimeError):
 
 
 class _Camera:
-    __slots__ = ("box", "m", "overflow_log")
+    __slots__ = ("box", "degrader", "drop_log", "m", "overflow_log")
 
-    def __init__(self, box: Outbox, m: CameraMetrics, overflow_log: DropLog) -> None:
+    def __init__(
+        self,
+        box: Outbox,
+        m: CameraMetrics,
+        overflow_log: DropLog,
+        drop_log: DropLog,
+        degrader: SourceDegrader,
+    ) -> None:
         self.box, self.m, self.overflow_log = box, m, overflow_log
+        self.drop_log, self.degrader = drop_log, degrader
 
 
 class Sender:
@@ -48,16 +74,23 @@ class Sender:
         cfg: SenderConfig,
         metrics: DeviceMetrics,
         first_sequence: int | None = None,
+        degrade: DegradeConfig | None = None,
         session_id: int | None = None,
+        on_final: FinalHook | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.cfg = cfg
         self.metrics = metrics
+        self.degrade_cfg = degrade or DegradeConfig()
+        # Called (sender thread) with every frame settled by a final ack.
+        self.on_final = on_final
         # Sequences start at the agent's start time in microseconds, so that a restarted
         # agent continues above what the edge saw from the previous run.
         self.first_sequence = first_sequence or time.time_ns() // 1000
-        # The edge keys duplicates by (session, camera): a new run is a new session.
+        # The sender session: sequences and duplicates belong to (session, camera).
         self.session_id = session_id or new_session_id()
+        # The edge's process session (from EdgeInfo); a change means it restarted.
+        self.edge_session = 0
         self._cams: dict[str, _Camera] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -82,6 +115,7 @@ class Sender:
             int(self.cfg.spool_mb * 1024 * 1024),
             self.first_sequence,
             disk,
+            self.session_id,
         )
         if box.restored:
             log.info(
@@ -94,10 +128,20 @@ class Sender:
             box,
             self.metrics.camera(camera_id),
             DropLog(log, camera_id, "spool full, dropped the oldest", logging.WARNING),
+            DropLog(log, camera_id, "gave up on", logging.WARNING),
+            SourceDegrader(self.degrade_cfg),
         )
         with self._lock:
             self._cams = {**self._cams, camera_id: cam}
         return box
+
+    def outbox(self, camera_id: str) -> Outbox:
+        """The camera's outbox (spool and window)."""
+        return self._cams[camera_id].box
+
+    def degrader(self, camera_id: str) -> SourceDegrader:
+        """The camera's source degradation (the camera thread reads it)."""
+        return self._cams[camera_id].degrader
 
     def submit(self, camera_id: str, header: frame_pb2.FrameHeader, payload: Any) -> int:
         """Queue a frame for sending (any thread); returns its sequence number."""
@@ -107,12 +151,16 @@ class Sender:
         if res.waited:
             cam.m.spooled.inc()
         if res.overflowed:
-            if self.on_lost is not None:
-                self.on_lost(camera_id)
-            cam.m.overflowed.inc(len(res.overflowed))
-            cam.overflow_log.add(len(res.overflowed), f"last sequence {res.overflowed[-1]}")
+            self._overflowed(cam, res.overflowed)
         cam.m.spool_frames.set(cam.box.spooled)
         return res.sequence
+
+    def _overflowed(self, cam: _Camera, seqs: tuple[int, ...]) -> None:
+        if self.on_lost is not None:
+            self.on_lost(cam.box.camera_id)
+        cam.m.overflowed.inc(len(seqs))
+        cam.m.dropped("spool_full").inc(len(seqs))
+        cam.overflow_log.add(len(seqs), f"last sequence {seqs[-1]}")
 
     def pending(self) -> int:
         """Frames not yet acked, over all cameras."""
@@ -134,6 +182,7 @@ class Sender:
             self._thread.join()
         for cam in self._cams.values():
             cam.overflow_log.flush()
+            cam.drop_log.flush()
             left = cam.box.pending
             if left:
                 log.warning(
@@ -183,6 +232,7 @@ class Sender:
     def _read_acks(self, sock: Any) -> None:
         import zmq
 
+        now = time.monotonic()
         while True:
             try:
                 parts = sock.recv_multipart(zmq.NOBLOCK)
@@ -199,20 +249,76 @@ class Sender:
                 continue
             if self.on_ack is not None:
                 self.on_ack(ack)
-            item = cam.box.ack(ack.sequence)
-            if item is None:
-                continue  # a late ack for a frame already resent and acked
-            if ack.status == frame_pb2.ACK_STATUS_REJECTED:
-                cam.m.rejected.inc()
-                log.warning(
-                    "camera %s: edge rejected frame %d: %s",
-                    ack.camera_id,
-                    ack.sequence,
-                    ack.reason or "no reason given",
-                )
-            else:
-                cam.m.acked.inc()
+            if ack.HasField("edge") and ack.edge.edge_session:
+                self._edge_seen(ack.edge.edge_session)
+            self._apply(cam, ack, now)
             cam.m.inflight_frames.set(cam.box.inflight)
+
+    def _edge_seen(self, edge_session: int) -> None:
+        if edge_session == self.edge_session:
+            return
+        restarted = self.edge_session != 0
+        self.edge_session = edge_session
+        if not restarted:
+            return
+        for cam in self._cams.values():
+            back, overflowed = cam.box.resend_all()
+            if back:
+                log.info(
+                    "camera %s: the edge restarted; resending %d frame(s) it never settled",
+                    cam.box.camera_id,
+                    back,
+                )
+            if overflowed:
+                self._overflowed(cam, overflowed)
+
+    def _apply(self, cam: _Camera, ack: frame_pb2.FrameAck, now: float) -> None:
+        box = cam.box
+        box.set_window(ack.credits)
+        if ack.credits:
+            cam.m.credits.set(box.window)
+        cam.degrader.set_level(ack.degrade_level)
+        status = ack.status
+        if status == QUEUED:
+            box.queued(ack.sequence, now)
+            return
+        if status == BUSY:
+            if box.busy(ack.sequence, now, ack.retry_after_ms / 1e3):
+                cam.m.busy.inc()
+            return
+        if status not in (PROCESSED, DUPLICATE, REJECTED, SHED):
+            log.warning(
+                "camera %s: ack with unexpected status %d for frame %d ignored",
+                box.camera_id,
+                status,
+                ack.sequence,
+            )
+            return
+        item = box.ack(ack.sequence)
+        if item is None:
+            return  # a late ack for a frame already settled
+        if self.on_final is not None:
+            self.on_final(box.camera_id, item.header, ack)
+        if status == PROCESSED:
+            cam.m.acked.inc()
+            cam.m.processed.inc()
+            cam.degrader.rate.add()
+        elif status == DUPLICATE:
+            cam.m.acked.inc()
+            cam.m.duplicate.inc()
+        elif status == REJECTED:
+            cam.m.rejected.inc()
+            cam.m.dropped("rejected").inc()
+            log.warning(
+                "camera %s: edge rejected frame %d: %s",
+                ack.camera_id,
+                ack.sequence,
+                ack.reason or "no reason given",
+            )
+        else:
+            reason = ack.reason or "unspecified"
+            cam.m.dropped(f"shed_{reason}").inc()
+            cam.drop_log.add(1, f"the edge shed it: {reason}")
 
     def _send_ready(self, sock: Any) -> None:
         import zmq
@@ -220,19 +326,30 @@ class Sender:
         now = time.monotonic()
         for cam in self._cams.values():
             box = cam.box
+            cam.degrader.rate.tick()
             back, overflowed = box.expire(now, self.cfg.ack_timeout_s)
             if back:
                 log.info(
-                    "camera %s: no ack for %.1fs, resending %d frame(s) from the oldest",
+                    "camera %s: no word from the edge for %.1fs, resending %d frame(s)",
                     box.camera_id,
                     self.cfg.ack_timeout_s,
                     back,
                 )
             if overflowed:
-                if self.on_lost is not None:
-                    self.on_lost(box.camera_id)
-                cam.m.overflowed.inc(len(overflowed))
-                cam.overflow_log.add(len(overflowed), f"last sequence {overflowed[-1]}")
+                self._overflowed(cam, overflowed)
+            cam.degrader.observe_backlog(box.spooled, box.window)
+            cam.m.degrade_level.set(cam.degrader.level)
+            limit = cam.degrader.waiting_limit(box.window)
+            if limit is not None:
+                dropped = box.limit_waiting(limit, self.degrade_cfg.drop_policy)
+                if dropped:
+                    if self.on_lost is not None:
+                        self.on_lost(box.camera_id)
+                    cam.m.dropped(REASON_POLICY).inc(len(dropped))
+                    cam.drop_log.add(
+                        len(dropped),
+                        f"edge overloaded, level 3: {self.degrade_cfg.drop_policy} waiting dropped",
+                    )
             while (item := box.take(now)) is not None:
                 item.header.send_ns = time.time_ns()
                 try:

@@ -1,8 +1,9 @@
 """A minimal acking ZeroMQ ROUTER: the far end for the benchmark and the tests.
 
 It is not the edge node (strata.edge is); it checks each frame with strata.shared.wire,
-acks it like the edge does (a sequence at or below the last one seen is a duplicate), and
-records what arrived.
+acks it finally at once (PROCESSED; a sequence at or below the last one seen from that
+(session, camera) is a DUPLICATE), and records what arrived. `final=False` makes it answer
+QUEUED only, like an edge that takes frames and never finishes them.
 """
 
 from __future__ import annotations
@@ -45,12 +46,15 @@ class SinkStats:
 class FrameSink:
     """ROUTER bound to `endpoint` in its own thread; `ack=False` makes it a black hole."""
 
-    def __init__(self, endpoint: str, ack: bool = True, keep_log: bool = True) -> None:
+    def __init__(
+        self, endpoint: str, ack: bool = True, keep_log: bool = True, final: bool = True
+    ) -> None:
         self.endpoint = endpoint
         self.ack = ack
+        self.final = final
         self.keep_log = keep_log
         self.stats = SinkStats()
-        self._last: dict[str, int] = {}
+        self._last: dict[tuple[int, str], int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -124,9 +128,10 @@ class FrameSink:
                 sock.send_multipart([ident, *pack_ack(ack)])
             return
         h = msg.header
-        dup = h.sequence <= self._last.get(h.camera_id, 0)
+        key = (h.session_id, h.camera_id)
+        dup = h.sequence <= self._last.get(key, 0)
         if not dup:
-            self._last[h.camera_id] = h.sequence
+            self._last[key] = h.sequence
         with self._lock:
             self.stats.frames += 1
             self.stats.duplicates += dup
@@ -136,5 +141,12 @@ class FrameSink:
                     Received(h.camera_id, h.sequence, h.frame_index, msg.payload.nbytes, dup)
                 )
         if self.ack:
-            status = frame_pb2.ACK_STATUS_DUPLICATE if dup else frame_pb2.ACK_STATUS_QUEUED
-            sock.send_multipart([ident, *pack_ack(make_ack(h.camera_id, h.sequence, status))])
+            status = (
+                frame_pb2.ACK_STATUS_QUEUED
+                if not self.final
+                else frame_pb2.ACK_STATUS_DUPLICATE
+                if dup
+                else frame_pb2.ACK_STATUS_PROCESSED
+            )
+            ack = make_ack(h.camera_id, h.sequence, status, session_id=h.session_id)
+            sock.send_multipart([ident, *pack_ack(ack)])

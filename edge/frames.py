@@ -23,6 +23,10 @@ class QueuedFrame:
     receive_ns: int
     # time.monotonic() at receipt: what queue delays are measured against.
     received: float
+    # The sending agent's ROUTER identity: where the final ack goes.
+    identity: bytes = b""
+    # The agent resent it and this node has no record: it may have been published before.
+    redelivery: bool = False
 
     def decode(self) -> np.ndarray:
         """BGR image: a zero-copy view for raw BGR, cv2.imdecode for JPEG.

@@ -6,8 +6,9 @@ marker) against the header and the limits, and queues the still-encoded payload.
 is wrong turns into a REJECTED ack with a reason, a counter and a rate-limited log line;
 the node never raises on input.
 
-Duplicates are recognised per (sender session, camera): a bogus sequence only ever blocks
-its own session. A camera silent for `camera_idle_s` is forgotten, freeing its slot.
+Whether a checked frame is taken is delivery's call (`precheck`, strata.edge.delivery):
+duplicates are recognised per (sender session, camera, sequence), so a bogus sequence
+concerns only itself. A camera silent for `camera_idle_s` is forgotten, freeing its slot.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from .metrics import EdgeMetrics
 log = logging.getLogger(__name__)
 
 QUEUED = frame_pb2.ACK_STATUS_QUEUED
-DUPLICATE = frame_pb2.ACK_STATUS_DUPLICATE
 REJECTED = frame_pb2.ACK_STATUS_REJECTED
 
 DEFAULT_LIMITS = ImageLimits(8192, 8192, 7680 * 4320)
@@ -65,8 +65,12 @@ class Ingest:
         camera_idle_s: float = 120.0,
         sessions_per_camera: int = 4,
         clock: Callable[[], float] = time.monotonic,
+        precheck: Callable[[frame_pb2.FrameHeader], frame_pb2.FrameAck | None] | None = None,
     ) -> None:
         self.metrics = metrics
+        # Delivery's answer for frames the node will not take (already settled, still
+        # queued, over credit); None: take it.
+        self.precheck = precheck
         self.max_payload = max_payload
         # Bounds the per-camera state (queues, sequences) a peer can make the node keep.
         self.max_cameras = max_cameras
@@ -117,9 +121,8 @@ class Ingest:
             cam.sessions[session] = max(last, seq)  # most recent session last
             if len(cam.sessions) > self.sessions_per_camera:
                 del cam.sessions[next(iter(cam.sessions))]
-            if seq <= last:
-                self.metrics.frames.labels("duplicate").inc()
-                return IngestResult(self._ack(header, DUPLICATE), None)
+            if self.precheck is not None and (ack := self.precheck(header)) is not None:
+                return IngestResult(ack, None)
         except MalformedMessage as exc:
             return self._reject(exc, identity)
         except Exception as exc:  # a parser bug must not take the node down

@@ -18,7 +18,11 @@ class EdgeMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
         self.frames = Counter(
-            "strata_edge_frames", "Frame messages by ack status.", ["status"], registry=r
+            "strata_edge_frames",
+            "Frame messages by what the node answered (accepted, busy, requeued, duplicate, "
+            "rejected, shed).",
+            ["status"],
+            registry=r,
         )
         self.rejected = Counter(
             "strata_edge_rejected", "Rejected frame messages by reason.", ["reason"], registry=r
@@ -80,6 +84,19 @@ class EdgeMetrics:
         )
         self.processed = Counter(
             "strata_edge_frames_processed", "Frames detected and published.", registry=r
+        )
+        self.redelivered = Counter(
+            "strata_edge_frames_redelivered",
+            "Frames published flagged redelivery (resent, no record: maybe published before).",
+            registry=r,
+        )
+        self.capacity = Gauge(
+            "strata_edge_capacity_fps",
+            "Frames per second of busy time the node measured it finishes (sizes credits).",
+            registry=r,
+        )
+        self.pressure = Gauge(
+            "strata_edge_pressure", "Smoothed queue delay over the delay target.", registry=r
         )
         self.fps = Gauge(
             "strata_edge_fps", "Frames published per second (last window).", registry=r

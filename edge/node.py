@@ -1,7 +1,10 @@
 """The edge node: ingest thread (ROUTER, acks), worker thread (batch, detect, publish), uplink.
 
 ZeroMQ sockets are not thread-safe, so each belongs to one thread: the ROUTER to ingest,
-the PUB to the worker. Frames cross between them through the per-camera queues.
+the PUB to the worker. Frames cross from ingest to the worker through the per-camera
+queues; final acks cross back through an inproc PUSH/PULL pair, so only the ingest thread
+ever writes to the ROUTER. A frame's final ack (PROCESSED) leaves only after its result
+was published (see strata.edge.delivery for the whole ack lifecycle).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,7 @@ from .checkpoint import (
 from .crops import CropSelector
 from .decode import FrameDecoder
 from .degradation import DegradationController
+from .delivery import PROCESSED, QUEUED, REJECTED, Delivery
 from .detector import Detector, InFlight, model_labels, open_staged
 from .frames import DecodedFrame, QueuedFrame
 from .ingest import Ingest
@@ -155,8 +159,15 @@ class EdgeNode:
         self._last: dict[
             str, tuple[FrameBoxes, frame_pb2.FrameDetections, TrackedBoxes | None]
         ] = {}
-        self._shed_log = _RateLimitedLog("shed", 1.0)
-        self.queues = CameraQueues(cfg.batching.queue_per_camera, on_shed=self._on_shed)
+        self._busy_log = _RateLimitedLog("busy", 1.0)
+        self.queues = CameraQueues(cfg.batching.queue_per_camera)
+        self.delivery = Delivery(cfg, max_batch, self.metrics)
+        self.delivery.model_name = self.model_name
+        side = self.detector.input_size
+        self.delivery.model_input = (side, side)
+        # GPU degradation level 3: devices get a share of their credit, and at least level 1.
+        self.delivery.credits.scale = lambda: self.degradation.credit_scale
+        self.delivery.credits.floor_level = lambda: self.degradation.device_level
         ing = cfg.ingest
         self.ingest = Ingest(
             self.metrics,
@@ -165,6 +176,7 @@ class EdgeNode:
             ImageLimits(ing.max_width, ing.max_height, ing.max_pixels),
             ing.camera_idle_s,
             ing.sessions_per_camera,
+            precheck=self.delivery.precheck,
         )
         # Tracking, answers for skipped frames, H.264 streams and calibration.
         self.cascade = EdgeCascade(cfg, self.metrics.registry, self.detector.input_size)
@@ -173,6 +185,7 @@ class EdgeNode:
             self.metrics, ing.decode_threads, self._undecodable, self.cascade.h264
         )
         self._auth: Any = None
+        self._acks_out: Any = None  # the worker thread's end of the final-ack pipe
         self.uplink = Uplink(cfg.cloud, cfg.uplink, self.metrics) if cfg.cloud else None
         self.crops = (
             CropSelector(cfg.crops, labels, cfg.edge_id) if self.uplink is not None else None
@@ -307,12 +320,20 @@ class EdgeNode:
             )
         pub = self._ctx.socket(zmq.PUB)
         pub.setsockopt(zmq.LINGER, 0)
+        # Final acks from the worker to the ingest thread (the ROUTER's owner).
+        acks_in = self._ctx.socket(zmq.PULL)
+        acks_in.setsockopt(zmq.LINGER, 0)
+        acks_out = self._ctx.socket(zmq.PUSH)
+        acks_out.setsockopt(zmq.LINGER, 0)
+        acks_out.setsockopt(zmq.SNDHWM, 0)  # bounded anyway: one per frame taken
         try:
             listen = _bind(router, self.cfg.listen)
             publish = _bind(pub, self.cfg.publish)
+            acks_in.bind(f"inproc://final-acks-{id(self)}")
+            acks_out.connect(f"inproc://final-acks-{id(self)}")
         except zmq.ZMQError:
-            router.close()
-            pub.close()
+            for sock in (router, pub, acks_in, acks_out):
+                sock.close()
             if self._auth is not None:
                 self._auth.stop()
             self._ctx.term()
@@ -321,8 +342,8 @@ class EdgeNode:
         if self.uplink is not None:
             self.uplink.start()
         self._threads = [
-            threading.Thread(target=self._ingest_loop, args=(router,), name="edge-ingest"),
-            threading.Thread(target=self._worker_loop, args=(pub,), name="edge-worker"),
+            threading.Thread(target=self._ingest_loop, args=(router, acks_in), name="edge-ingest"),
+            threading.Thread(target=self._worker_loop, args=(pub, acks_out), name="edge-worker"),
         ]
         for t in self._threads:
             t.start()
@@ -388,23 +409,13 @@ class EdgeNode:
 
     # -- ingest ----------------------------------------------------------------------------
 
-    def _on_shed(self, frame: QueuedFrame) -> None:
-        self.cascade.abandon(frame.header)
-        self.metrics.drops.labels("overload").inc()
-        self.sched_window.add_shed()
-        self._shed_log.warn(
-            "overload: shed oldest frame(s) of camera %s (queue of %d full); last seq %d",
-            frame.header.camera_id,
-            self.cfg.batching.queue_per_camera,
-            frame.header.sequence,
-        )
-
-    def _ingest_loop(self, router: Any) -> None:
+    def _ingest_loop(self, router: Any, acks_in: Any) -> None:
         zmq = _zmq()
 
         monitor = PeerMonitor(router, self.metrics)
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
+        poller.register(acks_in, zmq.POLLIN)
         poller.register(monitor.sock, zmq.POLLIN)
         next_sweep = time.monotonic() + SWEEP_S
         try:
@@ -415,20 +426,10 @@ class EdgeNode:
                     next_sweep = time.monotonic() + SWEEP_S
                 if monitor.sock in ready:
                     monitor.poll()
-                if router not in ready:
-                    continue
-                while True:
-                    try:
-                        parts = router.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    identity = parts[0]
-                    result = self.ingest.handle(parts[1:], identity)
-                    if result.frame is not None:
-                        self.cascade.decorate(result.ack, result.frame.header)
-                    router.send_multipart([identity, result.ack.SerializeToString()], copy=False)
-                    if result.frame is not None:
-                        self._route(result.frame)
+                if acks_in in ready:
+                    self._forward_final_acks(router, acks_in)
+                if router in ready:
+                    self._receive(router)
                     self.metrics.queue_depth.set(len(self.queues))
                     self.metrics.cameras.set(self.queues.cameras)
         except Exception as exc:
@@ -438,21 +439,84 @@ class EdgeNode:
         finally:
             monitor.close()
             router.close()
+            acks_in.close()
 
-    def _route(self, frame: QueuedFrame) -> None:
-        """A skipped frame waits for its answer from tracking; a kept one for the detector."""
+    def _forward_final_acks(self, router: Any, acks_in: Any) -> None:
+        zmq = _zmq()
+
+        while True:
+            try:
+                parts = acks_in.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                router.send_multipart(parts, flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:  # the agent's pipe is full: it resends, and hears then
+                self.metrics.drops.labels("ack_unsent").inc()
+
+    def _receive(self, router: Any) -> None:
+        zmq = _zmq()
+
+        # Bounded per wake-up, so final acks (and the credits they free) are not starved.
+        for _ in range(256):
+            try:
+                parts = router.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            identity = parts[0]
+            result = self.ingest.handle(parts[1:], identity)
+            ack = result.ack
+            if result.frame is not None:
+                h = result.frame.header
+                admitted = self.delivery.admit(h)
+                ack = admitted.ack
+                if ack.status == QUEUED:
+                    self.cascade.decorate(ack, h)
+                    frame = replace(
+                        result.frame,
+                        identity=bytes(memoryview(identity)),
+                        redelivery=admitted.redelivery,
+                    )
+                    if not self._route(frame):
+                        ack = self.delivery.refuse(h)
+            if ack.status == frame_pb2.ACK_STATUS_BUSY:
+                self._busy_log.warn(
+                    "camera %s over its credit of %d: BUSY (retry after %d ms)",
+                    ack.camera_id,
+                    ack.credits,
+                    ack.retry_after_ms,
+                )
+            try:
+                router.send_multipart([identity, ack.SerializeToString()], zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                self.metrics.drops.labels("ack_unsent").inc()
+
+    def _route(self, frame: QueuedFrame) -> bool:
+        """A skipped frame waits for its answer from tracking; a kept one for the detector.
+        False: the camera's queue is full (the frame is not taken)."""
         h = frame.header
         if h.kind == frame_pb2.FRAME_KIND_SKIPPED:
             self.cascade.skipped(h, frame.received, frame.receive_ns, frame)
-            return
+            return True
         self.cascade.expect(h)
-        self.queues.put(frame)
+        if self.queues.put(frame):
+            return True
+        self.cascade.abandon(h)
+        return False
 
     def _undecodable(self, frame: QueuedFrame, reason: str, detail: str) -> None:
         """A frame taken for a batch did not decode (counted and logged by the decoder)."""
         self.cascade.abandon(frame.header)
         if reason.startswith("h264"):
             self.cascade.lost_h264(frame.header, reason)
+        self.finalize(frame, REJECTED, f"{reason}: {detail}")
+
+    def finalize(self, frame: QueuedFrame, status: int, reason: str = "") -> None:
+        """Send a taken frame's final ack (worker thread only; it leaves through ingest)."""
+        ack = self.delivery.settle(frame.header, status, reason)
+        if status != PROCESSED:
+            self.metrics.frames.labels(frame_pb2.AckStatus.Name(status)[11:].lower()).inc()
+        self._acks_out.send_multipart([frame.identity, ack.SerializeToString()])
 
     def _forget_idle(self) -> None:
         self.cascade.forget_idle(self.cfg.ingest.camera_idle_s)
@@ -463,6 +527,7 @@ class EdgeNode:
         gone = self.queues.forget(idle)
         self.ingest.forget(gone)
         self.published.forget(gone)
+        self.delivery.ledger.forget_cameras(gone)
         for cam in gone:
             self.metrics.forget_camera(cam)
             self._last.pop(cam, None)
@@ -478,7 +543,8 @@ class EdgeNode:
 
     # -- detect and publish ----------------------------------------------------------------
 
-    def _worker_loop(self, pub: Any) -> None:
+    def _worker_loop(self, pub: Any, acks_out: Any) -> None:
+        self._acks_out = acks_out
         inflight: deque[InFlight] = deque()
         window_start, window_frames = time.monotonic(), 0
         sched = DecisionClock(
@@ -491,8 +557,11 @@ class EdgeNode:
             self._power_w,
             self.sched_metrics,
         )
+        # Busy time (for the capacity estimate): wall time minus waits with nothing to do.
+        mark, idle = time.monotonic(), 0.0
         try:
             while not self._stop.is_set() or inflight:
+                t0 = time.monotonic()
                 frames = (
                     []
                     if self._stop.is_set()
@@ -502,6 +571,10 @@ class EdgeNode:
                         0.0 if inflight else POLL_MS / 1e3,
                     )
                 )
+                if not inflight:
+                    idle += time.monotonic() - t0
+                    if not frames:
+                        self.delivery.credits.decay_delay()
                 if frames and self.degradation.level >= 4:
                     frames = self._answer_from_cache(pub, frames)
                 if frames:
@@ -518,7 +591,16 @@ class EdgeNode:
                     self.sched_window.add_batch(len(frames))
                     self.metrics.batch_limit.set(self.scheduler.current().max_batch)
                 if inflight and (len(inflight) >= self.runner.slots or not frames):
-                    window_frames += self._finish(pub, inflight.popleft())
+                    job = inflight.popleft()
+                    done = self._finish(pub, job)
+                    window_frames += done
+                    now = time.monotonic()
+                    self.delivery.credits.observe_batch(
+                        done,
+                        max(1e-6, now - mark - idle),
+                        [job.launched - f.frame.received for f in job.frames],
+                    )
+                    mark, idle = now, 0.0
                 if self.switcher is not None:
                     self.switcher.poll()
                     # Between two batches: nothing in flight on the old runner.
@@ -530,6 +612,8 @@ class EdgeNode:
                 now = time.monotonic()
                 if now - window_start >= 1.0:
                     self.metrics.fps.set(window_frames / (now - window_start))
+                    self.metrics.capacity.set(self.delivery.credits.capacity.fps)
+                    self.metrics.pressure.set(self.delivery.credits.pressure)
                     window_start, window_frames = now, 0
                     self._gpu_memory()
                 if self.degradation.due():
@@ -542,6 +626,7 @@ class EdgeNode:
             self._stop.set()
         finally:
             pub.close()
+            acks_out.close()
 
     def _power_w(self) -> float | None:
         """The GPUs' power draw (NVML); None without a GPU that reports it."""
@@ -577,6 +662,9 @@ class EdgeNode:
                 tracked=tracked,
                 image_boxes=boxes,
             )
+            # Published first, acked second: a crash in between means a resend, flagged
+            # as a redelivery by the next life of the node, never a lost frame.
+            self.finalize(frame.frame, PROCESSED)
             for answer in answers:
                 self._publish_answer(pub, answer)
         if self.switcher is not None:
@@ -603,6 +691,7 @@ class EdgeNode:
             self._publish(
                 pub, DecodedFrame(f, _NO_IMAGE), last[0], now, now, predicted=True, tracked=last[2]
             )
+            self.finalize(f, PROCESSED)  # its (degraded) result is published
         return rest
 
     def _publish(
@@ -632,6 +721,7 @@ class EdgeNode:
             model_version=self.model_version,
             predicted=predicted,
             session_id=h.session_id,
+            redelivery=frame.redelivery,
         )
         if predicted:
             msg.note = "degraded"
@@ -660,6 +750,8 @@ class EdgeNode:
         pub.send_multipart([detections_topic(h.camera_id), msg.SerializeToString()])
         self.published.published(h.camera_id, h.session_id, h.sequence)
         self.metrics.processed.inc()
+        if frame.redelivery:
+            self.metrics.redelivered.inc()
         self.metrics.camera_frames.labels(h.camera_id).inc()
         if not predicted:
             self._last[h.camera_id] = (boxes, msg, tracked)
@@ -714,6 +806,8 @@ class EdgeNode:
         t.edge_send_ns = time.time_ns()
         pub.send_multipart([detections_topic(h.camera_id), msg.SerializeToString()])
         self.metrics.camera_frames.labels(h.camera_id).inc()
+        if isinstance(a.token, QueuedFrame):  # the skipped notice is settled: published
+            self.finalize(a.token, PROCESSED)
 
 
 def _classes_of(runner: StagedRunner) -> int:

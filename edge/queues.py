@@ -1,8 +1,10 @@
 """Per-camera bounded queues served round-robin, with Triton-style batch release.
 
 One busy camera cannot starve the others: a batch takes one frame per camera in turn,
-continuing next time where it stopped. A full camera queue sheds its oldest frame (counted
-and logged) instead of growing.
+continuing next time where it stopped. Credits (strata.edge.credits) keep each camera's
+queue within what the node finishes in its delay target; the per-camera bound here is the
+hard stop behind them: a full queue refuses the frame (the node answers BUSY), it never
+drops one it has acknowledged.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ class CameraQueues:
     def __init__(
         self,
         per_camera: int,
-        on_shed: Callable[[QueuedFrame], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.per_camera = per_camera
@@ -33,7 +34,6 @@ class CameraQueues:
         self._order: deque[str] = deque()
         self._total = 0
         self._cond = threading.Condition()
-        self._on_shed = on_shed
         self._clock = clock
         self._closed = False
 
@@ -45,25 +45,27 @@ class CameraQueues:
         """Cameras seen so far."""
         return len(self._queues)
 
-    def put(self, frame: QueuedFrame) -> QueuedFrame | None:
-        """Enqueue; returns the frame shed to make room, if any."""
+    def put(self, frame: QueuedFrame) -> bool:
+        """Enqueue; False (nothing queued) when the camera's queue is full."""
         cam = frame.header.camera_id
-        shed = None
         with self._cond:
             q = self._queues.get(cam)
             if q is None:
                 q = self._queues[cam] = deque()
+            if len(q) >= self.per_camera:
+                return False
             if not q:
                 self._order.append(cam)
-            if len(q) >= self.per_camera:
-                shed = q.popleft()
-                self._total -= 1
             q.append(frame)
             self._total += 1
             self._cond.notify()
-        if shed is not None and self._on_shed is not None:
-            self._on_shed(shed)
-        return shed
+        return True
+
+    def depth(self, camera_id: str) -> int:
+        """Frames of one camera waiting."""
+        with self._cond:
+            q = self._queues.get(camera_id)
+            return len(q) if q else 0
 
     def forget(self, camera_ids: list[str]) -> list[str]:
         """Drop the (empty) queues of these cameras; returns those dropped (a camera with

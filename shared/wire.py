@@ -6,11 +6,12 @@ The device agent's DEALER sends `pack_frame(header, payload)`; the edge node's R
 The ROUTER answers each frame with `pack_ack(...)` behind the identity; the DEALER reads it
 with `unpack_ack`.
 
-Sequence numbers are per (sender session, camera) and strictly increasing; the edge treats a
-sequence at or below the last one it saw from that session and camera as a duplicate. An
-agent draws a random session at start (`new_session_id`) and starts its sequences at its
-start time in microseconds (see strata.device), so a restarted agent is never mistaken for
-a replay of the previous run, and a bogus sequence only blocks its own session.
+Sequence numbers are per (sender session, camera) and strictly increasing; the edge
+recognises a frame it has seen by (session_id, camera_id, sequence). An agent draws a random
+session at start (`new_session_id`) and starts its sequences at its start time in
+microseconds (see strata.device), so a restarted agent is never mistaken for a replay of the
+previous run, and a bogus sequence only concerns its own session. An ack is final (the
+agent may free the frame) only with a status in FINAL_STATUSES; QUEUED and BUSY free nothing.
 """
 
 from __future__ import annotations
@@ -149,8 +150,29 @@ def new_session_id() -> int:
     return secrets.randbits(64) or 1
 
 
+# Statuses that settle a frame: the agent frees it on one of these and on nothing else.
+FINAL_STATUSES = frozenset(
+    {
+        frame_pb2.ACK_STATUS_PROCESSED,
+        frame_pb2.ACK_STATUS_DUPLICATE,
+        frame_pb2.ACK_STATUS_REJECTED,
+        frame_pb2.ACK_STATUS_SHED,
+    }
+)
+
+
+def is_final(status: int) -> bool:
+    """True when `status` settles the frame (PROCESSED, DUPLICATE, REJECTED, SHED)."""
+    return status in FINAL_STATUSES
+
+
 def make_ack(
-    camera_id: str, sequence: int, status: int = frame_pb2.ACK_STATUS_QUEUED, reason: str = ""
+    camera_id: str,
+    sequence: int,
+    status: int = frame_pb2.ACK_STATUS_QUEUED,
+    reason: str = "",
+    session_id: int = 0,
+    retry_after_ms: int = 0,
 ) -> frame_pb2.FrameAck:
     """An ack for one frame, stamped with this build's protocol version."""
     return frame_pb2.FrameAck(
@@ -159,6 +181,8 @@ def make_ack(
         sequence=sequence,
         status=status,  # type: ignore[arg-type]
         reason=reason,
+        session_id=session_id,
+        retry_after_ms=retry_after_ms,
     )
 
 
@@ -198,11 +222,13 @@ def camera_of_topic(topic: bytes) -> str:
 
 
 __all__ = [
+    "FINAL_STATUSES",
     "REASONS",
     "FrameMessage",
     "MalformedMessage",
     "camera_of_topic",
     "detections_topic",
+    "is_final",
     "make_ack",
     "new_session_id",
     "pack_ack",

@@ -206,7 +206,12 @@ class SenderConfig(StrictModel):
         "jpeg", description="Payload encoding (h264: a stream of the kept frames per camera)."
     )
     jpeg_quality: int = Field(80, ge=1, le=100, description="JPEG quality (1-100).")
-    window: int = Field(32, ge=1, description="Frames per camera sent but not yet acked.")
+    window: int = Field(
+        32,
+        ge=1,
+        description="Most frames per camera sent and not finally acked; the edge's credits "
+        "lower it.",
+    )
     spool_frames: int = Field(
         2000, ge=1, description="Frames per camera waiting to be sent; beyond, oldest dropped."
     )
@@ -219,13 +224,50 @@ class SenderConfig(StrictModel):
         "empty: memory only.",
     )
     ack_timeout_s: float = Field(
-        3.0, gt=0, description="Unacked frames are sent again (oldest first) after this."
+        3.0,
+        gt=0,
+        description="Frames with no word from the edge (no ack, QUEUED or final) this long "
+        "are sent again, oldest first.",
     )
     drain_timeout_s: float = Field(
         10.0, ge=0, description="At the end of finite sources, wait this long for acks."
     )
     curve: CurveClientConfig = Field(
         default_factory=CurveClientConfig, description="CURVE encryption and authentication."
+    )
+
+
+class DegradeConfig(StrictModel):
+    """What a camera gives up, cheapest first, when the edge asks it to degrade."""
+
+    enabled: bool = Field(True, description="Off: the edge's degradation levels are ignored.")
+    motion_factor: float = Field(
+        2.0, ge=1.0, description="Level 1+: the motion threshold is multiplied by this."
+    )
+    rate_headroom: float = Field(
+        1.25,
+        ge=1.0,
+        description="Level 2+: keep at most this times the frame rate the edge finishes.",
+    )
+    min_fps: float = Field(1.0, gt=0, description="Level 2+: never cap the kept rate below this.")
+    backlog_s: float = Field(
+        1.0,
+        ge=0,
+        description="A backlog is more than this many seconds of frames (at the rate the "
+        "edge finishes them) waiting to be sent; only a backlog raises the level.",
+    )
+    up_s: float = Field(
+        1.0,
+        gt=0,
+        description="More than a window waiting this long: one level up (to the edge's at most).",
+    )
+    down_s: float = Field(
+        3.0, gt=0, description="Nothing waiting this long: one level down (hysteresis)."
+    )
+    drop_policy: Literal["oldest", "newest"] = Field(
+        "oldest",
+        description="Level 3: beyond one credit window waiting, drop the oldest (freshest "
+        "results) or the newest (steady backlog) frames.",
     )
 
 
@@ -247,6 +289,9 @@ class DeviceConfig(StrictModel):
         default_factory=PayloadConfig, description="Frame size and compression."
     )
     sender: SenderConfig = Field(default_factory=SenderConfig, description="Sender.")
+    degrade: DegradeConfig = Field(
+        default_factory=DegradeConfig, description="Degradation at the source under overload."
+    )
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."
     )

@@ -61,7 +61,9 @@ class BatchingConfig(StrictModel):
         10.0, ge=0.0, description="Or when its oldest frame has waited this long."
     )
     queue_per_camera: int = Field(
-        8, ge=1, description="Frames held per camera; the oldest is shed beyond this."
+        64,
+        ge=1,
+        description="Most frames held per camera (a cap on its credits); beyond, BUSY.",
     )
     delay_target_ms: float = Field(
         200.0,
@@ -196,6 +198,45 @@ class DegradationConfig(StrictModel):
     low_priority_cameras: list[str] = Field(
         default_factory=list,
         description="Cameras answered from their last result at level 4 (no inference).",
+    )
+
+
+class FlowConfig(StrictModel):
+    """Credits, BUSY answers, degradation levels and duplicate records (delivery)."""
+
+    initial_credits: int = Field(
+        4, ge=1, description="Credit per camera until the node has measured its throughput."
+    )
+    min_credits: int = Field(1, ge=1, description="No camera's credit goes below this.")
+    credit_headroom: float = Field(
+        1.0,
+        gt=0,
+        description="Credits over all cameras: capacity x delay target x this (Little's "
+        "law: frames in the node ~ throughput x time in it).",
+    )
+    active_s: float = Field(
+        2.0, gt=0, description="A camera that sent within this long shares the credits."
+    )
+    retry_min_ms: int = Field(5, ge=1, description="Shortest retry_after_ms of a BUSY answer.")
+    period_s: float = Field(0.5, gt=0, description="How often degradation levels are decided.")
+    loaded_pressure: float = Field(
+        0.5, ge=0, description="Pressure (queue delay / target) from which cameras degrade."
+    )
+    saturated_fraction: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="A camera whose admissions found its credit used up this often saturates.",
+    )
+    up_s: float = Field(1.0, gt=0, description="Seconds at a level before going one up.")
+    down_s: float = Field(
+        3.0, gt=0, description="Calm seconds before a level comes one down (hysteresis)."
+    )
+    settled_per_stream: int = Field(
+        4096, ge=64, description="Final statuses remembered per (session, camera) for resends."
+    )
+    stream_idle_s: float = Field(
+        300.0, gt=0, description="A (session, camera) idle this long, nothing held, is forgotten."
     )
 
 
@@ -454,6 +495,7 @@ class EdgeConfig(StrictModel):
     model: EdgeModelConfig = Field(default_factory=EdgeModelConfig, description="Detector.")
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig, description="Back end.")
     batching: BatchingConfig = Field(default_factory=BatchingConfig, description="Batching.")
+    flow: FlowConfig = Field(default_factory=FlowConfig, description="Credits and delivery.")
     detection: DetectionConfig = Field(default_factory=DetectionConfig, description="NMS.")
     crops: CropsConfig = Field(default_factory=CropsConfig, description="Second opinions.")
     tracking: TrackingConfig = Field(

@@ -73,3 +73,64 @@ def test_ack_timeout_goes_back_n_in_order() -> None:
 def test_bad_bounds_are_rejected() -> None:
     with pytest.raises(ValueError):
         Outbox("c", window=0, max_frames=1, max_bytes=1)
+
+
+def test_queued_frees_nothing_and_restarts_the_ack_timeout() -> None:
+    box = Outbox("c", window=4, max_frames=10, max_bytes=10_000)
+    _put(box, 2)
+    a, b = box.take(0.0), box.take(0.0)
+    assert a and b
+    assert box.queued(1, 2.5) and box.pending == 2
+    assert box.expire(3.0, 1.0) == (2, ())  # b had no word for 3 s: both go back
+    # ... while a frame the edge keeps saying it holds does not time out.
+    box2 = Outbox("c", window=4, max_frames=10, max_bytes=10_000)
+    _put(box2, 1)
+    box2.take(0.0)
+    box2.queued(1, 2.5)
+    assert box2.expire(3.0, 1.0) == (0, ())
+
+
+def test_busy_puts_back_in_order_and_holds_off_without_marking_resent() -> None:
+    box = Outbox("c", window=3, max_frames=10, max_bytes=10_000)
+    _put(box, 4)
+    items = [box.take(0.0) for _ in range(3)]
+    assert [i.header.resent for i in items if i] == [False, False, False]
+    assert box.busy(3, 0.0, 0.5) and box.busy(2, 0.0, 0.5)
+    assert box.take(0.2) is None  # held off for retry_after
+    again = [box.take(0.6) for _ in range(2)]
+    assert [i.header.sequence for i in again if i] == [2, 3]
+    assert [i.header.resent for i in again if i] == [False, False]  # BUSY: never taken
+    assert box.ack(1) and box.ack(2) and box.ack(3) and box.pending == 1
+
+
+def test_credits_set_the_window_within_the_configured_one() -> None:
+    box = Outbox("c", window=8, max_frames=20, max_bytes=10_000)
+    _put(box, 10)
+    box.set_window(2)
+    assert [box.take(0.0) is not None for _ in range(3)] == [True, True, False]
+    box.set_window(0)  # 0: no grant in this ack, keep the last
+    assert box.window == 2
+    box.set_window(100)
+    assert box.window == 8
+
+
+def test_a_final_ack_frees_a_frame_waiting_for_its_resend() -> None:
+    box = Outbox("c", window=2, max_frames=10, max_bytes=10_000)
+    _put(box, 2)
+    box.take(0.0)
+    box.take(0.0)
+    assert box.resend_all() == (2, ())
+    assert box.ack(1) is not None  # the PROCESSED ack was on its way
+    item = box.take(1.0)
+    assert item and item.header.sequence == 2 and item.header.resent
+    assert box.take(1.0) is None and box.pending == 1
+
+
+def test_level_three_drop_policy_bounds_what_waits() -> None:
+    box = Outbox("c", window=2, max_frames=100, max_bytes=100_000)
+    _put(box, 10)
+    assert box.limit_waiting(3, "oldest") == (1, 2, 3, 4, 5, 6, 7)
+    assert box.spooled == 3
+    _put(box, 2)
+    assert box.limit_waiting(3, "newest") == (12, 11)
+    assert [box.take(0.0).header.sequence for _ in range(2)] == [8, 9]  # type: ignore[union-attr]

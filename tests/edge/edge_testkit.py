@@ -24,11 +24,14 @@ def free_port() -> int:
 class RawAgent:
     """A real ZeroMQ DEALER speaking the frame protocol (what a device agent does)."""
 
-    def __init__(self, ctx: Any, address: str, agent_id: str = "agent-1") -> None:
+    def __init__(
+        self, ctx: Any, address: str, agent_id: str = "agent-1", session_id: int = 7
+    ) -> None:
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(address)
         self.agent_id = agent_id
+        self.session_id = session_id
 
     def send_image(
         self,
@@ -37,7 +40,8 @@ class RawAgent:
         image: np.ndarray,
         encoding: int = common_pb2.ENCODING_BGR,
         frame_index: int = 0,
-        session_id: int = 0,
+        session_id: int | None = None,
+        resent: bool = False,
     ) -> None:
         if encoding == common_pb2.ENCODING_JPEG:
             import cv2
@@ -57,7 +61,8 @@ class RawAgent:
             height=image.shape[0],
             encoding=encoding,  # type: ignore[arg-type]
             frame_index=frame_index,
-            session_id=session_id,
+            session_id=self.session_id if session_id is None else session_id,
+            resent=resent,
         )
         self.sock.send_multipart(pack_frame(header, payload), copy=False)
 
@@ -73,6 +78,65 @@ class RawAgent:
                 ack.ParseFromString(self.sock.recv())
                 out.append(ack)
         return out
+
+
+FINAL = frozenset(
+    {
+        frame_pb2.ACK_STATUS_PROCESSED,
+        frame_pb2.ACK_STATUS_DUPLICATE,
+        frame_pb2.ACK_STATUS_REJECTED,
+        frame_pb2.ACK_STATUS_SHED,
+    }
+)
+
+
+def receipts(acks: list[frame_pb2.FrameAck]) -> list[frame_pb2.FrameAck]:
+    """The first answer to each message (QUEUED, BUSY, or an immediate final one)."""
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for a in acks:
+        key = (a.camera_id, a.sequence)
+        if a.status == frame_pb2.ACK_STATUS_PROCESSED and key in seen:
+            continue
+        seen.add(key)
+        out.append(a)
+    return out
+
+
+def deliver(
+    agent: RawAgent,
+    frames: list[tuple[str, int, np.ndarray]],
+    timeout_s: float = 30.0,
+    window: int = 1000,
+) -> dict[tuple[str, int], frame_pb2.FrameAck]:
+    """Send every (camera, sequence, image) until it has a final ack, like an agent does:
+    BUSY frames again after retry_after_ms, at most `window` unsettled at once. Returns the
+    final ack of each frame."""
+    todo = list(frames)
+    images = {(c, s): img for c, s, img in frames}
+    waiting: dict[tuple[str, int], float] = {}  # sent, not settled -> when to resend
+    final: dict[tuple[str, int], frame_pb2.FrameAck] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(final) < len(frames) and time.monotonic() < deadline:
+        now = time.monotonic()
+        for key in [k for k, t in waiting.items() if t and t <= now]:
+            todo.insert(0, (key[0], key[1], images[key]))
+            del waiting[key]
+        while todo and len(waiting) < window:
+            cam, seq, img = todo.pop(0)
+            agent.send_image(cam, seq, img)
+            waiting[(cam, seq)] = 0.0
+        if agent.sock.poll(20):
+            while agent.sock.poll(0):
+                ack = frame_pb2.FrameAck()
+                ack.ParseFromString(agent.sock.recv())
+                key = (ack.camera_id, ack.sequence)
+                if ack.status in FINAL:
+                    final[key] = ack
+                    waiting.pop(key, None)
+                elif ack.status == frame_pb2.ACK_STATUS_BUSY and key in waiting:
+                    waiting[key] = time.monotonic() + ack.retry_after_ms / 1e3
+    return final
 
 
 class Listener:
@@ -117,7 +181,7 @@ def wait_until_subscribed(
             break
     else:
         raise AssertionError("the node's results never reached the subscriber")
-    agent.acks(seq, timeout_s=5.0)
+    agent.acks(2 * seq, timeout_s=5.0)  # QUEUED and PROCESSED of each probe
     while sub.collect(1, timeout_s=0.3):  # drain the other probes' results
         pass
     return seq

@@ -98,7 +98,7 @@ def warm_up(daemon: Daemon, agent: RawAgent, sub: Listener, clip: SyntheticClip)
         seq += 1
         agent.send_image("warm", seq, clip.frame(30).image, common_pb2.ENCODING_JPEG, 30)
         sub.collect(1, timeout_s=5.0)
-    agent.acks(seq, timeout_s=2.0)
+    agent.acks(2 * seq, timeout_s=2.0)  # QUEUED, then PROCESSED once published
     while sub.collect(1, timeout_s=0.2):
         pass
     return seq + 1

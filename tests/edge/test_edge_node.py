@@ -9,7 +9,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from edge_testkit import (
+    MODEL_SIZE,
+    Listener,
+    RawAgent,
+    deliver,
+    receipts,
+    wait_until_subscribed,
+)
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import PROTOCOL_MAJOR, common_pb2, frame_pb2
@@ -69,7 +76,12 @@ def _overlaps(clip: SyntheticClip, index: int) -> bool:
 def test_detections_match_ground_truth_in_original_pixels(
     node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip, encoding: int, prep_threads: int
 ) -> None:
-    node = node_factory(runtime={"preprocess_threads": prep_threads})
+    # A delay target long enough that the whole burst fits the credits (no BUSY here).
+    node = node_factory(
+        runtime={"preprocess_threads": prep_threads},
+        batching={"delay_target_ms": 60_000},
+        flow={"initial_credits": 64},
+    )
     sub = Listener(zctx, node.endpoints.publish)
     agents = [RawAgent(zctx, node.endpoints.listen, f"agent-{i}") for i in range(2)]
     wait_until_subscribed(agents[0], sub, synthetic_clip.frame(0).image)
@@ -83,9 +95,18 @@ def test_detections_match_ground_truth_in_original_pixels(
             cam, n // 2 + 1, synthetic_clip.frame(idx).image, encoding, frame_index=idx
         )
         sent += 1
-    acks = agents[0].acks(sent - sent // 2) + agents[1].acks(sent // 2)
-    assert {a.status for a in acks} == {frame_pb2.ACK_STATUS_QUEUED}
     results = sub.collect(sent)
+    # Each frame: QUEUED on receipt, then PROCESSED once its result is published.
+    acks = agents[0].acks(2 * (sent - sent // 2)) + agents[1].acks(2 * (sent // 2))
+    by_frame: dict[tuple[str, int], list[int]] = {}
+    for a in acks:
+        by_frame.setdefault((a.camera_id, a.sequence), []).append(a.status)
+    assert len(by_frame) == sent
+    assert all(
+        v == [frame_pb2.ACK_STATUS_QUEUED, frame_pb2.ACK_STATUS_PROCESSED]
+        for v in by_frame.values()
+    )
+    assert all(a.credits >= 1 and a.session_id == 7 for a in acks)
     assert len(results) == sent
     tol = 3.0 if encoding == common_pb2.ENCODING_JPEG else 2.0
     matched = 0
@@ -130,11 +151,13 @@ def test_malformed_and_version_mismatch_are_rejected_and_counted(
     short.encoding = common_pb2.ENCODING_BGR
     agent.send_parts([short.SerializeToString(), bytes(10)])  # BGR size disagrees
     agent.send_image("c", 4, image)  # and a good one still goes through
-    agent.send_image("c", 4, image)  # duplicate
     acks = agent.acks(7)
+    agent.send_image("c", 4, image)  # a resend of a processed frame: duplicate
+    acks += agent.acks(1)
     status = [a.status for a in acks]
     assert status == [frame_pb2.ACK_STATUS_REJECTED] * 5 + [
         frame_pb2.ACK_STATUS_QUEUED,
+        frame_pb2.ACK_STATUS_PROCESSED,
         frame_pb2.ACK_STATUS_DUPLICATE,
     ]
     assert "version" in acks[2].reason and "9.0" in acks[2].reason
@@ -147,11 +170,15 @@ def test_malformed_and_version_mismatch_are_rejected_and_counted(
     assert node.error is None
 
 
-def test_overload_sheds_oldest_per_camera_and_counts(
+def test_overload_answers_busy_never_sheds_silently(
     node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip
 ) -> None:
-    # Batch of 1 with a long delay target keeps the worker slow relative to the burst.
-    node = node_factory(batching={"max_batch": 1, "queue_per_camera": 2, "max_queue_delay_ms": 0})
+    # A burst far beyond the camera's credit: what is not taken is answered BUSY (the
+    # agent keeps it), every taken frame is processed; nothing is dropped unannounced.
+    node = node_factory(
+        batching={"max_batch": 1, "queue_per_camera": 2, "max_queue_delay_ms": 0},
+        flow={"initial_credits": 2},
+    )
     sub = Listener(zctx, node.endpoints.publish)
     agent = RawAgent(zctx, node.endpoints.listen)
     image = synthetic_clip.frame(30).image
@@ -162,17 +189,64 @@ def test_overload_sheds_oldest_per_camera_and_counts(
     for seq in range(1, burst + 1):
         agent.send_image("busy", seq, image)
     agent.send_image("quiet", 1, image)
-    acks = agent.acks(burst + 1)
-    assert len(acks) == burst + 1
-    results = sub.collect(burst + 1, timeout_s=5.0)
-    wait_for(lambda: sample(reg, "strata_edge_frames_processed_total") == base + len(results))
-    shed = sample(reg, "strata_edge_drops_total", {"reason": "overload"})
-    assert shed > 0
-    assert len(results) + shed == burst + 1
+    acks = agent.acks(2 * (burst + 1), timeout_s=8.0)
+    first = receipts(acks)
+    busy = [a for a in first if a.status == frame_pb2.ACK_STATUS_BUSY]
+    taken = [a for a in first if a.status == frame_pb2.ACK_STATUS_QUEUED]
+    assert len(first) == burst + 1
+    assert len(busy) + len(taken) == burst + 1 and len(busy) > 150
+    assert all(0 < a.retry_after_ms <= 200 and a.credits >= 1 for a in busy)
+    processed = {
+        (a.camera_id, a.sequence) for a in acks if a.status == frame_pb2.ACK_STATUS_PROCESSED
+    }
+    assert processed == {(a.camera_id, a.sequence) for a in taken}
+    results = sub.collect(len(taken), timeout_s=5.0)
+    assert {(r.camera_id, r.sequence) for r in results} == processed
     # The quiet camera's only frame is not starved by the busy one.
-    assert any(r.camera_id == "quiet" for r in results)
-    # The newest busy frame survives shedding (oldest go first).
-    assert max(r.sequence for r in results if r.camera_id == "busy") == burst
+    assert ("quiet", 1) in processed
+    wait_for(lambda: sample(reg, "strata_edge_frames_processed_total") == base + len(taken))
+    assert sample(reg, "strata_edge_frames_total", {"status": "busy"}) == len(busy)
+    assert sample(reg, "strata_edge_drops_total", {"reason": "overload"}) == 0
+
+
+def test_resends_get_queued_again_or_duplicate_and_unknown_resends_are_redeliveries(
+    node_factory: Any, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    node = node_factory(batching={"max_batch": 1, "max_queue_delay_ms": 0})
+    sub = Listener(zctx, node.endpoints.publish)
+    agent = RawAgent(zctx, node.endpoints.listen)
+    image = synthetic_clip.frame(30).image
+    wait_until_subscribed(agent, sub, image)
+    agent.send_image("c", 10, image)
+    agent.send_image("c", 10, image, resent=True)  # still held, or already done
+    acks = agent.acks(3)
+    assert acks[0].status == frame_pb2.ACK_STATUS_QUEUED and acks[0].HasField("edge")
+    assert acks[0].edge.edge_session == node.delivery.edge_session
+    assert {a.status for a in acks[1:]} <= {
+        frame_pb2.ACK_STATUS_QUEUED,
+        frame_pb2.ACK_STATUS_PROCESSED,
+        frame_pb2.ACK_STATUS_DUPLICATE,
+    }
+    assert [a.status for a in acks].count(frame_pb2.ACK_STATUS_PROCESSED) == 1
+    agent.send_image("c", 10, image, resent=True)  # settled: duplicate, not processed again
+    assert [a.status for a in agent.acks(1)] == [frame_pb2.ACK_STATUS_DUPLICATE]
+    # Same camera and sequence from another sender session is another frame.
+    other = RawAgent(zctx, node.endpoints.listen, session_id=8)
+    other.send_image("c", 10, image)
+    assert [a.status for a in other.acks(2)] == [
+        frame_pb2.ACK_STATUS_QUEUED,
+        frame_pb2.ACK_STATUS_PROCESSED,
+    ]
+    # A resent frame this node never saw may have been published by its previous life.
+    agent.send_image("c", 11, image, resent=True)
+    assert [a.status for a in agent.acks(2)][-1] == frame_pb2.ACK_STATUS_PROCESSED
+    results = sub.collect(3)
+    assert [(r.session_id, r.sequence, r.redelivery) for r in results] == [
+        (7, 10, False),
+        (8, 10, False),
+        (7, 11, True),
+    ]
+    assert sample(node.metrics.registry, "strata_edge_frames_redelivered_total") == 1
 
 
 def test_no_cloud_opens_breaker_and_detection_goes_on(
@@ -227,8 +301,9 @@ def test_missed_queue_delay_target_lowers_the_batch_size(
     agent = RawAgent(zctx, node.endpoints.listen)
     image = synthetic_clip.frame(30).image
     wait_until_subscribed(agent, sub, image)
-    for seq in range(1, 41):
-        agent.send_image(f"c{seq % 4}", seq // 4 + 1, image)
+    final = deliver(agent, [(f"c{n % 4}", n // 4 + 1, image) for n in range(1, 41)])
+    assert len(final) == 40
+    assert {a.status for a in final.values()} == {frame_pb2.ACK_STATUS_PROCESSED}
     assert len(sub.collect(40)) == 40
     reg = node.metrics.registry
     assert sample(reg, "strata_edge_batch_limit") == 1
@@ -244,12 +319,12 @@ def test_cameras_beyond_the_limit_are_rejected_and_counted(
     image = synthetic_clip.frame(0).image
     for cam, seq in (("a", 5), ("b", 1), ("c", 1), ("a", 3)):
         agent.send_image(cam, seq, image)
-    acks = agent.acks(4)
+    acks = receipts(agent.acks(7))
     assert [a.status for a in acks] == [
         frame_pb2.ACK_STATUS_QUEUED,
         frame_pb2.ACK_STATUS_QUEUED,
         frame_pb2.ACK_STATUS_REJECTED,
-        frame_pb2.ACK_STATUS_DUPLICATE,  # a known camera still gets through the check
+        frame_pb2.ACK_STATUS_QUEUED,  # a known camera still gets through the check
     ]
     assert "max_cameras" in acks[2].reason
     assert sample(node.metrics.registry, "strata_edge_rejected_total", {"reason": "cameras"}) == 1

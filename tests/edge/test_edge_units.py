@@ -33,13 +33,11 @@ def test_round_robin_across_cameras() -> None:
     assert len(batch) == 4
 
 
-def test_full_queue_sheds_oldest_and_reports_it() -> None:
-    shed: list[int] = []
-    q = CameraQueues(per_camera=3, on_shed=lambda f: shed.append(f.header.sequence))
-    for i in range(1, 6):
-        q.put(qf("c", i))
-    assert shed == [1, 2]
-    assert [f.header.sequence for f in q.next_batch(10, 0.0, 0.1)] == [3, 4, 5]
+def test_full_queue_refuses_and_never_drops_what_it_holds() -> None:
+    q = CameraQueues(per_camera=3)
+    assert [q.put(qf("c", i)) for i in range(1, 6)] == [True, True, True, False, False]
+    assert q.depth("c") == 3
+    assert [f.header.sequence for f in q.next_batch(10, 0.0, 0.1)] == [1, 2, 3]
 
 
 def test_batch_leaves_when_full_without_waiting_for_the_delay() -> None:

@@ -184,7 +184,9 @@ def test_node_sends_chosen_crops_to_the_cloud(
             "cloud": f"127.0.0.1:{port}",
             "uplink": {"spool_path": str(tmp_path / "spool.sqlite")},
             "model": {"input_size": MODEL_SIZE},
-            "batching": {"queue_per_camera": 64},  # the burst must not be shed
+            # The burst fits the camera's credit (no BUSY answers to a raw agent).
+            "batching": {"queue_per_camera": 64, "delay_target_ms": 60_000},
+            "flow": {"initial_credits": 64},
             "crops": {
                 "classes": ["person", "car"],
                 "score_min": 0.5,

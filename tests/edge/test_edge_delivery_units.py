@@ -1,0 +1,113 @@
+"""The ledger (what was seen) and the credit gate (what may be taken), without sockets."""
+
+from __future__ import annotations
+
+from strata.edge.credits import CapacityMeter, CreditGate
+from strata.edge.ledger import DeliveryLedger, Seen
+from strata.shared.config.edge import FlowConfig
+from strata.shared.contracts import frame_pb2
+
+PROCESSED = frame_pb2.ACK_STATUS_PROCESSED
+SHED = frame_pb2.ACK_STATUS_SHED
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_ledger_pending_then_settled_per_session_and_camera() -> None:
+    led = DeliveryLedger(settled_per_stream=64)
+    key = (1, "cam")
+    assert led.lookup(key, 5).seen is Seen.NEW
+    led.add(key, 5)
+    assert led.lookup(key, 5).seen is Seen.PENDING
+    assert led.lookup((2, "cam"), 5).seen is Seen.NEW  # another session: another frame
+    led.settle(key, 5, PROCESSED)
+    assert led.lookup(key, 5) == led.lookup(key, 5)
+    assert led.lookup(key, 5).seen is Seen.SETTLED and led.lookup(key, 5).status == PROCESSED
+    led.add(key, 3)  # lower sequences are not duplicates by themselves (BUSY, resend)
+    led.settle(key, 3, SHED, "stale")
+    assert (led.lookup(key, 3).status, led.lookup(key, 3).reason) == (SHED, "stale")
+    led.add(key, 2)
+    led.withdraw(key, 2)
+    assert led.lookup(key, 2).seen is Seen.NEW
+
+
+def test_ledger_bounds_settled_records_and_forgets_idle_streams() -> None:
+    clock = Clock()
+    led = DeliveryLedger(settled_per_stream=64, idle_s=10.0, clock=clock)
+    for seq in range(1, 201):
+        led.add((1, "a"), seq)
+        led.settle((1, "a"), seq, PROCESSED)
+    assert led.lookup((1, "a"), 136).seen is Seen.NEW  # beyond the bound: the oldest go
+    assert led.lookup((1, "a"), 137).seen is Seen.SETTLED
+    led.add((1, "held"), 1)  # pending: never forgotten
+    clock.t = 100.0
+    led.add((2, "b"), 1)  # a sweep happens on the way
+    assert led.is_new_stream((1, "a")) and not led.is_new_stream((1, "held"))
+
+
+def test_capacity_is_frames_per_busy_second() -> None:
+    m = CapacityMeter(window_s=0.5)
+    m.add(10, 0.25)
+    assert m.fps == 0
+    m.add(10, 0.25)
+    assert m.fps == 40.0
+
+
+def test_credits_follow_capacity_and_delay_target_split_over_active_cameras() -> None:
+    clock = Clock()
+    cfg = FlowConfig(initial_credits=3)
+    gate = CreditGate(cfg, 0.2, max_batch=4, max_per_camera=64, clock=clock)
+    assert gate.credits("a") == 3  # not measured yet
+    gate.observe_batch(100, 1.0, [0.01])  # 100 frames/s
+    assert gate.total_credits == 20
+    for cam in ("a", "b", "c"):
+        assert gate.try_admit(cam) is not None
+    clock.t = 1.0  # a period passes: three cameras active
+    gate.has_room("a")
+    assert gate.active_cameras == 3 and gate.credits("a") == 7  # 20 / 3, rounded up
+    taken = 1
+    while gate.has_room("a"):
+        assert gate.try_admit("a") is not None
+        taken += 1
+    assert taken == 7  # the camera's share, and no more
+    busy = gate.busy("a")
+    assert busy.credits == 7 and 5 <= busy.retry_after_ms <= 200
+    gate.release("a")
+    assert gate.has_room("a")
+
+
+def test_a_saturating_camera_degrades_step_by_step_and_recovers_slowly() -> None:
+    clock = Clock()
+    cfg = FlowConfig(period_s=0.5, up_s=1.0, down_s=3.0, initial_credits=2)
+    gate = CreditGate(cfg, 0.1, max_batch=1, max_per_camera=64, clock=clock)
+    gate.observe_batch(10, 1.0, [0.2])  # queue delay twice the target: loaded
+    levels = []
+    for _ in range(12):  # 6 s of a camera always over its credit
+        clock.t += 0.5
+        while gate.has_room("hot"):
+            gate.try_admit("hot")
+        levels.append(gate.level("hot"))
+    assert levels[-1] == 3 and levels == sorted(levels)
+    assert levels.index(1) >= 1  # one step per up_s, not all at once
+    for _ in range(64):  # the node empties: calm
+        gate.release("hot")
+    for _ in range(14):  # 7 s: pressure decays below the mark, then 3 s calm per step
+        clock.t += 0.5
+        gate.decay_delay()
+        gate.has_room("hot")
+    assert 0 < gate.level("hot") < 3  # hysteresis: one step per down_s
+
+
+def test_ledger_forgets_the_streams_of_forgotten_cameras_unless_held() -> None:
+    led = DeliveryLedger()
+    led.add((1, "gone"), 1)
+    led.settle((1, "gone"), 1, PROCESSED)
+    led.add((1, "held"), 1)
+    led.forget_cameras(["gone", "held"])
+    assert led.is_new_stream((1, "gone")) and not led.is_new_stream((1, "held"))
