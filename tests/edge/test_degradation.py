@@ -158,7 +158,14 @@ def test_a_real_node_degrades_on_injected_telemetry_and_recovers(
             # A cloud nobody listens on: the uplink exists, so the crop branch is live.
             "cloud": f"127.0.0.1:{free_port()}",
             "model": {"input_size": MODEL_SIZE},
-            "batching": {"max_batch": 4, "max_queue_delay_ms": 30, "queue_per_camera": 64},
+            "batching": {
+                "max_batch": 4,
+                "max_queue_delay_ms": 30,
+                "queue_per_camera": 64,
+                "delay_target_ms": 60_000,
+            },
+            # Credits for the raw agent's bursts, even halved at level 3 (no BUSY here).
+            "flow": {"initial_credits": 64},
             "crops": {"score_max": 1.0},
             "degradation": {
                 "interval_s": 0.05,
