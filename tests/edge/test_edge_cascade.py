@@ -31,7 +31,14 @@ def node(colour_model: Path) -> Iterator[EdgeNode]:
             "listen": "tcp://127.0.0.1:0",
             "publish": "tcp://127.0.0.1:0",
             "model": {"input_size": MODEL_SIZE},
-            "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
+            "batching": {
+                "max_batch": 4,
+                "max_queue_delay_ms": 5,
+                "queue_per_camera": 64,
+                "delay_target_ms": 60_000,
+            },
+            # The raw agent sends without waiting: credits for its whole burst.
+            "flow": {"initial_credits": 64},
             "degradation": {"enabled": False},
         }
     )
