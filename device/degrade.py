@@ -69,6 +69,9 @@ class SourceDegrader:
         self._tokens = 1.0
         self._changed = clock()
         self._backlog_since = -1.0
+        # More than a window waiting right now: only then does a level drop anything, so
+        # degradation never starves the edge of frames it could take (work-conserving).
+        self.backlogged = False
         self._calm_since = -1.0
 
     def set_level(self, level: int) -> None:
@@ -79,6 +82,7 @@ class SourceDegrader:
     def observe_backlog(self, waiting: int, window: int) -> None:
         """The camera's frames waiting to be sent (sender thread, every loop)."""
         now = self._clock()
+        self.backlogged = waiting > window
         # A backlog: more than a window, and more than `backlog_s` of what the edge
         # finishes for this camera, waiting (a one-frame window is no measure alone).
         if waiting > max(window, self.rate.fps * self.cfg.backlog_s):
@@ -107,11 +111,11 @@ class SourceDegrader:
 
     def motion_threshold(self, base: float) -> float:
         """The motion threshold to use now."""
-        return base * self.cfg.motion_factor if self.level >= 1 else base
+        return base * self.cfg.motion_factor if self.level >= 1 and self.backlogged else base
 
     def rate_cap(self) -> float:
         """Most frames per second to keep now (inf below level 2)."""
-        if self.level < 2:
+        if self.level < 2 or not self.backlogged:
             return float("inf")
         return max(self.cfg.min_fps, self.rate.fps * self.cfg.rate_headroom)
 

@@ -245,7 +245,7 @@ class DegradeConfig(StrictModel):
         2.0, ge=1.0, description="Level 1+: the motion threshold is multiplied by this."
     )
     rate_headroom: float = Field(
-        1.25,
+        1.5,
         ge=1.0,
         description="Level 2+: keep at most this times the frame rate the edge finishes.",
     )

@@ -36,7 +36,7 @@ def test_a_camera_degrades_only_as_far_as_its_backlog_needs_and_the_edge_allows(
 def _at(d: SourceDegrader, clock: Clock, level: int) -> None:
     d.set_level(level)
     d.need = level
-    d.observe_backlog(1, 4)
+    d.observe_backlog(9, 4)  # frames waiting beyond the window: the level applies
 
 
 def test_levels_raise_motion_then_cap_rate_then_bound_waiting() -> None:
@@ -59,6 +59,8 @@ def test_levels_raise_motion_then_cap_rate_then_bound_waiting() -> None:
     assert 9 <= kept <= 15  # the cap, plus at most half a second of burst
     _at(d, clock, 3)
     assert d.waiting_limit(4) == 4
+    d.observe_backlog(0, 4)  # nothing waiting: even at level 3 nothing is dropped
+    assert d.motion_threshold(10) == 10 and d.rate_cap() == float("inf")
     _at(d, clock, 0)
     assert d.motion_threshold(10) == 10 and d.keep_by_rate()
 
