@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Sequence
 
@@ -62,7 +63,15 @@ class Agent:
             gate = load_gate(cfg.gate, models_repository)
         self.gate = gate if cfg.gate.enabled else None
         self.inbox = GateInbox(cfg.gate.queue_frames)
-        self.sender = Sender(cfg.edge, cfg.sender, self.metrics, degrade=cfg.degrade)
+        self.sender = Sender(
+            cfg.edges or cfg.edge,
+            cfg.sender,
+            self.metrics,
+            degrade=cfg.degrade,
+            routing=cfg.routing,
+            agent_id=self.agent_id,
+            on_move=self._moved,
+        )
         from .encoder import ScaleTarget
         from .worker import GateWorker  # cv2 import stays out of `strata --help`
 
@@ -83,23 +92,10 @@ class Agent:
         )
         self.cascade_metrics = CascadeMetrics(self.metrics.registry)
         self.cameras: list[CameraWorker] = []
+        self._cams_lock = threading.Lock()
+        self._draining: dict[str, threading.Thread] = {}
         for cam_id, cam in zip(camera_ids(cfg.cameras), cfg.cameras, strict=True):
-            self.inbox.add_camera(cam_id)
-            self.sender.add_camera(cam_id)
-            self.worker.add_camera(cam_id)
-            self.cameras.append(
-                CameraWorker(
-                    cam_id,
-                    cam.source,
-                    cfg.source,
-                    cfg.motion,
-                    self.inbox,
-                    self.metrics.camera(cam_id),
-                    cfg.cascade,
-                    self.cascade_metrics,
-                    self.sender.degrader(cam_id),
-                )
-            )
+            self.cameras.append(self._make_camera(cam_id, cam))
         # What the edge says in acks reaches the policies, the scaler and the encoder.
         self.link = EdgeLink(
             {c.camera_id: c.policy for c in self.cameras if c.policy is not None},
@@ -111,6 +107,93 @@ class Agent:
         self.sender.on_lost = self.link.on_lost
         self._started = False
         self._stopped = False
+
+    def _make_camera(self, cam_id: str, cam: CameraConfig) -> CameraWorker:
+        self.inbox.add_camera(cam_id)
+        self.sender.add_camera(cam_id, cam.model)
+        self.worker.add_camera(cam_id)
+        return CameraWorker(
+            cam_id,
+            cam.source,
+            self.cfg.source,
+            self.cfg.motion,
+            self.inbox,
+            self.metrics.camera(cam_id),
+            self.cfg.cascade,
+            self.cascade_metrics,
+            self.sender.degrader(cam_id),
+        )
+
+    def reload(self, cameras: Sequence[CameraConfig]) -> tuple[list[str], list[str]]:
+        """Run exactly these cameras from now on: start the new ones, stop the removed ones
+        after their frames in flight are settled (in the background). Returns (added,
+        removed) ids; ValueError for ids that are not unique."""
+        ids = camera_ids(cameras)
+        with self._cams_lock:
+            running = {c.camera_id: c for c in self.cameras}
+            wanted = dict(zip(ids, cameras, strict=True))
+            added = [i for i in ids if i not in running and i not in self._draining]
+            waiting = [i for i in ids if i in self._draining]
+            removed = [i for i in running if i not in wanted]
+            for cam_id in removed:
+                worker = running[cam_id]
+                self.cameras.remove(worker)
+                worker.stop()
+                t = threading.Thread(
+                    target=self._drain, args=(worker,), name=f"drain-{cam_id}", daemon=True
+                )
+                self._draining[cam_id] = t
+                t.start()
+            for cam_id in added:
+                worker = self._make_camera(cam_id, wanted[cam_id])
+                if worker.policy is not None:
+                    self.link.policies[cam_id] = worker.policy
+                self.cameras.append(worker)
+                if self._started:
+                    log.info("camera %s added: %s", cam_id, worker.source)
+                    worker.start()
+        for cam_id in waiting:
+            log.warning("camera %s is still draining; add it again once it has gone", cam_id)
+        return added, removed
+
+    def _drain(self, worker: CameraWorker) -> None:
+        """A removed camera: stop reading, let its frames reach the edge, then forget it."""
+        cam_id = worker.camera_id
+        worker.join(self.cfg.source.read_timeout_s + 2.0)
+        deadline = time.monotonic() + self.cfg.sender.drain_timeout_s
+        quiet_since: float | None = None
+        while time.monotonic() < deadline:
+            # Settled for a while: nothing left in the gate inbox, the encoder or the sender.
+            if self.inbox.waiting(cam_id) == 0 and self.sender.pending_of(cam_id) == 0:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since >= 0.5:
+                    break
+            else:
+                quiet_since = None
+            time.sleep(0.05)
+        left = self.sender.remove_camera(cam_id)
+        if left:
+            self.metrics.dropped_reason.labels(cam_id, "removed").inc(left)
+            log.warning(
+                "camera %s removed with %d frame(s) not settled after %.1fs (dropped)",
+                cam_id,
+                left,
+                self.cfg.sender.drain_timeout_s,
+            )
+        else:
+            log.info("camera %s removed; every frame it sent was settled", cam_id)
+        with self._cams_lock:
+            self._draining.pop(cam_id, None)
+            self.link.policies.pop(cam_id, None)
+
+    def draining(self) -> list[str]:
+        """Removed cameras whose frames are still being settled."""
+        with self._cams_lock:
+            return list(self._draining)
+
+    def _moved(self, camera_id: str, edge: str) -> None:
+        # An H.264 stream must start with a keyframe on its new edge.
+        self.worker.encoder.request_keyframe(camera_id, f"moved to edge {edge}")
 
     def start(self) -> None:
         """Start the sender, the gate worker and every camera; SenderError if the edge
@@ -125,11 +208,11 @@ class Agent:
 
     def statuses(self) -> list[CameraStatus]:
         """A snapshot of every camera."""
-        return [c.status() for c in self.cameras]
+        return [c.status() for c in list(self.cameras)]
 
     def cameras_done(self) -> bool:
         """Every camera thread has finished (ended or failed)."""
-        return all(c.done for c in self.cameras)
+        return all(c.done for c in list(self.cameras))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until every camera has finished; False on timeout."""

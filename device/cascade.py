@@ -200,6 +200,7 @@ class EdgeLink:
         self.encoder = encoder
         self.scale_to_model = scale_to_model
         self.edge_session = 0
+        self.edge_sessions: dict[str, int] = {}
 
     def on_ack(self, ack: frame_pb2.FrameAck) -> None:
         """Sender thread: one ack."""
@@ -209,10 +210,13 @@ class EdgeLink:
             if self.scale_to_model and all(size) and self.scale.get() != size:
                 log.info("edge model input %dx%d: frames are scaled to fit it", *size)
                 self.scale.set(*size)
-            if e.edge_session and e.edge_session != self.edge_session:
-                if self.edge_session:
+            # Per edge: with several edges (routing) acks of different nodes interleave.
+            last = self.edge_sessions.get(e.edge_id, 0)
+            if e.edge_session and e.edge_session != last:
+                if last:
                     # A restarted node has no decoder state: every stream restarts.
                     self.encoder.request_keyframes("new edge session")
+                self.edge_sessions[e.edge_id] = e.edge_session
                 self.edge_session = e.edge_session
         if ack.keyframe_request:
             self.encoder.request_keyframe(ack.camera_id, "the edge asked")

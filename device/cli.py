@@ -24,6 +24,10 @@ sources:
 
 Camera ids come from --camera-id (in --source order), else from the source (file stem,
 RTSP path, synthetic-SEED). Cameras from the config file (device.cameras) run too.
+Several edges: repeat --edge (or device.edges, or dns://NAME:PORT); cameras are spread
+over them on a consistent-hash ring and move when an edge stops answering (routing).
+SIGHUP reads --config again and runs its cameras: new ones start, removed ones stop
+once their frames in flight are settled.
 Exit status: 0 when every camera ended normally or the agent was stopped, 1 when a
 camera failed, 2 for a bad config.
 """
@@ -53,7 +57,14 @@ def register(subparsers: Any) -> None:
         metavar="ID",
         help="id of the matching --source (repeat in the same order)",
     )
-    p.add_argument("--edge", metavar="ENDPOINT", help="edge node, e.g. tcp://127.0.0.1:5555")
+    p.add_argument(
+        "--edge",
+        action="append",
+        default=[],
+        metavar="ENDPOINT",
+        help="edge node, e.g. tcp://127.0.0.1:5555; repeat for several (cameras are spread "
+        "over them), or dns://NAME:PORT for every address NAME resolves to",
+    )
     p.add_argument("--agent-id", help="agent id on the wire (default: host name)")
     p.add_argument("--loop", action="store_true", default=None, help="restart files at the end")
     p.add_argument("--no-motion", action="store_true", help="switch the motion gate off")
@@ -80,7 +91,8 @@ def register(subparsers: Any) -> None:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     device: dict[str, Any] = {
-        "edge": args.edge,
+        "edge": args.edge[0] if len(args.edge) == 1 and "dns://" not in args.edge[0] else None,
+        "edges": args.edge if len(args.edge) > 1 or "dns://" in "".join(args.edge) else None,
         "agent_id": args.agent_id,
         "source": {"loop": args.loop},
         "motion": {
@@ -98,14 +110,49 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return prune({"device": device})
 
 
+def _device_config(args: argparse.Namespace, device: dict[str, Any]) -> Any:
+    """The device section with the --source cameras added; ConfigError when invalid."""
+    from strata.shared.config import validate_model
+    from strata.shared.config.device import DeviceConfig
+
+    extra = [
+        {"source": src, "id": args.camera_id[i] if i < len(args.camera_id) else ""}
+        for i, src in enumerate(args.source)
+    ]
+    return validate_model(
+        DeviceConfig, {**device, "cameras": [*device["cameras"], *extra]}, source="command line"
+    )
+
+
+def reload_cameras(agent: Any, args: argparse.Namespace) -> bool:
+    """SIGHUP: read the config file again and run its cameras (plus --source ones); a bad
+    file is logged and changes nothing."""
+    from strata.shared.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(getattr(args, "config", None), _overrides(args))
+        dev = _device_config(args, cfg.device.model_dump())
+        added, removed = agent.reload(dev.cameras)
+    except (ConfigError, ValueError) as exc:
+        log.error("reload refused, cameras unchanged: %s", exc)
+        return False
+    log.info(
+        "reloaded: %d camera(s) added (%s), %d removed (%s; draining)",
+        len(added),
+        ", ".join(added) or "-",
+        len(removed),
+        ", ".join(removed) or "-",
+    )
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the agent until its sources end, --duration passes, or SIGINT/SIGTERM."""
     if len(args.camera_id) > len(args.source):
         print("strata device: more --camera-id than --source", file=sys.stderr)
         return 2
     cfg = load_or_exit(args, _overrides(args), "device")
-    from strata.shared.config import ConfigError, validate_model
-    from strata.shared.config.device import DeviceConfig
+    from strata.shared.config import ConfigError
     from strata.shared.metrics import serve_metrics
 
     from .agent import Agent
@@ -113,16 +160,8 @@ def run(args: argparse.Namespace) -> int:
     from .metrics import CameraCounts
     from .sender import SenderError
 
-    extra = [
-        {"source": src, "id": args.camera_id[i] if i < len(args.camera_id) else ""}
-        for i, src in enumerate(args.source)
-    ]
     try:
-        dev = validate_model(
-            DeviceConfig,
-            {**cfg.device.model_dump(), "cameras": [*cfg.device.model_dump()["cameras"], *extra]},
-            source="command line",
-        )
+        dev = _device_config(args, cfg.device.model_dump())
     except ConfigError as exc:
         print(f"strata device: {exc}", file=sys.stderr)
         return 2
@@ -142,12 +181,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     stop = threading.Event()
+    hup = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: hup.set())
     agent.start()
     deadline = time.monotonic() + args.duration if args.duration else float("inf")
-    while not stop.is_set() and not agent.cameras_done() and time.monotonic() < deadline:
+    while not stop.is_set() and time.monotonic() < deadline:
+        if hup.is_set():
+            hup.clear()
+            reload_cameras(agent, args)
+        if agent.cameras_done() and not agent.draining():
+            break
         stop.wait(0.1)
     agent.stop()
     if args.metrics_file:

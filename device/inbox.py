@@ -50,6 +50,11 @@ class GateInbox:
             if camera_id not in self._order:
                 self._order.append(camera_id)
 
+    def waiting(self, camera_id: str) -> int:
+        """Frames of the camera waiting for the gate."""
+        with self._cond:
+            return len(self._queues.get(camera_id, ()))
+
     def put(
         self, item: GateItem, wait: bool, stop: threading.Event | None = None
     ) -> GateItem | None:

@@ -56,6 +56,31 @@ class DeviceMetrics:
         self.overflowed = counter("frames_overflowed", "Frames dropped from a full spool.")
         self.bytes_sent = counter("bytes_sent", "Payload bytes sent (first sends).")
         self.reconnects = counter("reconnects", "Sources reopened after a loss.")
+        # Routing over several edges (label: the edge endpoint).
+        self.edge_up = Gauge(
+            "strata_device_edge_up",
+            "1 while the edge answers (acks or heartbeats) within routing.edge_timeout_s.",
+            ["edge"],
+            registry=r,
+        )
+        self.edge_cameras = Gauge(
+            "strata_device_edge_cameras",
+            "This agent's cameras sending to the edge.",
+            ["edge"],
+            registry=r,
+        )
+        self.edge_down = Counter(
+            "strata_device_edge_down",
+            "Times the edge went silent and left this agent's ring.",
+            ["edge"],
+            registry=r,
+        )
+        self.moves = Counter(
+            "strata_device_camera_moves",
+            "Cameras moved to another edge (failover: their edge went; rebalance: membership).",
+            ["reason"],
+            registry=r,
+        )
         self.source_errors = counter("source_errors", "Failures to open or read a source.")
         self.spool_frames = Gauge(
             "strata_device_spool_frames", "Frames waiting in the spool.", cam, registry=r

@@ -10,6 +10,12 @@ set each camera's in-flight window, their degradation level drives the camera's
 SourceDegrader, and a new `edge_session` in an ack's EdgeInfo (the edge restarted) sends
 everything in flight again at once. Every frame given up is counted per camera and reason
 (`strata_device_frames_dropped_total{camera,reason}`) and logged, rate-limited.
+
+Several edges (strata.device.edges, strata.device.routing): one DEALER per edge, all owned
+by this thread. Each camera sends to the edge the ring gives it; when it moves (its edge went
+silent, or membership changed) its unsettled frames go back to its spool and are resent to
+the new edge, marked `resent`. Final acks count from whichever edge sends them (the result
+was published there); QUEUED, BUSY and credits only from the camera's current edge.
 """
 
 from __future__ import annotations
@@ -17,18 +23,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from strata.shared.config.device import DegradeConfig, SenderConfig
+from strata.shared.config.device import DegradeConfig, RoutingConfig, SenderConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.curve import CurveError, connect_curve
-from strata.shared.wire import MalformedMessage, new_session_id, pack_frame, unpack_ack
+from strata.shared.wire import (
+    MalformedMessage,
+    is_final,
+    new_session_id,
+    pack_frame,
+    unpack_ack,
+)
 
 from .degrade import REASON_POLICY, SourceDegrader
 from .diskspool import DiskSpool
+from .edges import Directory, EdgeConnectError, EdgeLink, EdgePool, heartbeat_header
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
 from .outbox import Outbox
+from .routing import CameraRouter
 
 PROCESSED = frame_pb2.ACK_STATUS_PROCESSED
 DUPLICATE = frame_pb2.ACK_STATUS_DUPLICATE
@@ -44,6 +58,11 @@ _POLL_MS = 5
 
 # (camera id, the frame's header, the final ack) for each settled frame.
 FinalHook = Callable[[str, frame_pb2.FrameHeader, frame_pb2.FrameAck], None]
+# (camera id, new edge endpoint) for each camera that moved (e.g. to ask for a keyframe).
+MoveHook = Callable[[str, str], None]
+
+# How often the placement is recomputed (membership, liveness, progressive moves).
+_ROUTE_S = 0.1
 
 
 class SenderError(RuntimeError):
@@ -51,7 +70,7 @@ class SenderError(RuntimeError):
 
 
 class _Camera:
-    __slots__ = ("box", "degrader", "drop_log", "m", "overflow_log")
+    __slots__ = ("box", "degrader", "drop_log", "edge", "m", "overflow_log")
 
     def __init__(
         self,
@@ -63,6 +82,8 @@ class _Camera:
     ) -> None:
         self.box, self.m, self.overflow_log = box, m, overflow_log
         self.drop_log, self.degrader = drop_log, degrader
+        # The edge endpoint this camera sends to (None: no edge up yet).
+        self.edge: str | None = None
 
 
 class Sender:
@@ -70,16 +91,29 @@ class Sender:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | Sequence[str],
         cfg: SenderConfig,
         metrics: DeviceMetrics,
         first_sequence: int | None = None,
         degrade: DegradeConfig | None = None,
         session_id: int | None = None,
         on_final: FinalHook | None = None,
+        routing: RoutingConfig | None = None,
+        agent_id: str = "",
+        on_move: MoveHook | None = None,
     ) -> None:
-        self.endpoint = endpoint
+        self.endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
+        if not self.endpoints:
+            raise SenderError("no edge endpoint")
+        self.endpoint = self.endpoints[0]
         self.cfg = cfg
+        self.routing = routing or RoutingConfig()
+        self.agent_id = agent_id
+        self.on_move = on_move
+        self.router = CameraRouter(self.routing)
+        # Heartbeats and liveness only matter with a choice of edges.
+        self.multi = len(self.endpoints) > 1 or any(e.startswith("dns://") for e in self.endpoints)
+        self.pool: EdgePool | None = None
         self.metrics = metrics
         self.degrade_cfg = degrade or DegradeConfig()
         # Called (sender thread) with every frame settled by a final ack.
@@ -89,8 +123,6 @@ class Sender:
         self.first_sequence = first_sequence or time.time_ns() // 1000
         # The sender session: sequences and duplicates belong to (session, camera).
         self.session_id = session_id or new_session_id()
-        # The edge's process session (from EdgeInfo); a change means it restarted.
-        self.edge_session = 0
         self._cams: dict[str, _Camera] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -105,15 +137,19 @@ class Sender:
         self.on_ack: Callable[[frame_pb2.FrameAck], None] | None = None
         self.on_lost: Callable[[str], None] | None = None
 
-    def add_camera(self, camera_id: str) -> Outbox:
-        """Register a camera (before start or while running)."""
+    def add_camera(self, camera_id: str, model: str = "") -> Outbox:
+        """Register a camera (before start or while running); `model`: what it asks the
+        edge for (routing affinity)."""
         disk = DiskSpool(self.cfg.spool_dir, camera_id) if self.cfg.spool_dir else None
+        # A camera added at run time (perhaps one removed before) starts its sequences at
+        # now in microseconds: above anything it sent earlier in this session.
+        first = time.time_ns() // 1000 if self.started else self.first_sequence
         box = Outbox(
             camera_id,
             self.cfg.window,
             self.cfg.spool_frames,
             int(self.cfg.spool_mb * 1024 * 1024),
-            self.first_sequence,
+            first,
             disk,
             self.session_id,
         )
@@ -133,7 +169,25 @@ class Sender:
         )
         with self._lock:
             self._cams = {**self._cams, camera_id: cam}
+            self.router.add_camera(camera_id, model)
         return box
+
+    def remove_camera(self, camera_id: str) -> int:
+        """Forget a camera (after its frames are settled); returns frames it still held."""
+        with self._lock:
+            cam = self._cams.get(camera_id)
+            if cam is None:
+                return 0
+            self._cams = {k: v for k, v in self._cams.items() if k != camera_id}
+            self.router.remove_camera(camera_id)
+        cam.overflow_log.flush()
+        cam.drop_log.flush()
+        return cam.box.pending
+
+    def edge_of(self, camera_id: str) -> str | None:
+        """The edge a camera sends to now (None: none up)."""
+        cam = self._cams.get(camera_id)
+        return cam.edge if cam is not None else None
 
     def outbox(self, camera_id: str) -> Outbox:
         """The camera's outbox (spool and window)."""
@@ -144,8 +198,13 @@ class Sender:
         return self._cams[camera_id].degrader
 
     def submit(self, camera_id: str, header: frame_pb2.FrameHeader, payload: Any) -> int:
-        """Queue a frame for sending (any thread); returns its sequence number."""
-        cam = self._cams[camera_id]
+        """Queue a frame for sending (any thread); returns its sequence number (0: the
+        camera was removed meanwhile; counted and logged)."""
+        cam = self._cams.get(camera_id)
+        if cam is None:
+            self.metrics.dropped_reason.labels(camera_id, "removed").inc()
+            log.warning("camera %s: a frame arrived after the camera was removed", camera_id)
+            return 0
         header.session_id = self.session_id
         res = cam.box.put(header, payload)
         if res.waited:
@@ -161,6 +220,11 @@ class Sender:
         cam.m.overflowed.inc(len(seqs))
         cam.m.dropped("spool_full").inc(len(seqs))
         cam.overflow_log.add(len(seqs), f"last sequence {seqs[-1]}")
+
+    def pending_of(self, camera_id: str) -> int:
+        """Frames of one camera not yet settled (0 for an unknown camera)."""
+        cam = self._cams.get(camera_id)
+        return cam.box.pending if cam is not None else 0
 
     def pending(self) -> int:
         """Frames not yet acked, over all cameras."""
@@ -192,7 +256,7 @@ class Sender:
                     f"kept in {cam.box.disk.dir} for the next run" if cam.box.disk else "lost",
                 )
 
-    def _run(self) -> None:
+    def _connect(self, endpoint: str) -> Any:
         import zmq
 
         sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
@@ -204,35 +268,108 @@ class Sender:
         try:
             if curve.secret_key:
                 connect_curve(sock, curve.secret_key, curve.server_key)
-            sock.connect(self.endpoint)
+            sock.connect(endpoint)
         except CurveError as exc:
-            self.error = f"cannot use the CURVE keys: {exc}"
             sock.close(0)
-            self._ready.set()
-            return
+            raise EdgeConnectError(f"cannot use the CURVE keys: {exc}") from None
         except zmq.ZMQError as exc:
-            self.error = f"cannot use edge endpoint {self.endpoint!r}: {exc}"
             sock.close(0)
+            raise EdgeConnectError(f"cannot use edge endpoint {endpoint!r}: {exc}") from None
+        log.info("connected to edge %s", endpoint)
+        return sock
+
+    def _run(self) -> None:
+        try:
+            directory = Directory(self.endpoints, self.routing.resolve_interval_s)
+            beat = heartbeat_header(self.agent_id, self.session_id) if self.multi else None
+            pool = EdgePool(
+                directory,
+                self.routing.heartbeat_interval_s,
+                self.routing.edge_timeout_s,
+                self._connect,
+                beat,
+            )
+            pool.sync()
+        except (EdgeConnectError, ValueError) as exc:
+            self.error = str(exc)
             self._ready.set()
             return
+        self.pool = pool
         self._ready.set()
-        log.info("sending to edge %s", self.endpoint)
+        next_route = 0.0
         try:
             while True:
                 if self._stop.is_set() and (
                     self.pending() == 0 or time.monotonic() >= self._drain_deadline
                 ):
                     break
-                if sock.poll(_POLL_MS, zmq.POLLIN):
-                    self._read_acks(sock)
-                self._send_ready(sock)
+                for link in pool.poll(_POLL_MS):
+                    self._read_acks(link)
+                now = time.monotonic()
+                if now >= next_route:
+                    next_route = now + _ROUTE_S
+                    self._route(pool, now)
+                self._send_ready(pool)
         finally:
-            sock.close(0)
+            pool.close()
 
-    def _read_acks(self, sock: Any) -> None:
+    def _route(self, pool: EdgePool, now: float) -> None:
+        """Membership, heartbeats, liveness, then the moves the ring asks for."""
+        try:
+            _, removed = pool.sync()
+        except EdgeConnectError as exc:
+            removed = []
+            log.warning("%s", exc)
+        for link in removed:
+            log.warning("edge %s is no longer listed; its cameras move", link.endpoint)
+        pool.beat(now)
+        came, went = pool.liveness(now)
+        for link in came:
+            log.info("edge %s is up (%s)", link.endpoint, link.info.edge_id or "no EdgeInfo yet")
+        for link in went:
+            self.metrics.edge_down.labels(link.endpoint).inc()
+            log.warning(
+                "edge %s: nothing heard for %.1fs; it leaves the ring, its cameras move",
+                link.endpoint,
+                self.routing.edge_timeout_s,
+            )
+        with self._lock:
+            members = pool.members(self.routing.use_capacity)
+            moves = self.router.update(members, now, pool.starting(now))
+        for mv in moves:
+            cam = self._cams.get(mv.camera_id)
+            if cam is None:
+                continue
+            cam.edge = mv.new
+            back, overflowed = cam.box.resend_all()
+            if overflowed:
+                self._overflowed(cam, overflowed)
+            if mv.old is not None:
+                self.metrics.moves.labels("failover" if mv.forced else "rebalance").inc()
+                log.info(
+                    "camera %s: %s -> %s (%s), resending %d unsettled frame(s)",
+                    mv.camera_id,
+                    mv.old,
+                    mv.new,
+                    "its edge is gone" if mv.forced else "rebalance",
+                    back,
+                )
+            if self.on_move is not None:
+                self.on_move(mv.camera_id, mv.new)
+        if moves or came or went or removed:
+            per: dict[str, int] = dict.fromkeys(pool.links, 0)
+            for cam in self._cams.values():
+                if cam.edge in per:
+                    per[cam.edge] += 1
+            for ep, n in per.items():
+                self.metrics.edge_cameras.labels(ep).set(n)
+                self.metrics.edge_up.labels(ep).set(1 if pool.links[ep].up else 0)
+
+    def _read_acks(self, link: EdgeLink) -> None:
         import zmq
 
         now = time.monotonic()
+        sock = link.sock
         while True:
             try:
                 parts = sock.recv_multipart(zmq.NOBLOCK)
@@ -243,25 +380,25 @@ class Sender:
             except MalformedMessage as exc:
                 log.warning("ignored a malformed ack from the edge: %s", exc.detail)
                 continue
+            if link.heard(now, ack.edge if ack.HasField("edge") else None):
+                self._edge_restarted(link)
+            if self.on_ack is not None:
+                self.on_ack(ack)  # heartbeat answers too: their EdgeInfo sizes frames
+            if ack.status == frame_pb2.ACK_STATUS_HEARTBEAT:
+                continue
             cam = self._cams.get(ack.camera_id)
             if cam is None:
                 log.warning("ack for unknown camera %r ignored", ack.camera_id)
                 continue
-            if self.on_ack is not None:
-                self.on_ack(ack)
-            if ack.HasField("edge") and ack.edge.edge_session:
-                self._edge_seen(ack.edge.edge_session)
+            if cam.edge != link.endpoint and not is_final(ack.status):
+                continue  # QUEUED/BUSY/credits from an edge the camera has left
             self._apply(cam, ack, now)
             cam.m.inflight_frames.set(cam.box.inflight)
 
-    def _edge_seen(self, edge_session: int) -> None:
-        if edge_session == self.edge_session:
-            return
-        restarted = self.edge_session != 0
-        self.edge_session = edge_session
-        if not restarted:
-            return
+    def _edge_restarted(self, link: EdgeLink) -> None:
         for cam in self._cams.values():
+            if cam.edge != link.endpoint:
+                continue
             back, overflowed = cam.box.resend_all()
             if back:
                 log.info(
@@ -320,12 +457,15 @@ class Sender:
             cam.m.dropped(f"shed_{reason}").inc()
             cam.drop_log.add(1, f"the edge shed it: {reason}")
 
-    def _send_ready(self, sock: Any) -> None:
+    def _send_ready(self, pool: EdgePool) -> None:
         import zmq
 
         now = time.monotonic()
         for cam in self._cams.values():
             box = cam.box
+            link = pool.links.get(cam.edge) if cam.edge is not None else None
+            # No edge up for it: its frames wait in the spool (bounded, counted).
+            sock = link.sock if link is not None and link.up else None
             cam.degrader.rate.tick()
             back, overflowed = box.expire(now, self.cfg.ack_timeout_s)
             if back:
@@ -350,7 +490,7 @@ class Sender:
                         len(dropped),
                         f"edge overloaded, level 3: {self.degrade_cfg.drop_policy} waiting dropped",
                     )
-            while (item := box.take(now)) is not None:
+            while sock is not None and (item := box.take(now)) is not None:
                 item.header.send_ns = time.time_ns()
                 try:
                     sock.send_multipart(

@@ -32,6 +32,7 @@ DUPLICATE = frame_pb2.ACK_STATUS_DUPLICATE
 PROCESSED = frame_pb2.ACK_STATUS_PROCESSED
 SHED = frame_pb2.ACK_STATUS_SHED
 REJECTED = frame_pb2.ACK_STATUS_REJECTED
+HEARTBEAT = frame_pb2.ACK_STATUS_HEARTBEAT
 
 
 def _needs_credit(h: frame_pb2.FrameHeader) -> bool:
@@ -81,12 +82,18 @@ class Delivery:
             edge_id=self.cfg.edge_id,
             edge_session=self.edge_session,
             capacity_fps=self.credits.capacity.fps,
-            weight=1.0,
+            weight=self.cfg.weight,
             models=[self.model_name] if self.model_name else [],
             model_input_width=self.model_input[0],
             model_input_height=self.model_input[1],
             accepting=True,
         )
+
+    def heartbeat(self, h: frame_pb2.FrameHeader) -> frame_pb2.FrameAck:
+        """The answer to an agent's heartbeat: status HEARTBEAT and this node's EdgeInfo."""
+        ack = make_ack(h.camera_id, h.sequence, HEARTBEAT, session_id=h.session_id)
+        ack.edge.CopyFrom(self.edge_info())
+        return ack
 
     def _ack(
         self, h: frame_pb2.FrameHeader, status: int, grant: Grant, reason: str = ""

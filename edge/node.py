@@ -31,7 +31,7 @@ from strata.shared.runtime import ModelLoadError
 from strata.shared.runtime.pool import report_leaks
 from strata.shared.runtime.staging import StagedRunner
 from strata.shared.vision import FrameBoxes
-from strata.shared.wire import detections_topic
+from strata.shared.wire import detections_topic, heartbeat_of
 
 from .answers import Answer
 from .cascade import EdgeCascade
@@ -464,6 +464,8 @@ class EdgeNode:
             except zmq.Again:
                 return
             identity = parts[0]
+            if len(parts) == 3 and not len(parts[2]) and self._heartbeat(router, parts):
+                continue
             result = self.ingest.handle(parts[1:], identity)
             ack = result.ack
             if result.frame is not None:
@@ -517,6 +519,20 @@ class EdgeNode:
         if status != PROCESSED:
             self.metrics.frames.labels(frame_pb2.AckStatus.Name(status)[11:].lower()).inc()
         self._acks_out.send_multipart([frame.identity, ack.SerializeToString()])
+
+    def _heartbeat(self, router: Any, parts: Sequence[Any]) -> bool:
+        """Answer an agent's heartbeat (header only, FRAME_KIND_HEARTBEAT) with EdgeInfo;
+        False for anything else, which ingest checks as usual."""
+        zmq = _zmq()
+        header = heartbeat_of(parts[1:])
+        if header is None:
+            return False
+        ack = self.delivery.heartbeat(header)
+        try:
+            router.send_multipart([parts[0], ack.SerializeToString()], zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self.metrics.drops.labels("ack_unsent").inc()
+        return True
 
     def _forget_idle(self) -> None:
         self.cascade.forget_idle(self.cfg.ingest.camera_idle_s)

@@ -145,6 +145,19 @@ def unpack_frame(parts: Sequence[Any]) -> FrameMessage:
     return FrameMessage(header, payload)
 
 
+def heartbeat_of(parts: Sequence[Any]) -> frame_pb2.FrameHeader | None:
+    """The header of a [header, empty payload] heartbeat, else None (a frame, or anything
+    malformed: `unpack_frame` then says what is wrong)."""
+    if len(parts) != 2 or memoryview(parts[1]).nbytes:
+        return None
+    try:
+        header = _parse(frame_pb2.FrameHeader(), parts[0], "header is not a FrameHeader")
+        _check_version(header.version, "node", header)
+    except MalformedMessage:
+        return None
+    return header if header.kind == frame_pb2.FRAME_KIND_HEARTBEAT else None
+
+
 def new_session_id() -> int:
     """A sender session: random, non-zero, 64 bits (drawn once per agent start)."""
     return secrets.randbits(64) or 1
@@ -192,12 +205,16 @@ def pack_ack(ack: frame_pb2.FrameAck) -> list[bytes]:
 
 
 def unpack_ack(parts: Sequence[Any]) -> frame_pb2.FrameAck:
-    """Check a received [ack] message; raise MalformedMessage saying what is wrong."""
+    """Check a received [ack] message (a heartbeat answer names no frame but carries
+    EdgeInfo); raise MalformedMessage saying what is wrong."""
     if len(parts) != 1:
         raise MalformedMessage(REASON_PARTS, f"expected 1 part (ack), got {len(parts)}")
     ack = _parse(frame_pb2.FrameAck(), parts[0], "not a FrameAck")
     _check_version(ack.version, "agent")
-    if not ack.camera_id or ack.sequence < 1:
+    if ack.status == frame_pb2.ACK_STATUS_HEARTBEAT:
+        if not ack.HasField("edge"):
+            raise MalformedMessage(REASON_FIELDS, "heartbeat answer without EdgeInfo")
+    elif not ack.camera_id or ack.sequence < 1:
         raise MalformedMessage(REASON_FIELDS, "ack without camera_id or sequence")
     return ack
 
@@ -228,6 +245,7 @@ __all__ = [
     "MalformedMessage",
     "camera_of_topic",
     "detections_topic",
+    "heartbeat_of",
     "is_final",
     "make_ack",
     "new_session_id",

@@ -19,6 +19,9 @@ class CameraConfig(StrictModel):
         min_length=1,
         description="File path, rtsp://HOST:PORT/PATH, or synthetic://?frames=N&seed=S&...",
     )
+    model: str = Field(
+        "", description="Model this camera asks for (edge affinity); empty: routing.model."
+    )
 
 
 class SourceConfig(StrictModel):
@@ -271,11 +274,60 @@ class DegradeConfig(StrictModel):
     )
 
 
+class RoutingConfig(StrictModel):
+    """How cameras are spread over several edge nodes (a consistent-hash ring)."""
+
+    model: str = Field(
+        "", description="Model a camera asks for when it names none; empty: any edge's default."
+    )
+    vnodes_per_weight: int = Field(
+        160, ge=1, description="Ring points per unit of an edge's announced weight."
+    )
+    load_factor: float = Field(
+        1.15, ge=1.0, description="No edge takes more than this times its fair share of cameras."
+    )
+    use_capacity: bool = Field(
+        False,
+        description="Weight edges by their announced capacity_fps (times their weight) "
+        "instead of their weight alone.",
+    )
+    warmup_s: float = Field(
+        30.0, ge=0, description="A joining edge takes half its weight (and share) this long."
+    )
+    ramp_s: float = Field(30.0, ge=0, description="Then ramps linearly to full weight over this.")
+    moves_per_s: float = Field(
+        2.0, gt=0, description="Cameras moved per second when membership changes (progressive)."
+    )
+    heartbeat_interval_s: float = Field(
+        0.5, gt=0, description="Heartbeat to every edge this often (answered with EdgeInfo)."
+    )
+    edge_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        description="An edge with no ack or heartbeat answer this long leaves the ring; "
+        "its cameras move to their next edge.",
+    )
+    resolve_interval_s: float = Field(
+        10.0, gt=0, description="dns:// edge names are resolved again this often."
+    )
+
+
 class DeviceConfig(StrictModel):
     """Options of `strata device`."""
 
     agent_id: str = Field("", description="Agent id on the wire; empty: the host name.")
-    edge: str = Field("tcp://127.0.0.1:5555", description="ZeroMQ endpoint of the edge node.")
+    edge: str = Field(
+        "tcp://127.0.0.1:5555",
+        description="ZeroMQ endpoint of the edge node (used when `edges` is empty).",
+    )
+    edges: list[str] = Field(
+        default_factory=list,
+        description="Several edge nodes: tcp://HOST:PORT, or dns://NAME:PORT for every address "
+        "NAME resolves to (re-resolved); cameras are spread over them (routing).",
+    )
+    routing: RoutingConfig = Field(
+        default_factory=RoutingConfig, description="Camera-to-edge routing over several edges."
+    )
     cameras: list[CameraConfig] = Field(
         default_factory=list, description="Cameras; --source adds more."
     )
@@ -295,3 +347,16 @@ class DeviceConfig(StrictModel):
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."
     )
+
+    @model_validator(mode="after")
+    def _edges_named(self) -> DeviceConfig:
+        for e in self.edges:
+            scheme, sep, rest = e.partition("://")
+            host, colon, port = rest.rpartition(":")
+            if scheme == "dns" and not (host and colon and port.isdigit()):
+                raise ValueError(f"edges: {e!r} must be dns://NAME:PORT")
+            if not sep or scheme not in ("tcp", "dns", "ipc", "inproc") or not rest:
+                raise ValueError(f"edges: {e!r} must be tcp://HOST:PORT or dns://NAME:PORT")
+        if len(set(self.edges)) != len(self.edges):
+            raise ValueError(f"edges: listed twice: {self.edges}")
+        return self

@@ -487,6 +487,12 @@ class EdgeConfig(StrictModel):
         "tcp://127.0.0.1:5556",
         description="ZeroMQ PUB address of detections (topic: camera id + one NUL byte).",
     )
+    weight: float = Field(
+        1.0,
+        gt=0,
+        description="Routing weight this node announces to agents (EdgeInfo): its share of "
+        "cameras on their ring, 1.0 = one ordinary node.",
+    )
     cloud: str | list[str] = Field(
         "",
         description="Cloud HOST:PORT, dns:///NAME:PORT (every address) or a list of IP:PORT; "
