@@ -111,6 +111,7 @@ class Sender:
         self.agent_id = agent_id
         self.on_move = on_move
         self.router = CameraRouter(self.routing)
+        self._models: dict[str, str] = {}
         # Heartbeats and liveness only matter with a choice of edges.
         self.multi = len(self.endpoints) > 1 or any(e.startswith("dns://") for e in self.endpoints)
         self.pool: EdgePool | None = None
@@ -160,6 +161,8 @@ class Sender:
                 box.restored,
                 disk.dir if disk else "",
             )
+        # The model the camera asks for rides in every header (FrameHeader.model).
+        self._models[camera_id] = model or self.routing.model
         cam = _Camera(
             box,
             self.metrics.camera(camera_id),
@@ -206,6 +209,8 @@ class Sender:
             log.warning("camera %s: a frame arrived after the camera was removed", camera_id)
             return 0
         header.session_id = self.session_id
+        if not header.model:
+            header.model = self._models.get(camera_id, "")
         res = cam.box.put(header, payload)
         if res.waited:
             cam.m.spooled.inc()

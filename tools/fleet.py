@@ -84,7 +84,7 @@ class EdgeProc:
                 self.proc.wait(5)
 
 
-def synthetic_source(seed: int, fps: float, frames: int, size: tuple[int, int] = (160, 120)) -> str:
+def synthetic_source(seed: int, fps: int, frames: int, size: tuple[int, int] = (160, 120)) -> str:
     """A paced synthetic camera."""
     w, h = size
     return f"synthetic://?frames={frames}&seed={seed}&width={w}&height={h}&fps={fps}&realtime=1"

@@ -66,8 +66,8 @@ def test_kill_9_of_an_edge_moves_its_cameras_and_loses_no_frame(
         name = max(per, key=lambda k: len(per[k]))
         victim = next(e for e in edges if e.name == name)
         moved = per[name]
+        killed_at = time.monotonic()  # before: reaping a killed process takes a while
         victim.kill()
-        killed_at = time.monotonic()
 
         def served_elsewhere() -> bool:
             after = [r for r in res.snapshot() if r.at > killed_at and r.edge != name]
