@@ -38,6 +38,7 @@ SYSTEMD_KEYS = {
     "Service": {
         "Type",
         "ExecStart",
+        "ExecReload",
         "KillSignal",
         "TimeoutStopSec",
         "Restart",
