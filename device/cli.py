@@ -91,8 +91,11 @@ def register(subparsers: Any) -> None:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     device: dict[str, Any] = {
+        # --edge replaces the config's edges: one sets `edge`, several (or dns://) `edges`.
         "edge": args.edge[0] if len(args.edge) == 1 and "dns://" not in args.edge[0] else None,
-        "edges": args.edge if len(args.edge) > 1 or "dns://" in "".join(args.edge) else None,
+        "edges": (args.edge if len(args.edge) > 1 or "dns://" in args.edge[0] else [])
+        if args.edge
+        else None,
         "agent_id": args.agent_id,
         "source": {"loop": args.loop},
         "motion": {

@@ -135,3 +135,25 @@ def test_defaults_are_sane() -> None:
     cfg = RoutingConfig()
     assert cfg.edge_timeout_s + cfg.heartbeat_interval_s < 5.0  # failover within 5 s
     assert math.isclose(cfg.load_factor, 1.15)
+
+
+def test_edge_flags_set_one_edge_or_the_list() -> None:
+    from strata.device.cli import register
+    from strata.shared.cli.parser import Parser
+
+    p = Parser(prog="strata")
+    register(p.add_subparsers())
+
+    def edges(*flags: str) -> tuple[object, object]:
+        from strata.device.cli import _overrides
+
+        dev = _overrides(p.parse_args(["device", *flags])).get("device", {})
+        return dev.get("edge"), dev.get("edges")
+
+    assert edges() == (None, None)
+    assert edges("--edge", "tcp://a:1") == ("tcp://a:1", [])
+    assert edges("--edge", "tcp://a:1", "--edge", "tcp://b:1") == (
+        None,
+        ["tcp://a:1", "tcp://b:1"],
+    )
+    assert edges("--edge", "dns://edges:5555") == (None, ["dns://edges:5555"])
