@@ -126,8 +126,11 @@ def test_a_fourth_edge_joins_progressively_within_its_warm_up_share(
         steps = [b[1] - a[1] for a, b in itertools.pairwise(counts)]
         assert max(steps) <= 2, counts
         assert counts[-1][1] >= 3, counts
-        moved = sum(1 for c in before if after.get(c) != before[c])
-        assert moved <= 6, (before, after)
+        # 16 cameras: a quarter is 4, and the bounds (ceil(1.15 x 4) = 5 per edge) make the
+        # old edges shed one or two more; 60 cameras in the benchmark measure the 1/4 + 5%.
+        assert len(after) == n, after
+        moved = sum(1 for c in before if after[c] != before[c])
+        assert moved <= 7, (before, after)
         assert dev.stop() == 0
         time.sleep(0.5)
         _no_loss(dev, res, list(cams))
