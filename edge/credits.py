@@ -136,8 +136,9 @@ class CreditGate:
             return self._credits_locked()
 
     def _credits_locked(self) -> int:
-        share = math.ceil(self.total_credits * self.scale() / max(1, self._active))
-        return max(self.cfg.min_credits, min(self.max_per_camera, share))
+        share = min(self.max_per_camera, math.ceil(self.total_credits / max(1, self._active)))
+        # GPU degradation's scale after the per-camera cap, so it cuts a capped credit too.
+        return max(self.cfg.min_credits, math.ceil(share * self.scale()))
 
     def _level(self, cam: _Camera | None) -> int:
         return max(cam.level if cam else 0, self.floor_level())

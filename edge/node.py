@@ -397,6 +397,9 @@ class EdgeNode:
             leaks = report_leaks(owner)
             if leaks:
                 self.metrics.memory_leaks.inc(leaks)
+        close_nvml = getattr(self.telemetry.source, "close", None)
+        if callable(close_nvml):
+            close_nvml()  # nvmlShutdown balances this node's nvmlInit
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until stopped (or timeout); True when stopped."""

@@ -4,6 +4,7 @@ the real controller in a real node, driven by telemetry injected at the NVML bou
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -190,6 +191,7 @@ def test_a_real_node_degrades_on_injected_telemetry_and_recovers(
             seq += 1
             agent.send_image("lobby", seq, synthetic_clip.frame(20 + i).image)
         first = sub.collect(2)
+        first_acks = agent.acks(4, timeout_s=10)
         assert len(first) == 2 and not any(m.predicted for m in first)
         assert sample(reg, "DCGM_FI_DEV_GPU_TEMP", _dcgm_labels()) == 60.0
 
@@ -208,6 +210,8 @@ def test_a_real_node_degrades_on_injected_telemetry_and_recovers(
         crops_skipped = sample(
             reg, "strata_edge_degradation_actions_total", {"action": "cloud_crops"}
         )
+        normal = [a.credits for a in first_acks if a.credits]
+        agent.acks(10_000, timeout_s=0.5)  # drain the acks of level 0
         for i in range(8):
             seq += 1
             agent.send_image("door", seq, synthetic_clip.frame(22 + i).image)
@@ -215,6 +219,12 @@ def test_a_real_node_degrades_on_injected_telemetry_and_recovers(
         agent.send_image("lobby", seq, synthetic_clip.frame(30).image)
         got = sub.collect(9)
         assert len(got) == 9
+        # Level 3+: the acks ask every device for fewer frames (degrade_level at least 1).
+        acks = agent.acks(18, timeout_s=10)
+        assert len(acks) >= 9 and all(a.degrade_level >= 1 for a in acks)
+        # ... and grant them half their credit (degradation.credit_scale).
+        granted = [a.credits for a in acks if a.credits]
+        assert normal and granted and max(granted) <= math.ceil(max(normal) * 0.5)
         lobby = [m for m in got if m.camera_id == "lobby"]
         door = [m for m in got if m.camera_id == "door"]
         assert len(lobby) == 1 and lobby[0].predicted and lobby[0].note == "degraded"
@@ -236,10 +246,13 @@ def test_a_real_node_degrades_on_injected_telemetry_and_recovers(
         for level in ("3", "2", "1", "0"):
             labels = {"direction": "down", "level": level, "reason": "clear"}
             assert sample(reg, up, labels) == 1
+        agent.acks(10_000, timeout_s=0.5)
         seq += 1
         agent.send_image("lobby", seq, synthetic_clip.frame(31).image)
         again = sub.collect(1)
         assert len(again) == 1 and not again[0].predicted
+        after = agent.acks(2, timeout_s=10)
+        assert after and all(a.degrade_level == 0 for a in after)
         assert node.error is None
     finally:
         node.stop()
@@ -255,3 +268,20 @@ def _dcgm_labels() -> dict[str, str]:
         "modelName": "Injected",
         "Hostname": socket.gethostname(),
     }
+
+
+def test_the_credit_scale_cuts_a_credit_held_at_the_per_camera_cap() -> None:
+    from strata.edge.credits import CreditGate
+    from strata.shared.config.edge import FlowConfig
+
+    gate = CreditGate(
+        FlowConfig(initial_credits=64, min_credits=1), 0.2, max_batch=4, max_per_camera=8
+    )
+    assert gate.credits("cam") == 8  # 64 offered, capped at 8 per camera
+    c, _clock, _ = controller(max_level=4)
+    gate.scale = lambda: c.credit_scale
+    gate.floor_level = lambda: c.device_level
+    c.level = 3
+    assert gate.credits("cam") == 4 and gate.level("cam") == 1
+    c.level = 0
+    assert gate.credits("cam") == 8 and gate.level("cam") == 0
