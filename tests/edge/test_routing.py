@@ -9,7 +9,9 @@ is a lost frame, and at the end every frame the agent sent must have been publis
 
 from __future__ import annotations
 
+import collections
 import itertools
+import math
 import signal
 import time
 from collections.abc import Iterator
@@ -105,7 +107,23 @@ def test_a_fourth_edge_joins_progressively_within_its_warm_up_share(
     try:
         dev.start()
         assert wait_until(lambda: len(res.placement(0)) == n, 30), _device_log(dev)
-        time.sleep(1.5)
+
+        def settled() -> bool:
+            # The founding edges come up one after another: wait until the three share the
+            # cameras within their bounds and the placement holds for a second, so the moves
+            # counted below are the newcomer's, not the start-up's.
+            first = res.placement(time.monotonic() - 1.2)
+            time.sleep(1.0)
+            again = res.placement(time.monotonic() - 1.2)
+            per_edge = collections.Counter(again.values())
+            return (
+                first == again
+                and len(again) == n
+                and len(per_edge) == 3
+                and max(per_edge.values()) <= math.ceil(1.15 * n / 3)
+            )
+
+        assert wait_until(settled, 30), res.placement(time.monotonic() - 1.2)
         before = res.placement(time.monotonic() - 1.2)
         assert newcomer.name not in before.values()
         newcomer.start()
