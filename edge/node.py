@@ -342,8 +342,12 @@ class EdgeNode:
         if self.uplink is not None:
             self.uplink.start()
         self._threads = [
-            threading.Thread(target=self._ingest_loop, args=(router, acks_in), name="edge-ingest"),
-            threading.Thread(target=self._worker_loop, args=(pub, acks_out), name="edge-worker"),
+            threading.Thread(
+                target=self._ingest_loop, args=(router, acks_in), name="edge-ingest", daemon=True
+            ),
+            threading.Thread(
+                target=self._worker_loop, args=(pub, acks_out), name="edge-worker", daemon=True
+            ),
         ]
         for t in self._threads:
             t.start()
