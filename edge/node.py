@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 import time
+import traceback
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,8 @@ from .versions import LoadedVersion, ModelSwitcher, VersionMetrics, version_of
 log = logging.getLogger(__name__)
 
 POLL_MS = 100
+# How long the worker waits to hand a final ack to the ingest thread before counting it unsent.
+ACK_PIPE_TIMEOUT_MS = 2000
 # The image of a frame answered without decoding it (degraded, from its camera's cache).
 _NO_IMAGE = np.zeros((0, 0, 3), np.uint8)
 # How often ingest looks for cameras gone silent.
@@ -216,6 +220,9 @@ class EdgeNode:
         if restored is not None:
             self._restore(restored)
         self._stop = threading.Event()
+        # Set when the worker has sent its last final ack: ingest forwards acks until then.
+        self._worker_done = threading.Event()
+        self._stopped = False
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._threads: list[threading.Thread] = []
@@ -326,6 +333,8 @@ class EdgeNode:
         acks_out = self._ctx.socket(zmq.PUSH)
         acks_out.setsockopt(zmq.LINGER, 0)
         acks_out.setsockopt(zmq.SNDHWM, 0)  # bounded anyway: one per frame taken
+        # A PUSH with no PULL left blocks forever; a backstop in case ingest died first.
+        acks_out.setsockopt(zmq.SNDTIMEO, ACK_PIPE_TIMEOUT_MS)
         try:
             listen = _bind(router, self.cfg.listen)
             publish = _bind(pub, self.cfg.publish)
@@ -363,7 +372,11 @@ class EdgeNode:
         return self.endpoints
 
     def stop(self, join_timeout_s: float = 10.0) -> None:
-        """Stop threads, close sockets and the runner, and report buffers not returned."""
+        """Stop threads, close sockets and the runner, and report buffers not returned.
+        A second call does nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._stop.set()
         self.queues.close()
         for t in self._threads:
@@ -382,9 +395,10 @@ class EdgeNode:
             self.metrics.unclean_stops.inc()
             log.error(
                 "threads %s still running %.0f s after stop: the runner and its buffers are "
-                "left allocated (the process should exit)",
+                "left allocated (the process should exit); where they are:\n%s",
                 ", ".join(stuck),
                 join_timeout_s,
+                _stacks(t for t in self._threads if t.is_alive()),
             )
             return
         if self._ctx is not None:
@@ -439,6 +453,11 @@ class EdgeNode:
                     self._receive(router)
                     self.metrics.queue_depth.set(len(self.queues))
                     self.metrics.cameras.set(self.queues.cameras)
+            # Stopping: no new frames, but the batches in flight still finish, and their
+            # final acks must reach the agents (an unsent one is a needless resend).
+            while not self._worker_done.wait(POLL_MS / 1e3):
+                self._forward_final_acks(router, acks_in)
+            self._forward_final_acks(router, acks_in)
         except Exception as exc:
             self._error = exc
             log.exception("ingest thread failed")
@@ -525,7 +544,15 @@ class EdgeNode:
         ack = self.delivery.settle(frame.header, status, reason)
         if status != PROCESSED:
             self.metrics.frames.labels(frame_pb2.AckStatus.Name(status)[11:].lower()).inc()
-        self._acks_out.send_multipart([frame.identity, ack.SerializeToString()])
+        try:
+            self._acks_out.send_multipart([frame.identity, ack.SerializeToString()])
+        except _zmq().Again:
+            self.metrics.drops.labels("ack_unsent").inc()
+            log.warning(
+                "final ack of %s #%d not sent: the ingest thread is gone (the agent resends)",
+                frame.header.camera_id,
+                frame.header.sequence,
+            )
 
     def _heartbeat(self, router: Any, parts: Sequence[Any]) -> bool:
         """Answer an agent's heartbeat (header only, FRAME_KIND_HEARTBEAT) with EdgeInfo;
@@ -648,6 +675,7 @@ class EdgeNode:
             log.exception("worker thread failed")
             self._stop.set()
         finally:
+            self._worker_done.set()
             pub.close()
             acks_out.close()
 
@@ -866,3 +894,14 @@ class _RateLimitedLog:
             fmt += f" (+{self._folded} more since the last line)"
         log.warning(fmt, *args)
         self._last, self._folded = now, 0
+
+
+def _stacks(threads: Iterable[threading.Thread]) -> str:
+    """The current Python stack of each thread, for a log line about a stuck stop."""
+    frames = sys._current_frames()
+    out = []
+    for t in threads:
+        frame = frames.get(t.ident) if t.ident is not None else None
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else "  (no frame)\n"
+        out.append(f"{t.name}:\n{stack}")
+    return "".join(out)

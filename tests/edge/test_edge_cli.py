@@ -52,6 +52,7 @@ def test_edge_process_serves_and_stops_on_sigterm(
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert "signal 15: stopping" in out
+    assert "still running" not in out, out  # the worker stalled at stop (its acks had no reader)
 
 
 def test_edge_bad_model_exits_2_with_a_clear_message(tmp_path: Path) -> None:
