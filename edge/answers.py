@@ -182,16 +182,16 @@ class Answers:
 
     def _interpolated(self, c: _Camera, held: _Held, end: tuple[int, TrackedBoxes]) -> Answer:
         idx = held.header.frame_index
-        pred = c.tracker.predict(idx, c.width, c.height) if self.cfg.enabled else _none()
         start = c.last
         if self.cfg.answer != "interpolate" or start is None or not self.cfg.enabled:
+            pred = c.tracker.predict(idx, c.width, c.height) if self.cfg.enabled else _none()
             return Answer(
                 held.header, pred, held.received, held.receive_ns, "predicted", held.token
             )
         a_idx, a = start
         b_idx, b = end
         w = (idx - a_idx) / max(b_idx - a_idx, 1)
-        boxes = interpolate(a, b, w, pred)
+        boxes = interpolate(a, b, w)
         return Answer(
             held.header, boxes, held.received, held.receive_ns, "interpolated", held.token
         )
@@ -231,11 +231,15 @@ def _ids_from(pred: TrackedBoxes, boxes: FrameBoxes) -> TrackedBoxes:
     )
 
 
-def interpolate(a: TrackedBoxes, b: TrackedBoxes, w: float, pred: TrackedBoxes) -> TrackedBoxes:
+def interpolate(a: TrackedBoxes, b: TrackedBoxes, w: float) -> TrackedBoxes:
     """Boxes at fraction `w` (0..1) of the way from detected frame `a` to detected `b`.
 
-    A track in both: linear between its boxes. Only in `a` (it left or was missed): its
-    prediction in the first half. Only in `b` (new): its box in the second half.
+    A track in both: linear between its boxes. Only in `a` (it left, or the detector
+    missed it in `b`): its box in `a`, held, in the first half. Only in `b` (new, or
+    missed in `a`): its box in `b` in the second half. Not the tracker's prediction for
+    the first kind: after `b` corrected the tracker it predicts only tracks matched in
+    `b`, so such a track vanished for the whole gap (vtest, 1 frame in 5 kept: box F1
+    0.918 -> 0.924, counting 0.904 -> 0.930).
     """
     ia = {int(t): i for i, t in enumerate(a.track_ids.tolist()) if t}
     ib = {int(t): i for i, t in enumerate(b.track_ids.tolist()) if t}
@@ -247,12 +251,11 @@ def interpolate(a: TrackedBoxes, b: TrackedBoxes, w: float, pred: TrackedBoxes) 
     parts_cls = [a.class_ids[rows_a]]
     parts_id = [a.track_ids[rows_a]]
     if w < 0.5:
-        gone = [t for t in ia if t not in ib]
-        sel = np.flatnonzero(np.isin(pred.track_ids, np.array(gone, np.uint64)))
-        parts_box.append(pred.boxes[sel])
-        parts_score.append(pred.scores[sel])
-        parts_cls.append(pred.class_ids[sel])
-        parts_id.append(pred.track_ids[sel])
+        gone = np.array([ia[t] for t in ia if t not in ib], np.int64)
+        parts_box.append(a.boxes[gone])
+        parts_score.append(a.scores[gone])
+        parts_cls.append(a.class_ids[gone])
+        parts_id.append(a.track_ids[gone])
     else:
         new = np.array([ib[t] for t in ib if t not in ia], np.int64)
         parts_box.append(b.boxes[new])

@@ -95,3 +95,28 @@ def test_replay_scores_uniform_sampling_with_the_nodes_tracker() -> None:
     # Prediction misses only before the first velocity is known; interpolation is exact.
     assert f1["predict"] >= 0.9
     assert f1["interpolate"] == 1.0
+
+
+def test_a_track_missed_in_the_next_detection_is_held_for_the_first_half() -> None:
+    # Two walkers at frame 0; at frame 6 the detector misses the second (or it left).
+    def two(i: int) -> FrameBoxes:
+        w = walker(i)
+        other = np.array([[400.0, 100.0, 430.0, 190.0]], np.float32)
+        return FrameBoxes(
+            np.concatenate([w.boxes, other]),
+            np.array([0.9, 0.3], np.float32),  # a low score still makes a track
+            np.array([0, 0], np.int32),
+        )
+
+    a = Answers(TrackingConfig(answer="interpolate"))
+    a.expect(header(0))
+    a.detected(header(0), two(0))
+    for i in range(1, 6):
+        a.skipped(header(i), 0.0, 0)
+    a.expect(header(6))
+    _, done = a.detected(header(6), walker(6))
+    counts = {x.header.frame_index: len(x.boxes) for x in done}
+    # Frames 1-2 (before the middle) still show it where it was; 3-5 only the walker.
+    assert counts == {1: 2, 2: 2, 3: 1, 4: 1, 5: 1}
+    first = done[0].boxes
+    assert np.allclose(first.boxes[1], [400.0, 100.0, 430.0, 190.0])

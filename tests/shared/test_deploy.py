@@ -321,6 +321,7 @@ def exported_names() -> set[str]:
     """Every sample name the three tiers' metric registries can export (labelled or not)."""
     from prometheus_client import CollectorRegistry
     from strata.cloud.metrics import CloudMetrics
+    from strata.device.cascade import CascadeMetrics
     from strata.device.metrics import DeviceMetrics
     from strata.edge.metrics import EdgeMetrics
 
@@ -331,7 +332,8 @@ def exported_names() -> set[str]:
         "summary": ("", "_count", "_sum"),
     }
     names: set[str] = set()
-    for cls in (DeviceMetrics, EdgeMetrics, CloudMetrics):
+    # The agent registers its cascade policy's metrics beside DeviceMetrics.
+    for cls in (DeviceMetrics, CascadeMetrics, EdgeMetrics, CloudMetrics):
         registry = CollectorRegistry()
         cls(registry)
         for family in registry.collect():

@@ -238,3 +238,35 @@ def test_camera_states_from_the_device_metrics() -> None:
     assert camera_views(parse(generate_latest(m.registry).decode()), time.time())[1].describe() == (
         "cam1 running"
     )
+
+
+def test_table_counts_the_cascade_policys_drops() -> None:
+    """decoded = dropped by motion + gate + cascade policy + sent, in the table and per camera."""
+    from prometheus_client import generate_latest
+    from strata.device.cascade import CascadeMetrics, CascadePolicy
+    from strata.device.metrics import DeviceMetrics
+    from strata.shared.config.device import CascadeConfig
+    from strata.tools.demo.scrape import parse
+
+    m = DeviceMetrics()
+    cam = m.camera("cam0")
+    policy = CascadePolicy(CascadeConfig(), CascadeMetrics(m.registry), "cam0")
+    # As the camera counts them: 10 decoded, 2 without motion, 5 skipped by the policy.
+    cam.decoded.inc(10)
+    cam.dropped_motion.inc(2)
+    for _ in range(2):
+        policy.count("dropped", "motion")
+    for _ in range(5):
+        policy.count("dropped", "min_gap")
+    for _ in range(3):
+        policy.count("kept", "motion")
+    cam.sent.inc(3)
+    scrapes = {"device": parse(generate_latest(m.registry).decode())}
+    s = summary.build([], scrapes, {}, [], {}, 1.0)
+    f = s.frames
+    assert (f["decoded"], f["dropped_motion"], f["dropped_cascade"]) == (10, 2, 5)
+    assert f["dropped_motion"] + f["dropped_gate"] + f["dropped_cascade"] + f["sent_to_edge"] == 10
+    assert s.drops["device.cascade_min_gap"] == 5
+    assert s.per_camera["cam0"]["dropped_cascade"] == 5
+    row = next(line for line in summary.table(s).splitlines() if "cascade policy" in line)
+    assert row.split()[-1] == "5"

@@ -22,6 +22,13 @@ COUNTS: dict[str, Metric] = {
     "decoded": Metric("device", "strata_device_frames_decoded_total"),
     "dropped_motion": Metric("device", "strata_device_frames_dropped_motion_total"),
     "dropped_gate": Metric("device", "strata_device_frames_dropped_gate_total"),
+    # The cascade policy's own drops: frames with motion that the accuracy target lets it
+    # skip (its motion drops are the motion gate's, counted above).
+    "dropped_cascade": Metric(
+        "device",
+        "strata_device_cascade_decisions_total",
+        (("decision", "dropped"), ("reason", "min_gap")),
+    ),
     "sent_to_edge": Metric("device", "strata_device_frames_sent_total"),
     "acked_by_edge": Metric("device", "strata_device_frames_acked_total"),
     "edge_accepted": Metric("edge", "strata_edge_frames_total", (("status", "accepted"),)),
@@ -42,6 +49,7 @@ DROPS: tuple[tuple[str, str, str], ...] = (
 PLAIN_DROPS: dict[str, Metric] = {
     "device.motion": COUNTS["dropped_motion"],
     "device.gate": COUNTS["dropped_gate"],
+    "device.cascade_min_gap": COUNTS["dropped_cascade"],
     "device.overflow": Metric("device", "strata_device_frames_overflowed_total"),
     "device.overload": Metric("device", "strata_device_frames_dropped_overload_total"),
     "device.rejected_by_edge": Metric("device", "strata_device_frames_rejected_total"),

@@ -30,11 +30,12 @@ class Samples:
         want = set(match.items())
         return sum(s.value for s in self.samples if s.name == name and want <= set(s.labels))
 
-    def by_label(self, name: str, label: str) -> dict[str, float]:
-        """Sum of `name` grouped by one label's value."""
+    def by_label(self, name: str, label: str, **match: str) -> dict[str, float]:
+        """Sum of `name` grouped by one label's value (only samples with the `match` labels)."""
+        want = set(match.items())
         out: dict[str, float] = {}
         for s in self.samples:
-            if s.name == name:
+            if s.name == name and want <= set(s.labels):
                 key = dict(s.labels).get(label, "")
                 out[key] = out.get(key, 0.0) + s.value
         return out

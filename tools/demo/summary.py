@@ -94,8 +94,9 @@ def per_camera(
     out: dict[str, dict[str, float]] = {}
     device = scrapes.get("device")
     if device is not None:
-        for key in ("decoded", "dropped_motion", "dropped_gate", "sent_to_edge"):
-            for cam, n in device.by_label(COUNTS[key].name, "camera").items():
+        for key in ("decoded", "dropped_motion", "dropped_gate", "dropped_cascade", "sent_to_edge"):
+            m = COUNTS[key]
+            for cam, n in device.by_label(m.name, "camera", **dict(m.labels)).items():
                 out.setdefault(cam, {})[key] = n
     for (cam, _index), r in results.items():
         row = out.setdefault(cam, {})
@@ -179,6 +180,7 @@ def table(s: Summary) -> str:
         ("device", "frames decoded", f["decoded"]),
         ("device", "dropped by motion gate", f["dropped_motion"]),
         ("device", "dropped by MobileNetV3 gate", f["dropped_gate"]),
+        ("device", "dropped by cascade policy", f["dropped_cascade"]),
         ("device", "sent to edge", f["sent_to_edge"]),
         ("edge", "frames detected", f["detected"]),
         ("edge", "boxes", f["boxes"]),
