@@ -76,8 +76,10 @@ class DegradationController:
         cfg: DegradationConfig,
         metrics: DegradationMetrics,
         clock: Callable[[], float] = time.monotonic,
+        on_gpu: bool = True,
     ) -> None:
         self.cfg = cfg
+        self.enabled = cfg.enabled is True or (cfg.enabled == "auto" and on_gpu)
         self.metrics = metrics
         self.clock = clock
         self.level = 0
@@ -100,13 +102,13 @@ class DegradationController:
 
     def due(self) -> bool:
         """Whether `interval_s` has passed since the last tick."""
-        return self.cfg.enabled and self.clock() - self._last_tick >= self.cfg.interval_s
+        return self.enabled and self.clock() - self._last_tick >= self.cfg.interval_s
 
     def tick(self, samples: Sequence[GpuSample]) -> int:
         """Evaluate the triggers on fresh samples and move the level; returns the level."""
         now = self.clock()
         self._last_tick = now
-        if not self.cfg.enabled:
+        if not self.enabled:
             return self.level
         self._update_triggers(samples, now)
         active = [t for t in TRIGGERS if self._active[t]]

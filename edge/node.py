@@ -71,6 +71,8 @@ from .versions import LoadedVersion, ModelSwitcher, VersionMetrics, version_of
 log = logging.getLogger(__name__)
 
 POLL_MS = 100
+# Back ends whose batch times the GPU degradation SLA does not describe.
+CPU_BACKENDS = frozenset({"onnxruntime-cpu"})
 # How long the worker waits to hand a final ack to the ingest thread before counting it unsent.
 ACK_PIPE_TIMEOUT_MS = 2000
 # The image of a frame answered without decoding it (degraded, from its camera's cache).
@@ -159,7 +161,14 @@ class EdgeNode:
             telemetry if telemetry is not None else open_nvml(), cfg.degradation.interval_s
         )
         self.metrics.registry.register(DcgmCollector(self.telemetry))
-        self.degradation = DegradationController(cfg.degradation, self.metrics.degradation)
+        on_gpu = self.runner.backend not in CPU_BACKENDS
+        self.degradation = DegradationController(
+            cfg.degradation, self.metrics.degradation, on_gpu=on_gpu
+        )
+        if not self.degradation.enabled:
+            log.info(
+                "degradation controller off (degradation.enabled: %s)", cfg.degradation.enabled
+            )
         self._last: dict[
             str, tuple[FrameBoxes, frame_pb2.FrameDetections, TrackedBoxes | None]
         ] = {}

@@ -164,7 +164,11 @@ class DegradationConfig(StrictModel):
     level per `step_s` once every trigger has been clear for `clear_for_s`.
     """
 
-    enabled: bool = Field(True, description="Run the degradation controller.")
+    enabled: Literal["auto"] | bool = Field(
+        "auto",
+        description="Run the degradation controller; auto: only when the model runs on a GPU "
+        "(its SLA and triggers are GPU figures; on a CPU the credits handle overload).",
+    )
     interval_s: float = Field(1.0, gt=0.0, description="Seconds between telemetry checks.")
     gpu_temp_c: float = Field(85.0, description="Trigger: GPU temperature above this...")
     gpu_temp_for_s: float = Field(60.0, ge=0.0, description="...for this long.")

@@ -124,6 +124,20 @@ def test_no_gpu_samples_never_trigger_and_disabled_does_nothing() -> None:
     assert run(off, clock, gpu(temp=99, used_gib=99), 200) == 0
 
 
+def test_auto_runs_the_controller_only_for_a_gpu_runner(colour_model: Path) -> None:
+    cfg = DegradationConfig()
+    assert cfg.enabled == "auto"
+    for on_gpu in (True, False):
+        metrics = DegradationMetrics(CollectorRegistry())
+        assert DegradationController(cfg, metrics, on_gpu=on_gpu).enabled is on_gpu
+    # A CPU node: its batch times are no GPU SLA's business (a slow CPU stuck at level 4).
+    node = EdgeNode(EdgeConfig.model_validate({"model": {"input_size": MODEL_SIZE}}), colour_model)
+    try:
+        assert not node.degradation.enabled and not node.degradation.due()
+    finally:
+        node.stop()
+
+
 class InjectedGpu:
     """The NVML boundary: what the node's telemetry reads, set by the test (thread-safe)."""
 
@@ -169,6 +183,7 @@ def test_a_real_node_degrades_on_injected_telemetry_and_recovers(
             "flow": {"initial_credits": 64},
             "crops": {"score_max": 1.0},
             "degradation": {
+                "enabled": True,  # a CPU runner: auto would leave the controller off
                 "interval_s": 0.05,
                 "gpu_temp_for_s": 0.3,
                 "step_s": 0.2,
