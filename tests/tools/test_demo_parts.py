@@ -258,14 +258,18 @@ def test_table_counts_the_cascade_policys_drops() -> None:
         policy.count("dropped", "motion")
     for _ in range(5):
         policy.count("dropped", "min_gap")
-    for _ in range(3):
+    for _ in range(2):
         policy.count("kept", "motion")
-    cam.sent.inc(3)
+    cam.sent.inc(2)
+    # One more frame with motion, dropped by the source degradation the edge asked for.
+    cam.dropped("degraded_motion").inc()
     scrapes = {"device": parse(generate_latest(m.registry).decode())}
     s = summary.build([], scrapes, {}, [], {}, 1.0)
     f = s.frames
     assert (f["decoded"], f["dropped_motion"], f["dropped_cascade"]) == (10, 2, 5)
-    assert f["dropped_motion"] + f["dropped_gate"] + f["dropped_cascade"] + f["sent_to_edge"] == 10
+    assert f["dropped_degraded"] == 1 and s.drops["device.degraded_motion"] == 1
+    parts = ("dropped_motion", "dropped_gate", "dropped_cascade", "dropped_degraded")
+    assert sum(f[k] for k in parts) + f["sent_to_edge"] == 10
     assert s.drops["device.cascade_min_gap"] == 5
     assert s.per_camera["cam0"]["dropped_cascade"] == 5
     row = next(line for line in summary.table(s).splitlines() if "cascade policy" in line)

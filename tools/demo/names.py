@@ -41,6 +41,8 @@ COUNTS: dict[str, Metric] = {
 
 # Drops by reason: (tier, sample name, the label that holds the reason).
 DROPS: tuple[tuple[str, str, str], ...] = (
+    # Source degradation (degraded_*), sheds, rejections, a full spool: by camera and reason.
+    ("device", "strata_device_frames_dropped_total", "reason"),
     ("edge", "strata_edge_drops_total", "reason"),
     ("edge", "strata_edge_rejected_total", "reason"),
     ("cloud", "strata_cloud_request_failure_total", "reason"),
@@ -54,6 +56,10 @@ PLAIN_DROPS: dict[str, Metric] = {
     "device.overload": Metric("device", "strata_device_frames_dropped_overload_total"),
     "device.rejected_by_edge": Metric("device", "strata_device_frames_rejected_total"),
 }
+
+# Drops of source degradation taken before a frame is sent (its queue policy's drops can hit
+# frames already sent once, so they are listed by reason, not in the frame table's sum).
+DEGRADED_BEFORE_SEND = ("device.degraded_motion", "device.degraded_rate")
 
 BYTES: dict[str, Metric] = {
     "to_edge": Metric("device", "strata_device_bytes_sent_total"),

@@ -10,7 +10,14 @@ from typing import Any
 
 import numpy as np
 from strata.shared.contracts import analytics_pb2
-from strata.tools.demo.names import BYTES, COUNTS, DROPS, PLAIN_DROPS, Metric
+from strata.tools.demo.names import (
+    BYTES,
+    COUNTS,
+    DEGRADED_BEFORE_SEND,
+    DROPS,
+    PLAIN_DROPS,
+    Metric,
+)
 from strata.tools.demo.results import Received
 from strata.tools.demo.scrape import Samples
 
@@ -146,6 +153,8 @@ def build(
 ) -> Summary:
     """Assemble the report from the last scrapes, the received results and the events."""
     frames = counts(scrapes)
+    dropped = drops(scrapes)
+    frames["dropped_degraded"] = sum(dropped.get(k, 0.0) for k in DEGRADED_BEFORE_SEND)
     frames["results_received"] = float(len(results))
     frames["results_predicted"] = float(sum(1 for r in results.values() if r.message.predicted))
     frames["frames_with_cloud_events"] = float(len({(e.camera_id, e.sequence) for e in events}))
@@ -154,7 +163,7 @@ def build(
     return Summary(
         sources=sources,
         frames=frames,
-        drops=drops(scrapes),
+        drops=dropped,
         latency={
             "capture_to_edge": Percentiles.of(edge_latency_ns(results)),
             "capture_to_cloud": Percentiles.of(cloud_latency_ns(events)),
@@ -181,6 +190,7 @@ def table(s: Summary) -> str:
         ("device", "dropped by motion gate", f["dropped_motion"]),
         ("device", "dropped by MobileNetV3 gate", f["dropped_gate"]),
         ("device", "dropped by cascade policy", f["dropped_cascade"]),
+        ("device", "dropped degrading at source", f.get("dropped_degraded", 0.0)),
         ("device", "sent to edge", f["sent_to_edge"]),
         ("edge", "frames detected", f["detected"]),
         ("edge", "boxes", f["boxes"]),
