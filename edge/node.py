@@ -769,36 +769,9 @@ class EdgeNode:
         the decoded image's pixels (what crops are cut with)."""
         frame = decoded.frame
         h = frame.header
-        msg = frame_pb2.FrameDetections(
-            version=current_version(),
-            edge_id=self.cfg.edge_id,
-            camera_id=h.camera_id,
-            sequence=h.sequence,
-            frame_index=h.frame_index,
-            width=h.source_width or h.width,
-            height=h.source_height or h.height,
-            model=self.model_name,
-            model_version=self.model_version,
-            predicted=predicted,
-            session_id=h.session_id,
-            redelivery=frame.redelivery,
-        )
-        if predicted:
-            msg.note = "degraded"
-        labels = self.detector.labels
-        nlab = len(labels)
-        # Serialization is per box by nature of the message; the numbers go over in bulk.
+        msg = self._result(h, predicted, "degraded" if predicted else "", frame.redelivery)
         ids = tracked.track_ids.tolist() if tracked is not None else [0] * len(boxes)
-        for (x1, y1, x2, y2), score, cid, tid in zip(
-            boxes.boxes.tolist(),
-            boxes.scores.tolist(),
-            boxes.class_ids.tolist(),
-            ids,
-            strict=True,
-        ):
-            d = msg.detections.add(score=score, class_id=cid, track_id=tid)
-            d.box.x1, d.box.y1, d.box.x2, d.box.y2 = x1, y1, x2, y2
-            d.label = labels[cid] if 0 <= cid < nlab else str(cid)
+        self._add_detections(msg, boxes, ids)
         t = msg.timing
         t.capture_ns, t.device_send_ns, t.edge_receive_ns = (
             h.capture_ns,
@@ -832,10 +805,11 @@ class EdgeNode:
             )
             self.uplink.offer(crops)
 
-    def _publish_answer(self, pub: Any, a: Answer) -> None:
-        """A skipped frame's result, from the tracker (flagged predicted; no crops)."""
-        h = a.header
-        msg = frame_pb2.FrameDetections(
+    def _result(
+        self, h: frame_pb2.FrameHeader, predicted: bool, note: str = "", redelivery: bool = False
+    ) -> frame_pb2.FrameDetections:
+        """A result message for this frame, without its detections and timing."""
+        return frame_pb2.FrameDetections(
             version=current_version(),
             edge_id=self.cfg.edge_id,
             camera_id=h.camera_id,
@@ -844,23 +818,38 @@ class EdgeNode:
             width=h.source_width or h.width,
             height=h.source_height or h.height,
             model=self.model_name,
+            model_version=self.model_version,
+            predicted=predicted,
             session_id=h.session_id,
-            predicted=True,
-            note=f"skipped:{h.skip_reason or 'unspecified'}:{a.how}",
+            redelivery=redelivery,
+            note=note,
         )
+
+    def _add_detections(
+        self,
+        msg: frame_pb2.FrameDetections,
+        boxes: FrameBoxes | TrackedBoxes,
+        track_ids: list[int],
+    ) -> None:
         labels = self.detector.labels
         nlab = len(labels)
-        b = a.boxes
+        # Serialization is per box by nature of the message; the numbers go over in bulk.
         for (x1, y1, x2, y2), score, cid, tid in zip(
-            b.boxes.tolist(),
-            b.scores.tolist(),
-            b.class_ids.tolist(),
-            b.track_ids.tolist(),
+            boxes.boxes.tolist(),
+            boxes.scores.tolist(),
+            boxes.class_ids.tolist(),
+            track_ids,
             strict=True,
         ):
             d = msg.detections.add(score=score, class_id=cid, track_id=tid)
             d.box.x1, d.box.y1, d.box.x2, d.box.y2 = x1, y1, x2, y2
             d.label = labels[cid] if 0 <= cid < nlab else str(cid)
+
+    def _publish_answer(self, pub: Any, a: Answer) -> None:
+        """A skipped frame's result, from the tracker (flagged predicted; no crops)."""
+        h = a.header
+        msg = self._result(h, True, f"skipped:{h.skip_reason or 'unspecified'}:{a.how}")
+        self._add_detections(msg, a.boxes, a.boxes.track_ids.tolist())
         t = msg.timing
         t.capture_ns, t.device_send_ns, t.edge_receive_ns = h.capture_ns, h.send_ns, a.receive_ns
         t.edge_send_ns = time.time_ns()
