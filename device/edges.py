@@ -113,7 +113,10 @@ class EdgeLink:
     def heard(self, now: float, info: frame_pb2.EdgeInfo | None) -> bool:
         """Something came from the edge; True when its EdgeInfo says it restarted."""
         self.last_heard = now
-        if info is None:
+        if info is None or not info.edge_session:
+            # An EdgeInfo without a session is not the node's announcement (older nodes put
+            # the model input alone on every ack): no restart, and the full one it would
+            # replace keeps the capacity, models and accepting flag routing needs.
             return False
         self.info = info
         restarted = bool(self.edge_session) and info.edge_session != self.edge_session

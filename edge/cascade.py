@@ -99,9 +99,10 @@ class EdgeCascade:
         self.answers.abandon(h)
 
     def decorate(self, ack: frame_pb2.FrameAck, h: frame_pb2.FrameHeader) -> None:
-        """Add what the agent should hear to this camera's ack: the model's input size,
-        a keyframe request, calibration feedback, send_next."""
-        ack.edge.model_input_width = ack.edge.model_input_height = self.model_input
+        """Add what the agent should hear to this camera's ack: a keyframe request,
+        calibration feedback, send_next. (The model's input size is in the node's EdgeInfo,
+        on the first ack of a stream and on answers to resends; an EdgeInfo made here
+        would lack the node's session, and agents took that for a restart.)"""
         key = (h.session_id, h.camera_id)
         with self._lock:
             key_wanted = key in self._keyframe

@@ -96,6 +96,9 @@ class CreditGate:
         # Set by the node's GPU degradation controller (level 3: fewer frames from devices).
         self.scale: Callable[[], float] = lambda: 1.0
         self.floor_level: Callable[[], int] = lambda: 0
+        # Set by the node: the batch size limit in force (the scheduler's, capped by the GPU
+        # degradation), which the credit floor is counted in.
+        self.batch_limit: Callable[[], int] = lambda: max_batch
 
     # -- measurements (worker thread) ------------------------------------------------------
 
@@ -120,13 +123,32 @@ class CreditGate:
     @property
     def total_credits(self) -> int:
         """Frames the node may hold over all cameras."""
+        return max(self._floor(), self._little())
+
+    def _floor(self) -> int:
+        # Never less than a batch in service plus the next one queued: with fewer, each
+        # batch is cut short by the acks still travelling back and the frames they let in,
+        # so batches shrink, the measured capacity with them, and the credits after it.
+        return math.ceil(self.cfg.batches_in_node * max(1, self.batch_limit()))
+
+    def _little(self) -> int:
         fps = self.capacity.fps
         if fps <= 0 or self.target_s <= 0:
             return self.cfg.initial_credits * max(1, self._active)
-        # Little's law: what the node finishes within the target. A frame then waits for at
-        # most the batch ahead of it and its own: p99 near twice the target, not more.
-        total = round(fps * self.target_s * self.cfg.credit_headroom)
-        return max(self.cfg.min_credits * self._active, total)
+        # Little's law: the batch in service plus what the node finishes in headroom x the
+        # target. A frame then waits about headroom x target (the mean queue delay) and its
+        # own batch: p99 near the target, whatever the batch limit. Sized at the full
+        # target instead, the mean queue delay sits at the target, so the batch rule
+        # (strata.edge.degrade) halves the batch on any hiccup and, the credits keeping
+        # the delay there, never doubles it back: smaller batches, less capacity.
+        queued = round(fps * self.target_s * self.cfg.credit_headroom)
+        return max(self.cfg.min_credits * self._active, max(1, self.batch_limit()) + queued)
+
+    @property
+    def held(self) -> int:
+        """Frames taken and not yet settled, over all cameras."""
+        with self._lock:
+            return sum(c.pending for c in self._cams.values())
 
     # -- admission (ingest thread) ---------------------------------------------------------
 
@@ -136,7 +158,12 @@ class CreditGate:
             return self._credits_locked()
 
     def _credits_locked(self) -> int:
-        share = min(self.max_per_camera, math.ceil(self.total_credits / max(1, self._active)))
+        active = max(1, self._active)
+        # Rounded down, so the cameras together hold no more than the total (rounded up,
+        # three cameras could hold two frames more, two frames more queue delay); the
+        # floor rounded up, so they hold at least that.
+        share = max(math.ceil(self._floor() / active), self._little() // active)
+        share = min(self.max_per_camera, share)
         # GPU degradation's scale after the per-camera cap, so it cuts a capped credit too.
         return max(self.cfg.min_credits, math.ceil(share * self.scale()))
 
@@ -199,9 +226,16 @@ class CreditGate:
 
     def _camera(self, camera_id: str, now: float) -> _Camera:
         cam = self._cams.get(camera_id)
+        new = cam is None
         if cam is None:
             cam = self._cams[camera_id] = _Camera(level_since=now)
         cam.last_active = now
+        if new:
+            # It shares the credits from its first frame: counted only at the next period,
+            # each camera of a burst of new ones would get the whole total (the node then
+            # holds cameras x total frames, and every one of them gets BUSY answers after).
+            horizon = now - self.cfg.active_s
+            self._active = sum(1 for c in self._cams.values() if c.last_active >= horizon)
         if now >= self._next_period:
             self._period(now)
         return cam

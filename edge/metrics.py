@@ -101,6 +101,21 @@ class EdgeMetrics:
         self.fps = Gauge(
             "strata_edge_fps", "Frames published per second (last window).", registry=r
         )
+        self.credits = Gauge(
+            "strata_edge_credits",
+            "Frames the node lets all cameras have in it at once (credits granted).",
+            registry=r,
+        )
+        self.held = Gauge(
+            "strata_edge_frames_held",
+            "Frames taken and not yet settled (queued, decoding or in a batch).",
+            registry=r,
+        )
+        self.worker_idle = Counter(
+            "strata_edge_worker_idle_seconds",
+            "Seconds the worker waited with no batch to run (its rate is 1 - utilization).",
+            registry=r,
+        )
         self.detections = Counter("strata_edge_detections", "Boxes published.", registry=r)
         self.crops = Counter(
             "strata_edge_crops", "Crops by outcome at the cloud.", ["status"], registry=r

@@ -181,6 +181,12 @@ class EdgeNode:
         # GPU degradation level 3: devices get a share of their credit, and at least level 1.
         self.delivery.credits.scale = lambda: self.degradation.credit_scale
         self.delivery.credits.floor_level = lambda: self.degradation.device_level
+        self.delivery.credits.batch_limit = lambda: self.degradation.batch_cap(
+            self.scheduler.current().max_batch
+        )
+        # Read at scrape time: whether the granted credits are in use.
+        self.metrics.credits.set_function(lambda: self.delivery.credits.total_credits)
+        self.metrics.held.set_function(lambda: self.delivery.credits.held)
         ing = cfg.ingest
         self.ingest = Ingest(
             self.metrics,
@@ -631,7 +637,9 @@ class EdgeNode:
                     )
                 )
                 if not inflight:
-                    idle += time.monotonic() - t0
+                    waited = time.monotonic() - t0
+                    idle += waited
+                    self.metrics.worker_idle.inc(waited)
                     if not frames:
                         self.delivery.credits.decay_delay()
                 if frames and self.degradation.level >= 4:

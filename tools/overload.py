@@ -93,6 +93,7 @@ class PhaseFigures:
     fair_share_min: float
     cameras: list[CameraFigures]
     loadavg: tuple[float, float, float]
+    node: NodeFigures
 
 
 class ResultCounter:
@@ -261,6 +262,138 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) * 1e3 if values else 0.0
 
 
+def _cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# What the probe reads from the edge's /metrics (name -> label filter).
+_PROBED = {
+    "idle": ("strata_edge_worker_idle_seconds_total", {}),
+    "batch_sum": ("strata_edge_batch_size_sum", {}),
+    "batches": ("strata_edge_batch_size_count", {}),
+    "infer_sum": ("strata_edge_inference_seconds_sum", {}),
+    "busy": ("strata_edge_frames_total", {"status": "busy"}),
+    "depth": ("strata_edge_queue_depth", {}),
+    "capacity": ("strata_edge_capacity_fps", {}),
+    "pressure": ("strata_edge_pressure", {}),
+    "credits": ("strata_edge_credits", {}),
+    "held": ("strata_edge_frames_held", {}),
+    "limit": ("strata_edge_batch_limit", {}),
+    "gpu_level": ("strata_edge_degradation_level", {}),
+    "infer_p99": ("strata_edge_inference_p99_seconds", {}),
+}
+
+
+@dataclass
+class NodeSample:
+    """The edge's counters and gauges at one moment, with both processes' CPU time."""
+
+    t: float
+    values: dict[str, float]
+    edge_cpu_s: float
+    bench_cpu_s: float
+
+
+@dataclass
+class NodeFigures:
+    """What the node did over a phase: where its time went, and who used the CPU."""
+
+    utilization: float  # 1 - worker idle / wall time
+    batches: int
+    mean_batch: float
+    inference_ms_per_batch: float
+    busy_answers: int
+    edge_cpu_cores: float
+    bench_cpu_cores: float
+    depth_mean: float
+    depth_max: float
+    capacity_fps_end: float
+    pressure_mean: float
+    credits_mean: float
+    held_mean: float
+    batch_limit_mean: float
+    degradation_level_max: float
+    inference_p99_ms_end: float
+
+
+class NodeProbe:
+    """Reads the edge's /metrics every `period_s` in its own thread (queue depth over time)
+    and on demand (phase start and end)."""
+
+    def __init__(self, port: int, pid: int, period_s: float = 0.25) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.pid = pid
+        self.period_s = period_s
+        self.series: list[NodeSample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="probe", daemon=True)
+        self._thread.start()
+
+    def read(self) -> NodeSample:
+        """One sample now."""
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(self.url, timeout=5) as r:
+            text = r.read().decode()
+        values = dict.fromkeys(_PROBED, 0.0)
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                for key, (name, labels) in _PROBED.items():
+                    if smp.name == name and all(smp.labels.get(k) == v for k, v in labels.items()):
+                        values[key] = float(smp.value)
+        return NodeSample(time.monotonic(), values, _cpu_s(self.pid), _cpu_s(os.getpid()))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                smp = self.read()
+            except OSError:
+                continue
+            with self._lock:
+                self.series.append(smp)
+
+    def between(self, a: NodeSample, b: NodeSample) -> NodeFigures:
+        """The node's figures from sample a to sample b."""
+        dt = max(1e-9, b.t - a.t)
+        d = {k: b.values[k] - a.values[k] for k in _PROBED}
+        batches = int(d["batches"])
+        with self._lock:
+            mid = [s for s in self.series if a.t <= s.t <= b.t]
+        depths = [s.values["depth"] for s in mid] or [0.0]
+        pressures = [s.values["pressure"] for s in mid] or [0.0]
+
+        def mean(key: str) -> float:
+            return float(np.mean([s.values[key] for s in mid])) if mid else 0.0
+
+        return NodeFigures(
+            utilization=1.0 - d["idle"] / dt,
+            batches=batches,
+            mean_batch=d["batch_sum"] / batches if batches else 0.0,
+            inference_ms_per_batch=1e3 * d["infer_sum"] / batches if batches else 0.0,
+            busy_answers=int(d["busy"]),
+            edge_cpu_cores=(b.edge_cpu_s - a.edge_cpu_s) / dt,
+            bench_cpu_cores=(b.bench_cpu_s - a.bench_cpu_s) / dt,
+            depth_mean=float(np.mean(depths)),
+            depth_max=float(np.max(depths)),
+            capacity_fps_end=b.values["capacity"],
+            pressure_mean=float(np.mean(pressures)),
+            credits_mean=mean("credits"),
+            held_mean=mean("held"),
+            batch_limit_mean=mean("limit"),
+            degradation_level_max=max([s.values["gpu_level"] for s in mid] or [0.0]),
+            inference_p99_ms_end=1e3 * b.values["infer_p99"],
+        )
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+
 class Bench:
     """The edge daemon, the result counter, and the phases."""
 
@@ -268,11 +401,13 @@ class Bench:
         self.args = args
         self.listen = f"tcp://127.0.0.1:{_free_port()}"
         self.publish = f"tcp://127.0.0.1:{_free_port()}"
+        metrics_port = _free_port()
         model = f"    path: {args.model}\n" if args.model else ""
         cfg = tmp / "edge.yaml"
         cfg.write_text(
             "logging:\n  level: ERROR\n"
             f"edge:\n  listen: {self.listen}\n  publish: {self.publish}\n"
+            f"  metrics:\n    port: {metrics_port}\n"
             f"  model:\n{model}    input_size: {args.input_size}\n"
             f"  batching:\n    max_batch: {args.max_batch}\n"
             f"    delay_target_ms: {args.delay_target_ms}\n"
@@ -280,10 +415,12 @@ class Bench:
         cmd = [sys.executable, "-m", "strata.tools.cli", "edge", "--config", str(cfg)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
         self.results = ResultCounter(self.publish)
+        self.probe = NodeProbe(metrics_port, self.proc.pid)
         self.frames = bench_frames(args.width, args.height, 16)
 
     def close(self) -> None:
         self.results.close()
+        self.probe.close()
         self.proc.terminate()
         try:
             self.proc.wait(20)
@@ -334,7 +471,11 @@ class Bench:
         t0 = time.monotonic()
         for p in prods:
             p.start()
-        time.sleep(a.seconds)
+        # The node's own figures over the middle of the window (start-up excluded).
+        time.sleep(min(2.0, a.seconds / 4))
+        s0 = self.probe.read()
+        time.sleep(max(0.0, t0 + a.seconds - time.monotonic()))
+        s1 = self.probe.read()
         for p in prods:
             p.stop()
         t1 = time.monotonic()
@@ -388,6 +529,7 @@ class Bench:
             fair_share_min=min(c.results_in_window for c in cams) / share if share else 0.0,
             cameras=cams,
             loadavg=os.getloadavg(),
+            node=self.probe.between(s0, s1),
         )
 
 
@@ -407,6 +549,24 @@ def report(phases: list[PhaseFigures], capacity: float) -> str:
             f"{p.capture_p99_ms:.0f} | {p.rss_start_mb:.0f} -> {p.rss_end_mb:.0f} | "
             f"{p.offered} = {p.processed} + {drops} + {p.pending} | {p.unaccounted} | "
             f"{p.fair_share_min:.2f} | {p.loadavg[0]:.1f} |"
+        )
+    rows += [
+        "",
+        "| load | worker busy | batches | mean batch | inference ms/batch | BUSY answers | "
+        "queue depth mean / max | edge CPU cores | bench CPU cores | capacity at end | "
+        "mean pressure | credits / held / batch limit (mean) | node degradation level (max) "
+        "| inference p99 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for p in phases:
+        n = p.node
+        rows.append(
+            f"| {p.name} | {n.utilization:.2f} | {n.batches} | {n.mean_batch:.2f} | "
+            f"{n.inference_ms_per_batch:.0f} | {n.busy_answers} | {n.depth_mean:.1f} / "
+            f"{n.depth_max:.0f} | {n.edge_cpu_cores:.2f} | {n.bench_cpu_cores:.2f} | "
+            f"{n.capacity_fps_end:.1f} | {n.pressure_mean:.2f} | {n.credits_mean:.1f} / "
+            f"{n.held_mean:.1f} / {n.batch_limit_mean:.1f} | {n.degradation_level_max:.0f} | "
+            f"{n.inference_p99_ms_end:.0f} |"
         )
     return "\n".join(rows)
 

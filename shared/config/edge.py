@@ -213,10 +213,18 @@ class FlowConfig(StrictModel):
     )
     min_credits: int = Field(1, ge=1, description="No camera's credit goes below this.")
     credit_headroom: float = Field(
-        1.0,
+        0.4,
         gt=0,
-        description="Credits over all cameras: capacity x delay target x this (Little's "
-        "law: frames in the node ~ throughput x time in it).",
+        description="Credits over all cameras: one batch plus capacity x delay target x "
+        "this (Little's law: the mean queue delay comes to about this share of the target, "
+        "under the half where the batch rule raises a lowered batch back).",
+    )
+    batches_in_node: float = Field(
+        2.0,
+        ge=0,
+        description="Credits over all cameras never fall below this many batches of the "
+        "current batch limit (one in service, the next already queued: the worker never "
+        "waits on acks travelling back); 0: no floor.",
     )
     active_s: float = Field(
         2.0, gt=0, description="A camera that sent within this long shares the credits."

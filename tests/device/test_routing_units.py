@@ -75,6 +75,11 @@ def test_edge_info_sets_weight_models_restart_and_draining() -> None:
     assert m is not None and m.weight == 2.0 and m.models == frozenset({"yolo"})
     m2 = link.member(use_capacity=True)
     assert m2 is not None and m2.weight == 80.0
+    # An EdgeInfo without a session (older nodes sent the model input alone on every
+    # ack) is neither a restart nor a replacement of what routing knows.
+    assert not link.heard(1.5, frame_pb2.EdgeInfo(model_input_width=320))
+    m3 = link.member(use_capacity=True)
+    assert m3 is not None and m3.weight == 80.0 and m3.models == frozenset({"yolo"})
     restarted = frame_pb2.EdgeInfo(edge_session=6, accepting=True)
     assert link.heard(2.0, restarted)
     draining = frame_pb2.EdgeInfo(edge_session=6, accepting=False)

@@ -245,6 +245,9 @@ def test_overload_from_several_senders_is_fully_accounted_for(tmp_path: Path) ->
             "spool_full",
             "rejected",
         }, ph.dropped
-    assert over.offered > 2 * over.processed > 0  # it was overloaded ...
-    assert sum(over.dropped.values()) > 0  # ... and shed at the source, counted
+    # It was overloaded and shed at the source, counted. (Not "offered > 2 x processed":
+    # the node now keeps its full capacity under 3x, and capacity measured in a busier
+    # moment of a shared machine than the 3x phase left that with no margin.)
+    assert over.offered > over.processed > 0
+    assert sum(over.dropped.values()) > 0
     assert over.published_twice == 0

@@ -61,25 +61,65 @@ def test_capacity_is_frames_per_busy_second() -> None:
 
 def test_credits_follow_capacity_and_delay_target_split_over_active_cameras() -> None:
     clock = Clock()
-    cfg = FlowConfig(initial_credits=3)
+    cfg = FlowConfig(initial_credits=3, batches_in_node=0, credit_headroom=0.4)
     gate = CreditGate(cfg, 0.2, max_batch=4, max_per_camera=64, clock=clock)
     assert gate.credits("a") == 3  # not measured yet
     gate.observe_batch(100, 1.0, [0.01])  # 100 frames/s
-    assert gate.total_credits == 20
+    # The batch in service plus 100/s x 0.2 s x 0.4 queued (a queue delay of 80 ms).
+    assert gate.total_credits == 4 + 8
     for cam in ("a", "b", "c"):
         assert gate.try_admit(cam) is not None
     clock.t = 1.0  # a period passes: three cameras active
     gate.has_room("a")
-    assert gate.active_cameras == 3 and gate.credits("a") == 7  # 20 / 3, rounded up
+    assert gate.active_cameras == 3 and gate.credits("a") == 4  # 12 / 3
     taken = 1
     while gate.has_room("a"):
         assert gate.try_admit("a") is not None
         taken += 1
-    assert taken == 7  # the camera's share, and no more
+    assert taken == 4  # the camera's share, and no more
     busy = gate.busy("a")
-    assert busy.credits == 7 and 5 <= busy.retry_after_ms <= 200
+    assert busy.credits == 4 and 5 <= busy.retry_after_ms <= 200
     gate.release("a")
     assert gate.has_room("a")
+
+
+def test_shares_round_down_so_cameras_never_hold_more_than_the_total() -> None:
+    cfg = FlowConfig(batches_in_node=0, credit_headroom=0.4)
+    gate = CreditGate(cfg, 0.2, max_batch=4, max_per_camera=64, clock=Clock())
+    gate.observe_batch(125, 1.0, [0.01])  # 4 + 10 = 14 over 3 cameras
+    for cam in ("a", "b", "c"):
+        gate.has_room(cam)
+    assert gate.total_credits == 14 and gate.credits("a") == 4  # not 5: 15 > 14
+
+
+def test_credits_never_fall_below_a_batch_in_service_and_one_queued() -> None:
+    # A slow node: Little's law alone would grant 4 + 10/s x 0.2 s x 0.4 = 5 frames, so a
+    # batch of 4 leaves while its successor has one frame (the rest still on the way).
+    limit = [4]
+    gate = CreditGate(FlowConfig(), 0.2, max_batch=4, max_per_camera=64, clock=Clock())
+    gate.batch_limit = lambda: limit[0]
+    gate.observe_batch(10, 1.0, [0.01])
+    for cam in ("a", "b", "c"):
+        gate.has_room(cam)
+    assert gate.total_credits == 8  # two batches of 4
+    assert gate.credits("a") == 3  # 8 / 3 rounded up: together at least the floor
+    limit[0] = 2  # the batch rule halved the batch: the floor follows
+    assert gate.total_credits == 4 and gate.credits("a") == 2
+    off = CreditGate(FlowConfig(batches_in_node=0), 0.2, 4, 64, clock=Clock())
+    off.observe_batch(10, 1.0, [0.01])
+    assert off.total_credits == 5
+
+
+def test_new_cameras_share_the_credits_from_their_first_frame() -> None:
+    clock = Clock()
+    cfg = FlowConfig(batches_in_node=0, credit_headroom=0.4, period_s=0.5)
+    gate = CreditGate(cfg, 0.2, max_batch=4, max_per_camera=64, clock=clock)
+    gate.observe_batch(100, 1.0, [0.01])
+    assert gate.try_admit("a") is not None  # alone: the whole total (12)
+    assert gate.credits("a") == 12
+    clock.t = 0.1  # within the same period, two more cameras start
+    assert gate.try_admit("b") is not None and gate.try_admit("c") is not None
+    assert gate.active_cameras == 3 and gate.credits("b") == 4
 
 
 def test_a_saturating_camera_degrades_step_by_step_and_recovers_slowly() -> None:

@@ -207,6 +207,10 @@ def test_overload_answers_busy_never_sheds_silently(
     wait_for(lambda: sample(reg, "strata_edge_frames_processed_total") == base + len(taken))
     assert sample(reg, "strata_edge_frames_total", {"status": "busy"}) == len(busy)
     assert sample(reg, "strata_edge_drops_total", {"reason": "overload"}) == 0
+    # Any EdgeInfo on an ack is the node's whole announcement, session included: agents
+    # take a different session for a restart and resend everything in flight.
+    infos = [a.edge for a in acks if a.HasField("edge")]
+    assert infos and all(e.edge_session == node.delivery.edge_session for e in infos)
 
 
 def test_resends_get_queued_again_or_duplicate_and_unknown_resends_are_redeliveries(

@@ -10,6 +10,7 @@ import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
+from strata.device.metrics import CameraCounts
 from strata.edge.node import EdgeNode
 from strata.shared.config.device import (
     CameraConfig,
@@ -70,6 +71,11 @@ def test_device_agent_to_edge_node_detections_match_ground_truth(
         sample(node.metrics.registry, "strata_edge_frames_total", {"status": "accepted"})
         == accepted0 + 120
     )
+    # Every frame went once: no ack made the agent think the node restarted and resend
+    # what it had in flight (an EdgeInfo without a session on every QUEUED ack did).
+    for cam in ("cam-a", "cam-b"):
+        assert CameraCounts.read(agent.metrics.registry, cam).retransmitted == 0
+    assert sample(node.metrics.registry, "strata_edge_frames_total", {"status": "requeued"}) == 0
     tol = 3.0 if encoding == "jpeg" else 2.0
     checked = 0
     for msg in results:
