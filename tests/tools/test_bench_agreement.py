@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from strata.shared.machine import describe, one_line
 from strata.shared.synthetic import SyntheticClip
-from strata.shared.vision.agreement import agreement, propagate
+from strata.shared.vision.agreement import agreement, propagate, windowed_counting
 from strata.shared.vision.boxes import FrameBoxes
 from strata.tools.bench.cascade import Labels, synthetic_truth
 
@@ -53,3 +53,22 @@ def test_machine_description() -> None:
     m = describe()
     assert m["cores"] >= 1 and m["cpu"]
     assert "cores" in one_line(m)
+
+
+def test_counting_per_window_scores_the_mean_count() -> None:
+    one = fb((0, 0, 10, 10, 0))
+    two = fb((0, 0, 10, 10, 0), (50, 50, 60, 60, 0))
+    # The reference flickers 2, 1, 2, 1; ours says 2, 2, 1, 1: per frame half wrong, per
+    # window of 4 the same 1.5 people.
+    ref = [two, one, two, one]
+    ours = [two, two, one, one]
+    assert agreement(ref, ours).counting == pytest.approx(0.75)
+    assert windowed_counting(ref, ours, 4) == 1.0
+    # Windows of 2: 1.5 vs 2 (0.75), then 1.5 vs 1 (0.667); window 1 is per frame.
+    assert windowed_counting(ref, ours, 2) == pytest.approx((0.75 + 2 / 3) / 2)
+    assert windowed_counting(ref, ours, 1) == pytest.approx(0.75)
+    # A short last window; empty windows agree.
+    empty = FrameBoxes.empty()
+    assert windowed_counting([two, two, empty], [two, two, empty], 2) == 1.0
+    with pytest.raises(ValueError, match="window"):
+        windowed_counting(ref, ours, 0)

@@ -68,3 +68,22 @@ def test_payload_run_encodes_only_kept_frames_and_detects_in_source_pixels(
             assert (b.boxes[:, 2:] <= np.array([320.0, 240.0]) + 1).all()
     finally:
         det.close()
+
+
+def test_an_object_starts_with_a_confident_box() -> None:
+    # The scene's objects at 0.9 and, for 10 frames, a faint box (0.3) apart: noise.
+    ref = scene(20)
+    for i in range(5, 15):
+        r = ref[i]
+        ref[i] = FrameBoxes(
+            np.concatenate([r.boxes, [[500.0, 300.0, 530.0, 390.0]]]).astype(np.float32),
+            np.concatenate([r.scores, [0.3]]).astype(np.float32),
+            np.concatenate([r.class_ids, [0]]).astype(np.int32),
+        )
+    tracks = reference_tracks(ref, TrackingConfig())
+    seen_first = {i: ref[i] for i in range(0, 20, 10)}
+    # The walker and the visitor of frames 10-13.
+    assert object_recall(ref, tracks, seen_first).total == 2
+    # Started by weaker boxes too, the faint box would be a third object.
+    weak = reference_tracks(ref, TrackingConfig(), min_score=0.25)
+    assert object_recall(ref, weak, seen_first).total == 3

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from strata.edge.calibration import class_boxes, replay
 from strata.shared.config.base import merge
 from strata.shared.config.edge import TrackingConfig
-from strata.shared.vision.agreement import Agreement, agreement, propagate
+from strata.shared.vision.agreement import Agreement, agreement, propagate, windowed_counting
 from strata.shared.vision.boxes import FrameBoxes
 from strata.tools.bench.sampling import (
     CurvePoint,
@@ -133,6 +134,9 @@ class ClipResult:
     crops_per_track_max: int = 0
     crops_per_track_mean: float = 0.0
     untracked_crops: int = 0
+    # Counting over 1 s windows (the clip's frame rate): the cascade, and uniform.
+    counting_per_second: float = 0.0
+    uniform_counting_per_second: float = 0.0
     # The uniform baseline at several shares of frames kept (for the curve).
     curve: list[CurvePoint] = field(default_factory=list)
     # (share kept, bytes of an H.264 stream of those frames at the model's size / file).
@@ -186,7 +190,9 @@ def measure_clip(
     recall = object_recall(reference, tracks, kept)
     size = _frame_size(cas.results)
     fraction = len(detected) / total if total else 0.0
-    uniform_a, _ = uniform_agreement(reference, fraction, tracking, *size)
+    uniform_a, uniform_kept = uniform_agreement(reference, fraction, tracking, *size)
+    second = max(1, round(clip_fps(clip)))
+    uniform_out = replay(reference, uniform_kept, tracking, *size)
     result = ClipResult(
         clip=clip.name,
         frames_total=total,
@@ -202,6 +208,10 @@ def measure_clip(
         object_recall=recall.recall,
         objects=recall.total,
         uniform=uniform_a,
+        counting_per_second=windowed_counting(reference, ours, second),
+        uniform_counting_per_second=windowed_counting(
+            reference, [class_boxes(o) for o in uniform_out], second
+        ),
         stale=agreement(reference, propagate(kept, total)),
         reference_missing=missing,
         edge_latency_ms=sorted((edge_latency_ns(cas.results) / 1e6).tolist()),
@@ -244,6 +254,15 @@ def bytes_curve(clip: Path, total: int, fractions: tuple[float, ...]) -> list[tu
 
     size = clip.stat().st_size
     return [(f, h264_bytes(clip, uniform(total, f), 320) / size) for f in fractions]
+
+
+def clip_fps(clip: Path) -> float:
+    """The clip's frame rate (its video stream's average; 0 when unknown)."""
+    import av
+
+    with av.open(str(clip)) as f:
+        rate = f.streams.video[0].average_rate
+    return float(rate) if rate else 0.0
 
 
 def _frame_size(results: Mapping[tuple[str, int], Received]) -> tuple[int, int]:

@@ -82,6 +82,10 @@ def cascade_keys(clip: ClipResult, prefix: str = "cascade") -> dict[str, float |
         "cascade.uniform_f1": _num(clip.uniform.f1) if clip.uniform else None,
         "cascade.uniform_counting": _num(clip.uniform.counting) if clip.uniform else None,
         "cascade.stale_f1": _num(clip.stale.f1) if clip.stale else None,
+        # Counting of the mean count per second (the per-frame figure also scores the
+        # detector's own flicker).
+        "cascade.counting_per_second": _num(clip.counting_per_second),
+        "cascade.uniform_counting_per_second": _num(clip.uniform_counting_per_second),
         "cascade.crops_per_track_max": clip.crops_per_track_max,
         "cascade.crops_per_track_mean": _num(clip.crops_per_track_mean),
     }
