@@ -245,6 +245,12 @@ class Tracker:
             return 0.0
         return float(self._sigma(x[live], p[live]).max())
 
+    def motion(self, frame: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Centre (N, 2), velocity in pixels per frame (N, 2) and height (N,) of the tracks
+        a detection matched at `frame`."""
+        x = self._x[self._seen == frame]
+        return x[:, :2].copy(), x[:, 4:6].copy(), np.maximum(x[:, 3], 1.0)
+
     def boxes(self) -> np.ndarray:
         """The tracks' boxes at their last state (N, 4), for attention regions."""
         return _to_xyxy(self._x)
