@@ -10,7 +10,11 @@ Per phase it reports goodput (results per second within the window), the p50/p99
 admitted frames (last send to result on the SUB socket), capture to result, the frames
 each camera got against its fair share, the edge's RSS at the start and end, and the
 reconciliation offered = processed + dropped at the device (by reason, edge's REJECTED and
-SHED included) + still pending, with what is unaccounted (should be 0).
+SHED included) + still pending, with what is unaccounted (should be 0). From the edge's
+/metrics over each window it also reports where the node's time went: worker busy share,
+batches and their mean size, inference time per batch, BUSY answers, queue depth, the
+credits granted against the frames held, the batch limit, and the CPU both processes used
+(so open-loop senders stealing the node's cores would show).
 
 Lives in tools/ because it drives both tiers (a tier never imports another).
 """
@@ -441,8 +445,9 @@ class Bench:
             out.append(s)
         return out
 
-    def warm_up(self, timeout_s: float = 120.0) -> None:
-        """Until the daemon answers and its results reach the SUB socket."""
+    def warm_up(self, timeout_s: float = 120.0, full_s: float = 3.0) -> None:
+        """Until the daemon answers and its results reach the SUB socket, then `full_s`
+        of full batches."""
         (sender,) = self._senders(["warm"])
         prod = Producer("warm", sender, self.frames, 5.0, 0)
         prod.start()
@@ -455,6 +460,26 @@ class Bench:
         sender.stop(5.0)
         if len(self.results.of({"warm"})) < 10:
             raise RuntimeError("the edge daemon never published results")
+        # Then full batches for a while (closed loop from every camera), so what the node
+        # allocates once (the runtime's arena at the largest batch, decoder pools) is in
+        # the RSS baseline, not in the growth under load.
+        names = [f"warm-{i}" for i in range(self.args.cameras)]
+        senders = self._senders(names, degrade=False)
+        prods = [
+            Producer(n, s, self.frames, None, i)
+            for i, (n, s) in enumerate(zip(names, senders, strict=True))
+        ]
+        for p in prods:
+            p.start()
+        time.sleep(full_s)
+        for p in prods:
+            p.stop()
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and any(s.pending() for s in senders):
+            time.sleep(0.1)
+        for s in senders:
+            s.stop(0.0)
+        time.sleep(2.5)  # the warm-up cameras stop counting as active
 
     def phase(self, name: str, total_fps: float | None) -> PhaseFigures:
         """Offer from --cameras senders for --seconds, drain, and count."""
@@ -585,13 +610,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drop-policy", choices=("oldest", "newest"), default="oldest")
     p.add_argument("--width", type=int, default=640)
     p.add_argument("--height", type=int, default=480)
+    p.add_argument(
+        "--warm-s", type=float, default=3.0, help="full batches before the RSS baseline (3)"
+    )
     p.add_argument("--json", default="", help="also write the figures here")
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="strata-overload-"))
     bench = Bench(args, tmp)
     try:
         load_before = os.getloadavg()
-        bench.warm_up()
+        bench.warm_up(full_s=args.warm_s)
         rss_first = _rss(bench.proc.pid)
         cap = bench.phase("capacity", None)
         capacity = cap.goodput_fps
@@ -618,7 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report(phases, capacity))
     print(
         f"capacity {capacity:.1f} frames/s; edge RSS {rss_first:.0f} MB after warm-up, "
-        f"{rss_last:.0f} MB at the end; delay target {args.delay_target_ms:g} ms; "
+        f"{rss_last:.0f} MB at the end ({100 * (rss_last / rss_first - 1):+.1f} %); "
+        f"delay target {args.delay_target_ms:g} ms; "
         f"{cpu_line()}; load {load_before} -> {os.getloadavg()}"
     )
     return 0
