@@ -286,7 +286,6 @@ _PROBED = {
     "held": ("strata_edge_frames_held", {}),
     "limit": ("strata_edge_batch_limit", {}),
     "gpu_level": ("strata_edge_degradation_level", {}),
-    "infer_p99": ("strata_edge_inference_p99_seconds", {}),
 }
 
 
@@ -319,7 +318,6 @@ class NodeFigures:
     held_mean: float
     batch_limit_mean: float
     degradation_level_max: float
-    inference_p99_ms_end: float
 
 
 class NodeProbe:
@@ -390,7 +388,6 @@ class NodeProbe:
             held_mean=mean("held"),
             batch_limit_mean=mean("limit"),
             degradation_level_max=max([s.values["gpu_level"] for s in mid] or [0.0]),
-            inference_p99_ms_end=1e3 * b.values["infer_p99"],
         )
 
     def close(self) -> None:
@@ -579,9 +576,8 @@ def report(phases: list[PhaseFigures], capacity: float) -> str:
         "",
         "| load | worker busy | batches | mean batch | inference ms/batch | BUSY answers | "
         "queue depth mean / max | edge CPU cores | bench CPU cores | capacity at end | "
-        "mean pressure | credits / held / batch limit (mean) | node degradation level (max) "
-        "| inference p99 ms |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "mean pressure | credits / held / batch limit (mean) | node degradation level (max) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in phases:
         n = p.node
@@ -590,8 +586,7 @@ def report(phases: list[PhaseFigures], capacity: float) -> str:
             f"{n.inference_ms_per_batch:.0f} | {n.busy_answers} | {n.depth_mean:.1f} / "
             f"{n.depth_max:.0f} | {n.edge_cpu_cores:.2f} | {n.bench_cpu_cores:.2f} | "
             f"{n.capacity_fps_end:.1f} | {n.pressure_mean:.2f} | {n.credits_mean:.1f} / "
-            f"{n.held_mean:.1f} / {n.batch_limit_mean:.1f} | {n.degradation_level_max:.0f} | "
-            f"{n.inference_p99_ms_end:.0f} |"
+            f"{n.held_mean:.1f} / {n.batch_limit_mean:.1f} | {n.degradation_level_max:.0f} |"
         )
     return "\n".join(rows)
 
