@@ -70,7 +70,7 @@ class SenderError(RuntimeError):
 
 
 class _Camera:
-    __slots__ = ("box", "degrader", "drop_log", "edge", "m", "overflow_log")
+    __slots__ = ("box", "degrader", "drop_log", "edge", "m", "overflow_log", "previous_edge")
 
     def __init__(
         self,
@@ -84,6 +84,9 @@ class _Camera:
         self.drop_log, self.degrader = drop_log, degrader
         # The edge endpoint this camera sends to (None: no edge up yet).
         self.edge: str | None = None
+        # The edge id that served it before its last move (stamped on every frame after),
+        # so the new edge restores that edge's checkpoint for it; "" before any move.
+        self.previous_edge = ""
 
 
 class Sender:
@@ -327,6 +330,7 @@ class Sender:
             log.warning("%s", exc)
         for link in removed:
             log.warning("edge %s is no longer listed; its cameras move", link.endpoint)
+        gone_links = {link.endpoint: link for link in removed}
         pool.beat(now)
         came, went = pool.liveness(now)
         for link in came:
@@ -346,6 +350,12 @@ class Sender:
             if cam is None:
                 continue
             cam.edge = mv.new
+            if mv.old is not None:
+                old = pool.links.get(mv.old) or gone_links.get(mv.old)
+                old_id = old.info.edge_id if old is not None else ""
+                # The same edge under another address: nothing to restore.
+                new = pool.links.get(mv.new)
+                cam.previous_edge = "" if new is not None and new.info.edge_id == old_id else old_id
             back, overflowed = cam.box.resend_all()
             if overflowed:
                 self._overflowed(cam, overflowed)
@@ -497,6 +507,8 @@ class Sender:
                     )
             while sock is not None and (item := box.take(now)) is not None:
                 item.header.send_ns = time.time_ns()
+                if item.header.previous_edge != cam.previous_edge:
+                    item.header.previous_edge = cam.previous_edge
                 try:
                     sock.send_multipart(
                         pack_frame(item.header, item.payload), zmq.NOBLOCK, copy=False

@@ -28,7 +28,7 @@ from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes, iou
 
-from .tracking import TrackedBoxes, Tracker
+from .tracking import TrackedBoxes, Tracker, TrackerState
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +93,25 @@ class Answers:
         with self._lock:
             c = self._cams.get((session, camera))
             return c.tracker if c else None
+
+    def snapshot(self) -> list[tuple[int, str, TrackerState]]:
+        """(session, camera, state) of every camera's tracker (for a checkpoint)."""
+        with self._lock:
+            return [(k[0], k[1], c.tracker.snapshot()) for k, c in self._cams.items()]
+
+    def restore(self, session: int, camera: str, state: TrackerState) -> bool:
+        """Seed a camera's tracker from a checkpoint, unless the one here has seen later
+        frames already (True when restored). ValueError: the state is inconsistent."""
+        tracker = Tracker(self.cfg)
+        tracker.restore(state)
+        with self._lock:
+            c = self._cams.get((session, camera))
+            if c is not None and c.tracker.last_frame >= state.last_frame:
+                return False
+            if c is None:
+                c = self._cams[(session, camera)] = _Camera(self.cfg)
+            c.tracker = tracker
+            return True
 
     def expect(self, h: frame_pb2.FrameHeader) -> None:
         """A kept frame was accepted for detection: later skipped frames wait for it."""

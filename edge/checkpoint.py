@@ -1,23 +1,25 @@
 """Checkpoints of edge state: written every `checkpoint.interval_s` and at clean stop,
-restored at start.
+restored at start, and restored by a peer for the cameras that move to it when this edge
+fails (docs/edge.md, "Checkpoints and takeover").
 
-What a restarted (or standby) node needs to carry on where the last one stopped:
+What a restarted node, or the peer taking over its cameras, needs to carry on:
 
-- cameras: per camera and sender session, the last sequence *published* (not merely
-  received: a frame acked QUEUED but lost in the crash must be processed when its
-  device resends it; one answered before the checkpoint is recognised as a duplicate);
-- counters: every counter of the node's metrics (frames, drops by reason, per-camera
-  frames, GPU-seconds and bytes), so totals and cost accounting continue;
-- the uplink: how many crops the spool held (the spool file itself keeps the queue and
-  its order; the checkpoint records the position to check it against at restore);
-- the model version serving, and parts other modules register (`Checkpointer.register`,
-  e.g. the tracker when the node runs one), each under its own name: JSON-able
-  snapshots, restored when the part registers.
+- delivery: per (sender session, camera) every settled frame's final status (as runs of
+  sequences), plus the settle journal (edge/journal.py) since the checkpoint: a resent
+  frame that was already published is answered DUPLICATE, one held but never published
+  is processed (a watermark could not tell these apart);
+- trackers: each camera's tracker (edge/tracking.py), so track ids continue and never
+  repeat;
+- counters: every counter of the node's metrics (the per-camera series go with a camera
+  to the peer that takes it over);
+- the uplink: the spool file's path and how many crops it held (the spool itself keeps
+  the queue; a peer taking over drains a failed edge's spool into its own uplink);
+- the model version serving, and parts other modules register (`Checkpointer.register`).
 
 The file is JSON: {"sha256": hex of the body, "body": {...}}, written beside and renamed
 after an fsync, so a crash mid-write leaves the previous checkpoint. A file that does not
 parse, fails its checksum, or carries another format version is logged on one clear line
-and ignored: the node starts clean, never crashes on it.
+and ignored: the node (or the cameras taken over) start clean, never crash on it.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ import hashlib
 import json
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -36,18 +38,46 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field, ValidationError
 from strata.shared.config.base import StrictModel
 from strata.shared.config.edge import CheckpointConfig
+from strata.shared.fsnames import path_component
+
+from .journal import JournalRead, SettleJournal, read_journal
+from .ledger import SettledRun, SettledStream
+from .tracking import TrackerState
 
 log = logging.getLogger(__name__)
 
 FORMAT = "strata-edge-checkpoint"
-VERSION = 1
+# 2: settled runs and trackers instead of version 1's last-published watermarks.
+VERSION = 2
 
 
-class CameraCheckpoint(StrictModel):
-    """One camera: the last sequence published per sender session (oldest session first)."""
+class StreamCheckpoint(StrictModel):
+    """One (sender session, camera): its settled frames as runs (first, last, status,
+    reason), oldest first."""
 
+    session_id: int
     camera_id: str
-    sessions: list[tuple[int, int]] = Field(default_factory=list)
+    runs: list[tuple[int, int, int, str]] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, s: SettledStream) -> StreamCheckpoint:
+        return cls(
+            session_id=s.session_id,
+            camera_id=s.camera_id,
+            runs=[(r.first, r.last, r.status, r.reason) for r in s.runs],
+        )
+
+    def settled(self) -> SettledStream:
+        runs = tuple(SettledRun(a, b, st, why) for a, b, st, why in self.runs if a <= b)
+        return SettledStream(self.session_id, self.camera_id, runs)
+
+
+class TrackerCheckpoint(StrictModel):
+    """One (sender session, camera)'s tracker."""
+
+    session_id: int
+    camera_id: str
+    state: TrackerState
 
 
 class CounterCheckpoint(StrictModel):
@@ -59,8 +89,9 @@ class CounterCheckpoint(StrictModel):
 
 
 class UplinkCheckpoint(StrictModel):
-    """Where the uplink's queue stood: crops in the spool and in memory."""
+    """Where the uplink's queue stood: its spool file, crops in it and in memory."""
 
+    spool_path: str = ""
     spooled: int = 0
     buffered: int = 0
 
@@ -74,7 +105,8 @@ class CheckpointBody(StrictModel):
     written_unix: float
     model: str = ""
     model_version: int = 0
-    cameras: list[CameraCheckpoint] = Field(default_factory=list)
+    streams: list[StreamCheckpoint] = Field(default_factory=list)
+    trackers: list[TrackerCheckpoint] = Field(default_factory=list)
     counters: list[CounterCheckpoint] = Field(default_factory=list)
     uplink: UplinkCheckpoint = Field(default_factory=UplinkCheckpoint)
     parts: dict[str, Any] = Field(default_factory=dict)
@@ -94,42 +126,6 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message says why."""
 
 
-class PublishedSequences:
-    """Last published sequence per (camera, session); the worker writes, forget() prunes."""
-
-    def __init__(self, sessions_per_camera: int) -> None:
-        self.sessions_per_camera = sessions_per_camera
-        self._cams: dict[str, dict[int, int]] = {}
-        self._lock = threading.Lock()
-
-    def published(self, camera_id: str, session: int, sequence: int) -> None:
-        with self._lock:
-            cam = self._cams.get(camera_id)
-            if cam is None:
-                cam = self._cams[camera_id] = {}
-            last = cam.pop(session, 0)
-            cam[session] = max(last, sequence)  # most recent session last
-            if len(cam) > self.sessions_per_camera:
-                del cam[next(iter(cam))]
-
-    def forget(self, camera_ids: list[str]) -> None:
-        with self._lock:
-            for cid in camera_ids:
-                self._cams.pop(cid, None)
-
-    def snapshot(self) -> list[CameraCheckpoint]:
-        with self._lock:
-            return [
-                CameraCheckpoint(camera_id=cid, sessions=list(s.items()))
-                for cid, s in self._cams.items()
-            ]
-
-    def restore(self, cameras: list[CameraCheckpoint]) -> None:
-        with self._lock:
-            for c in cameras:
-                self._cams[c.camera_id] = dict(c.sessions)
-
-
 def counter_values(counters: list[Counter]) -> list[CounterCheckpoint]:
     """Every series of these counters with its total."""
     out = []
@@ -141,11 +137,16 @@ def counter_values(counters: list[Counter]) -> list[CounterCheckpoint]:
     return out
 
 
-def restore_counters(counters: list[Counter], saved: list[CounterCheckpoint]) -> int:
-    """Add the saved totals to these (fresh) counters; returns the series restored."""
+def restore_counters(
+    counters: list[Counter], saved: list[CounterCheckpoint], cameras: set[str] | None = None
+) -> int:
+    """Add the saved totals to these counters (all, or only the series labelled with one of
+    `cameras`); returns the series restored."""
     by_name = {c.describe()[0].name: c for c in counters}
     n = 0
     for s in saved:
+        if cameras is not None and s.labels.get("camera") not in cameras:
+            continue
         counter = by_name.get(s.name)
         if counter is None:
             continue  # a counter this build no longer has
@@ -195,7 +196,7 @@ def read(path: Path) -> CheckpointBody:
 
 
 class CheckpointMetrics:
-    """Checkpoints written, restored and refused."""
+    """Checkpoints written, restored and refused; cameras taken over from peers."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.written = Counter(
@@ -208,7 +209,7 @@ class CheckpointMetrics:
         )
         self.refused = Counter(
             "strata_edge_checkpoints_refused",
-            "Checkpoints found at start but not used (corrupt, other version).",
+            "Checkpoints found but not used (corrupt, other version, other edge).",
             registry=registry,
         )
         self.age = Gauge(
@@ -216,10 +217,52 @@ class CheckpointMetrics:
             "When the last checkpoint was written (or the one restored).",
             registry=registry,
         )
+        self.taken_over = Counter(
+            "strata_edge_takeover_cameras",
+            "Cameras moved here from another edge, by what was restored (checkpoint: its "
+            "state; none: the peer left no checkpoint; refused: the peer's was unusable).",
+            ["result"],
+            registry=registry,
+        )
+        self.taken_over_frames = Counter(
+            "strata_edge_takeover_settled_frames",
+            "Settled frames of cameras taken over, restored from peers' checkpoints and "
+            "journals (their resends are answered with their final status).",
+            registry=registry,
+        )
+        self.adopted_crops = Counter(
+            "strata_edge_takeover_crops",
+            "Crops moved from a failed peer's uplink spool into this edge's uplink.",
+            registry=registry,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PeerState:
+    """What a peer's checkpoint and journal hold for some cameras."""
+
+    edge_id: str
+    body: CheckpointBody
+    streams: list[SettledStream]
+    journal_frames: int
+
+
+def checkpoint_path(cfg: CheckpointConfig, edge_id: str) -> Path | None:
+    """Where an edge's checkpoint lives: `path`, or <dir>/<edge id>.checkpoint.json."""
+    if cfg.path:
+        return Path(cfg.path)
+    if cfg.dir:
+        return Path(cfg.dir) / f"{path_component(edge_id)}.checkpoint.json"
+    return None
+
+
+def journal_path(checkpoint: Path) -> Path:
+    return checkpoint.with_name(checkpoint.name + ".journal")
 
 
 class Checkpointer:
-    """Builds, writes and restores the node's checkpoint (see the module docstring)."""
+    """Builds, writes and restores the node's checkpoint, keeps its settle journal, and
+    reads peers' (see the module docstring)."""
 
     def __init__(
         self,
@@ -230,11 +273,14 @@ class Checkpointer:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cfg, self.edge_id, self._body, self.metrics = cfg, edge_id, body, metrics
-        self.path = Path(cfg.path) if cfg.path else None
+        self.path = checkpoint_path(cfg, edge_id)
         self._clock = clock
         self._next = clock() + cfg.interval_s
         self.parts: list[CheckpointPart] = []
         self._restored_parts: dict[str, Any] = {}
+        self.journal: SettleJournal | None = None
+        # Peers' parsed checkpoint and journal, by edge id, with the files' (mtime, size).
+        self._peers: dict[str, tuple[Any, CheckpointBody, JournalRead]] = {}
 
     def register(self, part: CheckpointPart) -> bool:
         """Keep `part` in every checkpoint from now on; restores it at once from the
@@ -256,9 +302,30 @@ class Checkpointer:
             return body
         return body.model_copy(update={"parts": {p.name: p.snapshot() for p in self.parts}})
 
-    def load(self) -> CheckpointBody | None:
-        """The checkpoint to start from, or None (absent, or refused with a log line)."""
-        if self.path is None or not self.path.exists():
+    def load(self) -> tuple[CheckpointBody, list[SettledStream]] | None:
+        """The checkpoint to start from and the frames its journal settled after it, or
+        None (absent, or refused with a log line). Opens the journal for this life."""
+        restored = self._load()
+        if self.path is not None and self.cfg.journal:
+            # Only now: the previous life's journal was read (or refused) above.
+            self.journal = SettleJournal(journal_path(self.path))
+        return restored
+
+    def _load(self) -> tuple[CheckpointBody, list[SettledStream]] | None:
+        if self.path is None:
+            return None
+        jpath = journal_path(self.path)
+        if not self.path.exists():
+            if jpath.exists() and jpath.stat().st_size:
+                # Settled frames with no checkpoint under them (killed before the first
+                # one): the journal alone still says which frames were published.
+                j = read_journal(jpath)
+                log.warning(
+                    "no checkpoint at %s but its journal holds %d settled frame(s): restored",
+                    self.path,
+                    j.frames,
+                )
+                return self._empty_body(), j.streams
             return None
         try:
             body = read(self.path)
@@ -267,6 +334,8 @@ class Checkpointer:
             bad = self.path.with_name(self.path.name + ".refused")
             try:
                 self.path.replace(bad)
+                if jpath.exists():
+                    jpath.replace(jpath.with_name(jpath.name + ".refused"))
             except OSError:
                 bad = self.path
             log.error(
@@ -283,20 +352,68 @@ class Checkpointer:
                 body.edge_id,
                 self.edge_id,
             )
+        journal = read_journal(jpath) if self.cfg.journal else JournalRead([], 0, 0)
+        if journal.bad_lines:
+            log.warning("journal %s: %d unreadable line(s) skipped", jpath, journal.bad_lines)
         self.metrics.restored.set(1)
         self.metrics.age.set(body.written_unix)
         self._restored_parts = dict(body.parts)
-        return body
+        return body, journal.streams
+
+    def _empty_body(self) -> CheckpointBody:
+        return CheckpointBody(version=VERSION, edge_id=self.edge_id, written_unix=time.time())
+
+    def load_peer(self, edge_id: str, cameras: set[str]) -> PeerState | None:
+        """What a peer's checkpoint and journal in the shared directory hold for
+        `cameras`; None when it left none. PeerCheckpointError (counted) when its
+        checkpoint cannot be used. Parsed once per version of the files, so the cameras
+        of one failed edge cost one read."""
+        if not self.cfg.dir:
+            return None
+        path = Path(self.cfg.dir) / f"{path_component(edge_id)}.checkpoint.json"
+        jpath = journal_path(path)
+        key = (_stat(path), _stat(jpath))
+        if key == (None, None):
+            return None
+        cached = self._peers.get(edge_id)
+        if cached is None or cached[0] != key:
+            try:
+                if key[0] is not None:
+                    body = read(path)
+                    if body.edge_id != edge_id:
+                        raise CheckpointError(f"written by edge {body.edge_id!r}, not {edge_id!r}")
+                else:
+                    body = CheckpointBody(version=VERSION, edge_id=edge_id, written_unix=0.0)
+            except CheckpointError as exc:
+                self.metrics.refused.inc()
+                raise PeerCheckpointError(f"checkpoint {path} of edge {edge_id}: {exc}") from None
+            cached = (key, body, read_journal(jpath))
+            self._peers[edge_id] = cached
+        _, body, journal = cached
+        streams = [s.settled() for s in body.streams if s.camera_id in cameras]
+        streams += [s for s in journal.streams if s.camera_id in cameras]
+        # The journal holds one run per frame.
+        frames = sum(len(s.runs) for s in journal.streams if s.camera_id in cameras)
+        return PeerState(edge_id, body, streams, frames)
 
     def tick(self) -> None:
-        """Write when the interval is up (worker thread)."""
-        if self.path is None or self._clock() < self._next:
+        """Write when the interval is up (worker thread); flush the journal otherwise."""
+        if self.path is None:
+            return
+        if self._clock() < self._next:
+            if self.journal is not None:
+                self.journal.flush()
             return
         self._next = self._clock() + self.cfg.interval_s
         self.save()
 
+    def settled(self, session_id: int, camera_id: str, seq: int, status: int, why: str) -> None:
+        """A frame's final status (after its result was published): into the journal."""
+        if self.journal is not None:
+            self.journal.add(session_id, camera_id, seq, status, why)
+
     def save(self) -> bool:
-        """Write now; False (logged) when it cannot."""
+        """Write now; False (logged) when it cannot. The journal starts over after it."""
         if self.path is None:
             return False
         body = self.with_parts(self._body())
@@ -304,7 +421,27 @@ class Checkpointer:
             write(self.path, body)
         except OSError as exc:
             log.error("checkpoint %s not written: %s", self.path, exc)
+            if self.journal is not None:
+                self.journal.flush()  # the journal still covers what the file does not
             return False
+        if self.journal is not None:
+            self.journal.reset()
         self.metrics.written.inc()
         self.metrics.age.set(body.written_unix)
         return True
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+class PeerCheckpointError(CheckpointError):
+    """A peer's checkpoint that cannot be used; the message names it and says why."""

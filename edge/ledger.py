@@ -42,6 +42,25 @@ class Lookup:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class SettledRun:
+    """Consecutive sequences of one stream settled with the same status and reason."""
+
+    first: int
+    last: int
+    status: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SettledStream:
+    """What a stream's settled frames were (oldest run first), for checkpoints."""
+
+    session_id: int
+    camera_id: str
+    runs: tuple[SettledRun, ...]
+
+
 @dataclass(slots=True)
 class _Stream:
     pending: set[int] = field(default_factory=set)
@@ -129,6 +148,57 @@ class DeliveryLedger:
         with self._lock:
             for k in [k for k, s in self._streams.items() if k[1] in gone and not s.pending]:
                 del self._streams[k]
+
+    def snapshot(self, cameras: set[str] | None = None) -> list[SettledStream]:
+        """The settled frames of every stream (or of these cameras'), as runs."""
+        with self._lock:
+            items = [
+                (k, list(s.settled.items()))
+                for k, s in self._streams.items()
+                if cameras is None or k[1] in cameras
+            ]
+        out = []
+        for (session, cam), settled in items:
+            runs: list[SettledRun] = []
+            for seq, (status, reason) in sorted(settled):
+                r = runs[-1] if runs else None
+                if r is not None and seq == r.last + 1 and (status, reason) == (r.status, r.reason):
+                    runs[-1] = SettledRun(r.first, seq, status, reason)
+                else:
+                    runs.append(SettledRun(seq, seq, status, reason))
+            if runs:
+                out.append(SettledStream(session, cam, tuple(runs)))
+        return out
+
+    def restore(self, streams: list[SettledStream]) -> int:
+        """Remember these settled frames (a checkpoint's, this node's or a failed peer's):
+        a resend of one gets its final status again. Frames pending here stay pending.
+        At most `settled_per_stream` of the newest per stream; returns the frames kept."""
+        now = self._clock()
+        n = 0
+        with self._lock:
+            for st in streams:
+                s = self._streams.get((st.session_id, st.camera_id))
+                if s is None:
+                    s = self._streams[(st.session_id, st.camera_id)] = _Stream()
+                s.last_active = now
+                room = self.settled_per_stream
+                seqs: list[tuple[int, tuple[int, str]]] = []
+                for r in reversed(st.runs):  # newest first, so a huge run costs only `room`
+                    for seq in range(r.last, max(r.first, r.last - room + 1) - 1, -1):
+                        seqs.append((seq, (r.status, r.reason)))
+                    room = self.settled_per_stream - len(seqs)
+                    if room <= 0:
+                        break
+                for seq, done in sorted(seqs):
+                    if seq not in s.pending:
+                        s.settled[seq] = done
+                        n += 1
+                # Oldest first, as settle() keeps them, then the bound.
+                s.settled = OrderedDict(sorted(s.settled.items()))
+                while len(s.settled) > self.settled_per_stream:
+                    s.settled.popitem(last=False)
+        return n
 
     def _sweep(self, now: float) -> None:
         self._next_sweep = now + max(1.0, self.idle_s / 10)

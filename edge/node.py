@@ -42,7 +42,9 @@ from .checkpoint import (
     CheckpointBody,
     Checkpointer,
     CheckpointMetrics,
-    PublishedSequences,
+    PeerCheckpointError,
+    StreamCheckpoint,
+    TrackerCheckpoint,
     UplinkCheckpoint,
     counter_values,
     restore_counters,
@@ -54,6 +56,7 @@ from .delivery import PROCESSED, QUEUED, REJECTED, Delivery
 from .detector import Detector, InFlight, model_labels, open_staged
 from .frames import DecodedFrame, QueuedFrame
 from .ingest import Ingest
+from .ledger import SettledStream
 from .metrics import EdgeMetrics
 from .peers import PeerMonitor
 from .queues import CameraQueues
@@ -195,7 +198,7 @@ class EdgeNode:
             ImageLimits(ing.max_width, ing.max_height, ing.max_pixels),
             ing.camera_idle_s,
             ing.sessions_per_camera,
-            precheck=self.delivery.precheck,
+            precheck=self._precheck,
         )
         # Tracking, answers for skipped frames, H.264 streams and calibration.
         self.cascade = EdgeCascade(cfg, self.metrics.registry, self.detector.input_size)
@@ -224,7 +227,6 @@ class EdgeNode:
                 VersionMetrics(self.metrics.registry),
             )
         # Checkpoints of edge state (edge/checkpoint.py), restored before the threads start.
-        self.published = PublishedSequences(ing.sessions_per_camera)
         self.checkpointer = Checkpointer(
             cfg.checkpoint,
             cfg.edge_id,
@@ -233,7 +235,11 @@ class EdgeNode:
         )
         restored = self.checkpointer.load()
         if restored is not None:
-            self._restore(restored)
+            self._restore(*restored)
+        # Cameras moved here from a failed (or rebalanced) peer: the peer whose checkpoint
+        # was restored for each (ingest thread only).
+        self._taken_over: dict[str, str] = {}
+        self._drained: set[str] = set()  # peers whose uplink spool was taken over
         self._stop = threading.Event()
         # Set when the worker has sent its last final ack: ingest forwards acks until then.
         self._worker_done = threading.Event()
@@ -288,27 +294,43 @@ class EdgeNode:
             written_unix=time.time(),
             model=self.model_name,
             model_version=self.model_version,
-            cameras=self.published.snapshot(),
+            streams=[StreamCheckpoint.of(st) for st in self.delivery.ledger.snapshot()],
+            trackers=[
+                TrackerCheckpoint(session_id=session, camera_id=cam, state=state)
+                for session, cam, state in self.cascade.answers.snapshot()
+            ],
             counters=counter_values(self._counters()),
             uplink=UplinkCheckpoint(
+                spool_path=str(Path(self.cfg.uplink.spool_path).resolve())
+                if up is not None and self.cfg.uplink.spool_path
+                else "",
                 spooled=up.spooled if up is not None else 0,
                 buffered=up.buffered if up is not None else 0,
             ),
         )
 
-    def _restore(self, body: CheckpointBody) -> None:
-        cams = {c.camera_id: c.sessions for c in body.cameras}
-        self.published.restore(body.cameras)
-        n_cams = self.ingest.restore(cams)
+    def _restore(self, body: CheckpointBody, journal: list[SettledStream]) -> None:
+        streams = [st.settled() for st in body.streams] + journal
+        frames = self.delivery.ledger.restore(streams)
+        sessions: dict[str, dict[int, int]] = {}
+        for st in streams:
+            if st.runs:
+                cam = sessions.setdefault(st.camera_id, {})
+                cam[st.session_id] = max(cam.get(st.session_id, 0), st.runs[-1].last)
+        n_cams = self.ingest.restore({c: list(v.items()) for c, v in sessions.items()})
+        trackers = self._restore_trackers(body.trackers)
         n_counters = restore_counters(self._counters(), body.counters)
         spool = self.uplink.spooled if self.uplink is not None else 0
         log.warning(
-            "restored checkpoint of edge %s written %s: %d camera(s), %d counter series, "
-            "model %s version %d then (%d now); uplink spool holds %d crops (%d at the "
-            "checkpoint)",
+            "restored checkpoint of edge %s written %s: %d camera(s), %d settled frame(s) "
+            "(%d from the journal after it), %d tracker(s), %d counter series, model %s "
+            "version %d then (%d now); uplink spool holds %d crops (%d at the checkpoint)",
             body.edge_id,
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(body.written_unix)),
             n_cams,
+            frames,
+            sum(r.last - r.first + 1 for st in journal for r in st.runs),
+            trackers,
             n_counters,
             body.model,
             body.model_version,
@@ -316,6 +338,71 @@ class EdgeNode:
             spool,
             body.uplink.spooled,
         )
+
+    def _restore_trackers(self, trackers: list[TrackerCheckpoint]) -> int:
+        n = 0
+        for t in trackers:
+            try:
+                n += self.cascade.answers.restore(t.session_id, t.camera_id, t.state)
+            except ValueError as exc:
+                log.error(
+                    "tracker of camera %s not restored (%s): it starts clean", t.camera_id, exc
+                )
+        return n
+
+    # -- taking over cameras from another edge ------------------------------------------
+
+    def _precheck(self, h: frame_pb2.FrameHeader) -> frame_pb2.FrameAck | None:
+        """Delivery's precheck, after restoring a moved camera's state (ingest thread)."""
+        prev = h.previous_edge
+        if prev and prev != self.cfg.edge_id and self._taken_over.get(h.camera_id) != prev:
+            self._take_over(h.camera_id, prev)
+        return self.delivery.precheck(h)
+
+    def _take_over(self, camera: str, peer: str) -> None:
+        """Restore what `peer`'s checkpoint and journal hold for `camera` (it moved here):
+        settled frames (their resends get their final status), its tracker, its
+        per-camera counters; and drain the peer's uplink spool once if it is free."""
+        self._taken_over[camera] = peer
+        m = self.checkpointer.metrics
+        try:
+            state = self.checkpointer.load_peer(peer, {camera})
+        except PeerCheckpointError as exc:
+            m.taken_over.labels("refused").inc()
+            log.error("camera %s moved here from edge %s: %s; it starts clean", camera, peer, exc)
+            return
+        if state is None:
+            where = self.cfg.checkpoint.dir
+            m.taken_over.labels("none").inc()
+            log.info(
+                "camera %s moved here from edge %s: no checkpoint of it%s; it starts clean",
+                camera,
+                peer,
+                f" in {where}" if where else " (no checkpoint.dir set)",
+            )
+            return
+        frames = self.delivery.ledger.restore(state.streams)
+        trackers = self._restore_trackers([t for t in state.body.trackers if t.camera_id == camera])
+        series = restore_counters(self._counters(), state.body.counters, {camera})
+        m.taken_over.labels("checkpoint").inc()
+        m.taken_over_frames.inc(frames)
+        log.warning(
+            "camera %s moved here from edge %s: restored its checkpoint (written %s) and "
+            "journal: %d settled frame(s) (%d journaled), %d tracker(s), %d counter series",
+            camera,
+            peer,
+            time.strftime("%H:%M:%S", time.localtime(state.body.written_unix))
+            if state.body.written_unix
+            else "never",
+            frames,
+            state.journal_frames,
+            trackers,
+            series,
+        )
+        spool = state.body.uplink.spool_path
+        if spool and self.uplink is not None and peer not in self._drained:
+            self._drained.add(peer)
+            self.uplink.adopt_spool(spool, peer, m.adopted_crops)
 
     def request_model_check(self) -> None:
         """Look for a newer model version now (SIGHUP)."""
@@ -420,6 +507,7 @@ class EdgeNode:
             self._ctx.term()
             self._ctx = None
         self.checkpointer.save()
+        self.checkpointer.close()
         save_policy(self.scheduler, self.cfg.scheduler)
         self.cascade.close()
         self.detector.close()
@@ -556,7 +644,9 @@ class EdgeNode:
 
     def finalize(self, frame: QueuedFrame, status: int, reason: str = "") -> None:
         """Send a taken frame's final ack (worker thread only; it leaves through ingest)."""
-        ack = self.delivery.settle(frame.header, status, reason)
+        h = frame.header
+        ack = self.delivery.settle(h, status, reason)
+        self.checkpointer.settled(h.session_id, h.camera_id, h.sequence, status, reason)
         if status != PROCESSED:
             self.metrics.frames.labels(frame_pb2.AckStatus.Name(status)[11:].lower()).inc()
         try:
@@ -591,10 +681,10 @@ class EdgeNode:
         # A camera whose frames still wait in its queue keeps its slot until they leave.
         gone = self.queues.forget(idle)
         self.ingest.forget(gone)
-        self.published.forget(gone)
         self.delivery.ledger.forget_cameras(gone)
         for cam in gone:
             self.metrics.forget_camera(cam)
+            self._taken_over.pop(cam, None)
             self._last.pop(cam, None)
         if gone:
             self.metrics.cameras_forgotten.inc(len(gone))
@@ -789,7 +879,6 @@ class EdgeNode:
         t.inference_start_ns, t.inference_end_ns = start_ns, end_ns
         t.edge_send_ns = time.time_ns()
         pub.send_multipart([detections_topic(h.camera_id), msg.SerializeToString()])
-        self.published.published(h.camera_id, h.session_id, h.sequence)
         self.metrics.processed.inc()
         if frame.redelivery:
             self.metrics.redelivered.inc()

@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import Field
 from scipy.optimize import linear_sum_assignment
+from strata.shared.config.base import StrictModel
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
 
@@ -65,6 +67,25 @@ class TrackedBoxes:
             z,
             predicted,
         )
+
+
+class TrackerState(StrictModel):
+    """A tracker's state as JSON-able numbers (checkpoints, edge/checkpoint.py): per track
+    its Kalman state (8), covariance (64, row-major), frame, last match, hits, id, class
+    and score; and the camera's id counter, so ids never repeat after a restore."""
+
+    next_id: int = Field(ge=1)
+    started: int = Field(ge=0)
+    last_frame: int
+    last_update: int
+    x: list[list[float]] = Field(default_factory=list)
+    p: list[list[float]] = Field(default_factory=list)
+    frame: list[int] = Field(default_factory=list)
+    seen: list[int] = Field(default_factory=list)
+    hits: list[int] = Field(default_factory=list)
+    ids: list[int] = Field(default_factory=list)
+    cls: list[int] = Field(default_factory=list)
+    score: list[float] = Field(default_factory=list)
 
 
 def _to_xywh(boxes: np.ndarray) -> np.ndarray:
@@ -126,6 +147,44 @@ class Tracker:
     def last_frame(self) -> int:
         """The frame index of the last update or prediction (-1 before the first)."""
         return self._last_frame
+
+    def snapshot(self) -> TrackerState:
+        """The whole state (for a checkpoint)."""
+        n = len(self)
+        return TrackerState(
+            next_id=self._next_id,
+            started=self.started,
+            last_frame=self._last_frame,
+            last_update=self._last_update,
+            x=self._x.tolist(),
+            p=self._p.reshape(n, 64).tolist(),
+            frame=self._frame.tolist(),
+            seen=self._seen.tolist(),
+            hits=self._hits.tolist(),
+            ids=self._ids.tolist(),
+            cls=self._cls.tolist(),
+            score=self._score.tolist(),
+        )
+
+    def restore(self, state: TrackerState) -> None:
+        """Carry on from `state`; ValueError (nothing changed) when its arrays disagree."""
+        n = len(state.ids)
+        x = np.asarray(state.x, np.float64).reshape(-1, 8) if n else np.zeros((0, 8))
+        p = np.asarray(state.p, np.float64).reshape(-1, 8, 8) if n else np.zeros((0, 8, 8))
+        per_track = (state.frame, state.seen, state.hits, state.cls, state.score)
+        if x.shape[0] != n or p.shape[0] != n or any(len(a) != n for a in per_track):
+            raise ValueError(f"tracker state of {n} tracks has arrays of other lengths")
+        if n and max(state.ids) >= state.next_id:
+            raise ValueError("tracker state: a track id at or above the next id")
+        self._x, self._p = x, p
+        self._frame = np.asarray(state.frame, np.int64)
+        self._seen = np.asarray(state.seen, np.int64)
+        self._hits = np.asarray(state.hits, np.int64)
+        self._ids = np.asarray(state.ids, np.uint64)
+        self._cls = np.asarray(state.cls, np.int32)
+        self._score = np.asarray(state.score, np.float32)
+        self._next_id, self.started = state.next_id, state.started
+        self._last_frame, self._last_update = state.last_frame, state.last_update
 
     def _predicted(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
         """State and covariance of every track moved to `frame` (nothing stored)."""

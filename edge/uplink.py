@@ -32,7 +32,7 @@ from strata.shared.contracts import analytics_pb2, check_version, current_versio
 
 from .breaker import BreakerState, CircuitBreaker
 from .metrics import EdgeMetrics
-from .spool import CropSpool
+from .spool import CropSpool, SpoolError
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +156,53 @@ class Uplink:
             self._cond.notify()
         if dropped:
             self._dropped("crop_buffer_full", dropped)
+
+    def adopt_spool(self, path: str, peer: str, counter: Any) -> threading.Thread | None:
+        """Move a failed peer's spooled crops into this uplink, in order, in the
+        background (a thread; returned). Only with a spool of our own, so nothing the
+        memory buffer cannot hold is dropped; the peer's spool lock keeps a live peer's
+        crops where they are (logged)."""
+        if self._spool is None:
+            log.warning(
+                "edge %s left crops in %s: not taken over (this edge has no uplink spool)",
+                peer,
+                path,
+            )
+            return None
+        if not Path(path).exists() or Path(path).resolve() == Path(self._spool.path).resolve():
+            return None
+        t = threading.Thread(
+            target=self._drain_peer,
+            args=(path, peer, counter),
+            name="edge-spool-adopt",
+            daemon=True,
+        )
+        t.start()
+        return t
+
+    def _drain_peer(self, path: str, peer: str, counter: Any) -> None:
+        try:
+            other = CropSpool(path, int(self.cfg.spool_max_mib * 1024 * 1024))
+        except SpoolError as exc:
+            log.info("uplink spool of edge %s not taken over: %s", peer, exc)
+            return
+        moved = lost = 0
+        try:
+            while not self._stop.is_set():
+                crops, bad = other.pop(self.cfg.queue)
+                lost += bad
+                if not crops:
+                    break
+                self.offer(crops)  # spills to our spool in order beyond the memory buffer
+                moved += len(crops)
+                counter.inc(len(crops))
+        except (sqlite3.Error, OSError) as exc:
+            log.error("uplink spool %s of edge %s: stopped taking it over: %s", path, peer, exc)
+        finally:
+            other.close()
+        if lost:
+            self._dropped("uplink_spool_corrupt", lost)
+        log.warning("took over %d crop(s) of edge %s from its spool %s", moved, peer, path)
 
     def _to_spool(self, crops: list[analytics_pb2.Crop], front: bool) -> None:
         """Write crops to the spool (caller holds the lock); failures and overflow counted."""

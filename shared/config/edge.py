@@ -109,9 +109,26 @@ class CheckpointConfig(StrictModel):
         description="Checkpoint file, written periodically and at clean stop, restored at "
         "start; empty: no checkpoints.",
     )
+    dir: str = Field(
+        "",
+        description="Shared checkpoint directory of the edges (<dir>/<edge_id>.checkpoint.json "
+        "and .journal): this edge writes its own there, and restores a failed peer's for the "
+        "cameras that move here; use it or path, not both.",
+    )
     interval_s: float = Field(
         900.0, gt=0.0, description="Seconds between checkpoints (15 minutes, as designed)."
     )
+    journal: bool = Field(
+        True,
+        description="Also append every frame's final status to <checkpoint>.journal (one write "
+        "per batch), so resends after a kill -9 are answered DUPLICATE, not processed again.",
+    )
+
+    @model_validator(mode="after")
+    def _one_place(self) -> CheckpointConfig:
+        if self.path and self.dir:
+            raise ValueError("checkpoint: set path or dir, not both")
+        return self
 
 
 class SchedulerConfig(StrictModel):

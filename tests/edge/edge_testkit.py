@@ -42,6 +42,7 @@ class RawAgent:
         frame_index: int = 0,
         session_id: int | None = None,
         resent: bool = False,
+        previous_edge: str = "",
     ) -> None:
         if encoding == common_pb2.ENCODING_JPEG:
             import cv2
@@ -63,6 +64,7 @@ class RawAgent:
             frame_index=frame_index,
             session_id=self.session_id if session_id is None else session_id,
             resent=resent,
+            previous_edge=previous_edge,
         )
         self.sock.send_multipart(pack_frame(header, payload), copy=False)
 

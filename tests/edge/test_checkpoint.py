@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, free_port, wait_until_subscribed
 from strata.edge.checkpoint import read
+from strata.edge.journal import read_journal
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
+from strata.shared.contracts import frame_pb2
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 
@@ -59,10 +61,26 @@ def send_until_answered(agent: RawAgent, sub: Listener, image: Any, seqs: range)
     assert len(got) == len(seqs) - 1
 
 
+def acks_of(agent: RawAgent, seq: int, timeout_s: float = 10.0) -> list[int]:
+    """The statuses of the acks for camera cam's frame `seq` arriving within the timeout
+    (stops at its first final one)."""
+    out: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for ack in agent.acks(1, timeout_s=0.5):
+            if ack.camera_id == "cam" and ack.sequence == seq:
+                out.append(ack.status)
+                if ack.status != frame_pb2.ACK_STATUS_QUEUED:
+                    return out
+    return out
+
+
+@pytest.mark.parametrize("interval_s", [0.3, 3600.0], ids=["checkpoint", "journal-only"])
 def test_checkpoint_written_node_killed_state_restored(
-    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip, tmp_path: Path
+    interval_s: float, colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip, tmp_path: Path
 ) -> None:
     ckpt = tmp_path / "state" / "edge.checkpoint.json"
+    journal = tmp_path / "state" / "edge.checkpoint.json.journal"
     listen_addr = f"tcp://127.0.0.1:{free_port()}"
     publish = f"tcp://127.0.0.1:{free_port()}"
     mport = free_port()
@@ -72,7 +90,7 @@ def test_checkpoint_written_node_killed_state_restored(
         f"    input_size: {MODEL_SIZE}\n  batching:\n    max_queue_delay_ms: 2\n"
         "    queue_per_camera: 64\n    delay_target_ms: 60000\n"
         "  flow:\n    initial_credits: 64\n"  # the raw agent's burst fits its credit
-        f"  checkpoint:\n    path: {ckpt}\n    interval_s: 0.3\n"
+        f"  checkpoint:\n    path: {ckpt}\n    interval_s: {interval_s}\n"
         f"  metrics:\n    port: {mport}\n"
     )
     image = synthetic_clip.frame(30).image
@@ -81,16 +99,23 @@ def test_checkpoint_written_node_killed_state_restored(
         sub = Listener(zctx, publish)
         agent = RawAgent(zctx, listen_addr)
         send_until_answered(agent, sub, image, range(1, 21))
-        # A periodic checkpoint with every answered frame in it.
+        # Sequence 20 on disk: in a periodic checkpoint, or (an hour between checkpoints)
+        # in the settle journal alone.
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            if ckpt.exists():
+            if interval_s < 60 and ckpt.exists():
                 body = read(ckpt)
-                if body.cameras and dict(body.cameras[0].sessions).get(SESSION) == 20:
+                runs = [r for st in body.streams if st.camera_id == "cam" for r in st.runs]
+                if runs and runs[-1][1] == 20:
                     break
+            if interval_s > 60 and any(
+                r.last == 20 for st in read_journal(journal).streams for r in st.runs
+            ):
+                break
             time.sleep(0.1)
         else:
-            pytest.fail("no checkpoint with sequence 20")
+            pytest.fail("sequence 20 never reached the checkpoint or the journal")
+        assert interval_s < 60 or not ckpt.exists()
         processed = scrape(mport, "strata_edge_frames_processed_total")
         assert processed >= 20
         proc.send_signal(signal.SIGKILL)
@@ -99,36 +124,40 @@ def test_checkpoint_written_node_killed_state_restored(
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
-    written = {c.name: c.value for c in body.counters if not c.labels}
-    assert written["strata_edge_frames_processed"] >= 20
 
     proc = daemon(cfg, listen_addr)
     try:
         sub2 = Listener(zctx, publish)
         agent2 = RawAgent(zctx, listen_addr, "agent-2")
-        # A frame answered before the kill and resent is processed again and flagged a
-        # redelivery (a sequence below the restored one may be a frame that got BUSY and
-        # was never processed: a watermark cannot call it a duplicate without losing it)...
         wait_until_subscribed(agent2, sub2, image, timeout_s=60)  # up, results flowing
+        # A frame published before the kill and resent is answered DUPLICATE, not processed
+        # again: the restored checkpoint and journal say it was published.
         agent2.send_image("cam", 15, image, session_id=SESSION, resent=True)
-        again = sub2.collect(1, timeout_s=10)
-        assert again and again[0].sequence == 15 and again[0].redelivery
-        # ...and a new one is answered, counted on top of the restored totals.
+        assert acks_of(agent2, 15) == [frame_pb2.ACK_STATUS_DUPLICATE]
+        assert not [r for r in sub2.collect(1, timeout_s=1.0) if r.camera_id == "cam"]
+        # A new one is answered (and, from a checkpoint, counted on top of its totals).
         send_until_answered(agent2, sub2, image, range(21, 24))
-        assert (
-            scrape(mport, "strata_edge_frames_processed_total")
-            >= written["strata_edge_frames_processed"] + 2
-        )
-        assert scrape(mport, "strata_edge_checkpoint_restored") == 1
+        if interval_s < 60:
+            written = {c.name: c.value for c in body.counters if not c.labels}
+            assert (
+                scrape(mport, "strata_edge_frames_processed_total")
+                >= written["strata_edge_frames_processed"] + 2
+            )
+            assert scrape(mport, "strata_edge_checkpoint_restored") == 1
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-    assert "restored checkpoint of edge edge-1" in out
-    # The clean stop wrote a last checkpoint with the new frames.
-    assert dict(read(ckpt).cameras[0].sessions)[SESSION] == 23
+    if interval_s < 60:
+        assert "restored checkpoint of edge edge-1" in out
+    else:
+        assert "no checkpoint at" in out and "its journal holds" in out
+    # The clean stop wrote a last checkpoint with the new frames, and emptied the journal.
+    runs = [r for st in read(ckpt).streams if st.camera_id == "cam" for r in st.runs]
+    assert runs[-1][1] == 23
+    assert journal.stat().st_size == 0
 
 
 def node_cfg(path: Path) -> EdgeConfig:
@@ -154,8 +183,11 @@ def signed(body: dict[str, Any]) -> str:
         (json.dumps({"sha256": "0" * 64, "body": {"format": "strata-edge-checkpoint"}}),
          "checksum mismatch"),
         (signed({"format": "strata-edge-checkpoint", "version": 99, "edge_id": "edge-1"}),
-         "format version 99, this node reads version 1"),
+         "format version 99, this node reads version 2"),
         (signed({"format": "strata-edge-checkpoint", "version": 1, "edge_id": "edge-1",
+                 "written_unix": 1.0, "cameras": []}),
+         "format version 1, this node reads version 2"),
+        (signed({"format": "strata-edge-checkpoint", "version": 2, "edge_id": "edge-1",
                  "written_unix": 1.0, "counters": [{"name": "x", "value": -5}]}),
          "invalid"),
     ],
