@@ -200,3 +200,43 @@ def test_streams_spread_over_every_endpoint(tmp_path: Path) -> None:
         up.stop()
         for s in servers:
             s.stop(0)
+
+
+def test_a_failed_edges_spool_is_taken_over_in_order_and_a_live_one_is_left(
+    port: int, tmp_path: Path
+) -> None:
+    from prometheus_client import CollectorRegistry, Counter
+
+    dead = tmp_path / "dead" / "spool.sqlite"
+    left = CropSpool(str(dead), 10 << 20)
+    left.push(crops(40))
+    left.close()  # what a kill -9 leaves: the rows, no lock holder
+    up, m = make(port, tmp_path)
+    reg = CollectorRegistry()
+    adopted = Counter("adopted", "crops", registry=reg)
+    cloud = Cloud()
+    server = serve(cloud, port)
+    try:
+        up.offer(crops(5, start=100))  # its own, before
+        t = up.adopt_spool(str(dead), "edge-a", adopted)
+        assert t is not None
+        t.join(10)
+        assert sample(reg, "adopted_total") == 40
+        assert wait_for(lambda: len({c.crop_id for c in cloud.crops}) == 45, 30.0)
+        # A live peer's spool is locked: it stays where it is.
+        live = CropSpool(str(tmp_path / "live.sqlite"), 10 << 20)
+        live.push(crops(3, start=200))
+        t = up.adopt_spool(str(tmp_path / "live.sqlite"), "edge-c", adopted)
+        assert t is not None
+        t.join(10)
+        assert len(live) == 3 and sample(reg, "adopted_total") == 40
+        live.close()
+    finally:
+        up.stop()
+        server.stop(0)
+    again = CropSpool(str(dead), 10 << 20)
+    assert len(again) == 0
+    again.close()
+    theirs = [c.crop_id for c in cloud.crops if c.crop_id < "c000100"]
+    assert theirs[:40] == sorted(theirs[:40])  # the dead edge's crops in their order
+    assert sample(m.registry, "strata_edge_drops_total") == 0
