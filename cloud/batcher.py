@@ -21,6 +21,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from strata.shared.config.cloud import CloudBatcherConfig
@@ -28,6 +29,11 @@ from strata.shared.config.cloud import CloudBatcherConfig
 from .classifier import BatchBuffer, Classifier
 from .gather import gather
 from .metrics import CloudMetrics
+
+if TYPE_CHECKING:
+    from strata.shared.models.switcher import LoadedVersion
+
+    from .versions import ClassifierSwitcher
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +54,29 @@ class BatcherClosedError(RuntimeError):
     """The server is shutting down."""
 
 
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """One request's probability row and the classifier (version) that computed it."""
+
+    probs: np.ndarray
+    classifier: Classifier
+
+
 @dataclass(slots=True)
 class _Item:
     image: np.ndarray
     deadline: float | None  # time.monotonic() seconds
     enqueued: float
-    future: Future[np.ndarray]
+    future: Future[Scored]
     camera: str = ""
 
 
 class DynamicBatcher:
-    """Queue of model-sized images in, probability rows out (through futures)."""
+    """Queue of model-sized images in, probability rows out (through futures).
+
+    With a `switcher` the classifier can change at run time: each batch runs on the
+    classifier current when it starts, and a new version replaces it between two batches;
+    the old one is closed when its last batch is done (cloud/versions.py)."""
 
     def __init__(
         self, classifier: Classifier, cfg: CloudBatcherConfig, metrics: CloudMetrics
@@ -88,6 +106,9 @@ class DynamicBatcher:
         self._peak_now = 0
         self._peak_before = 0
         self._stop = threading.Event()
+        self.switcher: ClassifierSwitcher | None = None
+        self._clf_lock = threading.Lock()
+        self._uses: dict[int, int] = {}  # id(classifier) -> batches running on it
         self._threads = [
             threading.Thread(
                 target=self._work,
@@ -105,13 +126,13 @@ class DynamicBatcher:
 
     def submit(
         self, image: np.ndarray, deadline: float | None = None, camera: str = ""
-    ) -> Future[np.ndarray]:
+    ) -> Future[Scored]:
         """Queue one model-sized BGR image; raises QueueFullError or BatcherClosedError.
 
         `camera` (crops from edges) is charged its share of the batch's compute time."""
         if self._stop.is_set():
             raise BatcherClosedError("server is shutting down")
-        fut: Future[np.ndarray] = Future()
+        fut: Future[Scored] = Future()
         now = time.monotonic()
         try:
             self._queue.put_nowait(_Item(image, deadline, now, fut, camera))
@@ -132,7 +153,7 @@ class DynamicBatcher:
                 self._second = second
             self._peak_now = max(self._peak_now, self._in_flight)
 
-    def _count_out(self, _fut: Future[np.ndarray]) -> None:
+    def _count_out(self, _fut: Future[Scored]) -> None:
         with self._count_lock:
             self._in_flight -= 1
 
@@ -172,14 +193,54 @@ class DynamicBatcher:
         )
 
     def _work(self, buffer: BatchBuffer) -> None:
+        owner = self.classifier  # the classifier `buffer` was made for
         while not self._stop.is_set():
+            if self.switcher is not None:
+                self._maybe_switch(self.switcher)
             items = self._collect()
             if not items:
                 continue
             self.metrics.queue_depth.set(self._queue.qsize())
             live = self._admit(items)
-            if live:
-                self._run(buffer, live)
+            if not live:
+                continue
+            clf = self._acquire()
+            try:
+                if clf is not owner:  # once per switch: the new version's normalization
+                    buffer, owner = clf.new_buffer(self.max_batch), clf
+                self._run(clf, buffer, live)
+            finally:
+                self._release(clf)
+
+    def _maybe_switch(self, switcher: ClassifierSwitcher) -> None:
+        switcher.poll()
+        loaded = switcher.ready()
+        if loaded is not None:
+            self._switch_to(switcher, loaded)
+
+    def _switch_to(self, switcher: ClassifierSwitcher, loaded: LoadedVersion[Classifier]) -> None:
+        """Serve `loaded` from the next batch on; batches running finish on the old one."""
+        with self._clf_lock:
+            old, self.classifier = self.classifier, loaded.model
+            idle = self._uses.get(id(old), 0) == 0
+        switcher.switched(loaded, old.version)
+        if idle:
+            old.close()
+
+    def _acquire(self) -> Classifier:
+        with self._clf_lock:
+            clf = self.classifier
+            self._uses[id(clf)] = self._uses.get(id(clf), 0) + 1
+        return clf
+
+    def _release(self, clf: Classifier) -> None:
+        with self._clf_lock:
+            left = self._uses.pop(id(clf)) - 1
+            if left:
+                self._uses[id(clf)] = left
+            retired = not left and clf is not self.classifier
+        if retired:  # the last batch on a replaced version
+            clf.close()
 
     def _admit(self, items: list[_Item]) -> list[_Item]:
         now = time.monotonic()
@@ -201,16 +262,17 @@ class DynamicBatcher:
             live.append(item)
         return live
 
-    def _run(self, buffer: BatchBuffer, live: list[_Item]) -> None:
+    def _run(self, clf: Classifier, buffer: BatchBuffer, live: list[_Item]) -> None:
         n = len(live)
+        images = [item.image for item in live]
         try:
             t0 = time.perf_counter()
-            buffer.fill([item.image for item in live])
+            buffer.fill(images)
             t1 = time.perf_counter()
-            probs = self.classifier.run(buffer, n)
+            probs = clf.run(buffer, n)
             t2 = time.perf_counter()
         except Exception as exc:  # a model failure fails this batch, not the server
-            log.exception("model %s failed on a batch of %d", self.classifier.name, n)
+            log.exception("model %s failed on a batch of %d", clf.name, n)
             for item in live:
                 item.future.set_exception(exc)
             return
@@ -224,5 +286,7 @@ class DynamicBatcher:
         for item in live:
             if item.camera:
                 m.camera_gpu_seconds.labels(item.camera).inc(share)
+        if self.switcher is not None:
+            self.switcher.remember(images, clf, probs)
         for i, item in enumerate(live):
-            item.future.set_result(probs[i])
+            item.future.set_result(Scored(probs[i], clf))

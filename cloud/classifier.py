@@ -6,11 +6,16 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from strata.shared.config.cloud import CloudModelConfig
 from strata.shared.contracts import analytics_pb2
 from strata.shared.runtime import ModelLoadError, ModelRunner, create_runner
+
+if TYPE_CHECKING:
+    from strata.shared.models import ModelRepository
+    from strata.shared.models.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +77,8 @@ class Classifier:
         self.runner = runner
         self.name = name
         self.norm = norm
+        # The repository version this classifier is (0: version 0 or a plain file).
+        self.version = 0
         spec = runner.inputs[0]
         if len(spec.shape) != 4 or spec.shape[1] not in (3, None):
             raise ModelLoadError(
@@ -185,10 +192,34 @@ def _from_repository(
     cfg: CloudModelConfig, repository: str, options: dict[str, int | bool]
 ) -> Classifier:
     from strata.shared.models import ModelRepository
+    from strata.shared.models.switcher import version_of
 
     repo = ModelRepository(repository)
     loaded = repo.open(cfg.name, cfg.backend, variant=cfg.variant or None, **options)
-    m = loaded.manifest
+    clf = _wrap(cfg, loaded.manifest, loaded.runner)
+    clf.version = version_of(repo, cfg.name, loaded.path)
+    return clf
+
+
+def load_version(
+    cfg: CloudModelConfig, repo: ModelRepository, version: int, path: Path, max_batch: int
+) -> Classifier:
+    """Version `version` of the repository classifier (its checked file at `path`)."""
+    from strata.shared.models.repository import check_io
+
+    manifest = repo.manifest(cfg.name, version)
+    runner = create_runner(path, cfg.backend, **runner_options(cfg, max_batch))
+    try:
+        check_io(manifest, runner.inputs, runner.outputs)
+    except ModelLoadError:
+        runner.close()
+        raise
+    clf = _wrap(cfg, manifest, runner)
+    clf.version = version
+    return clf
+
+
+def _wrap(cfg: CloudModelConfig, m: Manifest, runner: ModelRunner) -> Classifier:
     try:
         if m.task != "classify":
             raise ModelLoadError(f"model {cfg.name!r} is a {m.task} model; the cloud classifies")
@@ -199,7 +230,7 @@ def _from_repository(
             )
         norm = Normalization(m.input.mean, m.input.std, m.input.scale, m.input.colour == "RGB")
         return Classifier(
-            loaded.runner,
+            runner,
             m.labels,
             norm,
             m.name,
@@ -208,5 +239,5 @@ def _from_repository(
             logits=m.output.format == "logits",
         )
     except ModelLoadError:
-        loaded.close()
+        runner.close()
         raise

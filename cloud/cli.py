@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers: Any) -> None:
@@ -75,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
+
+    def _hup(_signum: int, _frame: Any) -> None:
+        # A repository classifier switches versions at run time (cloud.versions).
+        log.info("SIGHUP: looking for a newer model version")
+        server.request_model_check()
+
+    signal.signal(signal.SIGHUP, _hup)
     print(f"strata cloud: listening on {server.address}", flush=True)
     done.wait()
     server.stop()

@@ -36,6 +36,7 @@ from .security import (
 )
 from .service import AnalyticsService
 from .store import open_store
+from .versions import ClassifierSwitcher, cloud_version_metrics
 from .watch import WatchHub
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,20 @@ class CloudServer:
             self.classifier.close()
             raise
         self.batcher = DynamicBatcher(self.classifier, cfg.batcher, self.metrics)
+        # Run-time version switches of a repository classifier (cloud/versions.py).
+        self.switcher: ClassifierSwitcher | None = None
+        if not cfg.model.path:
+            from strata.shared.models import ModelRepository
+
+            self.switcher = ClassifierSwitcher(
+                ModelRepository(repository),
+                self.classifier,
+                cfg.model,
+                cfg.versions,
+                self.batcher.max_batch,
+                cloud_version_metrics(self.metrics.registry),
+            )
+            self.batcher.switcher = self.switcher
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if token is not None:
             interceptors.append(
@@ -197,12 +212,20 @@ class CloudServer:
             self.close_parts()
         log.info("stopped")
 
+    def request_model_check(self) -> None:
+        """Look for a newer classifier version now (SIGHUP)."""
+        if self.switcher is not None:
+            self.switcher.request()
+
     def close_parts(self) -> None:
         """Stop the batcher, commit pending events, release the model."""
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.switcher is not None:
+            self.switcher.stop()
         self.batcher.stop()
         self.store.close()
-        self.classifier.close()
+        # The classifier serving now (a version switch replaces the first one).
+        self.batcher.classifier.close()
 
     def wait(self) -> None:
         """Block until the server stops."""

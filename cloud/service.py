@@ -28,7 +28,13 @@ from strata.shared.contracts import (
     current_version,
 )
 
-from .batcher import BatcherClosedError, DeadlineExpiredError, DynamicBatcher, QueueFullError
+from .batcher import (
+    BatcherClosedError,
+    DeadlineExpiredError,
+    DynamicBatcher,
+    QueueFullError,
+    Scored,
+)
 from .classifier import Classifier
 from .drops import Drops
 from .images import ImageLimits, InvalidImageError, decode, to_model_size
@@ -135,8 +141,9 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         return float(remaining), time.monotonic() + float(remaining)
 
     def _image(self, data: bytes, encoding: int, width: int, height: int) -> np.ndarray:
-        img = decode(data, encoding, width, height, self.image_limits, self.classifier.size)
-        return to_model_size(img, self.classifier.size)
+        # A version switch keeps the input size (cloud/versions.py).
+        size = self.batcher.classifier.size
+        return to_model_size(decode(data, encoding, width, height, self.image_limits, size), size)
 
     # Uplink
 
@@ -279,7 +286,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         fut.add_done_callback(lambda f: self._guarded(self._classified, i, crop, acks, f))
 
     def _classified(
-        self, i: int, crop: analytics_pb2.Crop, acks: _BatchAcks, fut: Future[np.ndarray]
+        self, i: int, crop: analytics_pb2.Crop, acks: _BatchAcks, fut: Future[Scored]
     ) -> None:
         exc = fut.exception()
         if exc is not None:
@@ -293,7 +300,9 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             self.drops(UPLINK, reason, f"crop {crop.crop_id}: {exc}")
             acks.set(i, _retry(crop.crop_id, f"{reason}: {exc}", self.retry_ms))
             return
-        top = self.classifier.top_k(fut.result(), self.cfg.model.top_k)
+        scored = fut.result()
+        top = scored.classifier.top_k(scored.probs, self.cfg.model.top_k)
+        version = scored.classifier.version
         event = analytics_pb2.Event(
             edge_id=crop.edge_id,
             camera_id=crop.camera_id,
@@ -311,7 +320,9 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             self.drops(UPLINK, "store_busy", f"crop {crop.crop_id}: {exc}")
             acks.set(i, _retry(crop.crop_id, f"store_busy: {exc}", self.retry_ms))
             return
-        sfut.add_done_callback(lambda f: self._guarded(self._stored, i, crop, acks, f, top))
+        sfut.add_done_callback(
+            lambda f: self._guarded(self._stored, i, crop, acks, f, top, version)
+        )
 
     def _stored(
         self,
@@ -320,6 +331,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         acks: _BatchAcks,
         fut: Future[Stored],
         top: list[analytics_pb2.LabelScore],
+        version: int,
     ) -> None:
         crop_id = crop.crop_id
         exc = fut.exception()
@@ -336,11 +348,16 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
                 stored.event.ByteSize()
             )
         self.metrics.ok(UPLINK)
-        acks.set(i, self._stored_ack(crop_id, stored.event, None if stored.duplicate else top))
+        acks.set(
+            i, self._stored_ack(crop_id, stored.event, None if stored.duplicate else top, version)
+        )
 
     @staticmethod
     def _stored_ack(
-        crop_id: str, ev: analytics_pb2.Event, top: list[analytics_pb2.LabelScore] | None
+        crop_id: str,
+        ev: analytics_pb2.Event,
+        top: list[analytics_pb2.LabelScore] | None,
+        version: int = 0,
     ) -> analytics_pb2.CropAck:
         labels = (
             top if top is not None else [analytics_pb2.LabelScore(label=ev.label, score=ev.score)]
@@ -350,6 +367,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             status=analytics_pb2.CROP_STATUS_STORED,
             event_id=ev.event_id,
             labels=labels,
+            model_version=version if top is not None else 0,
         )
 
     # Classify
@@ -393,7 +411,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         try:
             # Cancelling the wrapper (client gone, deadline) cancels the batcher's future,
             # so the batcher skips the image instead of computing it.
-            probs = await asyncio.wait_for(asyncio.wrap_future(fut), remaining)
+            scored = await asyncio.wait_for(asyncio.wrap_future(fut), remaining)
         except TimeoutError:
             status = (grpc.StatusCode.DEADLINE_EXCEEDED, "deadline", "deadline passed in queue")
         except DeadlineExpiredError as exc:
@@ -417,8 +435,9 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         self.metrics.ok(CLASSIFY)
         return analytics_pb2.ClassifyResponse(
             version=current_version(),
-            labels=self.classifier.top_k(probs, request.top_k or self.cfg.model.top_k),
-            model=self.classifier.name,
+            labels=scored.classifier.top_k(scored.probs, request.top_k or self.cfg.model.top_k),
+            model=scored.classifier.name,
+            model_version=scored.classifier.version,
         )
 
     # queries

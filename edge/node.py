@@ -277,7 +277,7 @@ class EdgeNode:
         """Serve `loaded` from the next batch on (worker thread, nothing in flight)."""
         assert self.switcher is not None
         old_runner, old_detector, old = self.runner, self.detector, self.model_version
-        self.runner, self.detector = loaded.runner, loaded.detector
+        self.runner, self.detector = loaded.model.runner, loaded.model.detector
         self.model_path, self.model_version = loaded.path, loaded.version
         self.switcher.switched(loaded, old)
         old_detector.close()

@@ -152,6 +152,30 @@ class CloudStoreConfig(StrictModel):
         return self
 
 
+class CloudVersionsConfig(StrictModel):
+    """Run-time classifier version switches (cloud/versions.py; docs/cloud.md).
+
+    When the classifier comes from a repository, the server loads a newer version beside
+    the serving one (on SIGHUP, or found by polling), runs a canary on recent crops, and
+    switches between two batches; a load or canary failure keeps the old version."""
+
+    poll_s: float = Field(
+        10.0, ge=0.0, description="Seconds between repository checks; 0: on SIGHUP only."
+    )
+    canary_crops: int = Field(
+        32, ge=1, le=1024, description="Recent crops the new version must agree on."
+    )
+    canary_floor: float = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="Least share of canary crops with the serving version's top-1 label.",
+    )
+    canary_wait_s: float = Field(
+        60.0, gt=0.0, description="Longest wait for canary crops before giving up (rollback)."
+    )
+
+
 class CloudConfig(StrictModel):
     """Options of `strata cloud`."""
 
@@ -172,6 +196,10 @@ class CloudConfig(StrictModel):
     tls: CloudTlsConfig = Field(default_factory=CloudTlsConfig, description="TLS and mTLS.")
     auth: CloudAuthConfig = Field(default_factory=CloudAuthConfig, description="Bearer token.")
     model: CloudModelConfig = Field(default_factory=CloudModelConfig, description="Classifier.")
+    versions: CloudVersionsConfig = Field(
+        default_factory=CloudVersionsConfig,
+        description="Run-time version switches of a repository classifier.",
+    )
     batcher: CloudBatcherConfig = Field(
         default_factory=CloudBatcherConfig, description="Dynamic batcher."
     )

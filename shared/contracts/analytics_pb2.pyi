@@ -64,20 +64,22 @@ class LabelScore(_message.Message):
     def __init__(self, class_id: _Optional[int] = ..., label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class CropAck(_message.Message):
-    __slots__ = ("crop_id", "status", "reason", "event_id", "labels", "retry_after_ms")
+    __slots__ = ("crop_id", "status", "reason", "event_id", "labels", "retry_after_ms", "model_version")
     CROP_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     crop_id: str
     status: CropStatus
     reason: str
     event_id: int
     labels: _containers.RepeatedCompositeFieldContainer[LabelScore]
     retry_after_ms: int
-    def __init__(self, crop_id: _Optional[str] = ..., status: _Optional[_Union[CropStatus, str]] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+    model_version: int
+    def __init__(self, crop_id: _Optional[str] = ..., status: _Optional[_Union[CropStatus, str]] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., retry_after_ms: _Optional[int] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class UplinkResponse(_message.Message):
     __slots__ = ("version", "acks")
@@ -104,14 +106,16 @@ class ClassifyRequest(_message.Message):
     def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., image: _Optional[bytes] = ..., top_k: _Optional[int] = ...) -> None: ...
 
 class ClassifyResponse(_message.Message):
-    __slots__ = ("version", "labels", "model")
+    __slots__ = ("version", "labels", "model", "model_version")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     labels: _containers.RepeatedCompositeFieldContainer[LabelScore]
     model: str
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., model: _Optional[str] = ...) -> None: ...
+    model_version: int
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., model: _Optional[str] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("event_id", "edge_id", "camera_id", "sequence", "capture_ns", "edge_detection", "label", "score", "stored_ns", "crop_id", "track_id", "track_events")
