@@ -26,6 +26,7 @@ from .inbox import GateInbox
 from .metrics import DeviceMetrics
 from .sender import Sender
 from .sources import camera_name
+from .versions import GateSwitcher, device_version_metrics
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class Agent:
         self.cfg = cfg
         self.agent_id = cfg.agent_id or socket.gethostname()
         self.metrics = DeviceMetrics(registry)
+        # A gate loaded here from the repository can switch versions at run time.
+        from_repo = gate is None and cfg.gate.enabled and not cfg.gate.model_path
         if gate is None and cfg.gate.enabled:
             gate = load_gate(cfg.gate, models_repository)
         self.gate = gate if cfg.gate.enabled else None
@@ -90,6 +93,19 @@ class Agent:
             cfg.cascade,
             self.scale,
         )
+        self.switcher: GateSwitcher | None = None
+        if from_repo and self.gate is not None:
+            from strata.shared.models import ModelRepository
+
+            self.switcher = GateSwitcher(
+                ModelRepository(models_repository or None),
+                self.gate,
+                cfg.gate,
+                cfg.versions,
+                device_version_metrics(self.metrics.registry),
+                self.metrics.registry,
+            )
+            self.worker.switcher = self.switcher
         self.cascade_metrics = CascadeMetrics(self.metrics.registry)
         self.cameras: list[CameraWorker] = []
         self._cams_lock = threading.Lock()
@@ -235,11 +251,19 @@ class Agent:
             if not cam.join(self.cfg.source.read_timeout_s + 2.0):
                 log.warning("camera %s did not stop in time", cam.camera_id)
         self.inbox.close()
+        if self.switcher is not None:
+            self.switcher.stop()
         self.worker.finish()
         drain = self.cfg.sender.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
         self.sender.stop(drain)
-        if self.gate is not None:
-            self.gate.close()
+        # The gate serving now (a version switch replaced and closed the first one).
+        if self.worker.gate is not None:
+            self.worker.gate.close()
+
+    def request_model_check(self) -> None:
+        """Look for a newer gate version now (SIGHUP)."""
+        if self.switcher is not None:
+            self.switcher.request()
 
     def run_until_done(self, timeout: float | None = None) -> int:
         """Start, wait for every camera to end, drain, stop. Exit code: 0 when every camera

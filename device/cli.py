@@ -195,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
         if hup.is_set():
             hup.clear()
             reload_cameras(agent, args)
+            log.info("SIGHUP: looking for a newer model version")
+            agent.request_model_check()
         if agent.cameras_done() and not agent.draining():
             break
         stop.wait(0.1)

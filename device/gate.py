@@ -10,12 +10,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import cv2
 import numpy as np
 from strata.shared.config.device import GateConfig
 from strata.shared.runtime import ModelLoadError, ModelRunner, create_runner
+
+if TYPE_CHECKING:
+    from strata.shared.models import ModelRepository
+    from strata.shared.models.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,8 @@ class RelevanceGate:
         self.cfg = cfg
         self.spec = spec
         self.name = name
+        # The repository version this gate is (0: version 0 or a plain file).
+        self.version = 0
         n_out = runner.outputs[0].shape[-1] if runner.outputs else None
         bad = [c for c in cfg.positive_class_ids if c < 0 or (n_out and c >= n_out)]
         if bad:
@@ -115,14 +122,42 @@ def load_gate(cfg: GateConfig, repository: str = "") -> RelevanceGate:
         log.info("gate: %s (ImageNet preprocessing assumed)", cfg.model_path)
         return RelevanceGate(runner, cfg, spec, name=cfg.model_path)
     from strata.shared.models import ModelRepository
+    from strata.shared.models.switcher import version_of
 
     try:
-        loaded = ModelRepository(repository or None).open(cfg.model, **options)
+        repo = ModelRepository(repository or None)
+        loaded = repo.open(cfg.model, **options)
     except Exception as exc:  # ModelError and whatever the runtime raises, one clear line
         raise GateLoadError(f"gate model {cfg.model!r}: {exc}") from None
-    m = loaded.manifest
+    gate = _wrap(cfg, loaded.manifest, loaded.runner)
+    gate.version = version_of(repo, cfg.model, loaded.path)
+    return gate
+
+
+def load_gate_version(
+    cfg: GateConfig, repo: ModelRepository, version: int, path: Path
+) -> RelevanceGate:
+    """Version `version` of the repository gate (its checked file at `path`); ModelLoadError
+    when it cannot serve."""
+    from strata.shared.models.repository import check_io
+
+    manifest = repo.manifest(cfg.model, version)
+    runner = create_runner(path, threads=cfg.threads)
+    try:
+        check_io(manifest, runner.inputs, runner.outputs)
+        gate = _wrap(cfg, manifest, runner)
+    except GateLoadError as exc:
+        raise ModelLoadError(str(exc)) from None
+    except ModelLoadError:
+        runner.close()
+        raise
+    gate.version = version
+    return gate
+
+
+def _wrap(cfg: GateConfig, m: Manifest, runner: ModelRunner) -> RelevanceGate:
     if m.task != "classify":
-        loaded.close()
+        runner.close()
         raise GateLoadError(f"gate model {cfg.model!r} is a {m.task} model, not classify")
     spec = GateInput(
         height=m.input.height,
@@ -135,7 +170,11 @@ def load_gate(cfg: GateConfig, repository: str = "") -> RelevanceGate:
     )
     if not m.source.trained:
         log.warning("gate model %r has untrained weights: its decisions are arbitrary", m.name)
-    return RelevanceGate(loaded.runner, cfg, spec, name=m.name)
+    try:
+        return RelevanceGate(runner, cfg, spec, name=m.name)
+    except GateLoadError:
+        runner.close()
+        raise
 
 
 def _spec_from_runner(runner: ModelRunner) -> GateInput:

@@ -29,6 +29,7 @@ from .gate import RelevanceGate
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
 from .sender import Sender
+from .versions import GateSwitcher
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,8 @@ class GateWorker:
         self._finish = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gate", daemon=True)
         self.batches = 0
+        # Run-time gate version switches (device/versions.py), set by the agent.
+        self.switcher: GateSwitcher | None = None
 
     def add_camera(self, camera_id: str) -> None:
         """Register a camera's metrics and drop log."""
@@ -210,6 +213,8 @@ class GateWorker:
         max_batch = self.gate_cfg.max_batch if self.gate else 64
         delay = self.gate_cfg.max_delay_ms / 1000.0 if self.gate else 0.0
         while True:
+            if self.switcher is not None:
+                self._maybe_switch(self.switcher)
             batch = self.inbox.take(max_batch, delay, timeout_s=0.05)
             if not batch:
                 if self._finish.is_set() and len(self.inbox) == 0:
@@ -219,6 +224,16 @@ class GateWorker:
                 self._process(batch)
             except Exception:  # keep the agent alive; these frames are logged as lost
                 log.exception("gate worker: %d frame(s) lost to an unexpected error", len(batch))
+
+    def _maybe_switch(self, switcher: GateSwitcher) -> None:
+        """Between two batches (this thread runs them all): serve a ready version."""
+        switcher.poll()
+        loaded = switcher.ready()
+        if loaded is None or self.gate is None:
+            return
+        old, self.gate = self.gate, loaded.model
+        switcher.switched(loaded, old.version)
+        old.close()
 
     def _process(self, batch: list[GateItem]) -> None:
         # Frames are scaled to the edge model's input while converting out of the decoder
@@ -243,6 +258,8 @@ class GateWorker:
             try:
                 scores = self.gate.score(images)
                 keep = self.gate.decide(scores)
+                if self.switcher is not None:
+                    self.switcher.remember(images, self.gate, keep)
             except Exception as exc:  # ORT errors are untyped
                 log.error(
                     "relevance gate failed on a batch of %d, sent ungated: %s", len(batch), exc

@@ -120,6 +120,30 @@ class GateConfig(StrictModel):
     threads: int = Field(1, ge=0, description="ONNX Runtime intra-op threads; 0: all cores.")
 
 
+class GateVersionsConfig(StrictModel):
+    """Run-time gate version switches (device/versions.py; docs/device.md).
+
+    When the gate comes from a repository, the agent loads a newer version beside the
+    serving one (on SIGHUP, or found by polling), runs a canary on recent frames, and
+    switches between two batches; a load or canary failure keeps the old version."""
+
+    poll_s: float = Field(
+        10.0, ge=0.0, description="Seconds between repository checks; 0: on SIGHUP only."
+    )
+    canary_frames: int = Field(
+        16, ge=1, le=256, description="Recent frames the new version must agree on."
+    )
+    canary_floor: float = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="Least share of canary frames with the serving version's keep/drop decision.",
+    )
+    canary_wait_s: float = Field(
+        60.0, gt=0.0, description="Longest wait for canary frames before giving up (rollback)."
+    )
+
+
 class CurveClientConfig(StrictModel):
     """ZeroMQ CURVE encryption and authentication towards the edge node."""
 
@@ -334,6 +358,10 @@ class DeviceConfig(StrictModel):
     source: SourceConfig = Field(default_factory=SourceConfig, description="Source handling.")
     motion: MotionConfig = Field(default_factory=MotionConfig, description="Motion gate.")
     gate: GateConfig = Field(default_factory=GateConfig, description="MobileNetV3 gate.")
+    versions: GateVersionsConfig = Field(
+        default_factory=GateVersionsConfig,
+        description="Run-time version switches of a repository gate model.",
+    )
     cascade: CascadeConfig = Field(
         default_factory=CascadeConfig, description="Accuracy target and calibration."
     )
