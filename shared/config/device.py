@@ -121,7 +121,7 @@ class GateConfig(StrictModel):
 
 
 class GateVersionsConfig(StrictModel):
-    """Run-time gate version switches (device/versions.py; docs/device.md).
+    """Run-time gate version switches (device/versions.py; docs/models.md).
 
     When the gate comes from a repository, the agent loads a newer version beside the
     serving one (on SIGHUP, or found by polling), runs a canary on recent frames, and
