@@ -52,7 +52,7 @@ from .checkpoint import (
 from .crops import CropSelector
 from .decode import FrameDecoder
 from .degradation import DegradationController
-from .delivery import PROCESSED, QUEUED, REJECTED, Delivery
+from .delivery import PROCESSED, QUEUED, REJECTED, SHED, Delivery
 from .detector import Detector, InFlight, model_labels, open_staged
 from .frames import DecodedFrame, QueuedFrame
 from .ingest import Ingest
@@ -176,6 +176,9 @@ class EdgeNode:
             str, tuple[FrameBoxes, frame_pb2.FrameDetections, TrackedBoxes | None]
         ] = {}
         self._busy_log = _RateLimitedLog("busy", 1.0)
+        self._late_log = _RateLimitedLog("deadline", 1.0)
+        # Seconds the last batch took (the deadline's estimate of the next one's).
+        self._batch_s = 0.0
         self.queues = CameraQueues(cfg.batching.queue_per_camera)
         self.delivery = Delivery(cfg, max_batch, self.metrics)
         self.delivery.model_name = self.model_name
@@ -732,6 +735,8 @@ class EdgeNode:
                     self.metrics.worker_idle.inc(waited)
                     if not frames:
                         self.delivery.credits.decay_delay()
+                if frames and self.cfg.scheduler.deadline_shed:
+                    frames = self._shed_late(frames)
                 if frames and self.degradation.level >= 4:
                     frames = self._answer_from_cache(pub, frames)
                 if frames:
@@ -786,6 +791,40 @@ class EdgeNode:
             pub.close()
             acks_out.close()
 
+    def _shed_late(self, frames: list[QueuedFrame]) -> list[QueuedFrame]:
+        """`scheduler.deadline_shed`: the frames of a batch that can still finish within
+        the SLA of their arrival (the batch is assumed to take as long as the last one);
+        the others get SHED, reason deadline, counted and logged."""
+        sla = self.cfg.scheduler.sla_ms / 1e3
+        now = time.monotonic()
+        budget = sla - self._batch_s
+        keep = []
+        for f in frames:
+            waited = now - f.received
+            if waited <= budget:
+                keep.append(f)
+                continue
+            self.cascade.abandon(f.header)
+            self.sched_window.add_shed()
+            self.finalize(
+                f,
+                SHED,
+                f"deadline: waited {waited * 1e3:.0f} ms, a batch takes {self._batch_s * 1e3:.0f}"
+                f" ms, SLA {sla * 1e3:.0f} ms",
+            )
+            self._late_log.warn(
+                "camera %s #%d shed: waited %.0f ms, would finish past the %.0f ms SLA",
+                f.header.camera_id,
+                f.header.sequence,
+                waited * 1e3,
+                sla * 1e3,
+            )
+        if not keep:
+            # Nothing runs, so nothing would measure a batch again: the next one is not
+            # judged by this estimate (a slow first batch must not shed every frame after).
+            self._batch_s = 0.0
+        return keep
+
     def _power_w(self) -> float | None:
         """The GPUs' power draw (NVML); None without a GPU that reports it."""
         watts = [s.power_w for s in self.telemetry.samples() if s.power_w is not None]
@@ -800,6 +839,7 @@ class EdgeNode:
         results = self.detector.finish(job)
         end_ns = time.time_ns()
         elapsed = job.elapsed()
+        self._batch_s = elapsed
         self.metrics.inference.observe(elapsed)
         self.degradation.observe_inference(elapsed)
         share = elapsed / max(1, len(job.frames))

@@ -40,14 +40,14 @@ class NodeResult:
     loadavg: str
 
 
-def _config(policy: str, q_table: str) -> EdgeConfig:
+def _config(policy: str, q_table: str, deadline_shed: bool = False) -> EdgeConfig:
     return EdgeConfig.model_validate(
         {
             "listen": "tcp://127.0.0.1:0",
             "publish": "tcp://127.0.0.1:0",
             "runtime": {"max_batch": 8, "opt_batch": 4},
             "batching": {"max_batch": 8, "queue_per_camera": 8},
-            "scheduler": {"policy": policy, "q_table": q_table},
+            "scheduler": {"policy": policy, "q_table": q_table, "deadline_shed": deadline_shed},
             # The degradation controller's inference SLA (100 ms) is a GPU figure: off, so
             # the runs compare the policies alone.
             "degradation": {"enabled": False},
@@ -55,8 +55,10 @@ def _config(policy: str, q_table: str) -> EdgeConfig:
     )
 
 
-def run_policy(policy: str, q_table: str, trace: Any, cameras: int, sla_s: float) -> NodeResult:
-    """Replay `trace` into a fresh node running `policy`."""
+def run_policy(
+    policy: str, q_table: str, trace: Any, cameras: int, sla_s: float, deadline_shed: bool = False
+) -> NodeResult:
+    """Replay `trace` into a fresh node running `policy` (with deadline shedding)."""
     import zmq
     from strata.edge.node import EdgeNode
     from strata.shared.metrics import sample
@@ -65,7 +67,7 @@ def run_policy(policy: str, q_table: str, trace: Any, cameras: int, sla_s: float
 
     model = ModelRepository().file_of("yolov8n")[2]
     # A copy of the warm table: the node saves what it learns at stop.
-    node = EdgeNode(_config(policy, q_table), model)
+    node = EdgeNode(_config(policy, q_table, deadline_shed), model)
     ep = node.start()
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
@@ -127,9 +129,19 @@ def run_policy(policy: str, q_table: str, trace: Any, cameras: int, sla_s: float
     reg = node.metrics.registry
     deadline = time.monotonic() + trace.duration + 120
     last_reward_n = 0.0
+
+    def not_taken() -> int:
+        # Open-loop senders never resend: a BUSY answer (over the camera's credit) is a
+        # frame the node did not take; SHED ones it took and gave up (deadline).
+        return int(
+            sample(reg, "strata_edge_frames_total", {"status": "busy"})
+            + sample(reg, "strata_edge_frames_total", {"status": "shed"})
+            + sample(reg, "strata_edge_drops_total", {"reason": "overload"})
+        )
+
     try:
         while time.monotonic() < deadline:
-            shed = int(sample(reg, "strata_edge_drops_total", {"reason": "overload"}))
+            shed = not_taken()
             if len(latencies) + shed >= offered and not sender.is_alive():
                 break
             n = sample(
@@ -153,7 +165,7 @@ def run_policy(policy: str, q_table: str, trace: Any, cameras: int, sla_s: float
         stop.set()
         sender.join(timeout=5)
         drainer.join(timeout=5)
-        shed = int(sample(reg, "strata_edge_drops_total", {"reason": "overload"}))
+        shed = not_taken()
         batches = sample(reg, "strata_edge_batch_size_count")
         mean_batch = sample(reg, "strata_edge_batch_size_sum") / batches if batches else 0.0
         node.stop()
@@ -161,7 +173,7 @@ def run_policy(policy: str, q_table: str, trace: Any, cameras: int, sla_s: float
     del span
     lat = np.asarray(latencies) if latencies else np.zeros(1)
     return NodeResult(
-        policy=policy,
+        policy=policy + ("+deadline" if deadline_shed else ""),
         trace=trace.name,
         offered=offered,
         answered=len(latencies),
@@ -195,11 +207,11 @@ def run_node(args: argparse.Namespace, _cfg: type[EdgeConfig]) -> int:
                 # A fresh copy each time: the node saves what it learned at stop.
                 q = str(Path(tempfile.mkdtemp()) / "q.json")
                 shutil.copyfile(args.q_table, q)
-            r = run_policy(policy, q, trace, args.cameras, 1.0)
+            r = run_policy(policy, q, trace, args.cameras, 1.0, args.deadline_shed)
             results.append(r)
             print(json.dumps(asdict(r)), flush=True)
     for policy in policies:
-        rs = [r for r in results if r.policy == policy]
+        rs = [r for r in results if r.policy.split("+")[0] == policy]
         print(
             f"{policy}: median p99 {np.median([r.p99_ms for r in rs]):.0f} ms, "
             f"goodput {np.median([r.goodput_fps for r in rs]):.2f} fps over {len(rs)} runs",

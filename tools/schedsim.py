@@ -134,8 +134,12 @@ def simulate(
     cfg: SchedulerConfig,
     queue_per_camera: int,
     cameras: int,
+    deadline_s: float = 0.0,
 ) -> SimResult:
-    """Run `policy` over `trace`; every offered frame is answered or shed (checked)."""
+    """Run `policy` over `trace`; every offered frame is answered or shed (checked).
+
+    `deadline_s` > 0: before a batch starts, frames that would finish later than that
+    after their arrival are shed (deadline-aware admission, the same for every policy)."""
     window = SchedulerWindow(cfg.sla_ms / 1e3, cameras * queue_per_camera)
     queues: list[deque[float]] = [deque() for _ in range(cameras)]
     order: deque[int] = deque()
@@ -151,9 +155,27 @@ def simulate(
     i, n = 0, len(trace.times)
     now = 0.0
 
+    def shed_late(t: float, b: int) -> None:
+        nonlocal total, shed
+        finish = t + service.mean(b)
+        for cam in list(order):
+            q = queues[cam]
+            while q and finish - q[0] > deadline_s:
+                q.popleft()
+                total -= 1
+                shed += 1
+                window.add_shed()
+            if not q:
+                order.remove(cam)
+
     def launch(t: float) -> float:
         nonlocal total
         dec = policy.current()
+        if deadline_s > 0:
+            shed_late(t, min(total, dec.max_batch))
+            if not total:
+                running.clear()
+                return t
         take: list[float] = []
         while order and len(take) < dec.max_batch:
             cam = order.popleft()
@@ -243,6 +265,8 @@ class SimSetup:
     noise: float = 0.1
     train_s: float = 10800.0
     seed: int = 1
+    # > 0: deadline-aware admission for every policy (simulate's deadline_s).
+    deadline_s: float = 0.0
 
 
 def rule_policy(s: SimSetup) -> RulePolicy:
@@ -263,9 +287,8 @@ def train(s: SimSetup, cfg: SchedulerConfig, curve: dict[int, float]) -> QLearni
     per = s.train_s / 3
     for k, kind in enumerate(("bursty", "burst10x", "steady")):
         trace = make_trace(kind, s.cameras, s.base_fps, per, seed=1000 + s.seed + k)
-        simulate(
-            trace, policy, ServiceModel(curve, s.noise, 7 + k), cfg, s.queue_per_camera, s.cameras
-        )
+        service = ServiceModel(curve, s.noise, 7 + k)
+        simulate(trace, policy, service, cfg, s.queue_per_camera, s.cameras, s.deadline_s)
     return policy
 
 
@@ -291,7 +314,9 @@ def compare(
         cold.name = "learned-cold"
         for policy in (rule_policy(s), static_policy(s), cold, bandit, warm):
             service = ServiceModel(curve, s.noise, 100 + k)
-            out.append(simulate(trace, policy, service, cfg, s.queue_per_camera, s.cameras))
+            out.append(
+                simulate(trace, policy, service, cfg, s.queue_per_camera, s.cameras, s.deadline_s)
+            )
     return out
 
 
@@ -375,6 +400,11 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, default=1)
     m.add_argument("--seeds", type=int, default=1, help="repeat over this many seeds; means")
     m.add_argument("--decide-every", type=float, default=2.0, help="seconds per decision")
+    m.add_argument(
+        "--deadline-shed",
+        action="store_true",
+        help="every policy sheds, before a batch, the frames it would finish past the SLA",
+    )
     m.add_argument("--q-table", default="", help="save the trained table here")
     m.add_argument("--json", default="", help="write the results here")
     n = sub.add_parser("node", help="the real edge node on the CPU against the same traces")
@@ -386,6 +416,7 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--base-fps", type=float, default=0.5)
     n.add_argument("--seed", type=int, default=1)
     n.add_argument("--rounds", type=int, default=1, help="alternating rounds per policy")
+    n.add_argument("--deadline-shed", action="store_true", help="scheduler.deadline_shed on")
     n.add_argument("--json", default="")
     return p
 
@@ -415,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                 duration_s=args.duration,
                 train_s=args.train,
                 seed=args.seed + 100 * k,
+                deadline_s=SchedulerConfig().sla_ms / 1e3 if args.deadline_shed else 0.0,
             )
             # The first seed's trained table is the one saved (the node's warm start).
             q = args.q_table if k == 0 else ""

@@ -169,6 +169,11 @@ class SchedulerConfig(StrictModel):
     q_table: str = Field(
         "", description="JSON table to warm-start from and save to at stop; empty: none."
     )
+    deadline_shed: bool = Field(
+        False,
+        description="Shed (final ack SHED, reason deadline) a frame taken for a batch that "
+        "would finish past sla_ms after it arrived: it could not count as goodput anyway.",
+    )
     seed: int = Field(0, description="Seed of the exploration's random choices.")
 
 

@@ -102,3 +102,54 @@ def test_a_real_node_runs_the_learned_policy_and_saves_its_table(
     finally:
         node.stop()
     assert QLearningPolicy(cfg.scheduler, 4, 0.01).load(q)
+
+
+def test_deadline_shedding_sheds_what_would_miss_the_sla_and_accounts_every_frame(
+    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    from strata.shared.contracts import frame_pb2
+
+    cfg = EdgeConfig.model_validate(
+        {
+            "listen": "tcp://127.0.0.1:0",
+            "publish": "tcp://127.0.0.1:0",
+            "model": {"input_size": MODEL_SIZE},
+            "batching": {
+                "max_batch": 1,
+                "max_queue_delay_ms": 0,
+                "queue_per_camera": 64,
+                "delay_target_ms": 60000,
+            },
+            "flow": {"initial_credits": 64},
+            "degradation": {"enabled": False},
+            # A 10 ms SLA: a burst of 60 one-frame batches cannot all make it.
+            "scheduler": {"deadline_shed": True, "sla_ms": 10.0},
+        }
+    )
+    node = EdgeNode(cfg, colour_model, "colour")
+    node.start()
+    try:
+        sub = Listener(zctx, node.endpoints.publish)
+        agent = RawAgent(zctx, node.endpoints.listen)
+        wait_until_subscribed(agent, sub, synthetic_clip.frame(0).image)
+        n = 60
+        image = synthetic_clip.frame(3).image
+        for i in range(n):
+            agent.send_image("cam", 1000 + i, image)
+        final: dict[int, frame_pb2.FrameAck] = {}
+        deadline = time.monotonic() + 30
+        while len(final) < n and time.monotonic() < deadline:
+            for ack in agent.acks(1, timeout_s=0.5):
+                if ack.camera_id == "cam" and ack.status != frame_pb2.ACK_STATUS_QUEUED:
+                    final[ack.sequence] = ack
+        assert len(final) == n  # every frame has its final answer
+        shed = [a for a in final.values() if a.status == frame_pb2.ACK_STATUS_SHED]
+        done = [a for a in final.values() if a.status == frame_pb2.ACK_STATUS_PROCESSED]
+        assert len(shed) + len(done) == n and shed
+        assert all(a.reason.startswith("deadline:") for a in shed)
+        results = [r for r in sub.collect(len(done) + 1, timeout_s=3) if r.camera_id == "cam"]
+        assert sorted(r.sequence for r in results) == sorted(a.sequence for a in done)
+        reg = node.metrics.registry
+        assert sample(reg, "strata_edge_frames_total", {"status": "shed"}) == len(shed)
+    finally:
+        node.stop()
