@@ -156,8 +156,9 @@ def test_a_switch_while_crops_flow_answers_every_crop_once(
     assert all(a.labels[0].label == flow.sent[a.crop_id] for a in flow.acks)
     versions = [a.model_version for a in sorted(flow.acks, key=lambda a: int(a.crop_id[1:]))]
     assert 0 in versions and 1 in versions
-    # Crops sent after the switch was seen are answered by version 1 only.
-    assert set(versions[-20:]) == {1}
+    # Crops made after the switch was seen (at least 20 acks later, at most 6 crops in
+    # flight then: the last 10 ids are such crops) are answered by version 1 only.
+    assert set(versions[-10:]) == {1}
     assert sample(reg, "strata_cloud_model_version") == 1
     assert sample(reg, "strata_cloud_model_canary_agreement") == pytest.approx(1.0)
     assert sample(reg, "strata_cloud_model_load_seconds") > 0
