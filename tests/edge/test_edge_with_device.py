@@ -71,10 +71,12 @@ def test_device_agent_to_edge_node_detections_match_ground_truth(
         sample(node.metrics.registry, "strata_edge_frames_total", {"status": "accepted"})
         == accepted0 + 120
     )
-    # Every frame went once: no ack made the agent think the node restarted and resend
-    # what it had in flight (an EdgeInfo without a session on every QUEUED ack did).
+    # No ack made the agent think the node restarted and resend what it had in flight (an
+    # EdgeInfo without a session on every QUEUED ack did: 205 resends of 120 frames, the
+    # node answering "requeued"). The only resends are of frames the node answered BUSY.
     for cam in ("cam-a", "cam-b"):
-        assert CameraCounts.read(agent.metrics.registry, cam).retransmitted == 0
+        counts = CameraCounts.read(agent.metrics.registry, cam)
+        assert counts.retransmitted <= counts.busy, counts
     assert sample(node.metrics.registry, "strata_edge_frames_total", {"status": "requeued"}) == 0
     tol = 3.0 if encoding == "jpeg" else 2.0
     checked = 0
