@@ -19,7 +19,7 @@ import secrets
 from dataclasses import dataclass
 
 from strata.shared.config.edge import EdgeConfig
-from strata.shared.contracts import frame_pb2
+from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.wire import make_ack
 
 from .credits import CreditGate, Grant
@@ -38,6 +38,10 @@ HEARTBEAT = frame_pb2.ACK_STATUS_HEARTBEAT
 def _needs_credit(h: frame_pb2.FrameHeader) -> bool:
     # A header-only SKIPPED notice holds no pixels and no detector time: no credit.
     return h.kind != frame_pb2.FRAME_KIND_SKIPPED
+
+
+def _h264(h: frame_pb2.FrameHeader) -> bool:
+    return h.encoding == common_pb2.ENCODING_H264 and _needs_credit(h)
 
 
 def stream_key(header: frame_pb2.FrameHeader) -> StreamKey:
@@ -75,6 +79,10 @@ class Delivery:
         )
         self.model_name = ""
         self.model_input = (0, 0)
+        # The earliest H.264 unit of each stream answered BUSY: later ones are refused too
+        # until it (or a keyframe) is taken, so the agent's resends arrive in stream order
+        # (a P-frame taken before the unit it refers to cannot be decoded).
+        self._h264_gap: dict[StreamKey, int] = {}
 
     def edge_info(self) -> frame_pb2.EdgeInfo:
         """What this node announces about itself."""
@@ -120,10 +128,28 @@ class Delivery:
             self.metrics.frames.labels("duplicate").inc()
             status = DUPLICATE if seen.status == PROCESSED else seen.status
             return self._ack(h, status, self.credits.grant(cam), seen.reason)
-        if _needs_credit(h) and not self.credits.has_room(cam):
+        if (_needs_credit(h) and not self.credits.has_room(cam)) or self._after_gap(key, h):
             self.metrics.frames.labels("busy").inc()
+            self._note_busy(key, h)
             return self._with_info(self._ack(h, BUSY, self.credits.busy(cam)), h)
         return None
+
+    def _after_gap(self, key: StreamKey, h: frame_pb2.FrameHeader) -> bool:
+        gap = self._h264_gap.get(key)
+        return gap is not None and _h264(h) and not h.keyframe and h.stream_index > gap
+
+    def _note_busy(self, key: StreamKey, h: frame_pb2.FrameHeader) -> None:
+        if _h264(h):
+            gap = self._h264_gap.get(key)
+            if gap is None or h.stream_index < gap:
+                self._h264_gap[key] = h.stream_index
+
+    def forget_cameras(self, cameras: list[str]) -> None:
+        """Drop what is kept about these (idle) cameras."""
+        self.ledger.forget_cameras(cameras)
+        gone = set(cameras)
+        for key in [k for k in self._h264_gap if k[1] in gone]:
+            del self._h264_gap[key]
 
     def admit(self, h: frame_pb2.FrameHeader) -> Admitted:
         """Take a decoded frame that passed `precheck`: pending until `settle`."""
@@ -137,9 +163,13 @@ class Delivery:
         if grant is None:  # only if the config changed under us; never silently
             grant = self.credits.busy(h.camera_id)
             self.metrics.frames.labels("busy").inc()
+            self._note_busy(key, h)
             ack = self._ack(h, BUSY, grant)
             return Admitted(ack, False)
         self.ledger.add(key, h.sequence)
+        gap = self._h264_gap.get(key)
+        if gap is not None and (h.keyframe or h.stream_index == gap):
+            del self._h264_gap[key]
         ack = self._ack(h, QUEUED, grant)
         if first:
             ack.edge.CopyFrom(self.edge_info())
@@ -151,6 +181,7 @@ class Delivery:
         if _needs_credit(h):
             self.credits.release(h.camera_id)
         self.metrics.frames.labels("busy").inc()
+        self._note_busy(stream_key(h), h)
         return self._ack(h, BUSY, self.credits.busy(h.camera_id))
 
     def settle(self, h: frame_pb2.FrameHeader, status: int, reason: str = "") -> frame_pb2.FrameAck:

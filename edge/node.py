@@ -684,7 +684,7 @@ class EdgeNode:
         # A camera whose frames still wait in its queue keeps its slot until they leave.
         gone = self.queues.forget(idle)
         self.ingest.forget(gone)
-        self.delivery.ledger.forget_cameras(gone)
+        self.delivery.forget_cameras(gone)
         for cam in gone:
             self.metrics.forget_camera(cam)
             self._taken_over.pop(cam, None)

@@ -112,9 +112,9 @@ def test_cascade_every_frame_answered_h264_scaled_to_the_model(
                 "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
                 "degradation": {"enabled": False},
                 "tracking": {"answer": "interpolate"},
-                # The clip plays as fast as it decodes: credits for all 20 kept frames, so no
-                # BUSY reorders the stream (a BUSY H.264 frame resent after a later one does
-                # not decode: counted as lost with a keyframe request; a known open issue).
+                # The clip plays as fast as it decodes: credits for all 20 kept frames, so the
+                # count below is exact (the stream order under BUSY is the delivery unit
+                # test's: later units wait for the refused one).
                 "flow": {"min_credits": 64},
             }
         ),
