@@ -67,6 +67,11 @@ class EdgeProc:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def signal(self, sig: int) -> None:
+        """Send a signal (SIGSTOP for a hang, SIGCONT to end it)."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
     def kill(self) -> None:
         """SIGKILL, no goodbye."""
         assert self.proc is not None

@@ -10,9 +10,7 @@ frame offered is accounted for: processed, or dropped with a reason.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,13 +21,14 @@ from typing import Any
 import cv2
 import pytest
 import zmq
-from edge_testkit import MODEL_SIZE, free_port
+from edge_testkit import MODEL_SIZE
 from prometheus_client import CollectorRegistry
 from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
 from strata.device.sender import Sender
 from strata.shared.config.device import DegradeConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.synthetic import SyntheticClip
+from strata.tools.fleet import EdgeProc
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -38,45 +37,9 @@ PROCESSED, DUPLICATE = frame_pb2.ACK_STATUS_PROCESSED, frame_pb2.ACK_STATUS_DUPL
 Key = tuple[int, str, int]
 
 
-class EdgeDaemon:
+def edge_daemon(model: Path, tmp: Path) -> EdgeProc:
     """`strata edge` on fixed ports, so a restarted one is found at the same address."""
-
-    def __init__(self, model: Path, tmp: Path) -> None:
-        self.listen = f"tcp://127.0.0.1:{free_port()}"
-        self.publish = f"tcp://127.0.0.1:{free_port()}"
-        self.cfg = tmp / "edge.yaml"
-        self.cfg.write_text(
-            "logging:\n  level: WARNING\n"
-            f"edge:\n  listen: {self.listen}\n  publish: {self.publish}\n"
-            f"  model:\n    path: {model}\n    input_size: {MODEL_SIZE}\n"
-            "  batching:\n    max_queue_delay_ms: 2\n"
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = tmp / "edge.log"
-
-    def start(self) -> None:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [*STRATA, "edge", "--config", str(self.cfg)], stdout=out, stderr=out
-            )
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+    return EdgeProc("edge", tmp, model=str(model), input_size=MODEL_SIZE)
 
 
 class Results:
@@ -111,8 +74,8 @@ class Results:
 
 
 @pytest.fixture
-def daemon(colour_model: Path, tmp_path: Path) -> Iterator[EdgeDaemon]:
-    d = EdgeDaemon(colour_model, tmp_path)
+def daemon(colour_model: Path, tmp_path: Path) -> Iterator[EdgeProc]:
+    d = edge_daemon(colour_model, tmp_path)
     d.start()
     yield d
     d.stop()
@@ -125,7 +88,7 @@ def _jpeg(clip: SyntheticClip, i: int) -> bytes:
 
 
 def test_kill_restart_and_stop_of_the_edge_lose_no_acknowledged_frame(
-    daemon: EdgeDaemon, zctx: Any, synthetic_clip: SyntheticClip
+    daemon: EdgeProc, zctx: Any, synthetic_clip: SyntheticClip
 ) -> None:
     results = Results(zctx, daemon.publish)
     finals: dict[Key, int] = {}
