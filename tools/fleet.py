@@ -12,11 +12,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from strata.shared.contracts import frame_pb2
+
+from .subscriber import ResultSubscriber
 
 STRATA = [sys.executable, "-m", "strata.tools.cli"]
 
@@ -190,43 +193,24 @@ class Result:
     redelivery: bool
 
 
-class Results:
+class Results(ResultSubscriber):
     """Every result published by any of the edges (one SUB socket connected to all)."""
 
     def __init__(self, publishers: list[str]) -> None:
-        import zmq
-
-        self._ctx = zmq.Context()
-        self.sock = self._ctx.socket(zmq.SUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.sock.setsockopt(zmq.RECONNECT_IVL, 20)
-        self.sock.setsockopt_string(zmq.SUBSCRIBE, "")
-        for p in publishers:
-            self.sock.connect(p)
         self.items: list[Result] = []
-        self.lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="results", daemon=True)
-        self._thread.start()
+        super().__init__(publishers, reconnect_ms=20)
 
-    def _run(self) -> None:
-        from strata.shared.contracts import frame_pb2
-
-        msg = frame_pb2.FrameDetections()
-        while not self._stop.is_set():
-            if self.sock.poll(20):
-                msg.ParseFromString(self.sock.recv_multipart()[-1])
-                r = Result(
-                    time.monotonic(),
-                    msg.edge_id,
-                    msg.camera_id,
-                    msg.session_id,
-                    msg.sequence,
-                    msg.redelivery,
-                )
-                with self.lock:
-                    self.items.append(r)
+    def on_result(self, msg: frame_pb2.FrameDetections, received_ns: int) -> None:
+        self.items.append(
+            Result(
+                time.monotonic(),
+                msg.edge_id,
+                msg.camera_id,
+                msg.session_id,
+                msg.sequence,
+                msg.redelivery,
+            )
+        )
 
     def snapshot(self) -> list[Result]:
         with self.lock:
@@ -246,12 +230,6 @@ class Results:
         for r in self.snapshot():
             out.setdefault(r.camera, set()).add(r.sequence)
         return out
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.sock.close(0)
-        self._ctx.term()
 
 
 def wait_until(pred: Any, timeout_s: float, step_s: float = 0.1) -> bool:

@@ -42,6 +42,7 @@ from strata.device.sender import Sender
 from strata.shared.config.device import DegradeConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.machine import cpu_line
+from strata.tools.subscriber import ResultSubscriber
 
 MB = 1 << 20
 ResultKey = tuple[int, str, int]  # (session, camera, sequence)
@@ -100,52 +101,28 @@ class PhaseFigures:
     node: NodeFigures
 
 
-class ResultCounter:
-    """A SUB socket on the edge's results, in its own thread: arrival time and latency of
-    each (session, camera, sequence)."""
+class ResultCounter(ResultSubscriber):
+    """Arrival time and latency of each (session, camera, sequence) the edge publishes."""
 
     def __init__(self, address: str) -> None:
-        import zmq
-
-        self._sock: Any = zmq.Context.instance().socket(zmq.SUB)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.RCVHWM, 0)
-        self._sock.setsockopt(zmq.RECONNECT_IVL, 10)
-        self._sock.setsockopt_string(zmq.SUBSCRIBE, "")
-        self._sock.connect(address)
-        self.lock = threading.Lock()
         # key -> (arrival monotonic, admitted latency s, capture-to-result s)
         self.first: dict[ResultKey, Arrival] = {}
         self.repeats = 0
         self.redeliveries = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="results", daemon=True)
-        self._thread.start()
+        super().__init__([address])
 
-    def _run(self) -> None:
-        msg = frame_pb2.FrameDetections()
-        while not self._stop.is_set():
-            if not self._sock.poll(50):
-                continue
-            while True:
-                try:
-                    parts = self._sock.recv_multipart(flags=1)  # NOBLOCK
-                except Exception:
-                    break
-                now, now_ns = time.monotonic(), time.time_ns()
-                msg.ParseFromString(parts[-1])
-                key = (msg.session_id, msg.camera_id, msg.sequence)
-                t = msg.timing
-                with self.lock:
-                    if key in self.first:
-                        self.repeats += 1
-                    else:
-                        self.first[key] = (
-                            now,
-                            (now_ns - t.device_send_ns) / 1e9,
-                            (now_ns - t.capture_ns) / 1e9,
-                        )
-                    self.redeliveries += msg.redelivery
+    def on_result(self, msg: frame_pb2.FrameDetections, received_ns: int) -> None:
+        key = (msg.session_id, msg.camera_id, msg.sequence)
+        if key in self.first:
+            self.repeats += 1
+        else:
+            t = msg.timing
+            self.first[key] = (
+                time.monotonic(),
+                (received_ns - t.device_send_ns) / 1e9,
+                (received_ns - t.capture_ns) / 1e9,
+            )
+        self.redeliveries += msg.redelivery
 
     def of(
         self, cameras: set[str]
@@ -153,11 +130,6 @@ class ResultCounter:
         """Results of these cameras."""
         with self.lock:
             return [(k, v) for k, v in self.first.items() if k[1] in cameras]
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2.0)
-        self._sock.close(0)
 
 
 class Producer:

@@ -16,11 +16,9 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import cv2
 import pytest
-import zmq
 from edge_testkit import MODEL_SIZE
 from prometheus_client import CollectorRegistry
 from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
@@ -29,6 +27,7 @@ from strata.shared.config.device import DegradeConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.synthetic import SyntheticClip
 from strata.tools.fleet import EdgeProc
+from strata.tools.subscriber import ResultSubscriber
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -42,35 +41,16 @@ def edge_daemon(model: Path, tmp: Path) -> EdgeProc:
     return EdgeProc("edge", tmp, model=str(model), input_size=MODEL_SIZE)
 
 
-class Results:
+class Results(ResultSubscriber):
     """Every result on the PUB socket: how often each frame was published, and flagged how."""
 
-    def __init__(self, ctx: Any, address: str) -> None:
-        self.sock = ctx.socket(zmq.SUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.sock.setsockopt(zmq.RECONNECT_IVL, 10)  # back at once after an edge restart
-        self.sock.setsockopt_string(zmq.SUBSCRIBE, "")
-        self.sock.connect(address)
+    def __init__(self, address: str) -> None:
         self.seen: dict[Key, list[bool]] = {}
-        self.lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        super().__init__([address])
 
-    def _run(self) -> None:
-        msg = frame_pb2.FrameDetections()
-        while not self._stop.is_set():
-            if self.sock.poll(20):
-                msg.ParseFromString(self.sock.recv_multipart()[-1])
-                with self.lock:
-                    key = (msg.session_id, msg.camera_id, msg.sequence)
-                    self.seen.setdefault(key, []).append(msg.redelivery)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.sock.close(0)
+    def on_result(self, msg: frame_pb2.FrameDetections, received_ns: int) -> None:
+        key = (msg.session_id, msg.camera_id, msg.sequence)
+        self.seen.setdefault(key, []).append(msg.redelivery)
 
 
 @pytest.fixture
@@ -88,9 +68,9 @@ def _jpeg(clip: SyntheticClip, i: int) -> bytes:
 
 
 def test_kill_restart_and_stop_of_the_edge_lose_no_acknowledged_frame(
-    daemon: EdgeProc, zctx: Any, synthetic_clip: SyntheticClip
+    daemon: EdgeProc, synthetic_clip: SyntheticClip
 ) -> None:
-    results = Results(zctx, daemon.publish)
+    results = Results(daemon.publish)
     finals: dict[Key, int] = {}
 
     def on_final(cam: str, h: frame_pb2.FrameHeader, ack: frame_pb2.FrameAck) -> None:

@@ -123,7 +123,7 @@ def test_collector_receives_published_results(port: int) -> None:
         while collector.count() < 5 and time.monotonic() < deadline:
             time.sleep(0.02)
     finally:
-        collector.stop()
+        collector.close()
         pub.close(0)
     frames = collector.frames()
     assert sorted(i for _, i in frames) == [0, 1, 2, 3, 4]

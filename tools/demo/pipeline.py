@@ -189,7 +189,7 @@ class PipelineRun:
             if final is not None:
                 self.scrapes["device"] = final
         if collector is not None:
-            collector.stop()
+            collector.close()
             if collector.malformed:
                 self.notes.append(
                     f"{collector.malformed} messages on the edge's results socket did not "

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from dataclasses import dataclass
 
 from strata.shared.contracts import analytics_pb2, current_version, frame_pb2
-
-log = logging.getLogger(__name__)
+from strata.tools.subscriber import ResultSubscriber
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,65 +17,28 @@ class Received:
     received_ns: int
 
 
-class DetectionCollector:
-    """Subscribes to an edge node's results PUB socket on a thread and keeps every message."""
+class DetectionCollector(ResultSubscriber):
+    """Keeps the latest message of every (camera, frame) an edge node publishes."""
 
     def __init__(self, address: str) -> None:
-        import zmq
-
         self.address = address
-        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-        self._sock = ctx.socket(zmq.SUB)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.RCVHWM, 100_000)
-        self._sock.setsockopt(zmq.SUBSCRIBE, b"")
-        self._sock.connect(address)
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
         # (camera id, frame index) -> the latest message for that frame.
         self._frames: dict[tuple[str, int], Received] = {}
-        self.malformed = 0
-        self._thread = threading.Thread(target=self._run, name="demo-sub", daemon=True)
+        super().__init__([address], start=False, name="demo-sub")
 
-    def start(self) -> None:
-        """Start receiving."""
-        self._thread.start()
-
-    def _run(self) -> None:
-        import zmq
-
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        while not self._stop.is_set():
-            if not poller.poll(100):
-                continue
-            parts = self._sock.recv_multipart()
-            msg = frame_pb2.FrameDetections()
-            try:
-                # [topic (camera id + NUL), FrameDetections]; the message is always the last part.
-                msg.ParseFromString(parts[-1])
-            except Exception as exc:  # a foreign publisher on the port: count and go on
-                self.malformed += 1
-                log.warning("demo: a results message did not parse (%s); skipped", exc)
-                continue
-            with self._lock:
-                self._frames[(msg.camera_id, msg.frame_index)] = Received(msg, time.time_ns())
-
-    def stop(self) -> None:
-        """Stop the thread and close the socket."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(2.0)
-        self._sock.close(0)
+    def on_result(self, msg: frame_pb2.FrameDetections, received_ns: int) -> None:
+        kept = frame_pb2.FrameDetections()
+        kept.CopyFrom(msg)
+        self._frames[(msg.camera_id, msg.frame_index)] = Received(kept, received_ns)
 
     def count(self) -> int:
         """Frames with results so far."""
-        with self._lock:
+        with self.lock:
             return len(self._frames)
 
     def frames(self) -> dict[tuple[str, int], Received]:
         """A snapshot of every frame's results."""
-        with self._lock:
+        with self.lock:
             return dict(self._frames)
 
 
