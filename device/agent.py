@@ -165,6 +165,9 @@ class Agent:
                 if worker.policy is not None:
                     self.link.policies[cam_id] = worker.policy
                 self.cameras.append(worker)
+                # A camera added again after a removal restarts its H.264 stream (its encoder
+                # outlives the removal; the edge may have forgotten the decoder).
+                self.worker.encoder.request_keyframe(cam_id, "camera added")
                 if self._started:
                     log.info("camera %s added: %s", cam_id, worker.source)
                     worker.start()

@@ -58,7 +58,8 @@ _POLL_MS = 5
 
 # (camera id, the frame's header, the final ack) for each settled frame.
 FinalHook = Callable[[str, frame_pb2.FrameHeader, frame_pb2.FrameAck], None]
-# (camera id, new edge endpoint) for each camera that moved (e.g. to ask for a keyframe).
+# (camera id, new edge endpoint) for each camera that moved from one edge to another (e.g.
+# to ask for a keyframe); not called for a camera's first edge.
 MoveHook = Callable[[str, str], None]
 
 # How often the placement is recomputed (membership, liveness, progressive moves).
@@ -369,7 +370,9 @@ class Sender:
                     "its edge is gone" if mv.forced else "rebalance",
                     back,
                 )
-            if self.on_move is not None:
+            # A camera's first edge needs no hook: its stream starts there anyway (an H.264
+            # encoder opens with a keyframe); only a move from another edge restarts it.
+            if self.on_move is not None and mv.old is not None:
                 self.on_move(mv.camera_id, mv.new)
         if moves or came or went or removed:
             per: dict[str, int] = dict.fromkeys(pool.links, 0)

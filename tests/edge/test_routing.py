@@ -123,7 +123,10 @@ def test_a_fourth_edge_joins_progressively_within_its_warm_up_share(
                 and max(per_edge.values()) <= math.ceil(1.15 * n / 3)
             )
 
-        assert wait_until(settled, 30), res.placement(time.monotonic() - 1.2)
+        # Up to 45 s: on a loaded machine the three founding edges' warm-ups and the
+        # progressive moves (1/s) after them can take most of 30 s (a CI run beside other
+        # jobs missed it once); the figures asserted below are counted after this point.
+        assert wait_until(settled, 45), res.placement(time.monotonic() - 1.2)
         before = res.placement(time.monotonic() - 1.2)
         assert newcomer.name not in before.values()
         newcomer.start()

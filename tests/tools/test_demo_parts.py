@@ -34,15 +34,24 @@ def test_a_process_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:
 
 
 def test_stop_interrupts_a_running_process(tmp_path: Path) -> None:
-    code = "import time\ntry:\n time.sleep(60)\nexcept KeyboardInterrupt:\n print('bye')"
+    # The handler is set explicitly: a test run started in the background (`cmd &` in a
+    # script) inherits SIGINT ignored, and Python then installs none of its own.
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "try:\n print('ready', flush=True)\n time.sleep(60)\n"
+        "except KeyboardInterrupt:\n print('bye')"
+    )
     proc = TierProcess("sleeper", [], tmp_path / "s.log", command=[sys.executable, "-c", code])
     proc.start()
-    time.sleep(0.5)
-    assert proc.running()
+    deadline = time.monotonic() + 30
+    while proc.tail() != ["ready"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.running() and proc.tail() == ["ready"]
     started = time.monotonic()
     assert proc.stop(timeout=10) == 0  # SIGINT first: a clean exit
     assert time.monotonic() - started < 5
-    assert proc.tail() == ["bye"]
+    assert proc.tail() == ["ready", "bye"]
 
 
 def test_scrape_sums_over_labels(port: int) -> None:
