@@ -63,8 +63,9 @@ def model_labels(path: Path, classes: int, configured: Sequence[str]) -> tuple[s
     return tuple(f"class{i}" for i in range(classes))
 
 
-def open_staged(path: Path, cfg: EdgeConfig, max_batch: int) -> StagedRunner:
-    """The configured back end behind the staged interface."""
+def open_staged(path: Path, cfg: EdgeConfig, max_batch: int, allocate: bool = True) -> StagedRunner:
+    """The configured back end behind the staged interface; `allocate=False` builds the
+    engine or session without batch buffers (a standby: `runner.allocate()` later)."""
     rt = cfg.runtime
     if rt.backend in CPU_BACKENDS:
         runner = create_runner(path, rt.backend, threads=rt.threads)
@@ -75,7 +76,7 @@ def open_staged(path: Path, cfg: EdgeConfig, max_batch: int) -> StagedRunner:
             int(shape[2] or size),
             int(shape[3] or size),
         )
-        return HostStagedRunner(runner, max_batch, chw, slots=1)
+        return HostStagedRunner(runner, max_batch, chw, slots=1, allocate=allocate)
     staged = create_runner(
         path,
         rt.backend,
@@ -88,6 +89,7 @@ def open_staged(path: Path, cfg: EdgeConfig, max_batch: int) -> StagedRunner:
         input_size=cfg.model.input_size,
         engine_cache=rt.engine_cache,
         workspace_mib=rt.workspace_mib,
+        allocate=allocate,
     )
     if not isinstance(staged, StagedRunner):
         raise ModelLoadError(f"back end {rt.backend} does not offer staged execution")

@@ -89,8 +89,11 @@ class OrtCudaRunner(CudaStagedRunner):
         max_batch: int = 8,
         input_size: int = 640,
         fp16: bool = False,
+        allocate: bool = True,
         **options: Any,
     ) -> None:
+        """`allocate=False`: sessions (and the streams they compute on) only; the buffers
+        wait for `allocate()`."""
         import onnxruntime as ort
 
         clash = ort_conflict()
@@ -136,11 +139,8 @@ class OrtCudaRunner(CudaStagedRunner):
         plan = plan_buffers(
             ins, outs, max_batch, streams, input_shape=(max_batch, *chw), output_shapes=out_shapes
         )
-        super().__init__(cuda, plan)
-        # Use the streams the sessions compute on, not new ones.
-        for s, st in zip(self._slots, stream_handles, strict=True):
-            cuda.destroy_stream(s.stream)
-            s.stream = st
+        # The slots use the streams the sessions compute on, not new ones.
+        super().__init__(cuda, plan, allocate=False, streams=stream_handles)
         self._chw = chw
         self._fixed = inp.fixed_batch
         self._bindings = [sess.io_binding() for sess in self._sessions]
@@ -149,6 +149,8 @@ class OrtCudaRunner(CudaStagedRunner):
         self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
         self.inputs = tuple(TensorSpec(t.name, (None, *chw), t.dtype) for t in ins)
         log.info("%s: %s, %s, max batch %d", self.backend, path.name, self.precision, max_batch)
+        if allocate:
+            self.allocate()
 
     def _model_file(self, path: Path, fp16: bool, cache: str) -> Path:
         """The CUDA provider runs the file's precision: an FP16 copy when asked for FP16."""
@@ -185,6 +187,9 @@ class OrtCudaRunner(CudaStagedRunner):
         if self._bound_n[slot] != n:  # rebinding only when the batch size changes
             self._bind(slot, s, n)
         self._sessions[slot].run_with_iobinding(self._bindings[slot], self._run_options)
+
+    def _bind_buffers(self) -> None:
+        self._bound_n = [0] * len(self._sessions)  # bound at the first batch of each size
 
     def _close_backend(self) -> None:
         # Bindings reference the sessions; both go before the streams they compute on.

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .base import ModelLoadError, ModelRunner, TensorSpec
-from .pool import host_pool
+from .pool import Block, host_pool
 
 # cudaMalloc returns 256-byte aligned memory; TensorRT wants at least that for every tensor.
 ALIGNMENT = 256
@@ -235,19 +235,38 @@ class StagedRunner(Protocol):
         """Block until the slot's work is done; views of its host outputs [:n] (reused)."""
         ...
 
+    @property
+    def allocated(self) -> bool:
+        """Whether the batch buffers exist."""
+        ...
+
+    def allocate(self) -> None:
+        """Allocate the batch buffers if a runner was built without them (a standby)."""
+        ...
+
+    def io_bytes(self) -> int:
+        """Bytes of batch I/O buffers held (host, pinned and device together)."""
+        ...
+
     def close(self) -> None: ...
 
 
 class HostStagedRunner:
     """A synchronous ModelRunner behind the staged interface, with buffers allocated once.
 
-    The buffers come from the host memory pool. A model whose batch axis is fixed (a common
-    export: batch 1) caps `max_batch` at that size (`capped_from` says what was asked), and
-    a partial batch runs padded to the fixed size.
+    The buffers come from the host memory pool, in `allocate()`, which the constructor runs
+    unless told not to (a standby allocates when it takes over). A model whose batch axis
+    is fixed (a common export: batch 1) caps `max_batch` at that size (`capped_from` says
+    what was asked), and a partial batch runs padded to the fixed size.
     """
 
     def __init__(
-        self, runner: ModelRunner, max_batch: int, input_chw: Sequence[int], slots: int = 1
+        self,
+        runner: ModelRunner,
+        max_batch: int,
+        input_chw: Sequence[int],
+        slots: int = 1,
+        allocate: bool = True,
     ) -> None:
         self.runner = runner
         self.backend = runner.backend
@@ -262,18 +281,38 @@ class HostStagedRunner:
             max_batch = self.fixed_batch
         self.max_batch = max_batch
         self.pool_owner = f"{self.backend}@{id(self):x}"
-        dtype = runner.inputs[0].dtype
-        shape = (max_batch, *(int(d) for d in input_chw))
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        pool = host_pool()
-        self._blocks = [pool.allocate(nbytes, self.pool_owner) for _ in range(slots)]
-        self._host = [b.view(shape, dtype) for b in self._blocks]
-        for h in self._host:
-            h.fill(0)
+        self._shape = (max_batch, *(int(d) for d in input_chw))
+        self._blocks: list[Block] = []
+        self._host: list[np.ndarray] = []
         self._results: list[list[np.ndarray]] = [[] for _ in range(slots)]
         self._ring = SlotRing(slots)
+        if allocate:
+            self.allocate()
+
+    @property
+    def allocated(self) -> bool:
+        """Whether the batch buffers exist (`allocate()` ran)."""
+        return bool(self._blocks)
+
+    def allocate(self) -> None:
+        """The slots' input buffers from the host pool, zeroed; nothing the second time."""
+        if self._blocks:
+            return
+        dtype = self.runner.inputs[0].dtype
+        nbytes = int(np.prod(self._shape)) * dtype.itemsize
+        pool = host_pool()
+        self._blocks = [pool.allocate(nbytes, self.pool_owner) for _ in range(self.slots)]
+        self._host = [b.view(self._shape, dtype) for b in self._blocks]
+        for h in self._host:
+            h.fill(0)
+
+    def io_bytes(self) -> int:
+        """Bytes of input buffers this runner holds (0 before allocate)."""
+        return sum(b.nbytes for b in self._blocks)
 
     def acquire(self) -> int:
+        if not self._blocks:
+            raise RuntimeError(f"{self.backend} runner has no batch buffers: call allocate() first")
         return self._ring.acquire()
 
     def host_input(self, slot: int) -> np.ndarray:

@@ -54,8 +54,10 @@ class TensorRTRunner(CudaStagedRunner):
         input_size: int = 640,
         engine_cache: str = "",
         workspace_mib: int = 1024,
+        allocate: bool = True,
         **_ignored: Any,
     ) -> None:
+        """`allocate=False`: engine and contexts only; the buffers wait for `allocate()`."""
         try:
             import tensorrt as trt
         except ImportError as exc:
@@ -135,14 +137,19 @@ class TensorRTRunner(CudaStagedRunner):
             input_shape=(max_batch, *chw),
             output_shapes=out_shapes,
         )
-        super().__init__(cuda, plan)
+        super().__init__(cuda, plan, allocate=False)
         self._chw = chw
         self.profile = profile
+        self._shape_of: list[int] = [0] * streams
+        if allocate:
+            self.allocate()
+
+    def _bind_buffers(self) -> None:
+        in_name = self._in_names[0]
         for ctx, slot in zip(self._contexts, self._slots, strict=True):
             ctx.set_tensor_address(in_name, slot.dev_in)
             for name, dev in zip(self._out_names, slot.dev_out, strict=True):
                 ctx.set_tensor_address(name, dev)
-        self._shape_of: list[int] = [0] * streams
 
     def _infer(self, slot: int, s: Slot, n: int) -> None:
         ctx = self._contexts[slot]

@@ -143,8 +143,10 @@ class TorchCudaRunner(CudaStagedRunner):
         max_batch: int = 8,
         input_size: int = 640,
         cuda_graphs: bool = True,
+        allocate: bool = True,
         **_ignored: Any,
     ) -> None:
+        """`allocate=False`: the module on the device only; buffers wait for `allocate()`."""
         try:
             import torch
             from onnx2torch import convert
@@ -194,10 +196,24 @@ class TorchCudaRunner(CudaStagedRunner):
             output_shapes=[(max_batch, *p.shape[1:]) for p in probe],
         )
         del probe
-        super().__init__(dev, plan)
+        # The probe's activations go back to the device, not to this process's cache: a
+        # standby holds the module's weights only.
+        torch.cuda.empty_cache()
+        super().__init__(dev, plan, allocate=False)
         self._dev = dev
         self._tdtype = tdtype
+        self._in_views: list[Any] = []
+        self._out_views: list[list[Any]] = []
+        self._use_graphs = cuda_graphs
+        self._graphs: dict[tuple[int, int], Any] = {}
+        self._graph_pools = [torch.cuda.graph_pool_handle() for _ in range(streams)]
+        log.info("torch-cuda: %s on %s, %d streams, fp16=%s", path.name, dev.device, streams, fp16)
+        if allocate:
+            self.allocate()
+
+    def _bind_buffers(self) -> None:
         # Typed device views of each slot's buffers (static addresses: graphs capture them).
+        dev, tdtype, plan, torch = self._dev, self._tdtype, self.plan, self._torch
         self._in_views = [
             dev.tensor(s.dev_in)[: plan.inputs[0].nbytes].view(tdtype).view(plan.inputs[0].shape)
             for s in self._slots
@@ -209,10 +225,6 @@ class TorchCudaRunner(CudaStagedRunner):
             ]
             for s in self._slots
         ]
-        self._use_graphs = cuda_graphs
-        self._graphs: dict[tuple[int, int], Any] = {}
-        self._graph_pools = [torch.cuda.graph_pool_handle() for _ in range(streams)]
-        log.info("torch-cuda: %s on %s, %d streams, fp16=%s", path.name, dev.device, streams, fp16)
 
     def _forward(self, x: Any) -> list[Any]:
         out = self.module(x)

@@ -3,57 +3,28 @@
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import numpy as np
 import pytest
-from gpu_testkit import gpu_backends_wanted
+from gpu_testkit import GPU_BACKENDS, cuda_available, open_gpu, require
 from strata.shared.runtime import BACKENDS, ModelLoadError, create_runner
 from strata.shared.runtime.pool import report_leaks
 from strata.shared.runtime.staging import StagedRunner
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.vision import LetterboxWriter
 
-GPU_BACKENDS = ("onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt", "torch-cuda")
-
-
-def _cuda_available() -> bool:
-    return shutil.which("nvidia-smi") is not None and (
-        importlib.util.find_spec("cuda") is not None
-        or importlib.util.find_spec("torch") is not None
-    )
-
-
-def open_gpu(
-    unavailable: Callable[[str], NoReturn], path: Path, backend: str, **options: Any
-) -> Any:
-    """A GPU runner, or skip -- fail under `-m gpu` -- saying why it cannot load here."""
-    require(unavailable, backend)
-    try:
-        return create_runner(path, backend, **options)
-    except ModelLoadError as exc:
-        unavailable(f"{backend} cannot load: {exc}")
-
-
-def require(unavailable: Callable[[str], NoReturn], backend: str) -> None:
-    """Skip a back end this host was told not to run; else demand a GPU."""
-    wanted = gpu_backends_wanted()
-    if wanted is not None and backend not in wanted:
-        pytest.skip(f"{backend} not in STRATA_GPU_BACKENDS on this host")
-    if not _cuda_available():
-        unavailable("needs an NVIDIA GPU and CUDA (nvidia-smi, cuda-python or torch)")
-
 
 def test_gpu_backends_are_registered_and_never_imported_by_default() -> None:
     assert set(GPU_BACKENDS) <= set(BACKENDS)
     code = (
-        "import sys; import strata.shared.runtime, strata.edge.node, strata.edge.detector; "
+        "import sys; import strata.shared.runtime, strata.edge.node, strata.edge.detector, "
+        "strata.edge.standby, strata.tools.standby_bench; "
         "heavy = ('torch', 'tensorrt', 'cuda', 'onnx2torch', 'cupy'); "
         "bad = [m for m in heavy if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
@@ -64,7 +35,7 @@ def test_gpu_backends_are_registered_and_never_imported_by_default() -> None:
 
 @pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_gpu_backend_without_its_libraries_fails_clearly(backend: str, colour_model: Path) -> None:
-    if _cuda_available():
+    if cuda_available():
         pytest.skip("this host has CUDA")
     with pytest.raises(ModelLoadError) as err:
         create_runner(colour_model, backend)

@@ -1,92 +1,21 @@
-"""CudaStagedRunner's copy plumbing on the CPU: a host-memory stand-in for the CUDA calls.
-
-The stand-in keeps "device" buffers in host memory and performs copies at once, so the
-runner's byte counts, offsets, slot rotation and event bookkeeping run for real; only the
-CUDA runtime underneath is replaced (the GPU tests run the real one).
-"""
+"""CudaStagedRunner's copy plumbing on the CPU: a host-memory stand-in for the CUDA calls
+(tests/cuda_host_testkit.py); the GPU tests run the real one."""
 
 from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any
 
 import numpy as np
+import pytest
+from cuda_host_testkit import HostCuda
 from strata.shared.runtime import TensorSpec
 from strata.shared.runtime.cuda import DeviceBinding
 from strata.shared.runtime.cuda_staged import CudaStagedRunner, Slot
-from strata.shared.runtime.pool import Block, HostAllocator, MemoryPool, report_leaks
+from strata.shared.runtime.pool import Block, report_leaks
 from strata.shared.runtime.staging import plan_buffers
 
 F32 = np.dtype(np.float32)
-
-
-class HostEvent:
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def record(self, stream: Any) -> None:
-        self.log.append(f"record {stream}")
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        self.log.append("sync")
-
-    def destroy(self) -> None:
-        pass
-
-
-class HostCuda:
-    """Pinned and device memory both from host-memory pools; copies happen immediately."""
-
-    device_id = 0
-
-    def __init__(self) -> None:
-        self.log: list[str] = []
-        self.streams = 0
-        self.bound: set[str] = set()
-        self.pinned_pool = MemoryPool("test-pinned", "pinned", 0, HostAllocator())
-        # "Device" memory is host memory here: a pool of kind host so the test can look.
-        self.device_pool = MemoryPool("test-device", "host", 0, HostAllocator())
-
-    def bind(self) -> None:
-        name = threading.current_thread().name
-        if name not in self.bound:
-            self.bound.add(name)
-            self.log.append(f"bind {name}")
-
-    def pinned(self, nbytes: int, owner: str) -> Block:
-        return self.pinned_pool.allocate(nbytes, owner)
-
-    def malloc(self, nbytes: int, owner: str) -> Block:
-        return self.device_pool.allocate(nbytes, owner)
-
-    def release(self, block: Block) -> None:
-        self.log.append("release")
-        block.pool.release(block)
-
-    def stream(self) -> int:
-        self.streams += 1
-        return self.streams
-
-    def event(self) -> HostEvent:
-        return HostEvent(self.log)
-
-    def h2d(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
-        self.log.append(f"h2d {nbytes} on {stream}")
-        ctypes.memmove(dst, src, nbytes)
-
-    def d2h(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
-        self.log.append(f"d2h {nbytes} on {stream}")
-        ctypes.memmove(dst, src, nbytes)
-
-    def memory_used(self) -> int:
-        return self.pinned_pool.stats().in_use + self.device_pool.stats().in_use
-
-    def destroy_stream(self, stream: Any) -> None:
-        self.log.append(f"destroy stream {stream}")
 
 
 class Doubler(CudaStagedRunner):
@@ -225,3 +154,71 @@ def test_buffers_come_from_the_pools_and_are_returned_at_close() -> None:
     r2 = _doubler(cuda)
     assert cuda.pinned_pool.stats().reserved == reserved
     r2.close()
+
+
+def test_a_runner_built_without_buffers_holds_none_until_allocate() -> None:
+    cuda = HostCuda()
+    plan = plan_buffers(
+        [TensorSpec("x", (None, 2, 3), F32)], [TensorSpec("y", (None, 1), F32)], 4, 2
+    )
+    r = Doubler(cuda, plan, allocate=False)  # type: ignore[arg-type]
+    try:
+        assert not r.allocated and r.io_bytes() == 0
+        assert cuda.memory_used() == 0 and cuda.streams == 0
+        assert report_leaks(r.pool_owner) == 0  # no block handed out at all
+        with pytest.raises(RuntimeError, match="no batch buffers"):
+            r.acquire()
+        r.allocate()
+        assert r.allocated and cuda.streams == 2
+        # Per slot: pinned in + out and device in + out, each aligned.
+        assert r.io_bytes() == 2 * plan.total_bytes == cuda.memory_used()
+        r.allocate()  # a second call allocates nothing
+        assert r.io_bytes() == 2 * plan.total_bytes and cuda.streams == 2
+        x = np.arange(18, dtype=np.float32).reshape(3, 2, 3)
+        cold = _doubler(HostCuda())
+        try:
+            np.testing.assert_array_equal(r.run(x)[0], cold.run(x)[0])
+        finally:
+            cold.close()
+    finally:
+        r.close()
+    assert report_leaks(r.pool_owner) == 0
+
+
+def test_a_runner_never_allocated_closes_its_backend_and_streams_it_was_given() -> None:
+    cuda = HostCuda()
+    plan = plan_buffers(
+        [TensorSpec("x", (None, 2, 3), F32)], [TensorSpec("y", (None, 1), F32)], 4, 2
+    )
+    r = Doubler(cuda, plan, allocate=False, streams=[7, 8])  # type: ignore[arg-type]
+    r.close()
+    assert cuda.log == ["bind MainThread", "close backend", "destroy stream 7", "destroy stream 8"]
+    with pytest.raises(RuntimeError, match="closed"):
+        r.allocate()
+
+
+def test_a_failed_allocation_gives_back_what_it_took() -> None:
+    cuda = HostCuda()
+    plan = plan_buffers(
+        [TensorSpec("x", (None, 2, 3), F32)], [TensorSpec("y", (None, 1), F32)], 4, 2
+    )
+    r = Doubler(cuda, plan, allocate=False)  # type: ignore[arg-type]
+    real = cuda.malloc
+    calls = 0
+
+    def malloc_fails_on_the_third(nbytes: int, owner: str) -> Block:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise MemoryError("out of device memory")
+        return real(nbytes, owner)
+
+    cuda.malloc = malloc_fails_on_the_third  # type: ignore[method-assign]
+    with pytest.raises(MemoryError):
+        r.allocate()
+    assert not r.allocated and cuda.memory_used() == 0
+    assert report_leaks(r.pool_owner) == 0
+    cuda.malloc = real  # type: ignore[method-assign]
+    r.allocate()  # and it can try again
+    assert r.io_bytes() == 2 * plan.total_bytes
+    r.close()
