@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from strata.shared.cli.parser import Parser
+from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
 
 
@@ -53,12 +53,6 @@ class Point:
     served_cpu_ms: float
     bare_cpu_ms: float
     cpu_ratio: float
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _crop_jpeg(width: int, height: int) -> bytes:
@@ -371,10 +365,10 @@ def run_bench(args: argparse.Namespace) -> dict[str, object]:
     runner, side, model_desc = _load_bare(args)
     image = _crop_jpeg(args.crop_width, args.crop_height)
     tmp = Path(tempfile.mkdtemp(prefix="strata-cloud-bench-"))
-    port = _free_port()
-    mport = _free_port()
+    port = free_port()
+    mport = free_port()
     while mport == port:
-        mport = _free_port()
+        mport = free_port()
     address = f"127.0.0.1:{port}"
     config = _write_config(args, tmp, mport)
     cmd = [sys.executable, "-m", "strata.tools.cli", "cloud", "--config", str(config)]

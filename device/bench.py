@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import platform
-import socket
 import statistics
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from strata.shared.config.device import (
     SenderConfig,
     SourceConfig,
 )
+from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
 
 from .agent import Agent
@@ -91,9 +91,7 @@ def decode_fps(path: Path, cfg: SourceConfig, bgr: bool = False) -> tuple[int, f
 
 def free_endpoint() -> str:
     """tcp://127.0.0.1:PORT on a port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    return f"tcp://127.0.0.1:{free_port()}"
 
 
 def run_agent(

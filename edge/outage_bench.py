@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import resource
-import socket
 import sys
 import tempfile
 import threading
@@ -37,6 +36,7 @@ from strata.shared.contracts import (
     common_pb2,
     current_version,
 )
+from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
 from strata.shared.metrics import sample
 
@@ -70,12 +70,6 @@ class _AckingCloud(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[misc]
                     for c in batch.crops
                 ],
             )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _crop_images(clip: str, n: int, width: int, height: int, quality: int) -> list[bytes]:
@@ -112,7 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     """The outage, the recovery, the counts."""
     images = _crop_images(args.clip, 64, args.crop_width, args.crop_height, args.jpeg_quality)
     tmp = Path(tempfile.mkdtemp(prefix="strata-outage-"))
-    port = _free_port()
+    port = free_port()
     cfg = UplinkConfig.model_validate(
         {"spool_path": str(tmp / "uplink-spool.sqlite"), "spool_max_mib": args.spool_mib}
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -10,18 +9,12 @@ from typing import NoReturn
 import pytest
 from gpu_testkit import gpu_requested
 from models_testkit import classifier_manifest, tiny_classifier
+from strata.shared.loopback import free_port
 from strata.shared.models import save_manifest
 from strata.shared.synthetic import SyntheticClip
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

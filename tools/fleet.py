@@ -18,19 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from strata.shared.contracts import frame_pb2
+from strata.shared.loopback import free_port
 
 from .subscriber import ResultSubscriber
 
 STRATA = [sys.executable, "-m", "strata.tools.cli"]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class EdgeProc:

@@ -27,6 +27,7 @@ import numpy as np
 from strata.shared.cli.parser import Parser
 from strata.shared.contracts import analytics_pb2, common_pb2, current_version, frame_pb2
 from strata.shared.imagecheck import jpeg_size
+from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_line
 from strata.shared.wire import pack_frame
 
@@ -61,14 +62,6 @@ def _peak(pid: int) -> Callable[[], int]:
     return lambda: _status(pid, "VmHWM") - start
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _daemon(args: list[str], yaml: str, tmp: Path) -> subprocess.Popen[bytes]:
     cfg = tmp / f"{args[0]}.yaml"
     cfg.write_text("logging:\n  level: ERROR\n" + yaml)
@@ -94,7 +87,7 @@ def edge_probe(tmp: Path, model: str, rounds: int) -> dict[str, Any]:
     import cv2
     import zmq
 
-    listen, publish = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
+    listen, publish = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     model_yaml = f"    path: {model}\n" if model else ""
     proc = _daemon(
         ["edge"],
@@ -182,7 +175,7 @@ def cloud_probe(tmp: Path, model: str, rounds: int) -> dict[str, Any]:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from strata.shared.contracts import analytics_pb2_grpc
 
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     model_yaml = f"    path: {model}\n" if model else ""
     proc = _daemon(
         ["cloud", "--listen", address, "--db", str(tmp / "events.sqlite")],

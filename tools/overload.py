@@ -41,6 +41,7 @@ from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
 from strata.device.sender import Sender
 from strata.shared.config.device import DegradeConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_line
 from strata.tools.subscriber import ResultSubscriber
 
@@ -211,14 +212,6 @@ def _rss(pid: int) -> float:
     return 0.0
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def bench_frames(width: int, height: int, count: int) -> list[tuple[bytes, int, int]]:
     """JPEG frames of the synthetic clip, encoded once (the senders only send)."""
     import cv2
@@ -372,9 +365,9 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
         self.args = args
-        self.listen = f"tcp://127.0.0.1:{_free_port()}"
-        self.publish = f"tcp://127.0.0.1:{_free_port()}"
-        metrics_port = _free_port()
+        self.listen = f"tcp://127.0.0.1:{free_port()}"
+        self.publish = f"tcp://127.0.0.1:{free_port()}"
+        metrics_port = free_port()
         model = f"    path: {args.model}\n" if args.model else ""
         cfg = tmp / "edge.yaml"
         cfg.write_text(

@@ -12,12 +12,13 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from strata.shared.loopback import free_port
 
 HOW_TO_GET = (
     "PostgreSQL server binaries (initdb, pg_ctl) not found: install Debian's `postgresql` "
@@ -52,12 +53,6 @@ def find_bindir() -> Path | None:
         if (Path(c) / "initdb").is_file() and (Path(c) / "pg_ctl").is_file():
             return Path(c)
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TempPostgres:
@@ -114,7 +109,7 @@ class TempPostgres:
             self._run_as = {"user": pg.pw_uid, "group": pg.pw_gid, "extra_groups": []}
         try:
             self._init(bindir, root, pwfile)
-            self.port = _free_port()
+            self.port = free_port()
             self.start_again()
         except BaseException:
             self.stop()

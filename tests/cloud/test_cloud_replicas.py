@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import pytest
 import yaml
 from strata.cloud.store import SCHEMA_VERSION
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
+from strata.shared.loopback import free_port
 from strata.tools.postgres_temp import TempPostgres
 from test_cloud_cli import wait_serving
 from test_cloud_service import BLUE, GREEN, RED, crop, query
@@ -27,12 +27,6 @@ from test_cloud_service import BLUE, GREEN, RED, crop, query
 STRATA = [sys.executable, "-m", "strata.tools.cli"]
 STORED = analytics_pb2.CROP_STATUS_STORED
 COLOURS = (RED, GREEN, BLUE)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_config(tmp_path: Path, model: tuple[Path, Path], store: dict[str, object]) -> Path:

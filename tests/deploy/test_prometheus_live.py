@@ -7,7 +7,6 @@ returns no data, unless it is listed in NO_DATA_ON_CPU_WITHOUT_FAULTS with the r
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -28,6 +27,7 @@ from deploy_kit import (
     expand_variables,
     tool,
 )
+from strata.shared.loopback import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -49,12 +49,6 @@ NO_DATA_ON_CPU_WITHOUT_FAULTS = {
     "GPU utilization, power and SM clock / C": "no GPU on a CPU host: DCGM metrics are absent",
     "Degradation transitions / A": "no trigger fires in a short unloaded run",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

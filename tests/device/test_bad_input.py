@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from strata.device.camera import CameraState
 from strata.device.metrics import CameraCounts
 from strata.device.sink import FrameSink
 from strata.shared.config.device import CameraConfig, SourceConfig
+from strata.shared.loopback import free_port
 
 from .conftest import fast_config
 
@@ -26,9 +26,7 @@ def test_bad_sources_fail_alone_with_one_clear_line(
     truncated.write_bytes(data[: len(data) // 2])
     text = tmp_path / "notes.mp4"
     text.write_text("this is not a video\n" * 20)
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    closed = free_port()  # a port nobody listens on
     cams = {
         "missing": str(tmp_path / "missing.mp4"),
         "unreachable": f"rtsp://127.0.0.1:{closed}/x",
@@ -87,9 +85,7 @@ def test_a_reconnecting_camera_logs_every_retry_and_exports_its_state(
     from strata.shared.metrics import sample
 
     monkeypatch.setattr("strata.device.camera.RETRY_LOG_PERIOD_S", 0.0)
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    closed = free_port()  # a port nobody listens on
     edge = f"tcp://127.0.0.1:{port}"
     cfg = fast_config(
         edge, None, cameras=[CameraConfig(id="cam", source=f"rtsp://127.0.0.1:{closed}/x")]
@@ -138,9 +134,7 @@ def test_retry_lines_are_rate_limited_and_say_what_they_stand_for(
     port: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("strata.device.camera.RETRY_LOG_PERIOD_S", 0.6)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    closed = free_port()  # a port nobody listens on
     edge = f"tcp://127.0.0.1:{port}"
     src = SourceConfig(open_timeout_s=2.0, backoff_initial_s=0.05, backoff_max_s=0.1)
     cfg = fast_config(

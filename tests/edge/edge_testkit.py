@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any
 
@@ -12,13 +11,6 @@ from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.wire import detections_topic, pack_frame
 
 MODEL_SIZE = 256
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RawAgent:

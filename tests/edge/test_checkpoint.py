@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, free_port, wait_until_subscribed
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from strata.edge.checkpoint import read
 from strata.edge.journal import read_journal
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
+from strata.shared.loopback import free_port
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, free_port, wait_until_subscribed
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from prometheus_client import CollectorRegistry
 from strata.edge.degradation import DegradationController, DegradationMetrics
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import DegradationConfig, EdgeConfig
 from strata.shared.gpu_telemetry import GpuSample
+from strata.shared.loopback import free_port
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 

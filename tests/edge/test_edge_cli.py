@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, free_port
+from edge_testkit import MODEL_SIZE, Listener, RawAgent
+from strata.shared.loopback import free_port
 from strata.shared.synthetic import SyntheticClip
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]

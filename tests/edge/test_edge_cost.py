@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import zmq
 from edge_colour_model import build_colour_detector
-from edge_testkit import RawAgent, free_port
+from edge_testkit import RawAgent
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
+from strata.shared.loopback import free_port
 from strata.shared.metrics import serve_metrics
 from strata.shared.synthetic import SyntheticClip
 from strata.tools.cli import main

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, free_port
+from edge_testkit import MODEL_SIZE, Listener, RawAgent
 from hostile_testkit import BOMB_SIDE, PeakRss, decode_bomb
 from prometheus_client.parser import text_string_to_metric_families
 from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.loopback import free_port
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.wire import pack_frame
 

@@ -158,12 +158,7 @@ def test_crops_unsent_at_stop_are_sent_after_a_restart(port: int, tmp_path: Path
 
 
 def test_streams_spread_over_every_endpoint(tmp_path: Path) -> None:
-    import socket
-
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
+    from strata.shared.loopback import free_port
 
     ports = [free_port(), free_port()]
     clouds = [Cloud(), Cloud()]

@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, free_port, wait_until_subscribed
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from strata.edge.journal import SettleJournal, read_journal
 from strata.edge.ledger import DeliveryLedger, SettledRun, SettledStream
 from strata.edge.node import EdgeNode
 from strata.edge.tracking import Tracker
 from strata.shared.config.edge import EdgeConfig, TrackingConfig
 from strata.shared.contracts import frame_pb2
+from strata.shared.loopback import free_port
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.vision import FrameBoxes

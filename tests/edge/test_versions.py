@@ -18,11 +18,12 @@ import numpy as np
 import onnx
 import pytest
 from edge_colour_model import build_colour_detector
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, free_port, wait_until_subscribed
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from onnx import numpy_helper
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
+from strata.shared.loopback import free_port
 from strata.shared.metrics import sample
 from strata.shared.models import ModelRepository
 from strata.shared.models.repository import promote_version

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,19 +11,13 @@ from typing import Any
 import yaml
 from strata.shared.config import load_config
 from strata.shared.config.base import merge
+from strata.shared.loopback import free_port
 from strata.tools.demo.procs import TierExitedError, TierProcess
 from strata.tools.demo.scrape import Samples, parse, scrape
 
 log = logging.getLogger(__name__)
 
 TIERS = ("device", "edge", "cloud")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True, slots=True)
