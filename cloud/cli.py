@@ -103,6 +103,7 @@ def _print_event(ev: Any, as_json: bool) -> None:
             f"{ev.event_id}\t{ev.capture_ns}\t{ev.camera_id}\t{ev.label}\t"
             f"{ev.score:.3f}\t{ev.edge_id}/{ev.crop_id}"
             + (f"\ttrack {ev.track_id} x{ev.track_events}" if ev.track_id else "")
+            + (f"\tmodel v{ev.model_version}" if ev.HasField("model_version") else "")
         )
 
 

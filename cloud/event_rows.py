@@ -12,12 +12,19 @@ from .store import EventQuery, PageKey
 
 COLUMNS = (
     "event_id, edge_id, crop_id, camera_id, sequence, capture_ns, stored_ns, label, score, "
-    "detection, track_id"
+    "detection, track_id, model_version"
 )
 INSERT_COLUMNS = (
     "edge_id, crop_id, camera_id, sequence, capture_ns, time_ns, stored_ns, label, score, "
-    "detection, track_id"
+    "detection, track_id, model_version"
 )
+
+
+def placeholders(ph: str) -> str:
+    """The VALUES list of an insert of INSERT_COLUMNS with placeholder `ph`."""
+    return ", ".join([ph] * len(INSERT_COLUMNS.split(",")))
+
+
 _U64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
 
@@ -45,6 +52,7 @@ def event_from_row(row: tuple[Any, ...]) -> analytics_pb2.Event:
         score,
         det,
         track,
+        version,
     ) = row
     ev = analytics_pb2.Event(
         event_id=int(event_id),
@@ -60,6 +68,8 @@ def event_from_row(row: tuple[Any, ...]) -> analytics_pb2.Event:
     )
     if det:
         ev.edge_detection.ParseFromString(bytes(det))
+    if version is not None:  # NULL: stored before the classifier's version was recorded
+        ev.model_version = int(version)
     return ev
 
 
@@ -78,6 +88,7 @@ def insert_row(ev: analytics_pb2.Event) -> tuple[Any, ...]:
         ev.score,
         ev.edge_detection.SerializeToString() if ev.HasField("edge_detection") else b"",
         _signed(ev.track_id),
+        ev.model_version if ev.HasField("model_version") else None,
     )
 
 

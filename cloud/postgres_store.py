@@ -27,6 +27,7 @@ from .event_rows import (
     event_from_row,
     insert_row,
     page,
+    placeholders,
     query_sql,
     stored_event,
 )
@@ -72,12 +73,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE events ADD COLUMN track_id BIGINT NOT NULL DEFAULT 0",
         "CREATE INDEX events_track ON events (edge_id, camera_id, track_id, time_ns)",
     ),
+    # 3: the repository version of the classifier that labelled the event; NULL for events
+    # stored before (their version is not known).
+    ("ALTER TABLE events ADD COLUMN model_version BIGINT",),
 )
 # pg_advisory_xact_lock key that serialises migrations of replicas starting together.
 _MIGRATION_LOCK = 0x5354524154414556  # "STRATAEV"
 
 _INSERT = (
-    f"INSERT INTO events ({INSERT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    f"INSERT INTO events ({INSERT_COLUMNS}) VALUES ({placeholders('%s')}) "
     "ON CONFLICT (edge_id, crop_id) DO NOTHING RETURNING event_id"
 )
 _FIND = f"SELECT {COLUMNS} FROM events WHERE edge_id = %s AND crop_id = %s"

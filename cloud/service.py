@@ -313,6 +313,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             score=top[0].score,
             crop_id=crop.crop_id,
             track_id=crop.track_id or crop.detection.track_id,
+            model_version=version,
         )
         try:
             sfut = self.store.submit(event)

@@ -18,6 +18,7 @@ from .event_rows import (
     event_from_row,
     insert_row,
     page,
+    placeholders,
     query_sql,
     stored_event,
 )
@@ -61,10 +62,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE events ADD COLUMN track_id INTEGER NOT NULL DEFAULT 0",
         "CREATE INDEX events_track ON events (edge_id, camera_id, track_id, time_ns)",
     ),
+    # 3: the repository version of the classifier that labelled the event; NULL for events
+    # stored before (their version is not known).
+    ("ALTER TABLE events ADD COLUMN model_version INTEGER",),
 )
 
 _INSERT = (
-    f"INSERT INTO events ({INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO events ({INSERT_COLUMNS}) VALUES ({placeholders('?')}) "
     "ON CONFLICT (edge_id, crop_id) DO NOTHING RETURNING event_id"
 )
 _FIND = f"SELECT {COLUMNS} FROM events WHERE edge_id = ? AND crop_id = ?"

@@ -118,7 +118,7 @@ class ClassifyResponse(_message.Message):
     def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., model: _Optional[str] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "edge_id", "camera_id", "sequence", "capture_ns", "edge_detection", "label", "score", "stored_ns", "crop_id", "track_id", "track_events")
+    __slots__ = ("event_id", "edge_id", "camera_id", "sequence", "capture_ns", "edge_detection", "label", "score", "stored_ns", "crop_id", "track_id", "track_events", "model_version")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     EDGE_ID_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +131,7 @@ class Event(_message.Message):
     CROP_ID_FIELD_NUMBER: _ClassVar[int]
     TRACK_ID_FIELD_NUMBER: _ClassVar[int]
     TRACK_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     event_id: int
     edge_id: str
     camera_id: str
@@ -143,7 +144,8 @@ class Event(_message.Message):
     crop_id: str
     track_id: int
     track_events: int
-    def __init__(self, event_id: _Optional[int] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., stored_ns: _Optional[int] = ..., crop_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_events: _Optional[int] = ...) -> None: ...
+    model_version: int
+    def __init__(self, event_id: _Optional[int] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., stored_ns: _Optional[int] = ..., crop_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_events: _Optional[int] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class QueryEventsRequest(_message.Message):
     __slots__ = ("version", "camera_id", "start_ns", "end_ns", "label", "page_size", "page_token", "group_by_track")

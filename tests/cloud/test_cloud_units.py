@@ -182,10 +182,61 @@ def test_schema_1_store_migrates_to_track_ids(tmp_path: Path) -> None:
     assert store.find("e", "new").track_id == 2**63  # type: ignore[union-attr]
     store.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
     indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert "events_track" in indexes
     conn.close()
+
+
+def test_schema_2_store_migrates_to_model_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An existing file gains a nullable column: old events have no version, new ones do."""
+    from strata.cloud.sqlite_store import MIGRATIONS
+
+    path = tmp_path / "v2.sqlite"
+    conn = sqlite3.connect(path)
+    for statement in (*MIGRATIONS[0], *MIGRATIONS[1]):
+        conn.execute(statement)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version VALUES (2)")
+    conn.execute(
+        "INSERT INTO events (edge_id, crop_id, camera_id, sequence, capture_ns, time_ns, "
+        "stored_ns, label, score, detection, track_id) "
+        "VALUES ('e', 'old', 'cam', 1, 5, 5, 5, 'car', 0.5, '', 3)"
+    )
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(CloudStoreConfig(path=str(path), write_delay_ms=1.0), CloudMetrics())
+    store.start()
+    try:
+        for crop, version in (("v0", 0), ("v7", 7), ("v-max", 2**32 - 1)):
+            ev = analytics_pb2.Event(
+                edge_id="e", crop_id=crop, camera_id="cam", capture_ns=6, label="car",
+                model_version=version,
+            )  # fmt: skip
+            assert store.submit(ev).result(10).event.model_version == version
+        old = store.find("e", "old")
+        assert old is not None and not old.HasField("model_version") and old.track_id == 3
+        found = store.find("e", "v0")
+        assert found is not None and found.HasField("model_version") and found.model_version == 0
+        page, _ = store.query(EventQuery(camera_id="cam"), None, 10)
+        got = {e.crop_id: (e.model_version if e.HasField("model_version") else None) for e in page}
+        assert got == {"old": None, "v0": 0, "v7": 7, "v-max": 2**32 - 1}
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+    rows = conn.execute("SELECT crop_id, model_version FROM events ORDER BY event_id").fetchall()
+    assert rows == [("old", None), ("v0", 0), ("v7", 7), ("v-max", 2**32 - 1)]
+    conn.close()
+    from strata.tools.cli import main
+
+    assert main(["cloud", "query", "--db", str(path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.rsplit("\t", 1)[-1] for ln in lines] == [
+        "track 3 x0", "model v0", "model v7", f"model v{2**32 - 1}",
+    ]  # fmt: skip
 
 
 def test_query_reads_a_store_file_without_an_endpoint(

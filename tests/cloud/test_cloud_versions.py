@@ -131,6 +131,14 @@ class Flow:
         self.channel.close()
 
 
+def query_all(address: str) -> list[analytics_pb2.Event]:
+    """Every stored event, through QueryEvents (all pages)."""
+    with grpc.insecure_channel(address) as channel:
+        stub = analytics_pb2_grpc.AnalyticsStub(channel)
+        req = analytics_pb2.QueryEventsRequest(version=current_version(), page_size=50)
+        return [e for page in stub.QueryEvents(req, timeout=30) for e in page.events]
+
+
 def test_a_switch_while_crops_flow_answers_every_crop_once(
     repo: ModelRepository, tmp_path: Path
 ) -> None:
@@ -147,9 +155,14 @@ def test_a_switch_while_crops_flow_answers_every_crop_once(
         seen = len(flow.acks)
         assert until(lambda: len(flow.acks) >= seen + 20)  # crops go on, on version 1
         flow.finish()
+        stored = query_all(server.address)
     finally:
         server.stop(0.5)
     assert flow.errors == []
+    # Every stored event records the version that labelled it, as its ack said.
+    acked = {a.crop_id: a.model_version for a in flow.acks}
+    assert {e.crop_id: e.model_version for e in stored} == acked
+    assert all(e.HasField("model_version") for e in stored)
     ids = [a.crop_id for a in flow.acks]
     assert len(ids) == len(set(ids)) == len(flow.sent)
     assert all(a.status == analytics_pb2.CROP_STATUS_STORED for a in flow.acks)

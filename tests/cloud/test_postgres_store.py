@@ -42,6 +42,8 @@ def event(i: int, edge: str = "e", camera: str = "cam") -> analytics_pb2.Event:
         label="car" if i % 2 else "person",
         score=0.5,
         edge_detection=common_pb2.Detection(score=0.25, class_id=i, label="x"),
+        # The classifier's version; every fifth unknown (stored before it was recorded).
+        model_version=None if i % 5 == 0 else i % 3,
     )
 
 
@@ -83,6 +85,8 @@ def exercise(store: EventStore) -> list[tuple[str, bool, int]]:
     paged = all_pages(store, EventQuery(camera_id="cam"), 10)
     assert [e.crop_id for e in paged] == [f"c{i}" for i in range(25)]
     assert paged[4].edge_detection.class_id == 4
+    versions = [e.model_version if e.HasField("model_version") else None for e in paged]
+    assert versions == [None if i % 5 == 0 else i % 3 for i in range(25)]
     cars, key = store.query(EventQuery(label="car", start_ns=1005, end_ns=1010), None, 100)
     assert key is None and [e.crop_id for e in cars] == ["c5", "c7", "c9"]
     assert store.count() == 25
@@ -264,6 +268,39 @@ def test_newer_schema_is_refused_and_left_alone(pg_url: str) -> None:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [
             (SCHEMA_VERSION + 1,)
         ]
+
+
+def test_schema_2_table_migrates_to_model_versions(pg_url: str) -> None:
+    """An existing table gains a nullable column: old events have no version, new ones do."""
+    with psycopg.connect(pg_url) as conn:
+        for statement in (*PG_MIGRATIONS[0], *PG_MIGRATIONS[1]):
+            conn.execute(statement)
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO schema_version VALUES (2)")
+        conn.execute(
+            "INSERT INTO events (edge_id, crop_id, camera_id, sequence, capture_ns, time_ns, "
+            "stored_ns, label, score, detection, track_id) "
+            "VALUES ('e', 'old', 'cam', 1, 5, 5, 5, 'car', 0.5, '', 3)"
+        )
+    store = open_store(pg_config(pg_url), CloudMetrics())
+    store.start()
+    try:
+        for crop, version in (("v0", 0), ("v-max", 2**32 - 1)):
+            ev = analytics_pb2.Event(
+                edge_id="e", crop_id=crop, camera_id="cam", capture_ns=6, model_version=version
+            )
+            assert store.submit(ev).result(20).event.model_version == version
+        old = store.find("e", "old")
+        assert old is not None and not old.HasField("model_version") and old.track_id == 3
+        page, _ = store.query(EventQuery(camera_id="cam"), None, 10)
+        got = {e.crop_id: (e.model_version if e.HasField("model_version") else None) for e in page}
+        assert got == {"old": None, "v0": 0, "v-max": 2**32 - 1}
+    finally:
+        store.close()
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        rows = conn.execute("SELECT crop_id, model_version FROM events ORDER BY event_id")
+        assert rows.fetchall() == [("old", None), ("v0", 0), ("v-max", 2**32 - 1)]
 
 
 def test_failed_migration_leaves_nothing_half_written(pg_url: str) -> None:
