@@ -117,6 +117,9 @@ def test_killed_server_is_reconnected_and_counted(
         try:
             counts = lambda: CameraCounts.read(agent.metrics.registry, "cam")  # noqa: E731
             assert _until(lambda: counts().decoded >= 30, 10.0), agent.statuses()
+            # A loaded machine can make the first open fail too (the server listens before
+            # its media is ready): that is an outage of its own, logged before this one.
+            logged_before = len(caplog.records)
             server.kill()  # mid-stream, no goodbye
             server.wait(5)
             assert _until(lambda: agent.cameras[0].state == CameraState.RECONNECTING, 5.0)
@@ -132,7 +135,7 @@ def test_killed_server_is_reconnected_and_counted(
         got = sink.received()
     assert max(r.frame_index for r in got) >= before + 20  # frames after the reconnect arrived
     assert CameraCounts.read(agent.metrics.registry, "cam").acked == len(got)
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    errors = [r for r in caplog.records[logged_before:] if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "camera cam:" in errors[0].getMessage()  # one line per outage
 
 
