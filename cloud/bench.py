@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from strata.shared.cli.parser import Parser
+from strata.shared.config.cloud import CloudConfig, CloudModelConfig
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
 
@@ -89,6 +90,7 @@ def _load_bare(args: argparse.Namespace) -> tuple[object, int, str]:
 
     options: dict[str, int | bool] = {"threads": args.threads} if args.threads else {}
     options["spin"] = args.spin
+    options["dynamic_block_base"] = args.dynamic_block_base
     if args.model_path:
         runner = create_runner(args.model_path, "onnxruntime-cpu", **options)
         side = runner.inputs[0].shape[2] or 224
@@ -225,10 +227,11 @@ def _write_config(args: argparse.Namespace, folder: Path, metrics_port: int) -> 
     path.write_text(
         (f"models:\n  repository: '{args.repository}'\n" if args.repository else "")
         + "logging:\n  level: WARNING\n"
-        + "cloud:\n  workers: 48\n  model:\n"
+        + f"cloud:\n  workers: 48\n  serving_nice: {args.serving_nice}\n  model:\n"
         + model_yaml
         + (f"    threads: {args.threads}\n" if args.threads else "")
         + f"    spin: {str(args.spin).lower()}\n"
+        + f"    dynamic_block_base: {args.dynamic_block_base}\n"
         + f"  max_watchers: {max(16, args.idle_streams)}\n"
         + f"  batcher:\n    max_batch: {args.max_batch}\n"
         + f"    adaptive_close: {str(not args.no_adaptive_close).lower()}\n"
@@ -422,6 +425,8 @@ def _document(
             "max_queue_delay_ms": args.max_queue_delay_ms,
             "threads": args.threads,
             "spin": args.spin,
+            "dynamic_block_base": args.dynamic_block_base,
+            "serving_nice": args.serving_nice,
             "crop": f"{args.crop_width}x{args.crop_height} JPEG",
             "rounds": args.rounds,
             "warmup_s": args.warmup,
@@ -451,6 +456,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads")
     p.add_argument(
         "--spin", action="store_true", help="let idle ONNX Runtime threads spin (both sides)"
+    )
+    p.add_argument(
+        "--dynamic-block-base",
+        type=int,
+        default=CloudModelConfig().dynamic_block_base,
+        help="cloud.model.dynamic_block_base (both sides); default: the config's",
+    )
+    p.add_argument(
+        "--serving-nice",
+        type=int,
+        default=CloudConfig().serving_nice,
+        help="cloud.serving_nice of the server; default: the config's",
     )
     p.add_argument(
         "--concurrency",

@@ -160,6 +160,7 @@ def runner_options(cfg: CloudModelConfig, max_batch: int) -> dict[str, int | boo
     options: dict[str, int | bool] = {"threads": cfg.threads} if cfg.threads else {}
     if cfg.backend == "onnxruntime-cpu":
         options["spin"] = cfg.spin
+        options["dynamic_block_base"] = cfg.dynamic_block_base
     else:
         options["max_batch"] = max_batch
         options["input_size"] = cfg.input_size

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -104,9 +105,7 @@ class CloudServer:
             self.executor,
         )
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="cloud-grpc", daemon=True
-        )
+        self._thread = threading.Thread(target=self._serve_loop, name="cloud-grpc", daemon=True)
         self._thread.start()
         self.health = health.aio.HealthServicer()
         try:
@@ -158,6 +157,20 @@ class CloudServer:
         if not port:
             raise SecurityError(f"cannot bind {cfg.listen} (in use, or not a local address)")
         return int(port)
+
+    def _serve_loop(self) -> None:
+        """The event loop thread. At `serving_nice` it, and every thread it starts (gRPC's,
+        the executor's), yields the CPU to the model's threads (nice 0): on a saturated CPU
+        a request's network and decode work then fills the model's pauses instead of
+        preempting one of its threads while the others wait for it at the op's end."""
+        if self.cfg.serving_nice:
+            tid = threading.get_native_id()
+            try:  # on Linux PRIO_PROCESS with a thread id sets that thread alone
+                nice = os.getpriority(os.PRIO_PROCESS, tid) + self.cfg.serving_nice
+                os.setpriority(os.PRIO_PROCESS, tid, min(nice, 19))
+            except OSError as exc:
+                log.warning("cannot lower the serving threads' priority: %s", exc)
+        self._loop.run_forever()
 
     def _end_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

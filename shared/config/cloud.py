@@ -48,6 +48,12 @@ class CloudModelConfig(StrictModel):
         False,
         description="Let idle ONNX Runtime CPU threads spin (lower latency, burns idle CPU).",
     )
+    dynamic_block_base: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="ONNX Runtime CPU session.dynamic_block_base: shrinking work blocks; 0: off.",
+    )
     input_size: int = Field(
         224, ge=8, le=4096, description="Input side when `path`'s spatial axes are dynamic."
     )
@@ -187,6 +193,12 @@ class CloudConfig(StrictModel):
         8,
         ge=2,
         description="Threads for blocking work (store reads, large decodes); streams hold none.",
+    )
+    serving_nice: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description="Added to the nice value of the gRPC and decode threads: the model's go first.",
     )
     max_watchers: int = Field(16, ge=0, description="Concurrent WatchEvents streams.")
     watch_queue: int = Field(

@@ -38,6 +38,7 @@ class OnnxRuntimeRunner:
         threads: int = 0,
         providers: list[str | tuple[str, dict[str, str]]] | None = None,
         spin: bool = True,
+        dynamic_block_base: int = 0,
     ) -> None:
         import onnxruntime as ort
 
@@ -54,6 +55,11 @@ class OnnxRuntimeRunner:
             # requests gives those cycles to its network and decode threads.
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        if dynamic_block_base > 0:
+            # Parallel loops hand out shrinking blocks instead of one fixed share per
+            # thread, so a pool thread preempted by other work stalls the op less (no
+            # gain measured on the 2-core cloud bench: docs/benchmarks.md).
+            opts.add_session_config_entry("session.dynamic_block_base", str(dynamic_block_base))
         try:
             self.session = ort.InferenceSession(
                 str(path), opts, providers=providers or ["CPUExecutionProvider"]
