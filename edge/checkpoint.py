@@ -16,6 +16,12 @@ What a restarted node, or the peer taking over its cameras, needs to carry on:
   the queue; a peer taking over drains a failed edge's spool into its own uplink);
 - the model version serving, and parts other modules register (`Checkpointer.register`).
 
+A peer that restores a failed edge's checkpoint for some cameras marks them handed over:
+`<checkpoint>.handed-over.<peer id>` beside it, naming the checkpoint (its write time) and
+the cameras. When the failed edge restarts from that same checkpoint it leaves those
+cameras' counters to the peer (which carries them on), so a fleet-wide sum does not count
+them twice; its first checkpoint after that no longer holds them, and the markers go.
+
 The file is JSON: {"sha256": hex of the body, "body": {...}}, written beside and renamed
 after an fsync, so a crash mid-write leaves the previous checkpoint. A file that does not
 parse, fails its checksum, or carries another format version is logged on one clear line
@@ -110,6 +116,17 @@ class CheckpointBody(StrictModel):
     counters: list[CounterCheckpoint] = Field(default_factory=list)
     uplink: UplinkCheckpoint = Field(default_factory=UplinkCheckpoint)
     parts: dict[str, Any] = Field(default_factory=dict)
+
+
+class Handover(StrictModel):
+    """Cameras whose state `taken_by` restored from `edge_id`'s checkpoint written at
+    `checkpoint_written_unix` (the file beside that checkpoint; see the module docstring)."""
+
+    format: Literal["strata-edge-handover"] = "strata-edge-handover"
+    edge_id: str
+    checkpoint_written_unix: float
+    taken_by: str
+    cameras: list[str] = Field(default_factory=list)
 
 
 class CheckpointPart(Protocol):
@@ -260,6 +277,21 @@ def journal_path(checkpoint: Path) -> Path:
     return checkpoint.with_name(checkpoint.name + ".journal")
 
 
+def handover_path(checkpoint: Path, taken_by: str) -> Path:
+    """The marker of the cameras `taken_by` took over from this checkpoint."""
+    return checkpoint.with_name(f"{checkpoint.name}.handed-over.{path_component(taken_by)}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    # A leading dot: a half-written marker never matches the markers' glob.
+    tmp = path.with_name(f".{path.name}.part")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
 class Checkpointer:
     """Builds, writes and restores the node's checkpoint, keeps its settle journal, and
     reads peers' (see the module docstring)."""
@@ -281,6 +313,11 @@ class Checkpointer:
         self.journal: SettleJournal | None = None
         # Peers' parsed checkpoint and journal, by edge id, with the files' (mtime, size).
         self._peers: dict[str, tuple[Any, CheckpointBody, JournalRead]] = {}
+        # Cameras this node took over, by peer: (the peer checkpoint's write time, cameras).
+        self._handed: dict[str, tuple[float, set[str]]] = {}
+        # Markers of cameras taken from the checkpoint this node started from: removed once
+        # a checkpoint of its own (without those cameras' counters) is written.
+        self._consumed: list[Path] = []
 
     def register(self, part: CheckpointPart) -> bool:
         """Keep `part` in every checkpoint from now on; restores it at once from the
@@ -352,6 +389,7 @@ class Checkpointer:
                 body.edge_id,
                 self.edge_id,
             )
+        body = self._without_handed_over(body)
         journal = read_journal(jpath) if self.cfg.journal else JournalRead([], 0, 0)
         if journal.bad_lines:
             log.warning("journal %s: %d unreadable line(s) skipped", jpath, journal.bad_lines)
@@ -359,6 +397,67 @@ class Checkpointer:
         self.metrics.age.set(body.written_unix)
         self._restored_parts = dict(body.parts)
         return body, journal.streams
+
+    def _without_handed_over(self, body: CheckpointBody) -> CheckpointBody:
+        """`body` less the counters of cameras peers took over from this very checkpoint
+        (they carry them on); markers of an older checkpoint are stale and just go."""
+        assert self.path is not None
+        cameras: dict[str, list[str]] = {}
+        for marker in sorted(self.path.parent.glob(f"{self.path.name}.handed-over.*")):
+            self._consumed.append(marker)
+            try:
+                h = Handover.model_validate_json(marker.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValidationError) as exc:
+                log.error("handover marker %s not used (%s)", marker, type(exc).__name__)
+                continue
+            if h.edge_id != body.edge_id or h.checkpoint_written_unix != body.written_unix:
+                log.info("handover marker %s is of another checkpoint: ignored", marker)
+                continue
+            cameras[h.taken_by] = h.cameras
+        gone = {c for cams in cameras.values() for c in cams}
+        if not gone:
+            return body
+        kept = [c for c in body.counters if c.labels.get("camera") not in gone]
+        log.warning(
+            "checkpoint %s: camera(s) %s were taken over from it by %s: their %d counter "
+            "series stay with the edge(s) that carry them on, not restored here",
+            self.path,
+            ", ".join(sorted(gone)),
+            ", ".join(sorted(cameras)),
+            len(body.counters) - len(kept),
+        )
+        return body.model_copy(update={"counters": kept})
+
+    def mark_handed_over(self, peer: str, written_unix: float, camera: str) -> None:
+        """Mark `camera` as taken over from `peer`'s checkpoint written at `written_unix`
+        (a marker beside it), so that `peer` does not restore its counters again when it
+        restarts from that checkpoint. A marker that cannot be written is logged."""
+        if not self.cfg.dir or not written_unix:
+            return
+        at, cameras = self._handed.get(peer, (written_unix, set()))
+        if at != written_unix:  # the peer wrote a newer checkpoint since: a new marker
+            cameras = set()
+        cameras.add(camera)
+        self._handed[peer] = (written_unix, cameras)
+        marker = Handover(
+            edge_id=peer,
+            checkpoint_written_unix=written_unix,
+            taken_by=self.edge_id,
+            cameras=sorted(cameras),
+        )
+        peer_path = Path(self.cfg.dir) / f"{path_component(peer)}.checkpoint.json"
+        path = handover_path(peer_path, self.edge_id)
+        try:
+            _write_atomic(path, marker.model_dump_json())
+        except OSError as exc:
+            log.error(
+                "cannot mark camera %s handed over at %s (%s): if edge %s restarts from that "
+                "checkpoint it counts the camera's frames again",
+                camera,
+                path,
+                exc.strerror or exc,
+                peer,
+            )
 
     def _empty_body(self) -> CheckpointBody:
         return CheckpointBody(version=VERSION, edge_id=self.edge_id, written_unix=time.time())
@@ -426,6 +525,12 @@ class Checkpointer:
             return False
         if self.journal is not None:
             self.journal.reset()
+        for marker in self._consumed:  # this checkpoint supersedes the one they mark
+            try:
+                marker.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("handover marker %s not removed: %s", marker, exc.strerror or exc)
+        self._consumed = []
         self.metrics.written.inc()
         self.metrics.age.set(body.written_unix)
         return True

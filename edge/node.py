@@ -387,6 +387,8 @@ class EdgeNode:
         frames = self.delivery.ledger.restore(state.streams)
         trackers = self._restore_trackers([t for t in state.body.trackers if t.camera_id == camera])
         series = restore_counters(self._counters(), state.body.counters, {camera})
+        # Its counters are carried on here now: the peer must not restore them again.
+        self.checkpointer.mark_handed_over(peer, state.body.written_unix, camera)
         m.taken_over.labels("checkpoint").inc()
         m.taken_over_frames.inc(frames)
         log.warning(

@@ -16,10 +16,19 @@ from typing import Any
 
 import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
-from strata.edge.checkpoint import read
+from prometheus_client import CollectorRegistry
+from strata.edge.checkpoint import (
+    VERSION,
+    CheckpointBody,
+    Checkpointer,
+    CheckpointMetrics,
+    CounterCheckpoint,
+    read,
+    write,
+)
 from strata.edge.journal import read_journal
 from strata.edge.node import EdgeNode
-from strata.shared.config.edge import EdgeConfig
+from strata.shared.config.edge import CheckpointConfig, EdgeConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.loopback import free_port
 from strata.shared.metrics import sample
@@ -244,3 +253,45 @@ def test_registered_parts_travel_in_the_checkpoint(colour_model: Path, tmp_path:
     broken.name = "broken"
     again.checkpointer._restored_parts["broken"] = {"no": "n"}
     assert not again.checkpointer.register(broken) and broken.n == 0
+
+
+def test_handover_markers_keep_moved_cameras_counters_off_a_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The peer's marker of the same checkpoint drops those cameras' counters from the
+    restore; a marker of an older checkpoint or a corrupt one is ignored; a checkpoint
+    written afterwards removes them."""
+    cfg = CheckpointConfig(dir=str(tmp_path), journal=False)
+    counters = [
+        CounterCheckpoint(name="strata_edge_camera_frames", labels={"camera": c}, value=v)
+        for c, v in (("x", 20.0), ("y", 7.0), ("z", 3.0))
+    ] + [CounterCheckpoint(name="strata_edge_frames", labels={"status": "accepted"}, value=30.0)]
+    body = CheckpointBody(version=VERSION, edge_id="a", written_unix=1234.5, counters=counters)
+    write(tmp_path / "a.checkpoint.json", body)
+
+    def node(edge: str) -> Checkpointer:
+        return Checkpointer(cfg, edge, lambda: body, CheckpointMetrics(CollectorRegistry()))
+
+    # b took x and y from this checkpoint (two takeovers: one marker, rewritten), c took z
+    # from an older one; d's marker is garbage.
+    b, c = node("b"), node("c")
+    b.mark_handed_over("a", 1234.5, "x")
+    b.mark_handed_over("a", 1234.5, "y")
+    c.mark_handed_over("a", 1000.0, "z")
+    (tmp_path / "a.checkpoint.json.handed-over.d").write_text("{not json")
+    marker_b = tmp_path / "a.checkpoint.json.handed-over.b"
+    assert json.loads(marker_b.read_text())["cameras"] == ["x", "y"]
+    assert not list(tmp_path.glob(".*part"))
+
+    a = node("a")
+    loaded = a.load()
+    assert loaded is not None
+    kept = {(s.name, s.labels.get("camera", "")) for s in loaded[0].counters}
+    assert kept == {("strata_edge_camera_frames", "z"), ("strata_edge_frames", "")}
+    assert any("x, y were taken over from it by b" in r.getMessage() for r in caplog.records)
+    assert any("handover marker" in r.getMessage() for r in caplog.records)  # d's
+    # A crash before its own next checkpoint restores the same way (markers still there).
+    again = node("a").load()
+    assert again is not None and len(again[0].counters) == 2
+    assert a.save()
+    assert not list(tmp_path.glob("a.checkpoint.json.handed-over.*"))

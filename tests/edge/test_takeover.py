@@ -10,6 +10,7 @@ published. A corrupt peer checkpoint: one clear line, the camera starts clean.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import urllib.request
@@ -49,6 +50,14 @@ def scrape(port: int, name: str, **labels: str) -> float:
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
                 total += s.value
     return total
+
+
+def scraped(port: int, name: str) -> float | None:
+    """`scrape`, or None while nothing answers on the port (a daemon starting)."""
+    try:
+        return scrape(port, name)
+    except OSError:
+        return None
 
 
 def final_acks(agent: RawAgent, n: int, timeout_s: float = 20.0) -> dict[int, int]:
@@ -132,11 +141,29 @@ def test_the_survivor_restores_a_killed_edges_checkpoint_for_its_camera(
         # Its per-camera counter continues from a's (20 published there, 5 here).
         assert scrape(mb, "strata_edge_camera_frames_total", camera="cam") >= 25
         assert scrape(mb, "strata_edge_frames_total", status="duplicate") == 6
+
+        # b marked the camera handed over, beside a's checkpoint it restored it from.
+        marker = shared / "edge-a.checkpoint.json.handed-over.edge-b"
+        assert json.loads(marker.read_text())["cameras"] == ["cam"]
+        # a restarts from the same checkpoint: its own counters come back, the moved
+        # camera's stay with b (counted once across the fleet: 25, all on b).
+        a.start()
+        ma = ports["a"]
+        assert wait_until(lambda: scraped(ma, "strata_edge_checkpoint_restored") == 1, 30)
+        assert scrape(ma, "strata_edge_camera_frames_total", camera="cam") == 0
+        assert scrape(ma, "strata_edge_frames_total", status="accepted") >= 20
+        # Its next checkpoint holds no counter of that camera, and the marker is gone.
+        assert wait_until(lambda: not marker.exists(), 10)
+        body = json.loads((shared / "edge-a.checkpoint.json").read_text())["body"]
+        assert not [c for c in body["counters"] if c["labels"].get("camera") == "cam"]
+        assert any(c["name"] == "strata_edge_frames" for c in body["counters"])
     finally:
         for e in edges.values():
             e.stop()
     log_b = edges["b"].log.read_text()
     assert re.search(r"camera cam moved here from edge edge-a: restored its checkpoint", log_b)
+    log_a = edges["a"].log.read_text()
+    assert re.search(r"camera\(s\) cam were taken over from it by edge-b", log_a)
 
 
 def test_a_corrupt_peer_checkpoint_is_logged_and_the_camera_starts_clean(
