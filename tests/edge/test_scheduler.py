@@ -77,7 +77,10 @@ def test_a_real_node_runs_the_learned_policy_and_saves_its_table(
             "listen": "tcp://127.0.0.1:0",
             "publish": "tcp://127.0.0.1:0",
             "model": {"input_size": MODEL_SIZE},
-            "batching": {"max_batch": 4, "queue_per_camera": 64},
+            "batching": {"max_batch": 4, "queue_per_camera": 64, "delay_target_ms": 60000},
+            # Credits for the whole burst: a BUSY answer (credit of 4 under load) would leave
+            # frames unpublished (the agent here does not resend).
+            "flow": {"initial_credits": 64},
             "scheduler": {"policy": "learned", "decide_every_s": 0.1, "q_table": str(q)},
         }
     )
