@@ -176,18 +176,24 @@ def restore_counters(
     return n
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    # Beside, fsync, rename: a crash mid-write leaves the previous file. A leading dot:
+    # a half-written file never matches a glob of checkpoints or markers.
+    tmp = path.with_name(f".{path.name}.part")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
 def write(path: Path, body: CheckpointBody) -> None:
     """Write atomically: beside, fsync, rename."""
     data = body.model_dump(mode="json")
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     doc = json.dumps({"sha256": hashlib.sha256(text.encode()).hexdigest(), "body": data})
-    tmp = path.with_name(path.name + ".part")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(doc)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    _write_atomic(path, doc)
 
 
 def read(path: Path) -> CheckpointBody:
@@ -280,16 +286,6 @@ def journal_path(checkpoint: Path) -> Path:
 def handover_path(checkpoint: Path, taken_by: str) -> Path:
     """The marker of the cameras `taken_by` took over from this checkpoint."""
     return checkpoint.with_name(f"{checkpoint.name}.handed-over.{path_component(taken_by)}")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    # A leading dot: a half-written marker never matches the markers' glob.
-    tmp = path.with_name(f".{path.name}.part")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
 
 
 class Checkpointer:
