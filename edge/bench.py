@@ -61,9 +61,8 @@ class Bare:
     """The back end alone, fed preprocessed batches back to back; slots kept busy on GPU."""
 
     def __init__(self, model: Path, cfg: EdgeConfig, batch: int, image: np.ndarray) -> None:
+        from strata.edge.inference.detector import open_staged
         from strata.shared.vision import LetterboxWriter
-
-        from .detector import open_staged
 
         self.batch = batch
         self.runner = open_staged(model, cfg, batch)
@@ -130,8 +129,7 @@ class NodeHarness:
         inflight: int,
     ) -> None:
         import zmq
-
-        from .node import EdgeNode
+        from strata.edge.node import EdgeNode
 
         self.node = EdgeNode(cfg, model)
         ep = self.node.start()
@@ -434,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.batch, args.frames, args.rounds = "1,2", 6, 1
 
-    from .cli import resolve_model
+    from strata.edge.cli import resolve_model
 
     model = (
         Path(args.model)

@@ -62,12 +62,11 @@ def run(args: argparse.Namespace) -> int:
         }
     )
     cfg = load_or_exit(args, overrides, "edge")
+    from strata.edge.node import EdgeNode
+    from strata.edge.uplink.spool import SpoolError
+    from strata.edge.uplink.stream import UplinkSetupError
     from strata.shared.metrics import serve_metrics
     from strata.shared.runtime import ModelLoadError
-
-    from .node import EdgeNode
-    from .spool import SpoolError
-    from .uplink import UplinkSetupError
 
     edge = cfg.edge
     try:

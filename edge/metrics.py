@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from strata.edge.overload.gpu import DegradationMetrics
 from strata.shared.metrics import BATCH_BUCKETS, LATENCY_BUCKETS
 from strata.shared.runtime.pool import PoolCollector
-
-from .degradation import DegradationMetrics
 
 # Breaker state gauge values.
 BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = 0, 1, 2

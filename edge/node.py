@@ -4,7 +4,7 @@ ZeroMQ sockets are not thread-safe, so each belongs to one thread: the ROUTER to
 the PUB to the worker. Frames cross from ingest to the worker through the per-camera
 queues; final acks cross back through an inproc PUSH/PULL pair, so only the ingest thread
 ever writes to the ROUTER. A frame's final ack (PROCESSED) leaves only after its result
-was published (see strata.edge.delivery for the whole ack lifecycle).
+was published (see strata.edge.flow.delivery for the whole ack lifecycle).
 """
 
 from __future__ import annotations
@@ -23,6 +23,41 @@ from typing import Any
 
 import numpy as np
 from prometheus_client import Counter
+from strata.edge.flow.delivery import PROCESSED, QUEUED, REJECTED, SHED, Delivery
+from strata.edge.flow.ledger import SettledStream
+from strata.edge.flow.queues import CameraQueues
+from strata.edge.inference.decode import FrameDecoder
+from strata.edge.inference.detector import Detector, InFlight, model_labels, open_staged
+from strata.edge.inference.scheduler import (
+    DecisionClock,
+    SchedulerMetrics,
+    SchedulerWindow,
+    make_policy,
+    save_policy,
+)
+from strata.edge.inference.versions import LoadedVersion, ModelSwitcher, VersionMetrics, version_of
+from strata.edge.ingest.frames import DecodedFrame, QueuedFrame
+from strata.edge.ingest.intake import Ingest
+from strata.edge.ingest.peers import PeerMonitor
+from strata.edge.metrics import EdgeMetrics
+from strata.edge.overload.gpu import DegradationController
+from strata.edge.publish.crops import CropSelector
+from strata.edge.state.checkpoint import VERSION as CHECKPOINT_VERSION
+from strata.edge.state.checkpoint import (
+    CheckpointBody,
+    Checkpointer,
+    CheckpointMetrics,
+    PeerCheckpointError,
+    StreamCheckpoint,
+    TrackerCheckpoint,
+    UplinkCheckpoint,
+    counter_values,
+    restore_counters,
+)
+from strata.edge.tracking.answers import Answer
+from strata.edge.tracking.cascade import EdgeCascade
+from strata.edge.tracking.tracker import TrackedBoxes
+from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import current_version, frame_pb2
 from strata.shared.curve import serve_curve
@@ -34,42 +69,6 @@ from strata.shared.runtime.pool import report_leaks
 from strata.shared.runtime.staging import StagedRunner
 from strata.shared.vision import FrameBoxes
 from strata.shared.wire import detections_topic, heartbeat_of
-
-from .answers import Answer
-from .cascade import EdgeCascade
-from .checkpoint import VERSION as CHECKPOINT_VERSION
-from .checkpoint import (
-    CheckpointBody,
-    Checkpointer,
-    CheckpointMetrics,
-    PeerCheckpointError,
-    StreamCheckpoint,
-    TrackerCheckpoint,
-    UplinkCheckpoint,
-    counter_values,
-    restore_counters,
-)
-from .crops import CropSelector
-from .decode import FrameDecoder
-from .degradation import DegradationController
-from .delivery import PROCESSED, QUEUED, REJECTED, SHED, Delivery
-from .detector import Detector, InFlight, model_labels, open_staged
-from .frames import DecodedFrame, QueuedFrame
-from .ingest import Ingest
-from .ledger import SettledStream
-from .metrics import EdgeMetrics
-from .peers import PeerMonitor
-from .queues import CameraQueues
-from .scheduler import (
-    DecisionClock,
-    SchedulerMetrics,
-    SchedulerWindow,
-    make_policy,
-    save_policy,
-)
-from .tracking import TrackedBoxes
-from .uplink import Uplink
-from .versions import LoadedVersion, ModelSwitcher, VersionMetrics, version_of
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +214,7 @@ class EdgeNode:
         self.crops = (
             CropSelector(cfg.crops, labels, cfg.edge_id) if self.uplink is not None else None
         )
-        # Run-time version switches of a repository model (edge/versions.py).
+        # Run-time version switches of a repository model (edge/inference/versions.py).
         self.model_version = 0
         self.switcher: ModelSwitcher | None = None
         if repository is not None:
@@ -229,7 +228,7 @@ class EdgeNode:
                 self._build_version,
                 VersionMetrics(self.metrics.registry),
             )
-        # Checkpoints of edge state (edge/checkpoint.py), restored before the threads start.
+        # Checkpoints of edge state (edge/state/checkpoint.py), restored before the threads start.
         self.checkpointer = Checkpointer(
             cfg.checkpoint,
             cfg.edge_id,

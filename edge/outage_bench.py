@@ -29,6 +29,8 @@ from typing import Any
 
 import grpc
 import numpy as np
+from strata.edge.metrics import EdgeMetrics
+from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import UplinkConfig
 from strata.shared.contracts import (
     analytics_pb2,
@@ -39,9 +41,6 @@ from strata.shared.contracts import (
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
 from strata.shared.metrics import sample
-
-from .metrics import EdgeMetrics
-from .uplink import Uplink
 
 
 class _AckingCloud(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[misc]

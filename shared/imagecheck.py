@@ -125,7 +125,7 @@ def check_image(
         return width, height
     if encoding == common_pb2.ENCODING_H264:
         # An access unit's size is in its SPS; the decoder checks it against the header
-        # when it decodes (strata.edge.h264), so only the header's claim is checked here.
+        # when it decodes (strata.edge.inference.h264), so only the header's claim is checked here.
         limits.check(width, height)
         return width, height
     raise InvalidImageError("bad_encoding", f"unsupported image encoding {encoding}")

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from strata.edge.scheduler import (
+from strata.edge.inference.scheduler import (
     BatchPolicy,
     QLearningPolicy,
     RulePolicy,

@@ -79,7 +79,7 @@ class ChildArgs:
 
 def _child(a: ChildArgs) -> dict[str, float]:
     """One measurement in this (fresh) process."""
-    from strata.edge.standby import StandbyModel
+    from strata.edge.inference.standby import StandbyModel
     from strata.shared.config.edge import EdgeConfig
     from strata.shared.runtime import create_runner  # noqa: F401  (imports before the clock)
     from strata.shared.runtime.staging import HostStagedRunner  # noqa: F401

@@ -78,7 +78,7 @@ class BatchingConfig(StrictModel):
 
 
 class ModelVersionsConfig(StrictModel):
-    """Run-time model version switches (edge/versions.py; docs/edge.md).
+    """Run-time model version switches (edge/inference/versions.py; docs/edge.md).
 
     When the detector comes from a repository, the node loads a newer version beside the
     serving one (on SIGHUP, or found by polling), runs a canary on recent frames, and
@@ -102,7 +102,7 @@ class ModelVersionsConfig(StrictModel):
 
 
 class CheckpointConfig(StrictModel):
-    """Checkpoints of edge state (edge/checkpoint.py; docs/edge.md)."""
+    """Checkpoints of edge state (edge/state/checkpoint.py; docs/edge.md)."""
 
     path: str = Field(
         "",
@@ -132,7 +132,7 @@ class CheckpointConfig(StrictModel):
 
 
 class SchedulerConfig(StrictModel):
-    """Who sets the batch limit and max queue delay (edge/scheduler.py, docs/edge.md)."""
+    """Who sets the batch limit and max queue delay (edge/inference/scheduler.py, docs/edge.md)."""
 
     policy: Literal["rule", "learned"] = Field(
         "rule",

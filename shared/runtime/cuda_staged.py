@@ -9,7 +9,7 @@ PyTorch (`torch_cuda.TorchDevice`); back ends implement `_infer` (and `_close_ba
 `_bind_buffers`).
 
 The buffers are a separate step, `allocate()`, which the constructor runs unless told not
-to (`allocate=False`): a standby (edge/standby.py) holds the engine or sessions built and
+to (`allocate=False`): a standby (edge/inference/standby.py) holds the engine or sessions built and
 no slot, no stream of its own and no pinned or device I/O byte, and allocates them when it
 takes over.
 """

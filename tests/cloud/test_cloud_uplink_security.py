@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from cloud_helpers import jpeg, make_config
 from strata.cloud.server import CloudServer
-from strata.edge.breaker import BreakerState
 from strata.edge.metrics import EdgeMetrics
-from strata.edge.uplink import Uplink
+from strata.edge.uplink.breaker import BreakerState
+from strata.edge.uplink.stream import Uplink
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.config.edge import UplinkConfig
 from strata.shared.contracts import analytics_pb2, common_pb2

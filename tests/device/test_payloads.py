@@ -8,7 +8,7 @@ from pathlib import Path
 
 import zmq
 from strata.device.agent import Agent
-from strata.edge.h264 import H264Decoders
+from strata.edge.inference.h264 import H264Decoders
 from strata.shared.config.device import CameraConfig, DeviceConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.wire import make_ack

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from strata.edge.answers import Answers
-from strata.edge.calibration import replay, uniform
+from strata.edge.tracking.answers import Answers
+from strata.edge.tracking.calibration import replay, uniform
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from strata.edge.calibration import Calibration, measure_gaps, uniform
+from strata.edge.tracking.calibration import Calibration, measure_gaps, uniform
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes

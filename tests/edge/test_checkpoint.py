@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from prometheus_client import CollectorRegistry
-from strata.edge.checkpoint import (
+from strata.edge.node import EdgeNode
+from strata.edge.state.checkpoint import (
     VERSION,
     CheckpointBody,
     Checkpointer,
@@ -26,8 +27,7 @@ from strata.edge.checkpoint import (
     read,
     write,
 )
-from strata.edge.journal import read_journal
-from strata.edge.node import EdgeNode
+from strata.edge.state.journal import read_journal
 from strata.shared.config.edge import CheckpointConfig, EdgeConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.loopback import free_port

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from prometheus_client import CollectorRegistry
-from strata.edge.degradation import DegradationController, DegradationMetrics
 from strata.edge.node import EdgeNode
+from strata.edge.overload.gpu import DegradationController, DegradationMetrics
 from strata.shared.config.edge import DegradationConfig, EdgeConfig
 from strata.shared.gpu_telemetry import GpuSample
 from strata.shared.loopback import free_port
@@ -287,7 +287,7 @@ def _dcgm_labels() -> dict[str, str]:
 
 
 def test_the_credit_scale_cuts_a_credit_held_at_the_per_camera_cap() -> None:
-    from strata.edge.credits import CreditGate
+    from strata.edge.flow.credits import CreditGate
     from strata.shared.config.edge import FlowConfig
 
     gate = CreditGate(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strata.edge.breaker import BreakerState, CircuitBreaker
+from strata.edge.uplink.breaker import BreakerState, CircuitBreaker
 
 
 class Clock:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from strata.edge.credits import CapacityMeter, CreditGate
-from strata.edge.ledger import DeliveryLedger, Seen
+from strata.edge.flow.credits import CapacityMeter, CreditGate
+from strata.edge.flow.ledger import DeliveryLedger, Seen
 from strata.shared.config.edge import FlowConfig
 from strata.shared.contracts import frame_pb2
 
@@ -154,7 +154,7 @@ def test_ledger_forgets_the_streams_of_forgotten_cameras_unless_held() -> None:
 
 
 def test_h264_units_after_a_busy_one_wait_for_it_so_resends_arrive_in_order() -> None:
-    from strata.edge.delivery import BUSY, QUEUED, Delivery
+    from strata.edge.flow.delivery import BUSY, QUEUED, Delivery
     from strata.edge.metrics import EdgeMetrics
     from strata.shared.config.edge import EdgeConfig
     from strata.shared.contracts import common_pb2

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from strata.edge.breaker import BreakerState
 from strata.edge.metrics import EdgeMetrics
-from strata.edge.spool import CropSpool
-from strata.edge.uplink import Uplink
+from strata.edge.uplink.breaker import BreakerState
+from strata.edge.uplink.spool import CropSpool
+from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import UplinkConfig
 from strata.shared.contracts import analytics_pb2
 from strata.shared.metrics import sample
@@ -46,7 +46,7 @@ def test_spool_is_fifo_with_a_front_bounded_and_survives_reopening(tmp_path: Pat
     assert ids(got) == ["c000001", "c000002"]
     assert spool.push(crops(8, start=6)) == 1  # 12 would not fit: the oldest goes
     assert len(spool) == 10 and spool.bytes <= 10 * one
-    from strata.edge.spool import SpoolError
+    from strata.edge.uplink.spool import SpoolError
 
     with pytest.raises(SpoolError, match="in use by another edge process"):
         CropSpool(path, max_bytes=10 * one)

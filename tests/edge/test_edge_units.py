@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 import pytest
-from strata.edge.breaker import BreakerState, CircuitBreaker
-from strata.edge.degrade import AdaptiveBatchLimit
-from strata.edge.frames import QueuedFrame
-from strata.edge.queues import CameraQueues
+from strata.edge.flow.queues import CameraQueues
+from strata.edge.ingest.frames import QueuedFrame
+from strata.edge.overload.batch_limit import AdaptiveBatchLimit
+from strata.edge.uplink.breaker import BreakerState, CircuitBreaker
 from strata.shared.contracts import frame_pb2
 
 IMG = np.zeros((2, 2, 3), np.uint8)

@@ -11,9 +11,9 @@ from typing import Any
 
 import grpc
 import pytest
-from strata.edge.breaker import BreakerState
 from strata.edge.metrics import EdgeMetrics
-from strata.edge.uplink import Uplink
+from strata.edge.uplink.breaker import BreakerState
+from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import UplinkConfig
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
 from strata.shared.metrics import sample

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from strata.edge.crops import CropSelector
-from strata.edge.tracking import TrackedBoxes
+from strata.edge.publish.crops import CropSelector
+from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import CropsConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes

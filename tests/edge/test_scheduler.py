@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from strata.edge.inference.scheduler import QLearningPolicy, RulePolicy, WindowStats, reward
 from strata.edge.node import EdgeNode
-from strata.edge.scheduler import QLearningPolicy, RulePolicy, WindowStats, reward
 from strata.shared.config.edge import EdgeConfig, SchedulerConfig
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip

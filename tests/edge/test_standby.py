@@ -17,9 +17,9 @@ import pytest
 from cuda_host_testkit import HostOrtRunner
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from gpu_testkit import GPU_BACKENDS, require
-from strata.edge.detector import open_staged
+from strata.edge.inference.detector import open_staged
+from strata.edge.inference.standby import StandbyModel
 from strata.edge.node import EdgeNode
-from strata.edge.standby import StandbyModel
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.runtime import BACKENDS, ModelLoadError
 from strata.shared.runtime.pool import report_leaks

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
-from strata.edge.journal import SettleJournal, read_journal
-from strata.edge.ledger import DeliveryLedger, SettledRun, SettledStream
+from strata.edge.flow.ledger import DeliveryLedger, SettledRun, SettledStream
 from strata.edge.node import EdgeNode
-from strata.edge.tracking import Tracker
+from strata.edge.state.journal import SettleJournal, read_journal
+from strata.edge.tracking.tracker import Tracker
 from strata.shared.config.edge import EdgeConfig, TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.loopback import free_port

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from strata.edge.tracking import Tracker, centre_distance
+from strata.edge.tracking.tracker import Tracker, centre_distance
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
 

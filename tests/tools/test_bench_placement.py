@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from strata.edge.calibration import uniform
+from strata.edge.tracking.calibration import uniform
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes
 from strata.tools.bench.placement import (

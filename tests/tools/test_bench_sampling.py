@@ -53,7 +53,7 @@ def test_uniform_baseline_and_curve() -> None:
 def test_payload_run_encodes_only_kept_frames_and_detects_in_source_pixels(
     synthetic_mp4: Path,
 ) -> None:
-    from strata.edge.calibration import uniform
+    from strata.edge.tracking.calibration import uniform
     from strata.tools.bench.payloads import detector_for, h264_run, original_boxes
 
     det = detector_for(ROOT / "shared" / "starter_models" / "yolov8n" / "model.onnx", 4)

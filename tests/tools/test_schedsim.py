@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from strata.edge.scheduler import QLearningPolicy
+from strata.edge.inference.scheduler import QLearningPolicy
 from strata.shared.config.edge import SchedulerConfig
 from strata.tools.schedsim import (
     MEASURED_CPU_CURVE,

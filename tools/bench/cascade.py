@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata.edge.calibration import class_boxes, replay
+from strata.edge.tracking.calibration import class_boxes, replay
 from strata.shared.config.base import merge
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision.agreement import Agreement, agreement, propagate, windowed_counting
@@ -249,7 +249,7 @@ CURVE_FRACTIONS = (0.1, 0.15, 0.2, 0.3, 0.4, 0.6)
 def bytes_curve(clip: Path, total: int, fractions: tuple[float, ...]) -> list[tuple[float, float]]:
     """Bytes of an H.264 stream (the agent's encoder, the starter model's 320 input) of
     `fraction` of the frames, evenly spaced, over the clip file's size."""
-    from strata.edge.calibration import uniform
+    from strata.edge.tracking.calibration import uniform
     from strata.tools.bench.payloads import h264_bytes
 
     size = clip.stat().st_size

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 from strata.device.encoder import H264Encoder, fit_size
 from strata.device.frames import Frame
-from strata.edge.detector import Detector, model_labels, open_staged
-from strata.edge.frames import DecodedFrame, QueuedFrame
-from strata.edge.h264 import H264Decoders
+from strata.edge.inference.detector import Detector, model_labels, open_staged
+from strata.edge.inference.h264 import H264Decoders
+from strata.edge.ingest.frames import DecodedFrame, QueuedFrame
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes

@@ -4,7 +4,7 @@ The question behind issue 12's "gate at least 0.05 box F1 above uniform at equal
 kept": how much can any choice of frames gain over keeping every k-th one, with the edge's
 own answering (tracker, interpolation) for the rest? Three placements at the same budget,
 each scored by replaying the reference run (the detector on every frame) through
-`strata.edge.calibration.replay`, exactly as the bench scores uniform sampling:
+`strata.edge.tracking.calibration.replay`, exactly as the bench scores uniform sampling:
 
 - uniform: every k-th frame;
 - track risk (causal, what an edge could feed back to the device): after each kept frame,
@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from strata.edge.answers import Answers, interpolate
-from strata.edge.calibration import class_boxes, replay, uniform
-from strata.edge.tracking import Tracker
+from strata.edge.tracking.answers import Answers, interpolate
+from strata.edge.tracking.calibration import class_boxes, replay, uniform
+from strata.edge.tracking.tracker import Tracker
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes

@@ -2,7 +2,7 @@
 object-level recall, and the frames-kept curve.
 
 All of them start from the reference run (the detector on every frame) and replay a
-kept/dropped pattern through the edge's own answering code (`strata.edge.calibration`),
+kept/dropped pattern through the edge's own answering code (`strata.edge.tracking.calibration`),
 so the baseline gets exactly the tracker the cascade had.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from strata.edge.calibration import class_boxes, replay, uniform
-from strata.edge.tracking import Tracker
+from strata.edge.tracking.calibration import class_boxes, replay, uniform
+from strata.edge.tracking.tracker import Tracker
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
 from strata.shared.vision.agreement import Agreement, agreement

@@ -6,7 +6,7 @@ marker) against the header and the limits, and queues the still-encoded payload.
 is wrong turns into a REJECTED ack with a reason, a counter and a rate-limited log line;
 the node never raises on input.
 
-Whether a checked frame is taken is delivery's call (`precheck`, strata.edge.delivery):
+Whether a checked frame is taken is delivery's call (`precheck`, strata.edge.flow.delivery):
 duplicates are recognised per (sender session, camera, sequence), so a bogus sequence
 concerns only itself. A camera silent for `camera_idle_s` is forgotten, freeing its slot.
 """
@@ -19,13 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from strata.edge.ingest.frames import QueuedFrame
+from strata.edge.metrics import EdgeMetrics
 from strata.shared.contracts import frame_pb2
 from strata.shared.imagecheck import ImageLimits, InvalidImageError, check_image
 from strata.shared.logs import RateLimitedLog
 from strata.shared.wire import MalformedMessage, make_ack, unpack_frame
-
-from .frames import QueuedFrame
-from .metrics import EdgeMetrics
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,8 @@ import importlib
 import logging
 from typing import Any
 
+from strata.edge.metrics import EdgeMetrics
 from strata.shared.logs import RateLimitedLog
-
-from .metrics import EdgeMetrics
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """Crops to the cloud over bidirectional Uplink streams, behind a circuit breaker.
 
 Crops wait in a bounded memory buffer; beyond it they spill, in order, to a bounded on-disk
-spool (edge/spool.py) that drains back through the buffer when the cloud returns, so an outage
-the spool can hold loses nothing. Beyond the spool's bound the oldest are dropped and counted.
+spool (edge/uplink/spool.py) that drains back through the buffer when the cloud returns,
+so an outage the spool can hold loses nothing. Beyond the spool's bound the oldest are
+dropped and counted.
 
 One thread sends batches over up to `streams` streams while the breaker allows; each stream
 has a thread reading its acks. On a target with several addresses (a DNS name or a list) the
@@ -27,12 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from strata.edge.metrics import EdgeMetrics
+from strata.edge.uplink.breaker import BreakerState, CircuitBreaker
+from strata.edge.uplink.spool import CropSpool, SpoolError
 from strata.shared.config.edge import UplinkConfig, cloud_target
 from strata.shared.contracts import analytics_pb2, check_version, current_version
-
-from .breaker import BreakerState, CircuitBreaker
-from .metrics import EdgeMetrics
-from .spool import CropSpool, SpoolError
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+from strata.edge.flow.credits import CreditGate, Grant
+from strata.edge.flow.ledger import DeliveryLedger, Seen, StreamKey
+from strata.edge.metrics import EdgeMetrics
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.wire import make_ack
-
-from .credits import CreditGate, Grant
-from .ledger import DeliveryLedger, Seen, StreamKey
-from .metrics import EdgeMetrics
 
 QUEUED = frame_pb2.ACK_STATUS_QUEUED
 BUSY = frame_pb2.ACK_STATUS_BUSY

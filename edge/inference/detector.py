@@ -11,12 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from strata.edge.ingest.frames import DecodedFrame
 from strata.shared.config.edge import DetectionConfig, EdgeConfig
 from strata.shared.runtime import ModelLoadError, create_runner
 from strata.shared.runtime.staging import HostStagedRunner, StagedRunner
 from strata.shared.vision import COCO80, FrameBoxes, Letterbox, LetterboxWriter, decode_yolo
-
-from .frames import DecodedFrame
 
 log = logging.getLogger(__name__)
 

@@ -139,7 +139,7 @@ class CreditGate:
         # target. A frame then waits about headroom x target (the mean queue delay) and its
         # own batch: p99 near the target, whatever the batch limit. Sized at the full
         # target instead, the mean queue delay sits at the target, so the batch rule
-        # (strata.edge.degrade) halves the batch on any hiccup and, the credits keeping
+        # (strata.edge.overload.batch_limit) halves the batch on any hiccup and, the credits keeping
         # the delay there, never doubles it back: smaller batches, less capacity.
         queued = round(fps * self.target_s * self.cfg.credit_headroom)
         return max(self.cfg.min_credits * self._active, max(1, self.batch_limit()) + queued)

@@ -5,10 +5,10 @@ fails (docs/edge.md, "Checkpoints and takeover").
 What a restarted node, or the peer taking over its cameras, needs to carry on:
 
 - delivery: per (sender session, camera) every settled frame's final status (as runs of
-  sequences), plus the settle journal (edge/journal.py) since the checkpoint: a resent
+  sequences), plus the settle journal (edge/state/journal.py) since the checkpoint: a resent
   frame that was already published is answered DUPLICATE, one held but never published
   is processed (a watermark could not tell these apart);
-- trackers: each camera's tracker (edge/tracking.py), so track ids continue and never
+- trackers: each camera's tracker (edge/tracking/tracker.py), so track ids continue and never
   repeat;
 - counters: every counter of the node's metrics (the per-camera series go with a camera
   to the peer that takes it over);
@@ -42,13 +42,12 @@ from typing import Any, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field, ValidationError
+from strata.edge.flow.ledger import SettledRun, SettledStream
+from strata.edge.state.journal import JournalRead, SettleJournal, read_journal
+from strata.edge.tracking.tracker import TrackerState
 from strata.shared.config.base import StrictModel
 from strata.shared.config.edge import CheckpointConfig
 from strata.shared.fsnames import path_component
-
-from .journal import JournalRead, SettleJournal, read_journal
-from .ledger import SettledRun, SettledStream
-from .tracking import TrackerState
 
 log = logging.getLogger(__name__)
 

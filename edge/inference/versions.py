@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
+from strata.edge.inference.detector import Detector
+from strata.edge.ingest.frames import DecodedFrame
 from strata.shared.config.edge import ModelVersionsConfig
 from strata.shared.models import ModelRepository
 from strata.shared.models import switcher as shared
@@ -23,9 +25,6 @@ from strata.shared.models.switcher import version_of
 from strata.shared.runtime.staging import StagedRunner
 from strata.shared.vision import FrameBoxes
 from strata.shared.vision.agreement import agreement
-
-from .detector import Detector
-from .frames import DecodedFrame
 
 __all__ = ["EdgeModel", "LoadedVersion", "ModelSwitcher", "VersionMetrics", "version_of"]
 

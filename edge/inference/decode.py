@@ -11,13 +11,12 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from strata.edge.inference.h264 import H264Decoders, H264Error
+from strata.edge.ingest.frames import DecodedFrame, QueuedFrame
+from strata.edge.metrics import EdgeMetrics
 from strata.shared.contracts import common_pb2
 from strata.shared.imagecheck import InvalidImageError
 from strata.shared.logs import RateLimitedLog
-
-from .frames import DecodedFrame, QueuedFrame
-from .h264 import H264Decoders, H264Error
-from .metrics import EdgeMetrics
 
 log = logging.getLogger(__name__)
 

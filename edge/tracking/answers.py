@@ -24,11 +24,10 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+from strata.edge.tracking.tracker import TrackedBoxes, Tracker, TrackerState
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes, iou
-
-from .tracking import TrackedBoxes, Tracker, TrackerState
 
 
 @dataclass(frozen=True, slots=True)

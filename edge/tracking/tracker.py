@@ -70,7 +70,7 @@ class TrackedBoxes:
 
 
 class TrackerState(StrictModel):
-    """A tracker's state as JSON-able numbers (checkpoints, edge/checkpoint.py): per track
+    """A tracker's state as JSON-able numbers (checkpoints, edge/state/checkpoint.py): per track
     its Kalman state (8), covariance (64, row-major), frame, last match, hits, id, class
     and score; and the camera's id counter, so ids never repeat after a restore."""
 

@@ -20,14 +20,13 @@ import threading
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from strata.edge.inference.h264 import H264Decoders
+from strata.edge.tracking.answers import Answer, Answers
+from strata.edge.tracking.calibration import Calibration
+from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes
-
-from .answers import Answer, Answers
-from .calibration import Calibration
-from .h264 import H264Decoders
-from .tracking import TrackedBoxes
 
 
 class CascadeMetrics:

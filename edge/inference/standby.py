@@ -21,10 +21,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from strata.edge.inference.detector import open_staged
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.runtime.staging import StagedRunner
-
-from .detector import open_staged
 
 
 class StandbyModel:

@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .ledger import SettledRun, SettledStream
+from strata.edge.flow.ledger import SettledRun, SettledStream
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Per-camera bounded queues served round-robin, with Triton-style batch release.
 
 One busy camera cannot starve the others: a batch takes one frame per camera in turn,
-continuing next time where it stopped. Credits (strata.edge.credits) keep each camera's
+continuing next time where it stopped. Credits (strata.edge.flow.credits) keep each camera's
 queue within what the node finishes in its delay target; the per-camera bound here is the
 hard stop behind them: a full queue refuses the frame (the node answers BUSY), it never
 drops one it has acknowledged.
@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from .frames import QueuedFrame
+from strata.edge.ingest.frames import QueuedFrame
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+from strata.edge.tracking.answers import Answers
+from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes
 from strata.shared.vision.agreement import agreement
-
-from .answers import Answers
-from .tracking import TrackedBoxes
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,12 @@ import uuid
 from collections.abc import Sequence
 
 import numpy as np
+from strata.edge.ingest.frames import DecodedFrame
+from strata.edge.publish.looks import TrackLooks
+from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import CropsConfig
 from strata.shared.contracts import analytics_pb2, common_pb2, frame_pb2
 from strata.shared.vision import FrameBoxes
-
-from .frames import DecodedFrame
-from .looks import TrackLooks
-from .tracking import TrackedBoxes
 
 
 class CropSelector:

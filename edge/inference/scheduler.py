@@ -30,9 +30,8 @@ from typing import Protocol
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from strata.edge.overload.batch_limit import AdaptiveBatchLimit
 from strata.shared.config.edge import SchedulerConfig
-
-from .degrade import AdaptiveBatchLimit
 
 log = logging.getLogger(__name__)
 

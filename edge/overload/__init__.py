@@ -1,0 +1,1 @@
+"""Overload, in one home (see the package docstring once written)."""

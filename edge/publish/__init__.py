@@ -1,0 +1,1 @@
+"""Stage 5, publish: results out on the PUB socket, crops chosen for the cloud."""

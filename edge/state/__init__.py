@@ -1,0 +1,1 @@
+"""Beside the stages, state: checkpoints and the settle journal."""
