@@ -37,9 +37,9 @@ from .batcher import (
 )
 from .classifier import Classifier
 from .drops import Drops
+from .event_store import EventQuery, EventStore, PageKey, StoreBusyError, Stored, StoreError
 from .images import ImageLimits, InvalidImageError, decode, to_model_size
 from .metrics import CloudMetrics
-from .store import EventQuery, EventStore, PageKey, StoreBusyError, Stored, StoreError
 from .watch import WatchHub, WatchUnavailableError
 
 log = logging.getLogger(__name__)
