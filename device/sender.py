@@ -295,13 +295,7 @@ class Sender:
         try:
             directory = Directory(self.endpoints, self.routing.resolve_interval_s)
             beat = heartbeat_header(self.agent_id, self.session_id) if self.multi else None
-            pool = EdgePool(
-                directory,
-                self.routing.heartbeat_interval_s,
-                self.routing.edge_timeout_s,
-                self._connect,
-                beat,
-            )
+            pool = EdgePool(directory, self.routing, self._connect, beat)
             pool.sync()
         except (EdgeConnectError, ValueError) as exc:
             self.error = str(exc)
