@@ -86,17 +86,17 @@ class Classifier:
         self.name = name
         self.norm = spec.norm
         self.version = spec.version
-        spec = runner.inputs[0]
-        if len(spec.shape) != 4 or spec.shape[1] not in (3, None):
+        inp = runner.inputs[0]
+        if len(inp.shape) != 4 or inp.shape[1] not in (3, None):
             raise ModelLoadError(
-                f"model {name}: input {spec.name} has shape {spec.shape}; want (N, 3, H, W)"
+                f"model {name}: input {inp.name} has shape {inp.shape}; want (N, 3, H, W)"
             )
-        h, w = spec.shape[2], spec.shape[3]
+        h, w = inp.shape[2], inp.shape[3]
         if h is not None and w is not None and h != w:
             raise ModelLoadError(f"model {name}: input is {h}x{w}; only square inputs")
         self.size = h if h is not None else (w if w is not None else default_size)
         # A fixed batch axis caps the batch; the batcher pads partial batches.
-        self.fixed_batch = spec.shape[0]
+        self.fixed_batch = inp.shape[0]
         self.labels = tuple(spec.labels)
         names = [o.name for o in runner.outputs]
         self._out = names.index(spec.output) if spec.output in names else 0
