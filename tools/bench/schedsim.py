@@ -30,6 +30,7 @@ from strata.edge.inference.scheduler import (
     SchedulerWindow,
 )
 from strata.shared.config.edge import SchedulerConfig
+from strata.shared.runtime import create_runner
 
 # Seconds per batch of YOLOv8n 320 (starter repository) on ONNX Runtime CPU, 2 threads,
 # measured with `strata bench scheduler curve` on this project's 2-core machine
@@ -343,8 +344,6 @@ def mean_over_seeds(results: Sequence[SimResult]) -> list[SimResult]:
 
 def measure_curve(model: Path, sizes: Sequence[int], threads: int, rounds: int) -> dict[int, float]:
     """Median seconds per batch of each size, the runtime alone (ONNX Runtime CPU)."""
-    from strata.shared.runtime import create_runner
-
     runner = create_runner(model, "onnxruntime-cpu", threads=threads)
     shape = runner.inputs[0].shape
     side = int(shape[2] or 320)

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from strata.shared.config.base import merge
 from strata.tools.demo import summary as summary_mod
 from strata.tools.demo.annotate import annotate_frames, annotate_video
 from strata.tools.demo.cameras import CameraView
@@ -100,8 +101,6 @@ class DemoSession:
             # every kept frame (latency shows the wait) instead of shedding most of them, and
             # keep the batch size (that wait is not a missed delay target).
             overrides["edge"] = {"batching": {"queue_per_camera": FILE_QUEUE, "delay_target_ms": 0}}
-        from strata.shared.config.base import merge
-
         self.pipeline = PipelineRun(
             out / "run",
             cameras,
