@@ -154,7 +154,7 @@ def test_kill_restart_and_stop_of_the_edge_lose_no_acknowledged_frame(
 def test_overload_from_several_senders_is_fully_accounted_for(tmp_path: Path) -> None:
     # The real edge daemon (starter detector), three open-loop senders at 3x its capacity:
     # what is not processed is dropped at the device with a reason, nothing else.
-    from strata.tools.overload import Bench
+    from strata.tools.bench.overload import Bench
 
     args = argparse.Namespace(
         model="",
