@@ -47,10 +47,13 @@ def _config(policy: str, q_table: str, deadline_shed: bool = False) -> EdgeConfi
             "publish": "tcp://127.0.0.1:0",
             "runtime": {"max_batch": 8, "opt_batch": 4},
             "batching": {"max_batch": 8, "queue_per_camera": 8},
-            "scheduler": {"policy": policy, "q_table": q_table, "deadline_shed": deadline_shed},
-            # The degradation controller's inference SLA (100 ms) is a GPU figure: off, so
-            # the runs compare the policies alone.
-            "degradation": {"enabled": False},
+            "scheduler": {"policy": policy, "q_table": q_table},
+            # GPU pressure's inference SLA (100 ms) is a GPU figure: off, so the runs
+            # compare the policies alone.
+            "overload": {
+                "deadline": {"enabled": deadline_shed},
+                "gpu_pressure": {"enabled": False},
+            },
         }
     )
 
@@ -60,14 +63,14 @@ def run_policy(
 ) -> NodeResult:
     """Replay `trace` into a fresh node running `policy` (with deadline shedding)."""
     import zmq
-    from strata.edge.node import EdgeNode
+    from strata.edge.build import build_node
     from strata.shared.metrics import sample
     from strata.shared.models import ModelRepository
     from strata.shared.synthetic import SyntheticClip
 
     model = ModelRepository().file_of("yolov8n")[2]
     # A copy of the warm table: the node saves what it learns at stop.
-    node = EdgeNode(_config(policy, q_table, deadline_shed), model)
+    node = build_node(_config(policy, q_table, deadline_shed), model)
     ep = node.start()
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)

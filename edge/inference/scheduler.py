@@ -11,7 +11,7 @@ and the issue's reward R = 0.6 x throughput + 0.3 x p99 term - 0.1 x energy:
 
 Two policies: `RulePolicy` is today's rule (halve the limit when a window of batches
 misses the queue-delay target, double it back; AdaptiveBatchLimit), `QLearningPolicy`
-learns a (batch limit, max delay) pair per state on-line. The degradation controller's
+learns a (batch limit, max delay) pair per state on-line. GPU pressure's
 cap still applies on top of whichever policy decides (the node caps the decision).
 """
 
@@ -31,7 +31,7 @@ from typing import Protocol
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.edge.overload.batch_limit import AdaptiveBatchLimit
-from strata.shared.config.edge import SchedulerConfig
+from strata.shared.config.edge import EdgeConfig, SchedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -304,21 +304,17 @@ class QLearningPolicy:
         return True
 
 
-def make_policy(
-    cfg: SchedulerConfig,
-    max_batch: int,
-    min_batch: int,
-    target_s: float,
-    adapt_every: int,
-    max_delay_s: float,
-) -> BatchPolicy:
+def make_policy(cfg: EdgeConfig, max_batch: int) -> BatchPolicy:
     """The configured policy for a node whose model takes at most `max_batch`."""
-    if cfg.policy == "learned":
-        policy = QLearningPolicy(cfg, max_batch, max_delay_s)
-        if cfg.q_table and Path(cfg.q_table).is_file():
-            policy.load(cfg.q_table)
+    max_delay_s = cfg.batching.max_queue_delay_ms / 1e3
+    if cfg.scheduler.policy == "learned":
+        policy = QLearningPolicy(cfg.scheduler, max_batch, max_delay_s)
+        if cfg.scheduler.q_table and Path(cfg.scheduler.q_table).is_file():
+            policy.load(cfg.scheduler.q_table)
         return policy
-    return RulePolicy(max_batch, min_batch, target_s, adapt_every, max_delay_s)
+    rule = cfg.overload.batch_limit
+    target_s = cfg.batching.delay_target_ms / 1e3
+    return RulePolicy(max_batch, rule.min_batch, target_s, rule.adapt_every, max_delay_s)
 
 
 def save_policy(policy: BatchPolicy, cfg: SchedulerConfig) -> None:

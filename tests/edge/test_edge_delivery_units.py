@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strata.edge.flow.credits import CapacityMeter, CreditGate
+from strata.edge.flow.credits import CapacityMeter, CreditGate, NoLimits
 from strata.edge.flow.ledger import DeliveryLedger, Seen
 from strata.shared.config.edge import FlowConfig
 from strata.shared.contracts import frame_pb2
@@ -96,8 +96,12 @@ def test_credits_never_fall_below_a_batch_in_service_and_one_queued() -> None:
     # A slow node: Little's law alone would grant 4 + 10/s x 0.2 s x 0.4 = 5 frames, so a
     # batch of 4 leaves while its successor has one frame (the rest still on the way).
     limit = [4]
-    gate = CreditGate(FlowConfig(), 0.2, max_batch=4, max_per_camera=64, clock=Clock())
-    gate.batch_limit = lambda: limit[0]
+
+    class Limits(NoLimits):
+        def batch_limit(self) -> int:
+            return limit[0]
+
+    gate = CreditGate(FlowConfig(), 0.2, 4, 64, Clock(), Limits(4))
     gate.observe_batch(10, 1.0, [0.01])
     for cam in ("a", "b", "c"):
         gate.has_room(cam)
@@ -154,12 +158,13 @@ def test_ledger_forgets_the_streams_of_forgotten_cameras_unless_held() -> None:
 
 
 def test_h264_units_after_a_busy_one_wait_for_it_so_resends_arrive_in_order() -> None:
-    from strata.edge.flow.delivery import BUSY, QUEUED, Delivery
+    from strata.edge.flow.delivery import Delivery, Served
     from strata.edge.metrics import EdgeMetrics
     from strata.shared.config.edge import EdgeConfig
     from strata.shared.contracts import common_pb2
 
-    d = Delivery(EdgeConfig(), 4, EdgeMetrics())
+    d = Delivery(EdgeConfig(), Served(max_batch=4), EdgeMetrics())
+    BUSY, QUEUED = frame_pb2.ACK_STATUS_BUSY, frame_pb2.ACK_STATUS_QUEUED  # noqa: N806
 
     def unit(seq: int, keyframe: bool = False) -> frame_pb2.FrameHeader:
         return frame_pb2.FrameHeader(
