@@ -30,6 +30,7 @@ from strata.edge.inference.detector import CPU_BACKENDS, Detector, model_labels,
 from strata.edge.inference.scheduler import (
     BatchPolicy,
     DecisionClock,
+    LoadReadings,
     SchedulerMetrics,
     SchedulerWindow,
     make_policy,
@@ -327,9 +328,11 @@ def _decisions(
         policy,
         flow.window,
         cfg.scheduler.decide_every_s,
-        lambda: len(queues),
-        # The queues of the cameras seen, not of every camera the node may take.
-        lambda: max(1, queues.cameras) * cfg.batching.queue_per_camera,
-        power_w,
+        LoadReadings(
+            lambda: len(queues),
+            # The queues of the cameras seen, not of every camera the node may take.
+            lambda: max(1, queues.cameras) * cfg.batching.queue_per_camera,
+            power_w,
+        ),
         SchedulerMetrics(metrics.registry, policy.name),
     )

@@ -359,6 +359,16 @@ class SchedulerMetrics:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class LoadReadings:
+    """What a decision window reads of the node: frames queued, the queues' capacity,
+    the GPUs' power draw (None without a GPU that reports it)."""
+
+    queue_depth: Callable[[], int]
+    queue_capacity: Callable[[], int]
+    power_w: Callable[[], float | None]
+
+
 class DecisionClock:
     """Closes a window every `every_s` (called from the node's worker loop) and hands its
     stats to the policy. Energy: NVML power x time where a GPU reports power, else the
@@ -369,15 +379,13 @@ class DecisionClock:
         policy: BatchPolicy,
         window: SchedulerWindow,
         every_s: float,
-        queue_depth: Callable[[], int],
-        queue_capacity: Callable[[], int],
-        power_w: Callable[[], float | None],
+        load: LoadReadings,
         metrics: SchedulerMetrics,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy, self.window, self.every_s = policy, window, every_s
-        self._depth, self._capacity = queue_depth, queue_capacity
-        self._power, self.metrics, self._clock = power_w, metrics, clock
+        self._depth, self._capacity = load.queue_depth, load.queue_capacity
+        self._power, self.metrics, self._clock = load.power_w, metrics, clock
         self._start = clock()
         self._cpu = time.process_time()
         self.last: WindowStats | None = None
