@@ -95,6 +95,24 @@ class _Flow:
     window: SchedulerWindow
 
 
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """The stages up to publish, before the threads' loops are built around them."""
+
+    cfg: EdgeConfig
+    metrics: EdgeMetrics
+    serving: ServingModel
+    policy: BatchPolicy
+    overload: _Overload
+    checkpointer: Checkpointer
+    flow: _Flow
+    takeover: Takeover
+    ingest: Ingest
+    cascade: EdgeCascade
+    uplink: Uplink | None
+    results: Results
+
+
 def build_node(
     cfg: EdgeConfig,
     model_path: str | Path,
@@ -116,60 +134,57 @@ def build_node(
     uplink = Uplink(cfg.cloud, cfg.uplink, metrics) if cfg.cloud else None
     to_cloud = _to_cloud(cfg, uplink, overload.gpu, metrics, serving)
     results = Results(cfg.edge_id, serving, metrics, flow.acks, to_cloud)
-    counters = [v for v in vars(metrics).values() if isinstance(v, Counter)]
-    checkpointer.register_all(
+    built = _Built(
+        cfg, metrics, serving, policy, overload, checkpointer, flow, takeover, ingest, cascade,
+        uplink, results,
+    )  # fmt: skip
+    _restore(built)
+    return _node(built, opts.after_tracking)
+
+
+def _restore(b: _Built) -> None:
+    """Every stateful stage registers its checkpoint part, restored from the checkpoint
+    loaded (before any thread runs)."""
+    counters = [v for v in vars(b.metrics).values() if isinstance(v, Counter)]
+    b.checkpointer.register_all(
         [
-            SettledPart(flow.delivery.ledger, ingest),
-            TrackersPart(cascade.answers),
+            SettledPart(b.flow.delivery.ledger, b.ingest),
+            TrackersPart(b.cascade.answers),
             CountersPart(counters),
-            UplinkPart(uplink, cfg.uplink, checkpointer.metrics.adopted_crops),
+            UplinkPart(b.uplink, b.cfg.uplink, b.checkpointer.metrics.adopted_crops),
         ]
     )
+
+
+def _node(b: _Built, after_tracking: Sequence[TrackedStage]) -> EdgeNode:
+    """The worker and ingest loops around the stages, and the node that runs them."""
+    cfg, flow, cascade = b.cfg, b.flow, b.cascade
     # Frames are decoded in the worker, only once taken for a batch.
     decoder = FrameDecoder(
-        metrics, cfg.ingest.decode_threads, _undecodable(cascade, flow.acks), cascade.h264
+        b.metrics, cfg.ingest.decode_threads, _undecodable(cascade, flow.acks), cascade.h264
+    )
+    shedder = DeadlineShedder(
+        cfg.overload.deadline, cfg.scheduler.sla_ms / 1e3, _shed(cascade, flow)
     )
     stop, worker_done = threading.Event(), threading.Event()
     stages = WorkerStages(
-        flow.queues,
-        overload.limits,
-        policy,
-        flow.window,
-        DeadlineShedder(cfg.overload.deadline, cfg.scheduler.sla_ms / 1e3, _shed(cascade, flow)),
-        decoder,
-        serving,
-        cascade,
-        opts.after_tracking,
-        results,
-        flow.acks,
-        flow.delivery.credits,
-    )
-    decisions = _decisions(cfg, policy, flow, overload.telemetry, metrics)
-    ticks = WorkerTicks(metrics, overload.gpu, overload.telemetry, decisions, checkpointer)
-    forget = (takeover.forget_cameras, results.forget_cameras)
-    ingest_stages = IngestStages(ingest, flow.delivery, cascade, flow.queues, metrics, forget)
+        flow.queues, b.overload.limits, b.policy, flow.window, shedder, decoder, b.serving,
+        cascade, after_tracking, b.results, flow.acks, flow.delivery.credits,
+    )  # fmt: skip
+    decisions = _decisions(cfg, b.policy, flow, b.overload.telemetry, b.metrics)
+    ticks = WorkerTicks(b.metrics, b.overload.gpu, b.overload.telemetry, decisions, b.checkpointer)
+    forget = (b.takeover.forget_cameras, b.results.forget_cameras)
+    ingest_stages = IngestStages(b.ingest, flow.delivery, cascade, flow.queues, b.metrics, forget)
     return EdgeNode(
         NodeStages(
-            cfg,
-            metrics,
-            ingest,
+            cfg, b.metrics, b.ingest,
             IngestLoop(ingest_stages, cfg.ingest.camera_idle_s, stop, worker_done),
-            flow.delivery,
-            flow.queues,
-            serving,
-            policy,
-            decoder,
+            flow.delivery, flow.queues, b.serving, b.policy, decoder,
             Worker(stages, ticks, stop),
-            cascade,
-            results,
-            uplink,
-            checkpointer,
-            overload.gpu,
-            overload.telemetry,
-            stop,
-            worker_done,
+            cascade, b.results, b.uplink, b.checkpointer, b.overload.gpu, b.overload.telemetry,
+            stop, worker_done,
         )
-    )
+    )  # fmt: skip
 
 
 def _flow(
