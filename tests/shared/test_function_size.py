@@ -26,10 +26,7 @@ ALLOWED: dict[str, str] = {
     "tools/bench/routing.py::measure": "benchmark driver; regrouped with tools/bench",
     "tools/bench/schednode.py::run_policy": "simulation driver; regrouped with tools/bench",
     "tools/bench/schedsim.py::simulate": "simulation driver; regrouped with tools/bench",
-    # TEMP: coordinator replaces after the edge refactor merges
-    "edge/metrics.py::EdgeMetrics.__init__": "TEMP: metric declarations",
-    "edge/node.py::EdgeNode.__init__": "TEMP: the edge refactor splits it",
-    "edge/node.py::EdgeNode._worker_loop": "TEMP: the edge refactor splits it",
+    "edge/metrics.py::EdgeMetrics.__init__": "metric declarations, one per statement",
     "tools/bench/outage.py::measure": "benchmark driver",
 }
 
