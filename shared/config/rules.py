@@ -9,7 +9,7 @@ to the frames it gets). docs/events.md describes the events these rules produce.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -156,15 +156,15 @@ class CameraRules(StrictModel):
     def _consistent(self) -> CameraRules:
         w, h = self.frame_size or (1, 1)
         unit = "pixels of the stated frame_size" if self.frame_size else "relative (0..1)"
-        for kind, rules in (("zones", self.zones), ("lines", self.lines)):
-            for i, rule in enumerate(rules):
-                for j, (x, y) in enumerate(rule.points):
-                    if not (0 <= x <= w and 0 <= y <= h):
-                        raise KeyValueError(
-                            (kind, i, "points", j),
-                            f"[{x}, {y}] is outside the frame: coordinates are {unit}, "
-                            f"0..{w} x 0..{h}",
-                        )
+        for kind, i, rule in self.rules():
+            if isinstance(rule, DwellRule):
+                continue
+            for j, (x, y) in enumerate(rule.points):
+                if not (0 <= x <= w and 0 <= y <= h):
+                    raise KeyValueError(
+                        (kind, i, "points", j),
+                        f"[{x}, {y}] is outside the frame: coordinates are {unit}, 0..{w} x 0..{h}",
+                    )
         zones = {z.name for z in self.zones}
         for i, d in enumerate(self.dwell):
             if d.zone not in zones:
@@ -183,20 +183,20 @@ class CameraRules(StrictModel):
             seen[name] = kind
         return self
 
-    def _names(self) -> Iterable[tuple[str, str, int]]:
-        for kind, rules in (("zones", self.zones), ("lines", self.lines), ("dwell", self.dwell)):
-            for i, rule in enumerate(rules):
-                yield kind, rule.name, i
+    def rules(self) -> Iterator[tuple[str, int, ZoneRule | LineRule | DwellRule]]:
+        """(section, index, rule) for every zone, line and dwell rule."""
+        for i, z in enumerate(self.zones):
+            yield "zones", i, z
+        for i, line in enumerate(self.lines):
+            yield "lines", i, line
+        for i, d in enumerate(self.dwell):
+            yield "dwell", i, d
+
+    def _names(self) -> Iterator[tuple[str, str, int]]:
+        for kind, i, rule in self.rules():
+            yield kind, rule.name, i
         if self.stationary.enabled:
             yield "stationary", self.stationary.name, -1
-
-    def labels(self) -> set[str]:
-        """Every label a rule of this camera names."""
-        out: set[str] = set()
-        for rules in (self.zones, self.lines, self.dwell):
-            for rule in rules:
-                out.update(rule.labels)
-        return out
 
 
 class RulesConfig(StrictModel):
@@ -265,17 +265,14 @@ def check_labels(rules: RulesConfig, labels: Sequence[str]) -> None:
     once its model is loaded, before it takes a frame (nothing starts half-configured).
     """
     have = set(labels)
-    bad = []
+    bad: list[str] = []
     for cam, cam_rules in rules.cameras.items():
-        for kind, items in (
-            ("zones", cam_rules.zones),
-            ("lines", cam_rules.lines),
-            ("dwell", cam_rules.dwell),
-        ):
-            for i, rule in enumerate(items):
-                for label in rule.labels:
-                    if label not in have:
-                        bad.append(f"rules.cameras.{cam}.{kind}.{i}.labels: {label!r}")
+        for kind, i, rule in cam_rules.rules():
+            bad.extend(
+                f"rules.cameras.{cam}.{kind}.{i}.labels: {label!r}"
+                for label in rule.labels
+                if label not in have
+            )
     if bad:
         raise UnknownLabelError(
             "rules name labels the detector does not have:\n  "
