@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from strata.shared.config.rules import CameraRules
 
-from .geometry import REFERENCE_POINTS, Polygons, relative
+from .geometry import REFERENCE_POINTS, Lines, Polygons, relative
 
 _NS = 1_000_000_000
 
@@ -44,8 +44,7 @@ class CompiledRules:
     zone_leave: np.ndarray  # (Z,) frames
     zone_occupancy: np.ndarray  # (Z,) bool
     line_names: tuple[str, ...]
-    line_a: np.ndarray  # (L, 2)
-    line_b: np.ndarray  # (L, 2)
+    lines: Lines
     line_in: np.ndarray  # (L,) int8: the side (as geometry.side) called "in"
     line_labels: LabelFilter
     line_min_score: np.ndarray  # (L,)
@@ -54,9 +53,6 @@ class CompiledRules:
     dwell_zone: np.ndarray  # (D,) zone index
     dwell_ns: np.ndarray  # (D,) int64
     dwell_labels: LabelFilter
-    # Every polygon edge and line as segments, for "is a track near a boundary".
-    edges_a: np.ndarray
-    edges_b: np.ndarray
 
     @classmethod
     def of(cls, cfg: CameraRules) -> CompiledRules:
@@ -67,8 +63,6 @@ class CompiledRules:
         zone_index = {z.name: i for i, z in enumerate(cfg.zones)}
         line_a = np.array([ln[0] for ln in lines]).reshape(-1, 2)
         line_b = np.array([ln[1] for ln in lines]).reshape(-1, 2)
-        edges_a = np.concatenate([*polys, line_a]).reshape(-1, 2)
-        edges_b = np.concatenate([*(np.roll(p, -1, axis=0) for p in polys), line_b])
         return cls(
             cfg=cfg,
             reference=REFERENCE_POINTS[cfg.reference_point],
@@ -81,8 +75,7 @@ class CompiledRules:
             zone_leave=np.array([z.leave_frames for z in cfg.zones], np.int64),
             zone_occupancy=np.array([z.occupancy for z in cfg.zones], bool),
             line_names=tuple(ln.name for ln in cfg.lines),
-            line_a=line_a,
-            line_b=line_b,
+            lines=Lines(line_a, line_b),
             # Left of a -> b has a negative cross product in image axes (y down).
             line_in=np.array([-1 if ln.in_side == "left" else 1 for ln in cfg.lines], np.int8),
             line_labels=LabelFilter(tuple(frozenset(ln.labels) for ln in cfg.lines)),
@@ -92,8 +85,6 @@ class CompiledRules:
             dwell_zone=np.array([zone_index[d.zone] for d in cfg.dwell], np.intp),
             dwell_ns=np.array([int(d.seconds * _NS) for d in cfg.dwell], np.int64),
             dwell_labels=LabelFilter(tuple(frozenset(d.labels) for d in cfg.dwell)),
-            edges_a=edges_a,
-            edges_b=edges_b.reshape(-1, 2),
         )
 
     @property

@@ -39,7 +39,7 @@ class TrackFrame:
     capture_ns: int
     # The source frame's (width, height): boxes are in its pixels.
     frame_size: tuple[int, int]
-    track_ids: np.ndarray  # (N,) uint64, non-zero
+    track_ids: np.ndarray  # (N,) uint64, non-zero, each at most once
     boxes: np.ndarray  # (N, 4) x1, y1, x2, y2
     scores: np.ndarray  # (N,)
     class_ids: np.ndarray  # (N,) int

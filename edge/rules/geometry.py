@@ -31,36 +31,51 @@ def reference_points(
     return out
 
 
+class Lines:
+    """Directed segments a -> b, prepared so that every test is a matrix product.
+
+    cross(b - a, p - a) = n . p - n . a with n = (-(b - a)_y, (b - a)_x): the side of all
+    points against all lines is one product; so is where each line's ends lie relative to
+    each track's step.
+    """
+
+    def __init__(self, a: np.ndarray, b: np.ndarray) -> None:
+        self.a = np.asarray(a, np.float64).reshape(-1, 2)
+        self.b = np.asarray(b, np.float64).reshape(-1, 2)
+        d = self.b - self.a
+        self.normal_t = np.stack([-d[:, 1], d[:, 0]])  # (2, L)
+        self.offset = (self.a * self.normal_t.T).sum(axis=1)  # (L,)
+        self.ends_t = np.concatenate([self.a, self.b]).T  # (2, 2L)
+        self.count = self.a.shape[0]
+
+    def side(self, points: np.ndarray) -> np.ndarray:
+        """(N, 2) -> (N, L) int64: +1 right of a -> b (y down), -1 left or on it."""
+        return np.asarray(((points @ self.normal_t - self.offset) > 0) * 2 - 1)
+
+    def cross(self, p0: np.ndarray, p1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Steps p0 -> p1 (S, 2) against every line: (crossed (S, L) bool, side of p0,
+        side of p1). A proper intersection by the signs of cross products; sides are
+        half-open (see the module docstring)."""
+        n, k = p0.shape[0], self.count
+        s = ((np.concatenate([p0, p1]) @ self.normal_t - self.offset) > 0) * 2 - 1
+        s0, s1 = s[:n], s[n:]
+        step = p1 - p0
+        m = np.stack([-step[:, 1], step[:, 0]], axis=1)  # the step's normal
+        ends = m @ self.ends_t - (m * p0).sum(axis=1)[:, None]  # (S, 2L)
+        crossed = (s0 != s1) & (ends[:, :k] * ends[:, k:] <= 0)
+        return crossed, s0, s1
+
+
 def side(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(N, 2) points vs (L, 2)-(L, 2) directed lines -> (N, L) int8: +1 right, -1 left
-    (looking from a to b, y down), 0 counted as left."""
-    d = b - a  # (L, 2)
-    cross = d[None, :, 0] * (points[:, None, 1] - a[None, :, 1]) - d[None, :, 1] * (
-        points[:, None, 0] - a[None, :, 0]
-    )
-    return np.where(cross > 0, 1, -1).astype(np.int8)
+    """(N, 2) points vs (L, 2)-(L, 2) directed lines -> (N, L): `Lines.side`."""
+    return Lines(a, b).side(points)
 
 
 def segments_cross(
     p0: np.ndarray, p1: np.ndarray, a: np.ndarray, b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Track steps p0 -> p1 (S, 2) against line segments a -> b (L, 2).
-
-    Returns (crossed (S, L) bool, side of p1 (S, L) int8): a proper intersection by the signs
-    of cross products; the side test is the half-open one of `side`.
-    """
-    s0 = side(p0, a, b)
-    s1 = side(p1, a, b)
-    step = p1 - p0  # (S, 2)
-    # Where the line's ends lie relative to the step: on different sides (or one on it).
-    c_a = step[:, None, 0] * (a[None, :, 1] - p0[:, None, 1]) - step[:, None, 1] * (
-        a[None, :, 0] - p0[:, None, 0]
-    )
-    c_b = step[:, None, 0] * (b[None, :, 1] - p0[:, None, 1]) - step[:, None, 1] * (
-        b[None, :, 0] - p0[:, None, 0]
-    )
-    crossed = (s0 != s1) & (c_a * c_b <= 0)
-    return crossed, s1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Track steps p0 -> p1 (S, 2) against line segments a -> b (L, 2): `Lines.cross`."""
+    return Lines(a, b).cross(p0, p1)
 
 
 class Polygons:

@@ -388,7 +388,8 @@ def test_a_bad_checkpoint_is_refused_and_changes_nothing() -> None:
     eng = engine()
     run(eng, [frame(0.0, [T(1, 200, 300)])])
     before = eng.snapshot()
-    bad = {"cam": {"sequence": 5, "last_ns": 0, "tracks": [{"id": 1, "pos": [1, 2, 3]}]}}
+    good = before["cam"]
+    bad = {"cam": {**good, "tracks": [{**good["tracks"][0], "pos": [1, 2, 3]}]}}
     with pytest.raises(ValueError):
         eng.restore(bad)
     assert eng.snapshot() == before
@@ -426,3 +427,43 @@ def test_frames_out_of_order_are_counted_not_evaluated() -> None:
     run(eng, [frame(1.0, [T(1, 200, 300)])])
     assert eng.process(frame(0.5, [T(1, 200, 700)])) == []
     assert eng.camera("cam").counts.out_of_order == 1
+
+
+def test_a_walk_without_rules_is_one_new_and_one_end() -> None:
+    eng = RulesEngine(RulesConfig(), "edge-a")  # no rules for any camera: lifecycle only
+    frames = [frame(0.1 * i, [T(4, 10 + 8 * i, 500, obs=i % 4 == 0)]) for i in range(100)]
+    assert kinds(run(eng, [*frames, frame(10.0, [], ended=(4,))])) == ["new", "end"]
+
+
+def test_pixel_coordinates_survive_a_change_of_resolution() -> None:
+    # The line is given in pixels of a 1920 x 1080 camera; frames come at 960 x 540.
+    cfg = validate_model(
+        RulesConfig,
+        {
+            "cameras": {
+                "cam": {
+                    "frame_size": [1920, 1080],
+                    "lines": [
+                        {"name": "door", "points": [[0, 540], [1920, 540]], "in_side": "right"}
+                    ],
+                }
+            }
+        },
+    )
+    eng = engine(cfg)
+    small = [
+        TrackFrame(
+            "cam",
+            i * NS // 2,
+            (960, 540),
+            np.array([1], np.uint64),
+            np.array([[100.0, y - 40, 140.0, y]]),
+            np.array([0.9]),
+            np.array([0]),
+            np.array([True]),
+            np.array([True]),
+            LABELS,
+        )
+        for i, y in enumerate([200, 260, 300, 350])
+    ]
+    assert crossings(run(eng, small)) == [(1, "in")]

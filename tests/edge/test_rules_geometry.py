@@ -13,7 +13,7 @@ def test_segments_cross_matches_a_pairwise_reference() -> None:
     rng = np.random.default_rng(1)
     p0, p1 = rng.random((200, 2)), rng.random((200, 2))
     a, b = rng.random((7, 2)), rng.random((7, 2))
-    crossed, s1 = segments_cross(p0, p1, a, b)
+    crossed, s0, s1 = segments_cross(p0, p1, a, b)
     for i in range(200):
         for k in range(7):
             d1 = _cross(a[k], b[k], p0[i])
@@ -21,7 +21,7 @@ def test_segments_cross_matches_a_pairwise_reference() -> None:
             d3 = _cross(p0[i], p1[i], a[k])
             d4 = _cross(p0[i], p1[i], b[k])
             assert crossed[i, k] == (d1 * d2 < 0 and d3 * d4 < 0)
-            assert s1[i, k] == (1 if d2 > 0 else -1)
+            assert s1[i, k] == (1 if d2 > 0 else -1) and s0[i, k] == (1 if d1 > 0 else -1)
     assert crossed.sum() > 10  # the sample does exercise crossings
 
 
@@ -29,7 +29,7 @@ def test_a_point_on_the_line_counts_on_one_side_only() -> None:
     a, b = np.array([[0.0, 0.5]]), np.array([[1.0, 0.5]])
     # Above the line, onto it, then below: one crossing in total, never two or none.
     path = np.array([[0.5, 0.4], [0.5, 0.5], [0.5, 0.6]])
-    crossed, _ = segments_cross(path[:-1], path[1:], a, b)
+    crossed, _, _ = segments_cross(path[:-1], path[1:], a, b)
     assert int(crossed.sum()) == 1
     # Left of a -> b (rightwards, y down) is above.
     assert side(np.array([[0.5, 0.1]]), a, b)[0, 0] == -1
