@@ -265,7 +265,14 @@ class CameraEngine:
         """Per track: does its label pass each line's, zone's and dwell rule's filter."""
         n_classes = self.table.votes.shape[1]
         cache = self._label_cache
-        if cache is None or cache[0] is not self._labels or cache[1] != n_classes:
+        labels = self._labels
+        # The model's label tuple is normally the same object every frame; an equal copy
+        # costs a comparison, not a rebuild.
+        if (
+            cache is None
+            or cache[1] != n_classes
+            or (cache[0] is not labels and tuple(cache[0]) != tuple(labels))
+        ):
             r = self.rules
             masks = tuple(
                 flt.mask(self._labels, n_classes)
