@@ -6,7 +6,8 @@ across replicas by the unique (edge_id, crop_id) constraint (INSERT ... ON CONFL
 NOTHING; a racing replica waits for the other's commit, then reads its row). Migrations run
 in one transaction under an advisory lock, so replicas starting together migrate once and a
 failure leaves nothing half-written. WatchEvents hears every replica's commits through
-LISTEN/NOTIFY (postgres_feed).
+LISTEN/NOTIFY (postgres_feed). Track events go the same way: stored once per idempotency
+key across replicas (the unique key), announced on their own channel.
 """
 
 from __future__ import annotations

@@ -268,3 +268,47 @@ def test_store_down_acks_retry_then_stores_after(
     )
     assert retried is not None and retried >= 1
     channel.close()
+
+
+def test_a_full_writer_queue_acks_retry_and_holds_that_cameras_later_events(
+    colour_model: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """At hand-over, without a server: the writer takes one event (max_pending 1, not yet
+    started); the rest get RETRY, and the door's event after a RETRY is held back."""
+    from strata.cloud.batch_acks import BatchAcks
+    from strata.cloud.drops import Drops
+    from strata.cloud.metrics import CloudMetrics
+    from strata.cloud.service_parts import ServiceParts
+    from strata.cloud.sqlite_store import SQLiteStore
+    from strata.cloud.track_service import TrackEvents
+    from strata.cloud.watch import WatchHub
+
+    model, labels = colour_model
+    cfg = make_config(model, tmp_path / "e.sqlite", labels, store={"max_pending": 1})
+    metrics = CloudMetrics()
+    store = SQLiteStore(cfg.store, metrics)
+    parts = ServiceParts(None, store, WatchHub(metrics, 1, 1), Drops(metrics), None)  # type: ignore[arg-type]
+    tracks = TrackEvents(cfg, parts, metrics)
+    story = door_story()
+    yard = track_event(1, camera="yard", track=(1_000_000, 3))
+    sent: queue.Queue[analytics_pb2.UplinkResponse] = queue.Queue()
+    released = threading.Event()
+    acks = BatchAcks(0, 4, sent.put, released.set)
+    tracks.start([story[0], story[1], yard, story[2]], acks)
+    assert sent.empty(), "the first event waits for its commit"
+    store.start()
+    resp = sent.get(timeout=10)
+    assert released.is_set()
+    got = [(a.status, a.reason.split(":")[0], a.retry_after_ms) for a in resp.event_acks]
+    retry = cfg.batcher.retry_after_ms
+    assert got == [
+        (S.TRACK_EVENT_STATUS_STORED, "", 0),
+        (S.TRACK_EVENT_STATUS_RETRY, "store_busy", retry),
+        (S.TRACK_EVENT_STATUS_RETRY, "store_busy", retry),
+        (S.TRACK_EVENT_STATUS_RETRY, "held", retry),
+    ]
+    assert (
+        sample(metrics.registry, "strata_cloud_track_events_retry_total", {"type": "zone_entered"})
+        == 1
+    )
+    store.close()
