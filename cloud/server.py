@@ -35,7 +35,8 @@ from .security import (
     server_credentials,
     split_listen,
 )
-from .service import AnalyticsService, ServiceParts
+from .service import AnalyticsService
+from .service_parts import ServiceParts
 from .store import open_store
 from .versions import ClassifierSwitcher, cloud_version_metrics
 from .watch import WatchHub
