@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from required_testkit import missing
 from strata.device.agent import Agent
 from strata.device.camera import CameraState
 from strata.device.metrics import CameraCounts
@@ -46,10 +47,10 @@ def _gst_rtsp_missing() -> str:
 
 _MISSING = _gst_rtsp_missing()
 if _MISSING:
-    pytest.skip(
+    missing(
         f"GStreamer RTSP server unavailable ({_MISSING}); install python3-gi and "
         "gir1.2-gst-rtsp-server-1.0 (.ci/system-deps does)",
-        allow_module_level=True,
+        module_level=True,
     )
 
 
