@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from strata.shared.metrics_web import MetricsSecurityError
     from strata.shared.runtime import ModelLoadError
 
     from .security import SecurityError
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = CloudServer(cfg.cloud, repository=cfg.models.repository)
         server.start()
-    except (SecurityError, ModelLoadError, StoreError) as exc:
+    except (SecurityError, MetricsSecurityError, ModelLoadError, StoreError, OSError) as exc:
         print(f"strata cloud: {exc}", file=sys.stderr)
         return 2
     done = threading.Event()
