@@ -240,12 +240,12 @@ class CameraWorker:
         if self.motion is None:
             verdict = MotionDecision(True, 0.0, pre.force if pre and pre.force else "motion_off")
         elif pre is not None and pre.force:
-            verdict = self.motion.keep_now(frame.motion_input(), frame.ts, pre.force)
+            verdict = self.motion.keep_now(self.motion.score_input(frame), frame.ts, pre.force)
         else:
             base = self.motion.cfg.threshold
             deg = self.degrader
             raised = deg.motion_threshold(base) if deg is not None else base
-            verdict = self.motion.check(frame.motion_input(), frame.ts, raised)
+            verdict = self.motion.check(self.motion.score_input(frame), frame.ts, raised)
             if not verdict.keep and verdict.score >= base:  # kept but for the degradation
                 self.m.dropped(REASON_MOTION).inc()
                 self._degrade_log.add(1, f"motion threshold raised to {raised:g}")
