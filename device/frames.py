@@ -42,7 +42,7 @@ class GreyScaler:
     def scale(self, av_frame: Any) -> np.ndarray:
         """A (height, width) uint8 view of `av_frame` scaled to the grey size."""
         w, h = self.size
-        small = self._reformatter.reformat(
+        small: Any = self._reformatter.reformat(
             av_frame,
             w,
             h,
