@@ -66,6 +66,9 @@ class _SourceMetrics:
     def skipped(self, reason: str, frames: int) -> None:
         (self.m.skipped_rate if reason == "max_fps" else self.m.skipped_undecoded).inc(frames)
 
+    def lag(self, seconds: float) -> None:
+        self.m.source_lag.set(seconds)
+
 
 def backoff_delay(attempt: int, cfg: SourceConfig, rng: random.Random) -> float:
     """Wait before reopen attempt `attempt` (1-based): doubling, capped, with jitter."""

@@ -89,6 +89,13 @@ class DeviceMetrics:
             ["camera", "reason"],
             registry=r,
         )
+        self.source_lag = Gauge(
+            "strata_device_source_lag_seconds",
+            "How far behind its schedule a file played at its frame rate (source.realtime) "
+            "delivers frames: decoding or the gates not keeping up.",
+            cam,
+            registry=r,
+        )
         self.decoder = Gauge(
             "strata_device_decoder",
             "1 for the decoder the camera uses (software, or the hwaccel device type).",
@@ -188,6 +195,7 @@ class CameraMetrics:
         self.source_errors = m.source_errors.labels(c)
         self.skipped_rate = m.source_skipped.labels(c, "max_fps")
         self.skipped_undecoded = m.source_skipped.labels(c, "not_decoded")
+        self.source_lag = m.source_lag.labels(c)
         self._decoder = ""
         self.spool_frames = m.spool_frames.labels(c)
         self.inflight_frames = m.inflight_frames.labels(c)

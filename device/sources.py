@@ -76,6 +76,9 @@ class SourceEvents(Protocol):
         """`frames` source frames were not delivered: "max_fps" (decoded, passed over) or
         "not_decoded" (skip_frame)."""
 
+    def lag(self, seconds: float) -> None:
+        """A file played at its frame rate delivers its frames this far behind schedule."""
+
 
 class RateGate:
     """At most `fps` frames a second, spread evenly by timestamp: a frame is delivered when
@@ -358,6 +361,8 @@ class AvSource(Source):
                         delay = paced_from + ts - time.monotonic()
                         if delay > 0:
                             time.sleep(delay)
+                        if self.events is not None:
+                            self.events.lag(max(0.0, -delay))
                     yield Frame(index, ts, time.time_ns(), av_frame=f)
                     index += 1
         except av.error.ExitError:

@@ -32,12 +32,16 @@ class Events:
     def __init__(self) -> None:
         self.kinds: list[str] = []
         self.skips: dict[str, int] = {}
+        self.lags: list[float] = []
 
     def decoder(self, kind: str) -> None:
         self.kinds.append(kind)
 
     def skipped(self, reason: str, frames: int) -> None:
         self.skips[reason] = self.skips.get(reason, 0) + frames
+
+    def lag(self, seconds: float) -> None:
+        self.lags.append(seconds)
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +163,14 @@ def test_an_unknown_hwaccel_is_a_config_error_with_file_and_line(tmp_path: Path)
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert f"{path}:4: device.source.hwaccel:" in str(err.value)
+
+
+def test_a_file_played_at_its_rate_reports_its_lag(bframes_mp4: Path) -> None:
+    events = Events()
+    src = AvSource(str(bframes_mp4), SourceConfig(realtime=True), events=events)
+    try:
+        frames = [f for _, f in zip(range(10), src.frames(), strict=False)]
+    finally:
+        src.close()
+    assert len(events.lags) == len(frames) == 10
+    assert all(0.0 <= lag < 0.5 for lag in events.lags)  # an idle decoder keeps up
