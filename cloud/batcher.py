@@ -71,6 +71,20 @@ class _Item:
     camera: str = ""
 
 
+def _model_limit(classifier: Classifier, cfg: CloudBatcherConfig) -> int:
+    return min(cfg.max_batch, classifier.fixed_batch) if classifier.fixed_batch else cfg.max_batch
+
+
+def batch_limit(classifier: Classifier, cfg: CloudBatcherConfig) -> int:
+    """The largest batch the batcher forms: cfg.max_batch, capped by a fixed batch axis of
+    the model and by a GPU runner's buffers (they hold at most the runner's max batch)."""
+    limit = _model_limit(classifier, cfg)
+    runner_max = getattr(classifier.runner, "max_batch", None)
+    if isinstance(runner_max, int) and runner_max < limit:
+        return runner_max
+    return limit
+
+
 class DynamicBatcher:
     """Queue of model-sized images in, probability rows out (through futures).
 
@@ -79,24 +93,24 @@ class DynamicBatcher:
     the old one is closed when its last batch is done (cloud/versions.py)."""
 
     def __init__(
-        self, classifier: Classifier, cfg: CloudBatcherConfig, metrics: CloudMetrics
+        self,
+        classifier: Classifier,
+        cfg: CloudBatcherConfig,
+        metrics: CloudMetrics,
+        switcher: ClassifierSwitcher | None = None,
     ) -> None:
         self.classifier = classifier
         self.cfg = cfg
         self.metrics = metrics
-        self.max_batch = (
-            min(cfg.max_batch, classifier.fixed_batch) if classifier.fixed_batch else cfg.max_batch
-        )
-        # A GPU runner's buffers hold at most its own max batch.
-        runner_max = getattr(classifier.runner, "max_batch", None)
-        if isinstance(runner_max, int) and runner_max < self.max_batch:
+        self.max_batch = batch_limit(classifier, cfg)
+        model_max = _model_limit(classifier, cfg)
+        if self.max_batch < model_max:
             log.warning(
                 "the model runner takes at most %d per batch: max_batch %d -> %d",
-                runner_max,
                 self.max_batch,
-                runner_max,
+                model_max,
+                self.max_batch,
             )
-            self.max_batch = runner_max
         self._delay = cfg.max_queue_delay_ms / 1000.0
         self._queue: queue.Queue[_Item] = queue.Queue(maxsize=cfg.max_queue_size)
         # Requests submitted and not yet answered, and its peak in this and the last second.
@@ -106,7 +120,7 @@ class DynamicBatcher:
         self._peak_now = 0
         self._peak_before = 0
         self._stop = threading.Event()
-        self.switcher: ClassifierSwitcher | None = None
+        self.switcher = switcher
         self._clf_lock = threading.Lock()
         self._uses: dict[int, int] = {}  # id(classifier) -> batches running on it
         self._threads = [

@@ -61,40 +61,46 @@ class BatchBuffer:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class ClassifierSpec:
+    """What a model file does not say itself: its name and version, labels, normalization,
+    which output holds the scores and whether they are logits."""
+
+    name: str
+    labels: Sequence[str]
+    norm: Normalization
+    # The repository version (0: version 0 or a plain file).
+    version: int = 0
+    # The output that holds the scores ("" or unknown: the first).
+    output: str = ""
+    # None: decide per batch (a bare ONNX file does not say whether it emits logits).
+    logits: bool | None = None
+
+
 class Classifier:
     """Runs filled batches and turns outputs into probabilities and labels."""
 
-    def __init__(
-        self,
-        runner: ModelRunner,
-        labels: Sequence[str],
-        norm: Normalization,
-        name: str,
-        default_size: int = 224,
-        output: str = "",
-        logits: bool | None = None,
-    ) -> None:
+    def __init__(self, runner: ModelRunner, spec: ClassifierSpec, default_size: int = 224) -> None:
         self.runner = runner
+        name = spec.name
         self.name = name
-        self.norm = norm
-        # The repository version this classifier is (0: version 0 or a plain file).
-        self.version = 0
-        spec = runner.inputs[0]
-        if len(spec.shape) != 4 or spec.shape[1] not in (3, None):
+        self.norm = spec.norm
+        self.version = spec.version
+        inp = runner.inputs[0]
+        if len(inp.shape) != 4 or inp.shape[1] not in (3, None):
             raise ModelLoadError(
-                f"model {name}: input {spec.name} has shape {spec.shape}; want (N, 3, H, W)"
+                f"model {name}: input {inp.name} has shape {inp.shape}; want (N, 3, H, W)"
             )
-        h, w = spec.shape[2], spec.shape[3]
+        h, w = inp.shape[2], inp.shape[3]
         if h is not None and w is not None and h != w:
             raise ModelLoadError(f"model {name}: input is {h}x{w}; only square inputs")
         self.size = h if h is not None else (w if w is not None else default_size)
         # A fixed batch axis caps the batch; the batcher pads partial batches.
-        self.fixed_batch = spec.shape[0]
-        self.labels = tuple(labels)
+        self.fixed_batch = inp.shape[0]
+        self.labels = tuple(spec.labels)
         names = [o.name for o in runner.outputs]
-        self._out = names.index(output) if output in names else 0
-        # None: decide per batch (a bare ONNX file does not say whether it emits logits).
-        self._logits = logits
+        self._out = names.index(spec.output) if spec.output in names else 0
+        self._logits = spec.logits
 
     def new_buffer(self, max_batch: int) -> BatchBuffer:
         """A buffer for one model instance."""
@@ -173,9 +179,8 @@ def load_classifier(cfg: CloudModelConfig, repository: str = "", max_batch: int 
     if cfg.path:
         runner = create_runner(cfg.path, cfg.backend, **options)
         labels = _read_labels(cfg.labels_file) if cfg.labels_file else []
-        clf = Classifier(
-            runner, labels, Normalization(cfg.mean, cfg.std), Path(cfg.path).stem, cfg.input_size
-        )
+        spec = ClassifierSpec(Path(cfg.path).stem, labels, Normalization(cfg.mean, cfg.std))
+        clf = Classifier(runner, spec, cfg.input_size)
     else:
         clf = _from_repository(cfg, repository, options)
     log.info(
@@ -197,9 +202,7 @@ def _from_repository(
 
     repo = ModelRepository(repository)
     loaded = repo.open(cfg.name, cfg.backend, variant=cfg.variant or None, **options)
-    clf = _wrap(cfg, loaded.manifest, loaded.runner)
-    clf.version = version_of(repo, cfg.name, loaded.path)
-    return clf
+    return _wrap(cfg, loaded.manifest, loaded.runner, version_of(repo, cfg.name, loaded.path))
 
 
 def load_version(
@@ -215,12 +218,10 @@ def load_version(
     except ModelLoadError:
         runner.close()
         raise
-    clf = _wrap(cfg, manifest, runner)
-    clf.version = version
-    return clf
+    return _wrap(cfg, manifest, runner, version)
 
 
-def _wrap(cfg: CloudModelConfig, m: Manifest, runner: ModelRunner) -> Classifier:
+def _wrap(cfg: CloudModelConfig, m: Manifest, runner: ModelRunner, version: int) -> Classifier:
     try:
         if m.task != "classify":
             raise ModelLoadError(f"model {cfg.name!r} is a {m.task} model; the cloud classifies")
@@ -230,15 +231,15 @@ def _wrap(cfg: CloudModelConfig, m: Manifest, runner: ModelRunner) -> Classifier
                 f"the manifest asks for {m.input.resize}"
             )
         norm = Normalization(m.input.mean, m.input.std, m.input.scale, m.input.colour == "RGB")
-        return Classifier(
-            runner,
+        spec = ClassifierSpec(
+            m.name,
             m.labels,
             norm,
-            m.name,
-            cfg.input_size,
+            version=version,
             output=m.output.name,
             logits=m.output.format == "logits",
         )
+        return Classifier(runner, spec, cfg.input_size)
     except ModelLoadError:
         runner.close()
         raise

@@ -8,7 +8,7 @@ from typing import Any
 
 from strata.shared.contracts import analytics_pb2
 
-from .store import EventQuery, PageKey
+from .event_store import EventQuery, PageKey
 
 COLUMNS = (
     "event_id, edge_id, crop_id, camera_id, sequence, capture_ns, stored_ns, label, score, "

@@ -31,9 +31,7 @@ from .event_rows import (
     query_sql,
     stored_event,
 )
-from .metrics import CloudMetrics
-from .postgres_feed import CHANNEL, EventFeed, payloads
-from .store import (
+from .event_store import (
     SCHEMA_VERSION,
     CommitListener,
     EventQuery,
@@ -43,6 +41,8 @@ from .store import (
     StoreError,
     check_schema,
 )
+from .metrics import CloudMetrics
+from .postgres_feed import CHANNEL, EventFeed, payloads
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,17 @@ class PostgresStore(EventStore):
         except psycopg.Error as exc:
             self._pool.close()
             raise StoreError(f"cannot open event store {self.name}: {_why(exc)}") from None
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: CloudStoreConfig,
+        url: str,
+        metrics: CloudMetrics,
+        listener: CommitListener | None,
+    ) -> PostgresStore:
+        """The PostgreSQL database at `url`."""
+        return cls(cfg, url, metrics, listener)
 
     def _close_backend(self) -> None:
         if self._feed is not None:

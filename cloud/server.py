@@ -22,7 +22,7 @@ from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc
 from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, open_nvml
 from strata.shared.metrics import serve_metrics
 
-from .batcher import DynamicBatcher
+from .batcher import DynamicBatcher, batch_limit
 from .classifier import load_classifier
 from .drops import Drops
 from .metrics import CloudMetrics
@@ -35,7 +35,7 @@ from .security import (
     server_credentials,
     split_listen,
 )
-from .service import AnalyticsService
+from .service import AnalyticsService, ServiceParts
 from .store import open_store
 from .versions import ClassifierSwitcher, cloud_version_metrics
 from .watch import WatchHub
@@ -69,7 +69,6 @@ class CloudServer:
         except Exception:
             self.classifier.close()
             raise
-        self.batcher = DynamicBatcher(self.classifier, cfg.batcher, self.metrics)
         # Run-time version switches of a repository classifier (cloud/versions.py).
         self.switcher: ClassifierSwitcher | None = None
         if not cfg.model.path:
@@ -80,10 +79,10 @@ class CloudServer:
                 self.classifier,
                 cfg.model,
                 cfg.versions,
-                self.batcher.max_batch,
+                batch_limit(self.classifier, cfg.batcher),
                 cloud_version_metrics(self.metrics.registry),
             )
-            self.batcher.switcher = self.switcher
+        self.batcher = DynamicBatcher(self.classifier, cfg.batcher, self.metrics, self.switcher)
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if token is not None:
             interceptors.append(
@@ -96,13 +95,8 @@ class CloudServer:
         self.executor = ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="cloud")
         self.service = AnalyticsService(
             cfg,
-            self.classifier,
-            self.batcher,
-            self.store,
-            self.hub,
+            ServiceParts(self.batcher, self.store, self.hub, self.drops, self.executor),
             self.metrics,
-            self.drops,
-            self.executor,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve_loop, name="cloud-grpc", daemon=True)

@@ -35,11 +35,10 @@ from .batcher import (
     QueueFullError,
     Scored,
 )
-from .classifier import Classifier
 from .drops import Drops
+from .event_store import EventQuery, EventStore, PageKey, StoreBusyError, Stored, StoreError
 from .images import ImageLimits, InvalidImageError, decode, to_model_size
 from .metrics import CloudMetrics
-from .store import EventQuery, EventStore, PageKey, StoreBusyError, Stored, StoreError
 from .watch import WatchHub, WatchUnavailableError
 
 log = logging.getLogger(__name__)
@@ -102,28 +101,29 @@ def _retry(crop_id: str, reason: str, after_ms: int) -> analytics_pb2.CropAck:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceParts:
+    """What the service hands requests to: the batcher computes, the store persists, the hub
+    fans out, `drops` counts what is refused, and blocking work runs on the executor."""
+
+    batcher: DynamicBatcher
+    store: EventStore
+    hub: WatchHub
+    drops: Drops
+    executor: Executor
+
+
 class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[misc]
     """Request handling; the batcher computes, the store persists, the hub fans out."""
 
-    def __init__(
-        self,
-        cfg: CloudConfig,
-        classifier: Classifier,
-        batcher: DynamicBatcher,
-        store: EventStore,
-        hub: WatchHub,
-        metrics: CloudMetrics,
-        drops: Drops,
-        executor: Executor,
-    ) -> None:
+    def __init__(self, cfg: CloudConfig, parts: ServiceParts, metrics: CloudMetrics) -> None:
         self.cfg = cfg
-        self.executor = executor
-        self.classifier = classifier
-        self.batcher = batcher
-        self.store = store
-        self.hub = hub
+        self.executor = parts.executor
+        self.batcher = parts.batcher
+        self.store = parts.store
+        self.hub = parts.hub
         self.metrics = metrics
-        self.drops = drops
+        self.drops = parts.drops
         lim = cfg.limits
         self.image_limits = ImageLimits(
             lim.max_image_width, lim.max_image_height, lim.max_image_pixels

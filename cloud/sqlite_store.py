@@ -22,8 +22,7 @@ from .event_rows import (
     query_sql,
     stored_event,
 )
-from .metrics import CloudMetrics
-from .store import (
+from .event_store import (
     SCHEMA_VERSION,
     CommitListener,
     EventQuery,
@@ -33,6 +32,7 @@ from .store import (
     StoreError,
     check_schema,
 )
+from .metrics import CloudMetrics
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,17 @@ class SQLiteStore(EventStore):
             migrate(self._writer, self.path)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open event store {self.path}: {exc}") from exc
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: CloudStoreConfig,
+        url: str,
+        metrics: CloudMetrics,
+        listener: CommitListener | None,
+    ) -> SQLiteStore:
+        """The SQLite file at cfg.path (`url` is empty: no PostgreSQL was named)."""
+        return cls(cfg, metrics, listener)
 
     def _close_backend(self) -> None:
         self._writer.close()

@@ -1,235 +1,36 @@
-"""The event store interface, and the batched writer every back end shares.
+"""Open the event store the config names: a registry of back ends by URL scheme.
 
-Request threads hand events to one writer thread and get a future that completes only after
-the transaction holding the event has committed, so an ack means the event survives a crash.
-A crop id is stored once per edge: a resent crop gets the stored event back. Back ends:
-`sqlite_store` (one box, the default) and `postgres_store` (several replicas, one database);
-`open_store` picks one from the config.
+Back ends register here as "module:Class" and are imported by name only when chosen, so a
+SQLite-only install never loads psycopg, and no back end is imported by the interface it
+implements (`event_store`). The interface's names are re-exported: callers need one import.
 """
 
 from __future__ import annotations
 
-import abc
-import base64
-import logging
-import queue
-import threading
-import time
-from concurrent.futures import Future
-from dataclasses import dataclass
+import importlib
 from pathlib import Path
-from typing import Protocol
+from urllib.parse import urlsplit
 
 from strata.shared.config.cloud import POSTGRES_SCHEMES, CloudStoreConfig
-from strata.shared.contracts import analytics_pb2
 
-from .gather import gather
+from .event_store import (
+    SCHEMA_VERSION,
+    CommitListener,
+    EventQuery,
+    EventStore,
+    PageKey,
+    StoreBusyError,
+    Stored,
+    StoreError,
+)
 from .metrics import CloudMetrics
 
-log = logging.getLogger(__name__)
-
-# Every back end migrates its schema to this version (its MIGRATIONS has this many entries);
-# a new version adds one migration to each back end.
-SCHEMA_VERSION = 3
-
-
-class CommitListener(Protocol):
-    """Who hears of committed events (the WatchEvents fan-out)."""
-
-    def publish(self, events: list[analytics_pb2.Event]) -> None:
-        """Events newly committed, in commit order."""
-
-    def interrupt(self, reason: str) -> None:
-        """Events may have been missed: whoever follows the feed must start over."""
-
-    def pause(self, reason: str) -> None:
-        """The feed is down (interrupts too) until resume()."""
-
-    def resume(self) -> None:
-        """The feed is back."""
-
-
-class StoreError(RuntimeError):
-    """The store cannot open, migrate, read or write."""
-
-
-class StoreBusyError(RuntimeError):
-    """Too many events wait for the writer; try again later."""
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """The outcome of one write: the stored event, and whether it was there already."""
-
-    event: analytics_pb2.Event
-    duplicate: bool
-
-
-@dataclass(frozen=True, slots=True)
-class EventQuery:
-    """A QueryEvents filter; empty strings and zero times mean no bound."""
-
-    camera_id: str = ""
-    label: str = ""
-    start_ns: int = 0
-    end_ns: int = 0
-    # One event per (edge, camera, track): the latest in range, with track_events set.
-    group_by_track: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class PageKey:
-    """Where a page ends: events are ordered by (time_ns, event_id)."""
-
-    time_ns: int
-    event_id: int
-
-    def token(self) -> str:
-        """The opaque page token for this position."""
-        return base64.urlsafe_b64encode(f"v1:{self.time_ns}:{self.event_id}".encode()).decode()
-
-    @classmethod
-    def parse(cls, token: str) -> PageKey:
-        """Decode a token; ValueError when it is not one of ours."""
-        try:
-            tag, t, e = base64.urlsafe_b64decode(token.encode()).decode().split(":")
-            if tag != "v1":
-                raise ValueError(tag)
-            return cls(int(t), int(e))
-        except Exception as exc:
-            raise ValueError(f"malformed page_token {token!r}") from exc
-
-
-def check_schema(found: int, where: str) -> None:
-    """Refuse a schema newer than this build (a newer strata wrote it)."""
-    if found > SCHEMA_VERSION:
-        raise StoreError(
-            f"event store {where} has schema version {found}; this build knows up to "
-            f"{SCHEMA_VERSION} (upgrade strata)"
-        )
-
-
-@dataclass(slots=True)
-class _Pending:
-    event: analytics_pb2.Event
-    future: Future[Stored]
-    queued: float
-
-
-class EventStore(abc.ABC):
-    """Batched, acknowledged-after-commit writes; reads and the SQL are the back end's.
-
-    `listener` hears of every event newly committed to the store: by this process, and for a
-    store several replicas share, by any of them.
-    """
-
-    name: str  # where the events live, for logs (never a password)
-
-    def __init__(
-        self, cfg: CloudStoreConfig, metrics: CloudMetrics, listener: CommitListener | None
-    ) -> None:
-        self.cfg = cfg
-        self.metrics = metrics
-        self.listener = listener
-        self._pending: queue.Queue[_Pending] = queue.Queue(maxsize=cfg.max_pending)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
-
-    # back end
-
-    @abc.abstractmethod
-    def _commit(self, events: list[analytics_pb2.Event]) -> list[Stored]:
-        """Insert events in one transaction and commit it; raise StoreError on failure."""
-
-    @abc.abstractmethod
-    def _close_backend(self) -> None:
-        """Close connections (the writer has stopped)."""
-
-    @abc.abstractmethod
-    def find(self, edge_id: str, crop_id: str) -> analytics_pb2.Event | None:
-        """The stored event of a crop, if it was stored before. Raises StoreError."""
-
-    @abc.abstractmethod
-    def query(
-        self, q: EventQuery, after: PageKey | None, limit: int
-    ) -> tuple[list[analytics_pb2.Event], PageKey | None]:
-        """One page of events in (time, id) order, and the key of the next page (None: last)."""
-
-    @abc.abstractmethod
-    def count(self) -> int:
-        """Number of stored events."""
-
-    def _committed(self, fresh: list[analytics_pb2.Event]) -> None:
-        """Events this writer just committed; a shared store announces them its own way."""
-        if self.listener is not None:
-            self.listener.publish(fresh)
-
-    # lifecycle
-
-    def start(self) -> None:
-        """Start the writer thread."""
-        self._thread.start()
-
-    def close(self) -> None:
-        """Commit what is pending, then close every connection."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(30.0)
-        self._close_backend()
-
-    # writes
-
-    def submit(self, event: analytics_pb2.Event) -> Future[Stored]:
-        """Queue an event; the future completes after it is committed. Raises StoreBusyError."""
-        if self._stop.is_set():
-            raise StoreBusyError("event store is closing")
-        fut: Future[Stored] = Future()
-        try:
-            self._pending.put_nowait(_Pending(event, fut, time.monotonic()))
-        except queue.Full:
-            raise StoreBusyError(
-                f"event store has {self.cfg.max_pending} events waiting; try again later"
-            ) from None
-        return fut
-
-    def _take(self) -> list[_Pending]:
-        try:
-            first = self._pending.get(timeout=0.1)
-        except queue.Empty:
-            return []
-        close_at = time.monotonic() + self.cfg.write_delay_ms / 1000.0
-        return gather(self._pending, first, self.cfg.write_batch, close_at)
-
-    def _write_loop(self) -> None:
-        while True:
-            batch = self._take()
-            if not batch:
-                if self._stop.is_set() and self._pending.empty():
-                    return
-                continue
-            self._write(batch)
-
-    def _write(self, batch: list[_Pending]) -> None:
-        t0 = time.monotonic()
-        try:
-            results = self._commit([p.event for p in batch])
-        except Exception as exc:
-            log.error("event store write of %d events failed: %s", len(batch), exc)
-            err = exc if isinstance(exc, StoreError) else StoreError(f"write failed: {exc}")
-            for p in batch:
-                p.future.set_exception(err)
-            return
-        done = time.monotonic()
-        m = self.metrics
-        m.store_commit_duration.observe(done - t0)
-        m.store_batch_size.observe(len(batch))
-        fresh = [r.event for r in results if not r.duplicate]
-        m.events_stored.inc(len(fresh))
-        for p, r in zip(batch, results, strict=True):
-            m.store_latency.observe(done - p.queued)
-            p.future.set_result(r)
-        if fresh:
-            self._committed(fresh)
+# URL scheme ("" for no URL: the SQLite file at cloud.store.path) -> "module:Class".
+BACKENDS: dict[str, str] = {
+    "": "strata.cloud.sqlite_store:SQLiteStore",
+    "postgresql": "strata.cloud.postgres_store:PostgresStore",
+    "postgres": "strata.cloud.postgres_store:PostgresStore",
+}
 
 
 def store_url(cfg: CloudStoreConfig) -> str:
@@ -247,17 +48,48 @@ def store_url(cfg: CloudStoreConfig) -> str:
     return url
 
 
+def backend_class(url: str) -> type[EventStore]:
+    """The back end for a store URL ('' for SQLite), imported now. Raises StoreError."""
+    scheme = urlsplit(url).scheme if url else ""
+    try:
+        target = BACKENDS[scheme]
+    except KeyError:
+        raise StoreError(
+            f"no event store back end for scheme {scheme!r}; known: "
+            f"{', '.join(sorted(s for s in BACKENDS if s))} (or no URL for SQLite)"
+        ) from None
+    module_name, cls_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise StoreError(
+            f"event store back end {module_name} needs a package that is not installed "
+            f"({exc.name}); reinstall strata: pip install -e ."
+        ) from exc
+    cls: type[EventStore] = getattr(module, cls_name)
+    return cls
+
+
 def open_store(
     cfg: CloudStoreConfig, metrics: CloudMetrics, listener: CommitListener | None = None
 ) -> EventStore:
     """The PostgreSQL store when the config names a URL, else the SQLite file. Raises
     StoreError when it cannot open or migrate (nothing is left half-migrated)."""
     url = store_url(cfg)
-    if url:
-        # Imported here so a SQLite-only install never loads psycopg.
-        from .postgres_store import PostgresStore
+    return backend_class(url).from_config(cfg, url, metrics, listener)
 
-        return PostgresStore(cfg, url, metrics, listener)
-    from .sqlite_store import SQLiteStore
 
-    return SQLiteStore(cfg, metrics, listener)
+__all__ = [
+    "BACKENDS",
+    "SCHEMA_VERSION",
+    "CommitListener",
+    "EventQuery",
+    "EventStore",
+    "PageKey",
+    "StoreBusyError",
+    "StoreError",
+    "Stored",
+    "backend_class",
+    "open_store",
+    "store_url",
+]

@@ -18,13 +18,14 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry
 from strata.shared.config.device import CameraConfig, DeviceConfig
+from strata.shared.contracts import frame_pb2
 
 from .camera import CameraState, CameraStatus, CameraWorker
 from .cascade import CascadeMetrics, EdgeLink
 from .gate import RelevanceGate, load_gate
 from .inbox import GateInbox
 from .metrics import DeviceMetrics
-from .sender import Sender
+from .sender import Sender, SenderHooks, SenderSetup
 from .sources import camera_name
 from .versions import GateSwitcher, device_version_metrics
 
@@ -66,14 +67,15 @@ class Agent:
             gate = load_gate(cfg.gate, models_repository)
         self.gate = gate if cfg.gate.enabled else None
         self.inbox = GateInbox(cfg.gate.queue_frames)
+        # The sender's hooks are this agent's methods: what it reports reaches the edge link
+        # (built below, before the sender thread starts) and the cameras.
         self.sender = Sender(
             cfg.edges or cfg.edge,
             cfg.sender,
             self.metrics,
-            degrade=cfg.degrade,
-            routing=cfg.routing,
-            agent_id=self.agent_id,
-            on_move=self._moved,
+            cfg.degrade,
+            setup=SenderSetup(routing=cfg.routing, agent_id=self.agent_id),
+            hooks=SenderHooks(on_ack=self._on_ack, on_lost=self._on_lost, on_move=self._moved),
         )
         from .encoder import ScaleTarget
         from .worker import GateWorker  # cv2 import stays out of `strata --help`
@@ -119,8 +121,6 @@ class Agent:
             self.worker.encoder,
             cfg.payload.scale_to_model and not (cfg.payload.max_width or cfg.payload.max_height),
         )
-        self.sender.on_ack = self.link.on_ack
-        self.sender.on_lost = self.link.on_lost
         self._started = False
         self._stopped = False
 
@@ -209,6 +209,12 @@ class Agent:
         """Removed cameras whose frames are still being settled."""
         with self._cams_lock:
             return list(self._draining)
+
+    def _on_ack(self, ack: frame_pb2.FrameAck) -> None:
+        self.link.on_ack(ack)
+
+    def _on_lost(self, camera_id: str) -> None:
+        self.link.on_lost(camera_id)
 
     def _moved(self, camera_id: str, edge: str) -> None:
         # An H.264 stream must start with a keyframe on its new edge.

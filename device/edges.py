@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata.shared.config.device import RoutingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.ring import FOUNDING, Member
 
@@ -180,15 +181,14 @@ class EdgePool:
     def __init__(
         self,
         directory: Directory,
-        heartbeat_interval_s: float,
-        edge_timeout_s: float,
+        cfg: RoutingConfig,
         connect: Callable[[str], Any],
         heartbeat: frame_pb2.FrameHeader | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.directory = directory
-        self.heartbeat_interval_s = heartbeat_interval_s
-        self.edge_timeout_s = edge_timeout_s
+        self.heartbeat_interval_s = cfg.heartbeat_interval_s
+        self.edge_timeout_s = cfg.edge_timeout_s
         self._connect = connect
         # None: no heartbeats (a single static edge: nothing to choose between).
         self._heartbeat = heartbeat

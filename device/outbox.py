@@ -22,6 +22,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from strata.shared.config.device import SenderConfig
 from strata.shared.contracts import frame_pb2
 
 from .diskspool import DiskSpool
@@ -53,26 +54,41 @@ class PutResult:
     overflowed: tuple[int, ...] = field(default=())
 
 
+@dataclass(frozen=True, slots=True)
+class OutboxLimits:
+    """How much one camera's outbox holds: frames in flight (the window, until credits
+    shrink it), and frames or bytes spooled behind them."""
+
+    window: int
+    max_frames: int
+    max_bytes: int
+
+    def __post_init__(self) -> None:
+        if self.window < 1 or self.max_frames < 1 or self.max_bytes < 1:
+            raise ValueError("window, max_frames and max_bytes must be positive")
+
+    @classmethod
+    def from_config(cls, cfg: SenderConfig) -> OutboxLimits:
+        """The limits device.sender sets (spool_mb in MiB)."""
+        return cls(cfg.window, cfg.spool_frames, int(cfg.spool_mb * 1024 * 1024))
+
+
 class Outbox:
     """Spool plus in-flight window of one camera."""
 
     def __init__(
         self,
         camera_id: str,
-        window: int,
-        max_frames: int,
-        max_bytes: int,
+        limits: OutboxLimits,
         first_sequence: int = 1,
         disk: DiskSpool | None = None,
         session_id: int = 0,
     ) -> None:
-        if window < 1 or max_frames < 1 or max_bytes < 1:
-            raise ValueError("window, max_frames and max_bytes must be positive")
         self.camera_id = camera_id
-        self.max_window = window
-        self.window = window
-        self.max_frames = max_frames
-        self.max_bytes = max_bytes
+        self.max_window = limits.window
+        self.window = limits.window
+        self.max_frames = limits.max_frames
+        self.max_bytes = limits.max_bytes
         self.session_id = session_id
         self._next_seq = first_sequence
         self._spool: deque[Outgoing] = deque()

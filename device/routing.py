@@ -35,7 +35,12 @@ class CameraRouter:
 
     def __init__(self, cfg: RoutingConfig) -> None:
         self.cfg = cfg
-        self.params = RingParams(cfg.vnodes_per_weight, cfg.load_factor, cfg.warmup_s, cfg.ramp_s)
+        self.params = RingParams(
+            vnodes_per_weight=cfg.vnodes_per_weight,
+            load_factor=cfg.load_factor,
+            warmup_s=cfg.warmup_s,
+            ramp_s=cfg.ramp_s,
+        )
         self.rebalancer = Rebalancer(cfg.moves_per_s)
         self._cams: dict[str, CameraKey] = {}
         self._current: dict[str, str | None] = {}

@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from strata.shared.config.device import DegradeConfig, RoutingConfig, SenderConfig
@@ -41,15 +42,8 @@ from .degrade import REASON_POLICY, SourceDegrader
 from .diskspool import DiskSpool
 from .edges import Directory, EdgeConnectError, EdgeLink, EdgePool, heartbeat_header
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
-from .outbox import Outbox
+from .outbox import Outbox, OutboxLimits
 from .routing import CameraRouter
-
-PROCESSED = frame_pb2.ACK_STATUS_PROCESSED
-DUPLICATE = frame_pb2.ACK_STATUS_DUPLICATE
-REJECTED = frame_pb2.ACK_STATUS_REJECTED
-SHED = frame_pb2.ACK_STATUS_SHED
-QUEUED = frame_pb2.ACK_STATUS_QUEUED
-BUSY = frame_pb2.ACK_STATUS_BUSY
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +84,36 @@ class _Camera:
         self.previous_edge = ""
 
 
+@dataclass(frozen=True, slots=True)
+class SenderSetup:
+    """The agent's side of the link: how its cameras are placed on edges (routing, with the
+    agent id for affinity and heartbeats) and how its frames are numbered."""
+
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    agent_id: str = ""
+    # The sender session: sequences and duplicates belong to (session, camera). None: a new
+    # random one.
+    session_id: int | None = None
+    # None: the start time in microseconds, so that a restarted agent continues above what
+    # the edge saw from the previous run.
+    first_sequence: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SenderHooks:
+    """Whom the sender tells, each called on the sender thread (on_lost also on the
+    submitting thread)."""
+
+    # Every ack as it arrives, heartbeat answers too (their EdgeInfo sizes frames).
+    on_ack: Callable[[frame_pb2.FrameAck], None] | None = None
+    # A camera's frame given up before the edge had it (an H.264 stream needs a keyframe).
+    on_lost: Callable[[str], None] | None = None
+    # Every frame settled by a final ack.
+    on_final: FinalHook | None = None
+    # A camera moved from one edge to another.
+    on_move: MoveHook | None = None
+
+
 class Sender:
     """Sends kept frames to the edge, frees them on ack, resends after the ack timeout."""
 
@@ -98,22 +122,20 @@ class Sender:
         endpoint: str | Sequence[str],
         cfg: SenderConfig,
         metrics: DeviceMetrics,
-        first_sequence: int | None = None,
         degrade: DegradeConfig | None = None,
-        session_id: int | None = None,
-        on_final: FinalHook | None = None,
-        routing: RoutingConfig | None = None,
-        agent_id: str = "",
-        on_move: MoveHook | None = None,
+        *,
+        setup: SenderSetup | None = None,
+        hooks: SenderHooks | None = None,
     ) -> None:
         self.endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
         if not self.endpoints:
             raise SenderError("no edge endpoint")
         self.endpoint = self.endpoints[0]
         self.cfg = cfg
-        self.routing = routing or RoutingConfig()
-        self.agent_id = agent_id
-        self.on_move = on_move
+        setup = setup or SenderSetup()
+        self.routing = setup.routing
+        self.agent_id = setup.agent_id
+        self.hooks = hooks or SenderHooks()
         self.router = CameraRouter(self.routing)
         self._models: dict[str, str] = {}
         # Heartbeats and liveness only matter with a choice of edges.
@@ -121,13 +143,8 @@ class Sender:
         self.pool: EdgePool | None = None
         self.metrics = metrics
         self.degrade_cfg = degrade or DegradeConfig()
-        # Called (sender thread) with every frame settled by a final ack.
-        self.on_final = on_final
-        # Sequences start at the agent's start time in microseconds, so that a restarted
-        # agent continues above what the edge saw from the previous run.
-        self.first_sequence = first_sequence or time.time_ns() // 1000
-        # The sender session: sequences and duplicates belong to (session, camera).
-        self.session_id = session_id or new_session_id()
+        self.first_sequence = setup.first_sequence or time.time_ns() // 1000
+        self.session_id = setup.session_id or new_session_id()
         self._cams: dict[str, _Camera] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -136,11 +153,6 @@ class Sender:
         self._ready = threading.Event()
         self.started = False
         self.error: str | None = None
-        # Hooks (sender thread, or the submitting thread for on_lost): every ack as it
-        # arrives, and frames given up on before the edge had them (an H.264 stream needs
-        # a keyframe after that).
-        self.on_ack: Callable[[frame_pb2.FrameAck], None] | None = None
-        self.on_lost: Callable[[str], None] | None = None
 
     def add_camera(self, camera_id: str, model: str = "") -> Outbox:
         """Register a camera (before start or while running); `model`: what it asks the
@@ -149,15 +161,7 @@ class Sender:
         # A camera added at run time (perhaps one removed before) starts its sequences at
         # now in microseconds: above anything it sent earlier in this session.
         first = time.time_ns() // 1000 if self.started else self.first_sequence
-        box = Outbox(
-            camera_id,
-            self.cfg.window,
-            self.cfg.spool_frames,
-            int(self.cfg.spool_mb * 1024 * 1024),
-            first,
-            disk,
-            self.session_id,
-        )
+        box = Outbox(camera_id, OutboxLimits.from_config(self.cfg), first, disk, self.session_id)
         if box.restored:
             log.info(
                 "camera %s: %d unacked frame(s) from a previous run in %s go first",
@@ -224,8 +228,8 @@ class Sender:
         return res.sequence
 
     def _overflowed(self, cam: _Camera, seqs: tuple[int, ...]) -> None:
-        if self.on_lost is not None:
-            self.on_lost(cam.box.camera_id)
+        if self.hooks.on_lost is not None:
+            self.hooks.on_lost(cam.box.camera_id)
         cam.m.overflowed.inc(len(seqs))
         cam.m.dropped("spool_full").inc(len(seqs))
         cam.overflow_log.add(len(seqs), f"last sequence {seqs[-1]}")
@@ -291,13 +295,7 @@ class Sender:
         try:
             directory = Directory(self.endpoints, self.routing.resolve_interval_s)
             beat = heartbeat_header(self.agent_id, self.session_id) if self.multi else None
-            pool = EdgePool(
-                directory,
-                self.routing.heartbeat_interval_s,
-                self.routing.edge_timeout_s,
-                self._connect,
-                beat,
-            )
+            pool = EdgePool(directory, self.routing, self._connect, beat)
             pool.sync()
         except (EdgeConnectError, ValueError) as exc:
             self.error = str(exc)
@@ -372,8 +370,8 @@ class Sender:
                 )
             # A camera's first edge needs no hook: its stream starts there anyway (an H.264
             # encoder opens with a keyframe); only a move from another edge restarts it.
-            if self.on_move is not None and mv.old is not None:
-                self.on_move(mv.camera_id, mv.new)
+            if self.hooks.on_move is not None and mv.old is not None:
+                self.hooks.on_move(mv.camera_id, mv.new)
         if moves or came or went or removed:
             per: dict[str, int] = dict.fromkeys(pool.links, 0)
             for cam in self._cams.values():
@@ -400,8 +398,8 @@ class Sender:
                 continue
             if link.heard(now, ack.edge if ack.HasField("edge") else None):
                 self._edge_restarted(link)
-            if self.on_ack is not None:
-                self.on_ack(ack)  # heartbeat answers too: their EdgeInfo sizes frames
+            if self.hooks.on_ack is not None:
+                self.hooks.on_ack(ack)  # heartbeat answers too: their EdgeInfo sizes frames
             if ack.status == frame_pb2.ACK_STATUS_HEARTBEAT:
                 continue
             cam = self._cams.get(ack.camera_id)
@@ -434,14 +432,14 @@ class Sender:
             cam.m.credits.set(box.window)
         cam.degrader.set_level(ack.degrade_level)
         status = ack.status
-        if status == QUEUED:
+        if status == frame_pb2.ACK_STATUS_QUEUED:
             box.queued(ack.sequence, now)
             return
-        if status == BUSY:
+        if status == frame_pb2.ACK_STATUS_BUSY:
             if box.busy(ack.sequence, now, ack.retry_after_ms / 1e3):
                 cam.m.busy.inc()
             return
-        if status not in (PROCESSED, DUPLICATE, REJECTED, SHED):
+        if not is_final(status):
             log.warning(
                 "camera %s: ack with unexpected status %d for frame %d ignored",
                 box.camera_id,
@@ -452,16 +450,16 @@ class Sender:
         item = box.ack(ack.sequence)
         if item is None:
             return  # a late ack for a frame already settled
-        if self.on_final is not None:
-            self.on_final(box.camera_id, item.header, ack)
-        if status == PROCESSED:
+        if self.hooks.on_final is not None:
+            self.hooks.on_final(box.camera_id, item.header, ack)
+        if status == frame_pb2.ACK_STATUS_PROCESSED:
             cam.m.acked.inc()
             cam.m.processed.inc()
             cam.degrader.rate.add()
-        elif status == DUPLICATE:
+        elif status == frame_pb2.ACK_STATUS_DUPLICATE:
             cam.m.acked.inc()
             cam.m.duplicate.inc()
-        elif status == REJECTED:
+        elif status == frame_pb2.ACK_STATUS_REJECTED:
             cam.m.rejected.inc()
             cam.m.dropped("rejected").inc()
             log.warning(
@@ -501,8 +499,8 @@ class Sender:
             if limit is not None:
                 dropped = box.limit_waiting(limit, self.degrade_cfg.drop_policy)
                 if dropped:
-                    if self.on_lost is not None:
-                        self.on_lost(box.camera_id)
+                    if self.hooks.on_lost is not None:
+                        self.hooks.on_lost(box.camera_id)
                     cam.m.dropped(REASON_POLICY).inc(len(dropped))
                     cam.drop_log.add(
                         len(dropped),

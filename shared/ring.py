@@ -196,19 +196,7 @@ class Ring:
                     load[out[cid]] -= 1
                 load[first] += 1
                 out[cid] = first
-        # An edge over its bound lets go of the cameras it is the worst choice for.
-        by_node: dict[str, list[str]] = {}
-        for cam in order:
-            if cam.camera_id in out:
-                by_node.setdefault(out[cam.camera_id], []).append(cam.camera_id)
-        for node, cids in by_node.items():
-            excess = load[node] - caps[node]
-            if excess <= 0:
-                continue
-            cids.sort(key=lambda c: eligible[c].index(node))  # stable: ring order kept
-            for cid in cids[len(cids) - excess :]:
-                del out[cid]
-            load[node] = caps[node]
+        _let_go_over_bound(order, out, load, caps, eligible)
         # 3. The rest walk to the first edge with room.
         for cam in order:
             cid = cam.camera_id
@@ -223,6 +211,29 @@ class Ring:
             load[chosen] += 1
             out[cid] = chosen
         return out
+
+
+def _let_go_over_bound(
+    order: Sequence[CameraKey],
+    out: dict[str, str],
+    load: dict[str, int],
+    caps: Mapping[str, int],
+    eligible: Mapping[str, list[str]],
+) -> None:
+    """An edge over its bound lets go of the cameras it is the worst choice for (in place:
+    they leave `out`, and `load` drops to the bound)."""
+    by_node: dict[str, list[str]] = {}
+    for cam in order:
+        if cam.camera_id in out:
+            by_node.setdefault(out[cam.camera_id], []).append(cam.camera_id)
+    for node, cids in by_node.items():
+        excess = load[node] - caps[node]
+        if excess <= 0:
+            continue
+        cids.sort(key=lambda c: eligible[c].index(node))  # stable: ring order kept
+        for cid in cids[len(cids) - excess :]:
+            del out[cid]
+        load[node] = caps[node]
 
 
 @dataclass(frozen=True, slots=True)

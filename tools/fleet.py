@@ -1,6 +1,6 @@
 """Real `strata edge` and `strata device` processes on loopback, and a results counter.
 
-Used by the routing benchmark (`python -m strata.tools.routing_bench`) and the routing
+Used by the routing benchmark (`strata bench routing`) and the routing
 tests: edges on fixed ports (a killed one comes back at the same address), a device agent
 with several edges and synthetic cameras, and one SUB socket on every edge's PUB that
 records each result (camera, sequence, session, which edge, when).

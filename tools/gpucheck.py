@@ -5,7 +5,7 @@
    TensorRT or onnxruntime-gpu runs through torch-cuda and the report lists what it skipped.
 2. Every `gpu` test (`pytest -m gpu`), restricted to the back ends found
    (STRATA_GPU_BACKENDS): a back end found but failing is a failure, never a skip.
-3. The edge GPU benchmark (`strata.edge.bench`): bare back end vs the node through its
+3. The edge GPU benchmark (`strata bench edge`): bare back end vs the node through its
    sockets, 1/2/4 streams, batch 1-16, on YOLOv8n at 640 (exported from the architecture
    when ultralytics is installed; else the starter model at its own size, said so).
 4. FP16 agreement: the fastest FP16 back end against ONNX Runtime CUDA in FP32 (ORT CPU
@@ -175,7 +175,7 @@ def run_bench(backend: str, model: Path, timeout_s: float, work: Path) -> dict[s
     """The edge benchmark sweep in a subprocess (its own time limit)."""
     out = work / "bench.json"
     cmd = [
-        sys.executable, "-m", "strata.edge.bench", "--model", str(model),
+        sys.executable, "-m", "strata.tools.cli", "bench", "edge", "--model", str(model),
         "--backend", backend, "--streams", "1,2,4", "--batch", "1,2,4,8,16",
         "--frames", "64", "--rounds", "2", "--encoding", "bgr", "--width", "640",
         "--height", "480", "--cameras", "8", "--engine-profile", "1,8,16",

@@ -83,3 +83,16 @@ class LoopThread:
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+
+
+def stored_event(i: int, camera: str = "cam", t: int = 0) -> analytics_pb2.Event:
+    """A store test's event: car on odd i, person on even, sequences from the top of uint64."""
+    return analytics_pb2.Event(
+        edge_id="e",
+        crop_id=f"c{i}",
+        camera_id=camera,
+        sequence=2**64 - 1 - i,
+        capture_ns=t or 1000 + i,
+        label="car" if i % 2 else "person",
+        score=0.5,
+    )

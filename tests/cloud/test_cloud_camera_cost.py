@@ -10,7 +10,7 @@ from strata.cloud.server import CloudServer
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.contracts import analytics_pb2, current_version
 from strata.shared.metrics import sample
-from test_cloud_service import BLUE, RED, crop, uplink
+from test_service import BLUE, RED, crop, uplink
 
 
 def test_each_camera_is_charged_its_crops(

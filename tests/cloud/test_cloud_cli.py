@@ -11,8 +11,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cloud_helpers import jpeg
+from cloud_helpers import jpeg, stored_event
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from strata.cloud.metrics import CloudMetrics
+from strata.cloud.sqlite_store import SQLiteStore
+from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, current_version
 from strata.shared.models import ModelRepository
 
@@ -94,3 +97,23 @@ def test_cli_refuses_plaintext_on_a_network_address(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert "refusing to serve plaintext gRPC on 0.0.0.0:50999" in out.stderr
+
+
+def test_query_reads_a_store_file_without_an_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from strata.tools.cli import main
+
+    path = tmp_path / "events.sqlite"
+    store = SQLiteStore(CloudStoreConfig(path=str(path), write_delay_ms=1.0), CloudMetrics())
+    store.start()
+    for f in [store.submit(stored_event(i)) for i in range(12)]:
+        f.result(10)
+    store.close()
+    assert main(["cloud", "query", "--db", str(path), "--label", "car", "--limit", "4"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split("\t")[3] for ln in lines] == ["car"] * 4
+    assert [ln.split("\t")[5] for ln in lines] == ["e/c1", "e/c3", "e/c5", "e/c7"]
+    assert main(["cloud", "query", "--db", str(tmp_path / "absent.sqlite")]) == 2
+    assert "no such event store" in capsys.readouterr().err
+    assert not (tmp_path / "absent.sqlite").exists()

@@ -22,7 +22,7 @@ from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_v
 from strata.shared.loopback import free_port
 from strata.tools.postgres_temp import TempPostgres
 from test_cloud_cli import wait_serving
-from test_cloud_service import BLUE, GREEN, RED, crop, query
+from test_service import BLUE, GREEN, RED, crop, query
 
 STRATA = [sys.executable, "-m", "strata.tools.cli"]
 STORED = analytics_pb2.CROP_STATUS_STORED

@@ -1,4 +1,4 @@
-"""The event-store benchmark runs its three points end to end (tiny sizes)."""
+"""`strata bench store` runs its three points end to end (tiny sizes)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import psycopg
-from strata.tools.bench.store import main
+from strata.tools.cli import main
 
 
 def test_store_bench_measures_sqlite_and_one_and_two_replicas(pg_url: str, tmp_path: Path) -> None:
@@ -14,6 +14,8 @@ def test_store_bench_measures_sqlite_and_one_and_two_replicas(pg_url: str, tmp_p
     assert (
         main(
             [
+                "bench",
+                "store",
                 "--rounds",
                 "1",
                 "--events",

@@ -162,7 +162,7 @@ def test_every_dashboard_query_has_data_from_a_real_run(
     tmp_path: Path, prometheus_for: Any
 ) -> None:
     from strata.tools.demo.pipeline import PipelineRun, RunOptions
-    from strata.tools.demo.session import synthetic_source
+    from strata.tools.demo.sources import synthetic_source
     from strata.tools.demo.stack import Camera
 
     queries = dashboard_queries()

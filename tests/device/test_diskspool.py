@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
 from strata.device.diskspool import DiskSpool
 from strata.device.metrics import CameraCounts
-from strata.device.outbox import Outbox
+from strata.device.outbox import Outbox, OutboxLimits
 from strata.device.sink import FrameSink
 from strata.shared.config.device import CameraConfig, SenderConfig
 from strata.shared.contracts import frame_pb2
@@ -19,7 +19,12 @@ from .conftest import fast_config
 
 def test_frames_round_trip_and_damage_is_dropped(tmp_path: Path) -> None:
     disk = DiskSpool(tmp_path, "cam/1")
-    box = Outbox("cam/1", window=2, max_frames=10, max_bytes=10_000, first_sequence=5, disk=disk)
+    box = Outbox(
+        "cam/1",
+        OutboxLimits(window=2, max_frames=10, max_bytes=10_000),
+        first_sequence=5,
+        disk=disk,
+    )
     for i in range(3):
         box.put(frame_pb2.FrameHeader(camera_id="cam/1", frame_index=i), bytes([i]) * 10)
     item = box.take(0.0)
@@ -35,7 +40,12 @@ def test_frames_round_trip_and_damage_is_dropped(tmp_path: Path) -> None:
         "00000000000000000006.frame",
         "00000000000000000007.frame",
     ]
-    again = Outbox("cam/1", window=2, max_frames=10, max_bytes=10_000, first_sequence=1, disk=disk)
+    again = Outbox(
+        "cam/1",
+        OutboxLimits(window=2, max_frames=10, max_bytes=10_000),
+        first_sequence=1,
+        disk=disk,
+    )
     assert again.restored == 2
     nxt = again.put(frame_pb2.FrameHeader(camera_id="cam/1"), b"new")
     assert nxt.sequence == 8  # continues above what was restored

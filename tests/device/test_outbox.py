@@ -1,5 +1,5 @@
 import pytest
-from strata.device.outbox import Outbox
+from strata.device.outbox import Outbox, OutboxLimits
 from strata.shared.contracts import frame_pb2
 
 
@@ -8,12 +8,12 @@ def _put(box: Outbox, n: int, size: int = 10) -> list[int]:
 
 
 def test_sequences_start_where_told_and_increase() -> None:
-    box = Outbox("c", window=2, max_frames=10, max_bytes=10_000, first_sequence=100)
+    box = Outbox("c", OutboxLimits(window=2, max_frames=10, max_bytes=10_000), first_sequence=100)
     assert _put(box, 3) == [100, 101, 102]
 
 
 def test_window_bounds_in_flight_and_acks_free_it() -> None:
-    box = Outbox("c", window=2, max_frames=10, max_bytes=10_000)
+    box = Outbox("c", OutboxLimits(window=2, max_frames=10, max_bytes=10_000))
     _put(box, 4)
     a, b = box.take(0.0), box.take(0.0)
     assert a and b and (a.header.sequence, b.header.sequence) == (1, 2)
@@ -26,7 +26,7 @@ def test_window_bounds_in_flight_and_acks_free_it() -> None:
 
 
 def test_put_reports_waiting_once_the_window_is_taken() -> None:
-    box = Outbox("c", window=2, max_frames=10, max_bytes=10_000)
+    box = Outbox("c", OutboxLimits(window=2, max_frames=10, max_bytes=10_000))
     h = frame_pb2.FrameHeader
     assert not box.put(h(), b"x").waited
     assert not box.put(h(), b"x").waited
@@ -34,17 +34,17 @@ def test_put_reports_waiting_once_the_window_is_taken() -> None:
 
 
 def test_overflow_drops_the_oldest_by_count_and_by_bytes() -> None:
-    box = Outbox("c", window=1, max_frames=3, max_bytes=10_000)
+    box = Outbox("c", OutboxLimits(window=1, max_frames=3, max_bytes=10_000))
     results = [box.put(frame_pb2.FrameHeader(), bytes(10)) for _ in range(5)]
     assert [r.overflowed for r in results] == [(), (), (), (1,), (2,)]
     assert box.spooled == 3
-    by_bytes = Outbox("c", window=1, max_frames=100, max_bytes=25)
+    by_bytes = Outbox("c", OutboxLimits(window=1, max_frames=100, max_bytes=25))
     dropped = [by_bytes.put(frame_pb2.FrameHeader(), bytes(10)).overflowed for _ in range(4)]
     assert dropped == [(), (), (1,), (2,)]
 
 
 def test_unsent_frames_go_back_to_the_front() -> None:
-    box = Outbox("c", window=4, max_frames=10, max_bytes=10_000)
+    box = Outbox("c", OutboxLimits(window=4, max_frames=10, max_bytes=10_000))
     _put(box, 2)
     first = box.take(0.0)
     assert first is not None
@@ -54,7 +54,7 @@ def test_unsent_frames_go_back_to_the_front() -> None:
 
 
 def test_ack_timeout_goes_back_n_in_order() -> None:
-    box = Outbox("c", window=3, max_frames=10, max_bytes=10_000)
+    box = Outbox("c", OutboxLimits(window=3, max_frames=10, max_bytes=10_000))
     _put(box, 5)
     sent = [box.take(1.0) for _ in range(3)]
     assert [s.header.sequence for s in sent if s] == [1, 2, 3]
@@ -72,18 +72,18 @@ def test_ack_timeout_goes_back_n_in_order() -> None:
 
 def test_bad_bounds_are_rejected() -> None:
     with pytest.raises(ValueError):
-        Outbox("c", window=0, max_frames=1, max_bytes=1)
+        Outbox("c", OutboxLimits(window=0, max_frames=1, max_bytes=1))
 
 
 def test_queued_frees_nothing_and_restarts_the_ack_timeout() -> None:
-    box = Outbox("c", window=4, max_frames=10, max_bytes=10_000)
+    box = Outbox("c", OutboxLimits(window=4, max_frames=10, max_bytes=10_000))
     _put(box, 2)
     a, b = box.take(0.0), box.take(0.0)
     assert a and b
     assert box.queued(1, 2.5) and box.pending == 2
     assert box.expire(3.0, 1.0) == (2, ())  # b had no word for 3 s: both go back
     # ... while a frame the edge keeps saying it holds does not time out.
-    box2 = Outbox("c", window=4, max_frames=10, max_bytes=10_000)
+    box2 = Outbox("c", OutboxLimits(window=4, max_frames=10, max_bytes=10_000))
     _put(box2, 1)
     box2.take(0.0)
     box2.queued(1, 2.5)
@@ -91,7 +91,7 @@ def test_queued_frees_nothing_and_restarts_the_ack_timeout() -> None:
 
 
 def test_busy_puts_back_in_order_and_holds_off_without_marking_resent() -> None:
-    box = Outbox("c", window=3, max_frames=10, max_bytes=10_000)
+    box = Outbox("c", OutboxLimits(window=3, max_frames=10, max_bytes=10_000))
     _put(box, 4)
     items = [box.take(0.0) for _ in range(3)]
     assert [i.header.resent for i in items if i] == [False, False, False]
@@ -104,7 +104,7 @@ def test_busy_puts_back_in_order_and_holds_off_without_marking_resent() -> None:
 
 
 def test_credits_set_the_window_within_the_configured_one() -> None:
-    box = Outbox("c", window=8, max_frames=20, max_bytes=10_000)
+    box = Outbox("c", OutboxLimits(window=8, max_frames=20, max_bytes=10_000))
     _put(box, 10)
     box.set_window(2)
     assert [box.take(0.0) is not None for _ in range(3)] == [True, True, False]
@@ -115,7 +115,7 @@ def test_credits_set_the_window_within_the_configured_one() -> None:
 
 
 def test_a_final_ack_frees_a_frame_waiting_for_its_resend() -> None:
-    box = Outbox("c", window=2, max_frames=10, max_bytes=10_000)
+    box = Outbox("c", OutboxLimits(window=2, max_frames=10, max_bytes=10_000))
     _put(box, 2)
     box.take(0.0)
     box.take(0.0)
@@ -127,7 +127,7 @@ def test_a_final_ack_frees_a_frame_waiting_for_its_resend() -> None:
 
 
 def test_level_three_drop_policy_bounds_what_waits() -> None:
-    box = Outbox("c", window=2, max_frames=100, max_bytes=100_000)
+    box = Outbox("c", OutboxLimits(window=2, max_frames=100, max_bytes=100_000))
     _put(box, 10)
     assert box.limit_waiting(3, "oldest") == (1, 2, 3, 4, 5, 6, 7)
     assert box.spooled == 3

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from strata.device.metrics import DeviceMetrics
-from strata.device.sender import Sender
+from strata.device.sender import Sender, SenderSetup
 from strata.shared.config.device import SenderConfig
 from strata.shared.contracts import frame_pb2
 
@@ -20,5 +20,8 @@ def test_each_sender_draws_its_own_session_and_stamps_every_frame() -> None:
         sender.submit("cam", h, b"jpeg")
     assert {h.session_id for h in headers} == {sender.session_id}
     assert (
-        Sender("tcp://127.0.0.1:9", SenderConfig(), DeviceMetrics(), session_id=7).session_id == 7
+        Sender(
+            "tcp://127.0.0.1:9", SenderConfig(), DeviceMetrics(), setup=SenderSetup(session_id=7)
+        ).session_id
+        == 7
     )

@@ -22,7 +22,7 @@ import pytest
 from edge_testkit import MODEL_SIZE
 from prometheus_client import CollectorRegistry
 from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
-from strata.device.sender import Sender
+from strata.device.sender import Sender, SenderHooks
 from strata.shared.config.device import DegradeConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.synthetic import SyntheticClip
@@ -81,7 +81,7 @@ def test_kill_restart_and_stop_of_the_edge_lose_no_acknowledged_frame(
         SenderConfig(window=8, ack_timeout_s=1.0),
         DeviceMetrics(CollectorRegistry()),
         degrade=DegradeConfig(enabled=False),  # every offered frame must reach the edge
-        on_final=on_final,
+        hooks=SenderHooks(on_final=on_final),
     )
     sender.add_camera("cam")
     frames = [_jpeg(synthetic_clip, i) for i in range(20)]
@@ -154,7 +154,7 @@ def test_kill_restart_and_stop_of_the_edge_lose_no_acknowledged_frame(
 def test_overload_from_several_senders_is_fully_accounted_for(tmp_path: Path) -> None:
     # The real edge daemon (starter detector), three open-loop senders at 3x its capacity:
     # what is not processed is dropped at the device with a reason, nothing else.
-    from strata.tools.overload import Bench
+    from strata.tools.bench.overload import Bench
 
     args = argparse.Namespace(
         model="",

@@ -25,7 +25,7 @@ def test_gpu_backends_are_registered_and_never_imported_by_default() -> None:
     code = (
         "import sys; import strata.shared.runtime, strata.edge.node, "
         "strata.edge.inference.detector, "
-        "strata.edge.inference.standby, strata.tools.standby_bench; "
+        "strata.edge.inference.standby, strata.tools.bench.standby; "
         "heavy = ('torch', 'tensorrt', 'cuda', 'onnx2torch', 'cupy'); "
         "bad = [m for m in heavy if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"

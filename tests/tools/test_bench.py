@@ -139,5 +139,5 @@ def test_a_missing_tier_benchmark_is_named(tmp_path: Path) -> None:
     from strata.tools.bench.tiers import run_tier
 
     run = run_tier("nosuchtier", tmp_path, quick=True, timeout_s=60)
-    assert run.error == "strata.nosuchtier.bench is not installed"
+    assert run.error == "strata bench has no part 'nosuchtier'"
     assert run.data == {}

@@ -12,10 +12,11 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 from strata.shared.contracts import analytics_pb2, common_pb2, current_version, frame_pb2
 from strata.shared.synthetic import SyntheticClip
 from strata.tools.demo import summary
-from strata.tools.demo.cli import camera_id, parse_sets
+from strata.tools.demo.cli import parse_sets
 from strata.tools.demo.procs import TierExitedError, TierProcess
 from strata.tools.demo.results import DetectionCollector, Received
 from strata.tools.demo.scrape import scrape
+from strata.tools.demo.sources import camera_id
 from strata.tools.demo.stack import Camera, Stack
 
 
@@ -207,15 +208,15 @@ def test_bad_input_is_a_clear_error_before_anything_starts(
 def test_the_default_clip_is_vtest_in_real_time_else_synthetic_with_a_reason(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from strata.tools.bench import cli as bench_cli
+    from strata.tools.demo import cli as demo_cli
     from strata.tools.demo.cli import default_sources
 
     vtest = tmp_path / "vtest.mp4"
     vtest.write_bytes(b"x")
-    monkeypatch.setattr(bench_cli, "find_vtest", lambda explicit: vtest)
+    monkeypatch.setattr(demo_cli, "find_vtest", lambda explicit: vtest)
     assert default_sources(False) == ([str(vtest)], True)
     assert default_sources(True) == ([], False)
-    monkeypatch.setattr(bench_cli, "find_vtest", lambda explicit: None)
+    monkeypatch.setattr(demo_cli, "find_vtest", lambda explicit: None)
     assert default_sources(False) == ([], False)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "data/vtest.mp4 not found" in err[0] and "synthetic" in err[0]

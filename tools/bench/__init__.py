@@ -1,1 +1,1 @@
-"""`strata bench`: every tier's benchmark plus the cascade's accuracy, in one report."""
+"""`strata bench [PART]`: every benchmark of the project (the table of parts is in cli.py)."""

@@ -18,7 +18,7 @@ each scored by replaying the reference run (the detector on every frame) through
   wrong boxes per frame; the setting nearest each budget is compared. It knows every
   frame's answer, so no device can do it: it shows what placement alone could gain.
 
-`python -m strata.tools.bench.placement data/vtest.mp4 --work DIR` runs the reference
+`strata bench placement data/vtest.mp4 --work DIR` runs the reference
 (the three daemons, gates off, as `strata bench` does) unless DIR/reference.npz exists.
 """
 
@@ -36,11 +36,13 @@ import numpy as np
 from strata.edge.tracking.answers import Answers, interpolate
 from strata.edge.tracking.calibration import class_boxes, replay, uniform
 from strata.edge.tracking.tracker import Tracker
+from strata.shared.config.base import merge
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes
 from strata.shared.vision.agreement import agreement
 from strata.shared.vision.boxes import match_count
+from strata.tools.bench.cascade import GATES_OFF, NO_SHEDDING, Labels, boxes_of, run_once
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,9 +196,6 @@ def load_reference(path: Path) -> tuple[list[FrameBoxes], tuple[int, int]]:
 
 def run_reference(clip: Path, work: Path) -> tuple[list[FrameBoxes], tuple[int, int]]:
     """The detector on every frame, through the real daemons (as `strata bench` runs it)."""
-    from strata.shared.config.base import merge
-    from strata.tools.bench.cascade import GATES_OFF, NO_SHEDDING, Labels, boxes_of, run_once
-
     run = run_once(work / "reference", clip, merge(NO_SHEDDING, GATES_OFF), 1800.0)
     got = boxes_of(run.results, Labels())
     total = max(got, default=-1) + 1
@@ -205,12 +204,14 @@ def run_reference(clip: Path, work: Path) -> tuple[list[FrameBoxes], tuple[int, 
     return [got.get(i, FrameBoxes.empty()) for i in range(total)], size
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Print each placement's figures as JSON lines."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench placement`'s options."""
     p.add_argument("clip", type=Path)
     p.add_argument("--work", type=Path, required=True, help="Run folder; reference.npz kept.")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print each placement's figures as JSON lines."""
     args.work.mkdir(parents=True, exist_ok=True)
     cached = args.work / "reference.npz"
     if cached.exists():
@@ -224,7 +225,4 @@ def main(argv: Sequence[str] | None = None) -> None:
                 {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(placed).items()}
             )
         )
-
-
-if __name__ == "__main__":
-    main()
+    return 0

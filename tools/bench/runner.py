@@ -11,13 +11,10 @@ from typing import Any
 
 from strata.shared import machine
 from strata.tools.bench import plots, report
-from strata.tools.bench.cascade import (
-    NO_SHEDDING,
-    ClipResult,
-    Labels,
-    measure_clip,
-    synthetic_truth,
-)
+from strata.tools.bench.accuracy import run_cascade
+from strata.tools.bench.cascade import NO_SHEDDING, ClipResult
+from strata.tools.bench.cost import bench_cost, clip_fps
+from strata.tools.bench.progress import say
 from strata.tools.bench.side_by_side import strata_batch, ultralytics_side_by_side
 from strata.tools.bench.tiers import TIERS, TierRun, lookup, run_tier
 
@@ -37,11 +34,6 @@ class BenchOptions:
     ultralytics_python: str = sys.executable
 
 
-def say(text: str) -> None:
-    """Progress on stderr."""
-    print(f"strata bench: {text}", file=sys.stderr, flush=True)
-
-
 def run_tiers(opts: BenchOptions, logs: Path) -> dict[str, TierRun]:
     """Each tier's benchmark, one after another (they would compete for the cores)."""
     timeout = opts.tier_timeout_s or (60.0 if opts.quick else 900.0)
@@ -57,29 +49,6 @@ def run_tiers(opts: BenchOptions, logs: Path) -> dict[str, TierRun]:
         else:
             say(f"{tier} benchmark done in {run.seconds:.0f}s")
     return runs
-
-
-def run_cascade(opts: BenchOptions, work: Path) -> list[ClipResult]:
-    """The synthetic clip (with ground truth), then vtest when present and not quick."""
-    from strata.shared.synthetic import SyntheticClip
-
-    clips: list[ClipResult] = []
-    frames = 30 if opts.quick else 300
-    clip = SyntheticClip(width=640, height=480, frames=frames, fps=10, objects=4, seed=0)
-    path = clip.write(work / "synthetic.mp4")
-    labels = Labels()
-    say(f"cascade on the synthetic clip ({frames} frames): reference run, then cascade run ...")
-    clips.append(measure_clip(path, work / "synthetic", synthetic_truth(clip, labels), labels))
-    if "vtest" in opts.skip:
-        return clips
-    if opts.vtest is None or not opts.vtest.is_file():
-        say("vtest.mp4 not found (python .ci/test_data.py fetches it); cascade on it skipped")
-    elif opts.quick:
-        say("--quick: cascade on vtest.mp4 skipped (795 frames through two full pipeline runs)")
-    else:
-        say(f"cascade on {opts.vtest.name}: reference run, then cascade run ...")
-        clips.append(measure_clip(opts.vtest, work / "vtest", curve=True))
-    return clips
 
 
 def plot_data(runs: dict[str, TierRun], clips: list[ClipResult]) -> plots.PlotData:
@@ -151,7 +120,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if "cascade" not in opts.skip:
         try:
-            clips = run_cascade(opts, out / "cascade")
+            clips = run_cascade(out / "cascade", opts.quick, opts.vtest, "vtest" in opts.skip)
         except Exception as exc:  # the report still gets written, with the failure in it
             say(f"cascade failed: {exc}")
             extra["cascade_error"] = str(exc)
@@ -173,8 +142,6 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
             )
         extra["ultralytics"] = side
     if clips:
-        from strata.tools.bench.cost import bench_cost, clip_fps
-
         paths = {"synthetic.mp4": out / "cascade" / "synthetic.mp4"}
         if opts.vtest is not None:
             paths[opts.vtest.name] = opts.vtest

@@ -7,7 +7,7 @@ their acks: an event counts when its future completes, i.e. after its transactio
 (SQLite synchronous=FULL, PostgreSQL synchronous_commit=on with fsync). Throughput is all
 replicas' events over the span from the first start to the last ack.
 
-    python -m strata.tools.bench.store --json store-bench.json
+    strata bench store --json store-bench.json
 
 Without `--url` it starts a throwaway PostgreSQL server on this machine (tools/postgres_temp:
 Debian's `postgresql` package), which then shares the CPU with the replicas.
@@ -211,9 +211,11 @@ def _median_point(runs: list[Point]) -> Point:
     return sorted(runs, key=lambda p: p.events_per_s)[len(runs) // 2]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the comparison; print a table, optionally write JSON."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+OPTIONS = ("events", "streams", "window", "rounds", "url")
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """`strata bench store`'s options."""
     ap.add_argument("--events", type=int, default=20000, help="events per replica")
     ap.add_argument("--streams", type=int, default=8, help="writer threads per replica")
     ap.add_argument("--window", type=int, default=32, help="events in flight per thread")
@@ -227,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         "--url", default="", help="an existing PostgreSQL database (default: start one)"
     )
     ap.add_argument("--json", type=Path, help="write the points here")
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the comparison; print a table, optionally write JSON."""
     common = {"write_batch": 256, "write_delay_ms": 2.0, "max_pending": 8192}
     load0 = os.getloadavg()
     runs: dict[tuple[str, int], list[Point]] = {}
@@ -276,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "points": [asdict(p) for p in points],
                     "rounds": [[asdict(x) for x in r] for r in runs.values()],
-                    "args": vars(args) | {"json": str(args.json)},
+                    "args": {k: getattr(args, k) for k in OPTIONS} | {"json": str(args.json)},
                     "machine": {
                         "cpus": os.cpu_count(),
                         "platform": platform.platform(),
@@ -288,7 +293,3 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

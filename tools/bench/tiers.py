@@ -1,6 +1,7 @@
-"""Each tier's own benchmark, run as `python -m strata.<tier>.bench --json OUT [--quick]`.
+"""Each tier's own benchmark, run as `strata bench TIER --json OUT [--quick]`.
 
-Shared code never imports a tier: the benchmarks run as child processes.
+Each runs in a child process of its own: its memory, threads and crashes stay its own, and
+one tier's leftovers never slow the next.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class TierRun:
 
 def command(tier: str, json_path: Path, quick: bool) -> list[str]:
     """The command line of a tier's benchmark."""
-    cmd = [sys.executable, "-m", f"strata.{tier}.bench", "--json", str(json_path)]
+    cmd = [sys.executable, "-m", "strata.tools.cli", "bench", tier, "--json", str(json_path)]
     return [*cmd, "--quick"] if quick else cmd
 
 
@@ -54,7 +55,9 @@ def run_tier(tier: str, out_dir: Path, quick: bool, timeout_s: float) -> TierRun
         with log_path.open("rb") as f:
             tail = b"".join(deque(f, maxlen=8)).decode("utf-8", "replace").strip()
         if f"No module named strata.{tier}" in tail or f"No module named 'strata.{tier}" in tail:
-            run.error = f"strata.{tier}.bench is not installed"
+            run.error = f"strata.{tier} is not installed"
+        elif f"invalid choice: '{tier}'" in tail:
+            run.error = f"strata bench has no part {tier!r}"
         else:
             run.error = f"exit status {rc}; last lines of {log_path}:\n{tail}"
     else:

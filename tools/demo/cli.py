@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from strata.tools.clips import find_vtest
 
 log = logging.getLogger(__name__)
 
@@ -89,17 +90,9 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def camera_id(index: int, source: str) -> str:
-    """A readable, unique camera id for a source."""
-    stem = Path(source.split("?", maxsplit=1)[0].rstrip("/")).stem or "stream"
-    return f"cam{index}-" + re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:32]
-
-
 def default_sources(synthetic: bool) -> tuple[list[str], bool]:
     """(sources, realtime) when none are given: vtest in real time, else the synthetic clip
     (its own source string paces it) with a one-line reason."""
-    from strata.tools.bench.cli import find_vtest
-
     if synthetic:
         return [], False
     vtest = find_vtest(None)

@@ -10,14 +10,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from strata.shared.synthetic import SyntheticClip
+from strata.shared.config.base import merge
 from strata.tools.demo import summary as summary_mod
 from strata.tools.demo.annotate import annotate_frames, annotate_video
 from strata.tools.demo.cameras import CameraView
 from strata.tools.demo.pipeline import Outcome, PipelineRun, RunOptions
+from strata.tools.demo.sources import (
+    SYNTHETIC,
+    cameras_for,
+    is_file_source,
+    synthetic_clip,
+    synthetic_source,
+)
 from strata.tools.demo.stack import Camera
-
-_LIVE = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
 
 
 @dataclass
@@ -34,51 +39,8 @@ class DemoOptions:
     realtime: bool = False  # files paced at their frame rate, like a camera
 
 
-SYNTHETIC = "synthetic://"
-# The built-in clip, paced at its frame rate like a camera (5 fps: what YOLOv8n at 640 keeps
-# up with on two CPU cores once the gates have dropped the quiet frames).
-SYNTHETIC_PARAMS = {"width": 640, "height": 480, "fps": 5, "objects": 4, "seed": 0}
-
-
 # Edge queue per camera when a source is a file (see DemoSession.run).
 FILE_QUEUE = 100_000
-
-
-def synthetic_source(frames: int) -> str:
-    """The device agent's source string for the built-in clip."""
-    query = "&".join(f"{k}={v}" for k, v in {**SYNTHETIC_PARAMS, "frames": frames}.items())
-    return f"{SYNTHETIC}?{query}&realtime=1"
-
-
-def synthetic_clip(source: str) -> SyntheticClip:
-    """The clip a synthetic:// source string describes (the same frames the agent makes)."""
-    from urllib.parse import parse_qs, urlsplit
-
-    args = {k: v[0] for k, v in parse_qs(urlsplit(source).query).items() if k != "realtime"}
-    floats = {"noise"}
-    kwargs = {k: float(v) if k in floats else int(v) for k, v in args.items()}
-    return SyntheticClip(**kwargs)  # type: ignore[arg-type]
-
-
-def is_file_source(source: str) -> bool:
-    """Files are re-read for the annotated video; live streams are not."""
-    return not source.startswith((*_LIVE, SYNTHETIC))
-
-
-def cameras_for(sources: list[str]) -> list[Camera]:
-    """One camera per source, with readable unique ids; FileNotFoundError for a missing file."""
-    from strata.tools.demo.cli import camera_id
-
-    cams = []
-    for i, src in enumerate(sources):
-        if src.startswith(SYNTHETIC):
-            cams.append(Camera(f"cam{i}-synthetic", src))
-            continue
-        if is_file_source(src) and not Path(src).is_file():
-            raise FileNotFoundError(f"--source {src}: no such file")
-        path = str(Path(src).resolve()) if is_file_source(src) else src
-        cams.append(Camera(camera_id(i, src), path))
-    return cams
 
 
 class DemoSession:
@@ -139,8 +101,6 @@ class DemoSession:
             # every kept frame (latency shows the wait) instead of shedding most of them, and
             # keep the batch size (that wait is not a missed delay target).
             overrides["edge"] = {"batching": {"queue_per_camera": FILE_QUEUE, "delay_target_ms": 0}}
-        from strata.shared.config.base import merge
-
         self.pipeline = PipelineRun(
             out / "run",
             cameras,

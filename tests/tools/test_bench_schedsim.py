@@ -6,7 +6,7 @@ from pathlib import Path
 
 from strata.edge.inference.scheduler import QLearningPolicy
 from strata.shared.config.edge import SchedulerConfig
-from strata.tools.schedsim import (
+from strata.tools.bench.schedsim import (
     MEASURED_CPU_CURVE,
     ServiceModel,
     SimSetup,

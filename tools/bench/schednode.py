@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+import zmq
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.metrics import sample
+from strata.shared.models import ModelRepository
+from strata.shared.synthetic import SyntheticClip
 from strata.shared.wire import pack_frame
+from strata.tools.bench.nodes import start_edge_node
+from strata.tools.bench.schedsim import Trace, make_trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,19 +63,12 @@ def _config(policy: str, q_table: str, deadline_shed: bool = False) -> EdgeConfi
 
 
 def run_policy(
-    policy: str, q_table: str, trace: Any, cameras: int, sla_s: float, deadline_shed: bool = False
+    policy: str, q_table: str, trace: Trace, cameras: int, sla_s: float, deadline_shed: bool = False
 ) -> NodeResult:
     """Replay `trace` into a fresh node running `policy` (with deadline shedding)."""
-    import zmq
-    from strata.edge.node import EdgeNode
-    from strata.shared.metrics import sample
-    from strata.shared.models import ModelRepository
-    from strata.shared.synthetic import SyntheticClip
-
     model = ModelRepository().file_of("yolov8n")[2]
     # A copy of the warm table: the node saves what it learns at stop.
-    node = EdgeNode(_config(policy, q_table, deadline_shed), model)
-    ep = node.start()
+    node, ep = start_edge_node(_config(policy, q_table, deadline_shed), model)
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -189,13 +189,8 @@ def run_policy(
     )
 
 
-def run_node(args: argparse.Namespace, _cfg: type[EdgeConfig]) -> int:
-    """`schedsim node`: each policy on the same trace, one after the other."""
-    import shutil
-    import tempfile
-
-    from .schedsim import make_trace
-
+def run_node(args: argparse.Namespace) -> int:
+    """`strata bench scheduler node`: each policy on the same trace, one after the other."""
     trace = make_trace(args.kind, args.cameras, args.base_fps, args.duration, seed=args.seed)
     results = []
     policies = args.policy or ["rule", "learned"]

@@ -1,11 +1,11 @@
-"""The benchmark command runs and writes the keys `strata bench` reads."""
+"""`strata bench device` runs and writes the keys `strata bench` reads."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from strata.device.bench import main
+from strata.tools.cli import main
 
 KEYS = {
     "decode_fps",
@@ -25,6 +25,8 @@ def test_bench_writes_its_json(tmp_path: Path, synthetic_mp4: Path) -> None:
     out = tmp_path / "device.json"
     rc = main(
         [
+            "bench",
+            "device",
             "--clip",
             str(synthetic_mp4),
             "--avi",
@@ -48,3 +50,4 @@ def test_bench_writes_its_json(tmp_path: Path, synthetic_mp4: Path) -> None:
     assert 0 < doc["dropped_motion"] < 60  # the clip has still and moving stretches
     assert set(doc["clips"]) == {synthetic_mp4.name, "synthetic"}
     assert doc["machine"]["cores"] >= 1
+    assert doc["command"].startswith("strata bench device --clip ")

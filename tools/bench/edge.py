@@ -1,4 +1,4 @@
-"""Edge node throughput against the bare runtime, in one run: `python -m strata.edge.bench`.
+"""Edge node throughput against the bare runtime, in one run: `strata bench edge`.
 
 For each batch size: (1) the bare back end runs preprocessed batches of that size back to
 back (the physical limit of this machine for this model); (2) a real edge node with the
@@ -21,11 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata.shared.cli.parser import Parser
+import zmq
+from strata.edge.cli import resolve_model
+from strata.edge.inference.detector import open_staged
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.machine import cpu_line, gpus
+from strata.shared.metrics import sample
+from strata.shared.synthetic import SyntheticClip
+from strata.shared.vision import LetterboxWriter
 from strata.shared.wire import pack_frame
+from strata.tools.bench.nodes import start_edge_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +57,6 @@ class Point:
 
 def bench_frames(width: int, height: int, count: int) -> list[np.ndarray]:
     """Frames of the synthetic clip (objects on a textured background)."""
-    from strata.shared.synthetic import SyntheticClip
-
     clip = SyntheticClip(width=width, height=height, frames=max(count, 20), objects=4, seed=3)
     return [clip.frame(i).image for i in range(count)]
 
@@ -61,9 +65,6 @@ class Bare:
     """The back end alone, fed preprocessed batches back to back; slots kept busy on GPU."""
 
     def __init__(self, model: Path, cfg: EdgeConfig, batch: int, image: np.ndarray) -> None:
-        from strata.edge.inference.detector import open_staged
-        from strata.shared.vision import LetterboxWriter
-
         self.batch = batch
         self.runner = open_staged(model, cfg, batch)
         for slot in range(self.runner.slots):
@@ -128,11 +129,7 @@ class NodeHarness:
         encoding: int,
         inflight: int,
     ) -> None:
-        import zmq
-        from strata.edge.node import EdgeNode
-
-        self.node = EdgeNode(cfg, model)
-        ep = self.node.start()
+        self.node, ep = start_edge_node(cfg, model)
         self.ctx = zmq.Context()
         self.sub = self.ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -206,8 +203,6 @@ class NodeHarness:
             self.dealers[cam].send_multipart(pack_frame(hdr, payload), copy=False)
 
     def _drain_acks(self, flight: _Flight) -> None:
-        import zmq
-
         poller = zmq.Poller()
         for d in self.dealers:
             poller.register(d, zmq.POLLIN)
@@ -217,8 +212,6 @@ class NodeHarness:
 
     def _receive(self, flight: _Flight, total: int, timeout_s: float) -> NodeRun:
         """Count published results; time and batch sizes between the warm-up and the last."""
-        from strata.shared.metrics import sample
-
         reg = self.node.metrics.registry
         latencies: list[float] = []
         t_first = t_last = c_first = c_last = 0.0
@@ -256,8 +249,8 @@ class NodeHarness:
         self.ctx.destroy(linger=0)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m strata.edge.bench", description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench edge`'s options."""
     p.add_argument("--model", default="yolov8n", help="repository model name or ONNX path")
     p.add_argument("--repository", default="", help="model repository (default: starter)")
     p.add_argument("--batch", default="1,2,4", help="batch sizes to sweep, comma-separated")
@@ -288,7 +281,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick", action="store_true", help="batch 1,2, 6 frames, 1 round (for strata bench)"
     )
-    return p
 
 
 def _profile(text: str) -> tuple[int, int, int]:
@@ -427,13 +419,10 @@ def _doc(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """The sweep; the best point's figures on stdout, everything in --json."""
     if args.quick:
         args.batch, args.frames, args.rounds = "1,2", 6, 1
-
-    from strata.edge.cli import resolve_model
-
     model = (
         Path(args.model)
         if args.model.endswith(".onnx")
@@ -453,7 +442,3 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps({k: doc[k] for k in ("bare_fps", "node_fps", "ratio", "p50_ms", "p99_ms")}))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

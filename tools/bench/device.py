@@ -1,6 +1,6 @@
 """Device agent benchmark: agent frames/s against bare PyAV decoding, in the same run.
 
-    python -m strata.device.bench --json out/device.json
+    strata bench device --json out/device.json
 
 1. Throughput on an H.264 clip (data/vtest.mp4, 768x576) read as fast as possible: the
    whole agent with both gates on, sending to a real ZeroMQ ROUTER that acks every frame
@@ -29,7 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from strata.shared.cli.parser import Parser
+from strata.device.agent import Agent
+from strata.device.metrics import CameraCounts
+from strata.device.sink import FrameSink
+from strata.device.sources import configure_decoder
 from strata.shared.config.device import (
     CameraConfig,
     DeviceConfig,
@@ -41,15 +44,11 @@ from strata.shared.config.device import (
 )
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
+from strata.shared.synthetic import SyntheticClip
 
-from .agent import Agent
-from .metrics import CameraCounts
-from .sink import FrameSink
-from .sources import configure_decoder
+log = logging.getLogger(__name__)
 
-log = logging.getLogger("strata.device.bench")
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,11 +162,8 @@ class Throughput:
         return sorted(self.agent, key=lambda r: r.fps)[len(self.agent) // 2]
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = Parser(
-        prog="python -m strata.device.bench",
-        description=__doc__.splitlines()[0] if __doc__ else "",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench device`'s options."""
     p.add_argument("--clip", type=Path, default=ROOT / "data" / "vtest.mp4", help="H.264 clip")
     p.add_argument("--avi", type=Path, default=ROOT / "data" / "vtest.avi", help="vtest.avi")
     p.add_argument(
@@ -212,7 +208,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="1 repeat, no vtest.avi, a 120-frame synthetic clip, 4 sweep points (strata bench)",
     )
-    return p
 
 
 def _prepare_clip(args: argparse.Namespace) -> bool:
@@ -222,8 +217,6 @@ def _prepare_clip(args: argparse.Namespace) -> bool:
         args.synthetic = args.synthetic.replace("frames=300", "frames=120")
         args.motion_sweep = "0,4,10,20"
     if args.quick and not args.clip.exists():
-        from strata.shared.synthetic import SyntheticClip
-
         # No real clip here (no apt): --quick still measures a 768x576 H.264 clip.
         print(f"bench: {args.clip} missing; --quick uses a synthetic 768x576 clip", file=sys.stderr)
         fallback = Path(tempfile.mkdtemp(prefix="strata-bench-")) / "synthetic-768x576.mp4"
@@ -304,7 +297,7 @@ def _result(
     sweep: list[dict[str, Any]],
     base: DeviceConfig,
     info: dict[str, Any],
-    argv: list[str] | None,
+    command: str,
 ) -> dict[str, Any]:
     main_run = tp.median_agent
     dec = statistics.median(tp.decode_fps)
@@ -338,7 +331,7 @@ def _result(
             "sender": base.sender.model_dump(),
         },
         "machine": {**info, "load_avg_1m_at_end": os.getloadavg()[0]},
-        "command": "python -m strata.device.bench " + " ".join(argv or sys.argv[1:]),
+        "command": command,
     }
 
 
@@ -361,8 +354,8 @@ def _print(result: dict[str, Any], clips: dict[str, ClipReport], info: dict[str,
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Throughput, gate drops and the motion sweep; 2 when there is no clip."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not _prepare_clip(args):
         return 2
@@ -373,21 +366,15 @@ def main(argv: list[str] | None = None) -> int:
     clips: dict[str, ClipReport] = {args.clip.name: tp.median_agent}
     if args.avi.exists():
         clips[args.avi.name] = run_agent(args.avi, base, repo)
-    from strata.shared.synthetic import SyntheticClip
-
     params = {k: int(v) for k, v in (kv.split("=") for kv in args.synthetic.split(",") if kv)}
     with tempfile.TemporaryDirectory() as tmp:
         syn = SyntheticClip(**params).write(Path(tmp) / "synthetic.mp4")  # type: ignore[arg-type]
         clips["synthetic"] = run_agent(syn, base, repo)
         sweep_clips = [syn] if args.quick else [syn, args.clip]
         sweep = _motion_sweep(sweep_clips, base, args.motion_sweep, repo)
-    result = _result(tp, clips, sweep, base, info, argv)
+    result = _result(tp, clips, sweep, base, info, args.command_line)
     _print(result, clips, info)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

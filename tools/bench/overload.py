@@ -1,4 +1,4 @@
-"""Overload against a real edge daemon: `python -m strata.tools.overload`.
+"""Overload against a real edge daemon: `strata bench overload`.
 
 Starts `strata edge` (starter yolov8n, or --model) as its own process, subscribes to its
 results, and offers frames from several device senders (the real strata.device Sender and
@@ -556,8 +556,8 @@ def report(phases: list[PhaseFigures], capacity: float) -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench overload`'s options."""
     p.add_argument("--model", default="", help="detector ONNX (default: starter yolov8n)")
     p.add_argument("--input-size", type=int, default=320, help="detector input side (320)")
     p.add_argument("--cameras", type=int, default=3, help="senders, one camera each (3)")
@@ -574,7 +574,10 @@ def main(argv: list[str] | None = None) -> int:
         "--warm-s", type=float, default=3.0, help="full batches before the RSS baseline (3)"
     )
     p.add_argument("--json", default="", help="also write the figures here")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Capacity, then each load; the tables on stdout, everything in --json."""
     tmp = Path(tempfile.mkdtemp(prefix="strata-overload-"))
     bench = Bench(args, tmp)
     try:
@@ -593,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {
         "machine": cpu_line(),
         "loadavg_before": load_before,
-        "command": " ".join(["python -m strata.tools.overload", *(argv or sys.argv[1:])]),
+        "command": args.command_line,
         "delay_target_ms": args.delay_target_ms,
         "capacity_fps": capacity,
         "edge_rss_mb": {"after_warm_up": rss_first, "end": rss_last},
@@ -611,7 +614,3 @@ def main(argv: list[str] | None = None) -> int:
         f"{cpu_line()}; load {load_before} -> {os.getloadavg()}"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

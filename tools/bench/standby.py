@@ -1,4 +1,4 @@
-"""Standby against cold start: `python -m strata.tools.standby_bench`.
+"""Standby against cold start: `strata bench standby`.
 
 Each measurement runs in a fresh process (so memory is that process's alone), with the
 imports done before the clock starts:
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from strata.shared.cli.parser import Parser
+from strata.shared.models import ModelRepository
 
 CPU = "onnxruntime-cpu"
 MIB = 1 << 20
@@ -164,7 +164,7 @@ class Report:
 
 def _run_child(a: ChildArgs) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-m", "strata.tools.standby_bench", "--child", a.mode,
+        [sys.executable, "-m", "strata.tools.cli", "bench", "standby", "--child", a.mode,
          "--model", a.model, "--batch", str(a.batch), "--threads", str(a.threads),
          "--backend", a.backend, "--device-id", str(a.device_id), "--streams", str(a.streams),
          "--fp16" if a.fp16 else "--no-fp16", "--engine-cache", a.engine_cache],
@@ -213,8 +213,8 @@ def measure(base: ChildArgs, rounds: int) -> Report:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m strata.tools.standby_bench", description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench standby`'s options."""
     p.add_argument("--model", default="", help="ONNX file (default: starter yolov8n)")
     p.add_argument("--backend", default=CPU, help="runtime back end (see shared/runtime)")
     p.add_argument("--batch", type=int, default=8)
@@ -228,11 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", default="")
     p.add_argument("--child", choices=["cold", "standby"], help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Alternating rounds in fresh processes (or, with --child, one measurement)."""
     model = args.model
     if not model:
-        from strata.shared.models import ModelRepository
-
         model = str(ModelRepository().file_of("yolov8n")[2])
     child = ChildArgs(
         mode=args.child or "cold",
@@ -253,7 +254,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(asdict(report), indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

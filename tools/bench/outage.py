@@ -4,11 +4,11 @@ Offers crops the size of the demo's (cut from vtest at the edge's JPEG quality) 
 crop rate times `--speedup` while no cloud listens, for `--outage-s / --speedup` seconds, so
 the uplink holds `--outage-s` of the demo's crops. Then a cloud comes up (a gRPC servicer in
 this process that acks every crop STORED and records it: the edge side is what is measured;
-the real cloud's throughput is `python -m strata.cloud.bench`), and the run waits until every
+the real cloud's throughput is `strata bench cloud`), and the run waits until every
 crop is acked. Reports offered, stored, dropped by reason, the spool's peak, how many minutes
 the configured spool holds at the demo's rate, the drain time and the order crops arrived in.
 
-    python -m strata.edge.outage_bench --json outage.json
+    strata bench outage --json outage.json
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ import json
 import os
 import platform
 import resource
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -101,7 +100,7 @@ def _crop_images(clip: str, n: int, width: int, height: int, quality: int) -> li
     return out
 
 
-def run(args: argparse.Namespace) -> dict[str, object]:
+def measure(args: argparse.Namespace) -> dict[str, object]:
     """The outage, the recovery, the counts."""
     images = _crop_images(args.clip, 64, args.crop_width, args.crop_height, args.jpeg_quality)
     tmp = Path(tempfile.mkdtemp(prefix="strata-outage-"))
@@ -213,9 +212,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line of the benchmark."""
-    p = argparse.ArgumentParser(prog="python -m strata.edge.outage_bench", description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench outage`'s options."""
     p.add_argument("--outage-s", type=float, default=600.0, help="outage, at the demo's pace")
     p.add_argument("--speedup", type=float, default=20.0, help="offer this much faster")
     p.add_argument("--fps", type=float, default=10.0, help="camera frame rate of the demo")
@@ -229,14 +227,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--spool-mib", type=float, default=512.0, help="edge.uplink.spool_max_mib")
     p.add_argument("--drain-timeout-s", type=float, default=600.0)
     p.add_argument("--json", metavar="OUT", help="write the results here")
-    args = p.parse_args(argv)
-    result = run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The figures on stdout (and in --json); 1 when a crop was lost."""
+    result = measure(args)
     text = json.dumps(result, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")
     print(text)
     return 0 if result["lost"] == 0 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

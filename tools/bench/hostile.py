@@ -1,4 +1,4 @@
-"""Hostile input against the real daemons: `python -m strata.tools.hostile`.
+"""Hostile input against the real daemons: `strata bench hostile`.
 
 Starts `strata edge` and `strata cloud` (starter models, or --edge-model / --cloud-model)
 as their own processes and measures, from /proc of each daemon (VmHWM reset through
@@ -13,6 +13,7 @@ clear_refs before each probe):
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -24,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata.shared.cli.parser import Parser
 from strata.shared.contracts import analytics_pb2, common_pb2, current_version, frame_pb2
 from strata.shared.imagecheck import jpeg_size
 from strata.shared.loopback import free_port
@@ -263,13 +263,16 @@ def check_cost(repeat: int = 2000) -> dict[str, float]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench hostile`'s options."""
     p.add_argument("--rounds", type=int, default=20, help="bomb rounds per daemon (20)")
     p.add_argument("--edge-model", default="", help="detector ONNX (default: starter yolov8n)")
     p.add_argument("--cloud-model", default="", help="classifier ONNX (default: starter swin)")
     p.add_argument("--json", default="", help="also write the figures here")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Every probe; the figures as JSON on stdout."""
     tmp = Path(tempfile.mkdtemp(prefix="strata-hostile-"))
     doc = {
         "machine": cpu_line(),
@@ -284,7 +287,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(text + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,7 +7,7 @@ in this process. Reports throughput, p50/p90/p99 latency and served/bare at each
 CPU seconds per image of both (server process plus client threads, against the bare session):
 on a machine shared with other jobs the CPU ratio is the steadier figure.
 
-    python -m strata.cloud.bench --json cloud-bench.json
+    strata bench cloud --json cloud-bench.json
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from strata.shared.cli.parser import Parser
 from strata.shared.config.cloud import CloudConfig, CloudModelConfig
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
@@ -447,9 +446,8 @@ def _document(
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line of the benchmark."""
-    p = Parser(prog="python -m strata.cloud.bench", description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench cloud`'s options."""
     p.add_argument("--model", default="swin", help="repository model name")
     p.add_argument("--repository", default="", help="model repository; empty: the starter one")
     p.add_argument("--model-path", default="", help="an ONNX classifier instead of --model")
@@ -504,7 +502,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="1 and 4 clients, 2 s windows, 1 round (for strata bench)",
     )
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The sweep; the best point on stdout, everything in --json."""
     if args.quick:
         args.concurrency, args.seconds, args.rounds = [1, 4], 2.0, 1
         args.warmup, args.bare_seconds = 0.5, 1.5
@@ -518,7 +519,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"p99 {result['p99_ms']} ms"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The benchmark command runs end to end and writes the keys the bench runner reads."""
+"""`strata bench edge` runs end to end and writes the keys the bench runner reads."""
 
 from __future__ import annotations
 
@@ -12,15 +12,17 @@ import pytest
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 
-def test_bench_writes_ratio_and_latency(colour_model: Path, tmp_path: Path) -> None:
+def test_bench_writes_ratio_and_latency(colour_detector: Path, tmp_path: Path) -> None:
     out = tmp_path / "edge.json"
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
-            "strata.edge.bench",
+            "strata.tools.cli",
+            "bench",
+            "edge",
             "--model",
-            str(colour_model),
+            str(colour_detector),
             "--batch",
             "1,2",
             "--frames",

@@ -1,4 +1,4 @@
-"""Trace-driven simulator of the edge node's batcher: `python -m strata.tools.schedsim`.
+"""Trace-driven simulator of the edge node's batcher (`strata bench scheduler`).
 
 The service model is the node's measured batch-latency curve (seconds per batch of b
 frames on this machine's CPU, `curve` measures it; interpolated between the measured
@@ -9,20 +9,17 @@ the node runs decide every `decide_every_s` of simulated time, so the rule and t
 policy see the very same traces. Reported per policy and trace: mean reward, throughput,
 goodput (frames answered within the SLA per second), p50/p99 of answered frames, shed.
 
-    python -m strata.tools.schedsim curve            # measure the curve (ONNX Runtime CPU)
-    python -m strata.tools.schedsim compare --json out.json --q-table q.json
-    python -m strata.tools.schedsim node --q-table q.json   # the real node, same traces
+    strata bench scheduler curve            # measure the curve (ONNX Runtime CPU)
+    strata bench scheduler compare --json out.json --q-table q.json
+    strata bench scheduler node --q-table q.json   # the real node, same traces
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,11 +29,11 @@ from strata.edge.inference.scheduler import (
     RulePolicy,
     SchedulerWindow,
 )
-from strata.shared.cli.parser import Parser
-from strata.shared.config.edge import EdgeConfig, SchedulerConfig
+from strata.shared.config.edge import SchedulerConfig
+from strata.shared.runtime import create_runner
 
 # Seconds per batch of YOLOv8n 320 (starter repository) on ONNX Runtime CPU, 2 threads,
-# measured with `python -m strata.tools.schedsim curve` on this project's 2-core machine
+# measured with `strata bench scheduler curve` on this project's 2-core machine
 # (shared; load average about 12, see docs/benchmarks.md). Batching pays on this CPU:
 # 213 ms for one frame, 123 ms per frame in a batch of eight.
 MEASURED_CPU_CURVE: dict[int, float] = {1: 0.213, 2: 0.365, 4: 0.621, 8: 0.984}
@@ -347,8 +344,6 @@ def mean_over_seeds(results: Sequence[SimResult]) -> list[SimResult]:
 
 def measure_curve(model: Path, sizes: Sequence[int], threads: int, rounds: int) -> dict[int, float]:
     """Median seconds per batch of each size, the runtime alone (ONNX Runtime CPU)."""
-    from strata.shared.runtime import create_runner
-
     runner = create_runner(model, "onnxruntime-cpu", threads=threads)
     shape = runner.inputs[0].shape
     side = int(shape[2] or 320)
@@ -368,7 +363,7 @@ def measure_curve(model: Path, sizes: Sequence[int], threads: int, rounds: int) 
     return out
 
 
-def _table(results: Sequence[SimResult]) -> str:
+def table(results: Sequence[SimResult]) -> str:
     lines = [
         "| trace | policy | reward | throughput fps | goodput fps | p50 ms | p99 ms | "
         "shed | mean batch |",
@@ -381,89 +376,3 @@ def _table(results: Sequence[SimResult]) -> str:
             f"{r.mean_batch:.1f} |"
         )
     return "\n".join(lines)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m strata.tools.schedsim", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("curve", help="measure the batch-latency curve (ONNX Runtime CPU)")
-    c.add_argument("--model", default="", help="ONNX file (default: starter yolov8n)")
-    c.add_argument("--batches", default="1,2,4,8")
-    c.add_argument("--threads", type=int, default=0)
-    c.add_argument("--rounds", type=int, default=5)
-    m = sub.add_parser("compare", help="every policy on the same simulated traces")
-    m.add_argument("--curve", default="", help="JSON {batch: seconds} (default: measured)")
-    m.add_argument("--duration", type=float, default=300.0, help="seconds per trace")
-    m.add_argument("--train", type=float, default=10800.0, help="seconds of training traces")
-    m.add_argument("--cameras", type=int, default=4)
-    m.add_argument("--base-fps", type=float, default=0.5, help="per camera")
-    m.add_argument("--seed", type=int, default=1)
-    m.add_argument("--seeds", type=int, default=1, help="repeat over this many seeds; means")
-    m.add_argument("--decide-every", type=float, default=2.0, help="seconds per decision")
-    m.add_argument(
-        "--deadline-shed",
-        action="store_true",
-        help="every policy sheds, before a batch, the frames it would finish past the SLA",
-    )
-    m.add_argument("--q-table", default="", help="save the trained table here")
-    m.add_argument("--json", default="", help="write the results here")
-    n = sub.add_parser("node", help="the real edge node on the CPU against the same traces")
-    n.add_argument("--policy", choices=["rule", "learned"], action="append")
-    n.add_argument("--q-table", default="", help="warm start of the learned policy")
-    n.add_argument("--kind", default="burst10x", help="trace kind")
-    n.add_argument("--duration", type=float, default=90.0)
-    n.add_argument("--cameras", type=int, default=4)
-    n.add_argument("--base-fps", type=float, default=0.5)
-    n.add_argument("--seed", type=int, default=1)
-    n.add_argument("--rounds", type=int, default=1, help="alternating rounds per policy")
-    n.add_argument("--deadline-shed", action="store_true", help="scheduler.deadline_shed on")
-    n.add_argument("--json", default="")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.cmd == "curve":
-        from strata.shared.models import ModelRepository
-
-        model = Path(args.model) if args.model else ModelRepository().file_of("yolov8n")[2]
-        curve = measure_curve(
-            model, [int(b) for b in args.batches.split(",")], args.threads, args.rounds
-        )
-        print(json.dumps({str(k): round(v, 4) for k, v in curve.items()}))
-        return 0
-    if args.cmd == "compare":
-        curve = (
-            {int(k): float(v) for k, v in json.loads(Path(args.curve).read_text()).items()}
-            if args.curve
-            else MEASURED_CPU_CURVE
-        )
-        results = []
-        for k in range(args.seeds):
-            setup = SimSetup(
-                cameras=args.cameras,
-                base_fps=args.base_fps,
-                duration_s=args.duration,
-                train_s=args.train,
-                seed=args.seed + 100 * k,
-                deadline_s=SchedulerConfig().sla_ms / 1e3 if args.deadline_shed else 0.0,
-            )
-            # The first seed's trained table is the one saved (the node's warm start).
-            q = args.q_table if k == 0 else ""
-            results += compare(
-                setup,
-                SchedulerConfig(policy="learned", decide_every_s=args.decide_every),
-                curve,
-                q_table=q,
-            )
-        print(_table(mean_over_seeds(results) if args.seeds > 1 else results))
-        if args.json:
-            Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=1))
-        return 0
-    from .schednode import run_node
-
-    return run_node(args, EdgeConfig)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from strata.tools import standby_bench
+from strata.tools.cli import main
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_the_bench_measures_a_standby_against_a_cold_start(tmp_path: Path) -> None:
     out = tmp_path / "standby.json"
-    assert standby_bench.main(["--rounds", "1", "--batch", "2", "--json", str(out)]) == 0
+    assert main(["bench", "standby", "--rounds", "1", "--batch", "2", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["backend"] == "onnxruntime-cpu" and report["rounds"] == 1
     # The standby holds no batch buffer; the live copy holds its input (2 x 3 x 320 x 320).

@@ -1,4 +1,4 @@
-"""The benchmark command runs end to end and writes the keys the bench suite reads."""
+"""`strata bench cloud` runs end to end and writes the keys the bench suite reads."""
 
 from __future__ import annotations
 
@@ -11,15 +11,17 @@ import pytest
 
 
 @pytest.mark.slow
-def test_bench_writes_the_sweep(colour_model: tuple[Path, Path], tmp_path: Path) -> None:
+def test_bench_writes_the_sweep(colour_classifier: Path, tmp_path: Path) -> None:
     out = tmp_path / "cloud.json"
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
-            "strata.cloud.bench",
+            "strata.tools.cli",
+            "bench",
+            "cloud",
             "--model-path",
-            str(colour_model[0]),
+            str(colour_classifier),
             "--concurrency",
             "1,4",
             "--rounds",

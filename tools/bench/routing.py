@@ -1,6 +1,6 @@
 """Routing benchmark: real edge processes on loopback, one agent with many cameras.
 
-    python -m strata.tools.routing_bench [--cameras 60] [--fps 1] [--warmup 20] [--ramp 10]
+    strata bench routing [--cameras 60] [--fps 1] [--warmup 20] [--ramp 10]
 
 1. 3 edges (equal weights) and N paced synthetic cameras: cameras per edge, max/mean.
 2. A 4th edge starts: how many cameras it holds during its warm-up (against a fair share of
@@ -26,9 +26,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from strata.shared.cli.parser import Parser
-
-from .fleet import DeviceProc, EdgeProc, Results, gaps, synthetic_source, wait_until
+from strata.tools.fleet import DeviceProc, EdgeProc, Results, gaps, synthetic_source, wait_until
 
 
 def _per_edge(placement: dict[str, str], names: list[str]) -> dict[str, int]:
@@ -38,7 +36,7 @@ def _per_edge(placement: dict[str, str], names: list[str]) -> dict[str, int]:
     return out
 
 
-def run(args: argparse.Namespace) -> dict[str, object]:
+def measure(args: argparse.Namespace) -> dict[str, object]:
     tmp = Path(tempfile.mkdtemp(prefix="routing-bench-"))
     edges = [EdgeProc(f"e{i}", tmp, args.model, args.input_size) for i in range(4)]
     names = [e.name for e in edges]
@@ -158,8 +156,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m strata.tools.routing_bench", description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench routing`'s options."""
     p.add_argument("--cameras", type=int, default=60)
     p.add_argument("--fps", type=int, default=1, help="frames per second per camera")
     p.add_argument("--warmup", type=float, default=20.0, help="routing.warmup_s")
@@ -169,14 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="", help="detector ONNX (default: starter yolov8n)")
     p.add_argument("--input-size", type=int, default=160)
     p.add_argument("--json", metavar="FILE", help="write the figures here too")
-    args = p.parse_args(argv)
-    out = run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The four steps; the figures as JSON on stdout."""
+    out = measure(args)
     text = json.dumps(out, indent=2)
     print(text)
     if args.json:
         Path(args.json).write_text(text)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""The cascade's accuracy and bytes on the bench's clips: `strata bench cascade`.
+
+The synthetic clip first (its ground truth is known), then vtest when present: each through
+a reference run (the detector on every frame) and a cascade run of the real daemons over
+loopback (tools/bench/cascade.py), compared frame by frame. Writes the cascade.* keys of
+`strata bench`'s report, per clip, as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from strata.shared import machine
+from strata.shared.synthetic import SyntheticClip
+from strata.tools.bench import report
+from strata.tools.bench.cascade import ClipResult, Labels, measure_clip, synthetic_truth
+from strata.tools.bench.progress import say
+from strata.tools.clips import find_vtest
+
+
+def run_cascade(work: Path, quick: bool, vtest: Path | None, skip_vtest: bool) -> list[ClipResult]:
+    """The synthetic clip (with ground truth), then vtest when present and not quick."""
+    clips: list[ClipResult] = []
+    frames = 30 if quick else 300
+    clip = SyntheticClip(width=640, height=480, frames=frames, fps=10, objects=4, seed=0)
+    path = clip.write(work / "synthetic.mp4")
+    labels = Labels()
+    say(f"cascade on the synthetic clip ({frames} frames): reference run, then cascade run ...")
+    clips.append(measure_clip(path, work / "synthetic", synthetic_truth(clip, labels), labels))
+    if skip_vtest:
+        return clips
+    if vtest is None or not vtest.is_file():
+        say("vtest.mp4 not found (python .ci/test_data.py fetches it); cascade on it skipped")
+    elif quick:
+        say("--quick: cascade on vtest.mp4 skipped (795 frames through two full pipeline runs)")
+    else:
+        say(f"cascade on {vtest.name}: reference run, then cascade run ...")
+        clips.append(measure_clip(vtest, work / "vtest", curve=True))
+    return clips
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench cascade`'s options."""
+    p.add_argument("--out", default="bench-out/cascade", metavar="DIR", help="work folder")
+    p.add_argument("--quick", action="store_true", help="30 synthetic frames, no vtest")
+    p.add_argument("--vtest", metavar="FILE", help="the real clip (default: data/vtest.mp4)")
+    p.add_argument("--no-vtest", action="store_true", help="the synthetic clip only")
+    p.add_argument("--json", metavar="OUT", help="write the figures here too")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Both clips' figures as JSON on stdout; 0 when the headline clip has every key."""
+    out = Path(args.out)
+    clips = run_cascade(out, args.quick, find_vtest(args.vtest), args.no_vtest)
+    rep = report.build(machine.describe(), {}, clips, {}, args.quick or args.no_vtest)
+    doc = {
+        "command": args.command_line,
+        "machine": rep["machine"],
+        **{k: v for k, v in rep.items() if k.startswith(("cascade.", "cascade_synthetic."))},
+        "clips": rep["clips"],
+    }
+    text = json.dumps(doc, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    missing = [k for k in rep["missing"] if k.startswith("cascade.")]
+    return 1 if missing else 0

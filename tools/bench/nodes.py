@@ -1,0 +1,18 @@
+"""The one place the benchmarks build an edge node inside their own process.
+
+Every in-process node of tools/bench comes from `start_edge_node`, so a change in how the
+edge tier wires a node is made here once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from strata.edge.node import EdgeNode, Endpoints
+from strata.shared.config.edge import EdgeConfig
+
+
+def start_edge_node(cfg: EdgeConfig, model: Path) -> tuple[EdgeNode, Endpoints]:
+    """A started edge node of `cfg` serving `model`, and the addresses it bound."""
+    node = EdgeNode(cfg, model)
+    return node, node.start()
