@@ -21,7 +21,7 @@ import abc
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -318,20 +318,11 @@ class AvSource(Source):
         paced_from = last_frame_t
         rate = self._rate
         ctx = self.stream.codec_context if self._decoder is None else self._decoder
-        # pts of packets sent with non-reference frames skipped, until their frame shows
-        # (a reference frame, decoded anyway) or a later one does (it was never decoded).
-        marked: set[int] = set()
-        skipping = False
+        skipper = _NonRefSkipper(ctx, rate, self._report) if self._skip and rate else None
         try:
             for packet in self.container.demux(self.stream):
-                if self._skip and rate is not None:
-                    ts = self._packet_ts(packet)
-                    skip = ts is not None and rate.passes_over(ts)
-                    if skip != skipping:
-                        ctx.skip_frame = "NONREF" if skip else "DEFAULT"
-                        skipping = skip
-                    if skip:
-                        marked.add(packet.pts)
+                if skipper is not None:
+                    skipper.before(packet.pts, self._packet_ts(packet))
                 try:
                     decoded = ctx.decode(packet)
                 except av.InvalidDataError as exc:
@@ -349,41 +340,34 @@ class AvSource(Source):
                 for f in decoded:
                     ts = self._ts(f, decoded_n)
                     decoded_n += 1
-                    if marked:
-                        self._settle(marked, f.pts)
+                    if skipper is not None:
+                        skipper.after(f.pts)
                     if rate is not None and not rate.keep(ts):
                         self._report("max_fps", 1)
                         continue
                     if self.realtime:
-                        # Paced like a camera: frame k leaves at start + its timestamp.
                         if index == 0:
                             paced_from = now - ts
-                        delay = paced_from + ts - time.monotonic()
-                        if delay > 0:
-                            time.sleep(delay)
-                        if self.events is not None:
-                            self.events.lag(max(0.0, -delay))
+                        self._pace(paced_from + ts)
                     yield Frame(index, ts, time.time_ns(), av_frame=f)
                     index += 1
         except av.error.ExitError:
             raise SourceError(f"{self.spec}: no data for {self.read_timeout_s:g}s") from None
         except (av.FFmpegError, OSError) as exc:
             raise SourceError(f"{self.spec}: read failed: {_why(exc)}") from None
-        if marked:
-            self._report("not_decoded", len(marked))
+        if skipper is not None:
+            skipper.finish()
         if decoded_n == 0 and not self.live:
             raise SourceError(f"{self.spec}: no frame could be decoded", fatal=True)
 
-    def _settle(self, marked: set[int], pts: int | None) -> None:
-        """A frame came out: its own mark was a reference frame (decoded); marks before it
-        were never decoded (frames come out in timestamp order)."""
-        if pts is None:
-            return
-        marked.discard(pts)
-        gone = [p for p in marked if p < pts]
-        if gone:
-            marked.difference_update(gone)
-            self._report("not_decoded", len(gone))
+    def _pace(self, due: float) -> None:
+        """Paced like a camera: a frame leaves at its due time (monotonic clock); a late
+        one reports how late."""
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        if self.events is not None:
+            self.events.lag(max(0.0, -delay))
 
     def _report(self, reason: str, frames: int) -> None:
         if self.events is not None:
@@ -405,6 +389,45 @@ class AvSource(Source):
             self.container.close()
         except Exception:  # closing a dead stream may raise; nothing to recover
             pass
+
+
+class _NonRefSkipper:
+    """skip_frame over one pass of a stream: a packet whose frame the RateGate is sure to
+    pass over goes to the decoder with non-reference frames skipped; its pts stays marked
+    until its frame shows (a reference frame, decoded anyway) or a later one does (it was
+    never decoded: counted)."""
+
+    def __init__(self, ctx: Any, rate: RateGate, report: Callable[[str, int], None]) -> None:
+        self.ctx = ctx
+        self.rate = rate
+        self.report = report
+        self.marked: set[int] = set()
+        self.skipping = False
+
+    def before(self, pts: int | None, ts: float | None) -> None:
+        """Before the decoder gets the packet at `pts` (stream time `ts`)."""
+        skip = pts is not None and ts is not None and self.rate.passes_over(ts)
+        if skip != self.skipping:
+            self.ctx.skip_frame = "NONREF" if skip else "DEFAULT"
+            self.skipping = skip
+        if skip and pts is not None:
+            self.marked.add(pts)
+
+    def after(self, pts: int | None) -> None:
+        """A frame came out of the decoder (they come out in timestamp order)."""
+        if pts is None or not self.marked:
+            return
+        self.marked.discard(pts)
+        gone = [p for p in self.marked if p < pts]
+        if gone:
+            self.marked.difference_update(gone)
+            self.report("not_decoded", len(gone))
+
+    def finish(self) -> None:
+        """The stream ended: what is still marked was never decoded."""
+        if self.marked:
+            self.report("not_decoded", len(self.marked))
+            self.marked.clear()
 
 
 class SyntheticSource(Source):

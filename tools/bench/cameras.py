@@ -1,6 +1,6 @@
 """Cameras per core: the figure users size a camera host by (issue 25).
 
-    python -m strata.tools.bench.cameras --json out/cameras.json [--quick]
+    strata bench cameras --json out/cameras.json [--quick]
 
 Two measurements, each against bare PyAV decoding in the same run:
 
@@ -40,7 +40,6 @@ from strata.device.agent import Agent
 from strata.device.camera import CameraState
 from strata.device.sink import FrameSink
 from strata.device.sources import AvSource, configure_decoder
-from strata.shared.cli.parser import Parser
 from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
@@ -283,11 +282,8 @@ def cameras_per_core(
     }
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = Parser(
-        prog="python -m strata.tools.bench.cameras",
-        description=__doc__.splitlines()[0] if __doc__ else "",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`strata bench cameras`'s options."""
     p.add_argument("--clip", type=Path, default=VTEST, help="H.264 clip for figure 1")
     p.add_argument("--seconds", type=float, default=20.0, help="playback per cameras trial")
     p.add_argument("--max-lag", type=float, default=1.0, help="lag that counts as dropped (s)")
@@ -299,11 +295,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick", action="store_true", help="1 repeat, 2 s trials, 720p 10 fps only, limit 4"
     )
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Both figures; 2 when there is no clip."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not args.clip.exists():
         print(f"bench: {args.clip} missing; run `python .ci/test_data.py`", file=sys.stderr)
@@ -321,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "max_lag_s": args.max_lag,
         "seconds": args.seconds,
-        "command": "python -m strata.tools.bench.cameras " + " ".join(argv or sys.argv[1:]),
+        "command": getattr(args, "command_line", "strata bench cameras"),
     }
     result["throughput"] = agent_vs_decode(args.clip, args.repeats, args.models_repository)
     print(
@@ -343,7 +338,3 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
