@@ -187,11 +187,6 @@ class GateWorker:
         # Run-time gate version switches (device/versions.py), set by the agent.
         self.switcher: GateSwitcher | None = None
 
-    @property
-    def encoder(self) -> PayloadWorker:
-        """The payload worker under its old name (device/agent.py still uses it)."""
-        return self.payloads
-
     def add_camera(self, camera_id: str) -> None:
         """Register a camera's metrics and drop log."""
         self._cams[camera_id] = (

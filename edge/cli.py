@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from strata.edge.build import NodeOptions, build_node
     from strata.edge.uplink.spool import SpoolError
     from strata.edge.uplink.stream import UplinkSetupError
-    from strata.shared.metrics import serve_metrics
+    from strata.shared.metrics_web import serve_or_exit
     from strata.shared.runtime import ModelLoadError
 
     edge = cfg.edge
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     except (ModelLoadError, UplinkSetupError, SpoolError) as exc:
         print(f"strata edge: {exc}", file=sys.stderr)
         return 2
-    serve_metrics(node.metrics.registry, edge.metrics.host, edge.metrics.port)
+    serve_or_exit(node.metrics.registry, edge.metrics, "edge")
     try:
         node.start()
     except Exception as exc:  # a busy port or a bad address: say which
