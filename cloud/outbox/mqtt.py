@@ -76,7 +76,6 @@ class MqttSink:
         self.client = paho.Client(
             CallbackAPIVersion.VERSION2, client_id=client_id, protocol=paho.MQTTv311
         )
-        self.client.enable_logger(logging.getLogger(f"{__name__}.paho"))
         self.client.reconnect_delay_set(1, 30)
         self.client.will_set(self.topics.available, "offline", qos=1, retain=True)
         if cfg.username:

@@ -45,16 +45,20 @@ class Occupancy:
             self._tracks[key] = new
         if old == new:
             return []
-        touched: set[tuple[str, str, str]] = set()
+        was: dict[tuple[str, str, str], int] = {}
         for state, sign in ((old, -1), (new, 1)):
             if state is None:
                 continue
             label, zones = state
             for zone in ("", *zones):
                 k = (ev.camera_id, zone, label)
+                was.setdefault(k, self._counts[k])
                 self._counts[k] += sign
-                touched.add(k)
-        return [Count(c, z, lb, self._counts[(c, z, lb)]) for c, z, lb in sorted(touched)]
+        return [
+            Count(c, z, lb, self._counts[(c, z, lb)])
+            for (c, z, lb), before in sorted(was.items())
+            if self._counts[(c, z, lb)] != before
+        ]
 
     def value(self, camera: str, label: str, zone: str = "") -> int:
         """The count now."""

@@ -60,7 +60,7 @@ class WebhookSink:
         self._connected = metrics.connected.labels(sink=cfg.name)
         self._retrying = Retrying(
             stop=stop_after_attempt(cfg.attempts),
-            wait=wait_exponential_jitter(initial=cfg.backoff_s, max=cfg.max_backoff_s),
+            wait=wait_exponential_jitter(multiplier=cfg.backoff_s, max=cfg.max_backoff_s),
             retry=retry_if_exception_type(DeliveryError),
             sleep=self._sleep,
             before_sleep=self._count_retry,

@@ -75,6 +75,8 @@ class Broker:
 
     root: Path
     users: dict[str, str] = field(default_factory=dict)
+    # Keep sessions and queued messages of persistent clients across a restart.
+    persistent: bool = False
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -85,7 +87,8 @@ class Broker:
         self.port = self.port or free_port()
         lines = [
             f"listener {self.port} 127.0.0.1",
-            "persistence false",
+            "persistence true" if self.persistent else "persistence false",
+            f"persistence_location {self.root}/",
             "log_dest stderr",
             "log_type error",
             "log_type warning",
@@ -135,12 +138,17 @@ class Broker:
 class Subscriber:
     """A paho client that records every message on `topics` (retained ones included)."""
 
-    def __init__(self, port: int, topics: list[str], user: str = "", password: str = "") -> None:
+    def __init__(
+        self, port: int, topics: list[str], client_id: str = "", persistent: bool = False
+    ) -> None:
         self.messages: list[tuple[str, bytes, bool]] = []
         self._lock = threading.Lock()
-        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"test-{free_port()}")
-        if user:
-            self.client.username_pw_set(user, password)
+        self.client = paho.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id or f"test-{free_port()}",
+            clean_session=not persistent,
+        )
+        self.client.reconnect_delay_set(1, 1)
         ready = threading.Event()
 
         def on_connect(c: paho.Client, _u: Any, _f: Any, rc: Any, _p: Any) -> None:

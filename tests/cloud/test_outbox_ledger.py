@@ -26,7 +26,9 @@ from strata.cloud.outbox.worker import SinkWorker, WorkerParts
 from strata.cloud.store import open_store
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import SinksConfig
+from strata.shared.contracts import analytics_pb2
 
+Stored = tuple[EventStore, CloudStoreConfig]
 FAST = {"start": "all", "poll_s": 0.05, "lease_s": 2.0, "retry_s": 0.05, "max_retry_s": 0.2}
 
 
@@ -86,7 +88,7 @@ def run_worker(
     return w
 
 
-def interleaved(cameras: list[str], n: int, start: int = 0) -> list:  # type: ignore[type-arg]
+def interleaved(cameras: list[str], n: int, start: int = 0) -> list[analytics_pb2.Event]:
     return [crop_event(c, i, track=i % 3 + 1) for i in range(start, start + n) for c in cameras]
 
 
@@ -97,7 +99,7 @@ def by_camera(events: list[OutboxEvent]) -> dict[str, list[int]]:
     return out
 
 
-def test_every_event_arrives_in_order_per_camera(sqlite_store) -> None:  # type: ignore[no-untyped-def]
+def test_every_event_arrives_in_order_per_camera(sqlite_store: Stored) -> None:
     store, cfg = sqlite_store
     ids = fill(store, interleaved(["a", "b", "c"], 20))
     sink, metrics = RecordingSink(), CloudMetrics()
@@ -123,7 +125,7 @@ def test_every_event_arrives_in_order_per_camera(sqlite_store) -> None:  # type:
     assert sum(t == "new" for t in first.values()) == 9  # 3 cameras x 3 tracks
 
 
-def test_a_failing_sink_loses_nothing_and_keeps_order(sqlite_store) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_sink_loses_nothing_and_keeps_order(sqlite_store: Stored) -> None:
     store, cfg = sqlite_store
     fill(store, interleaved(["a", "b"], 15))
     sink, metrics = RecordingSink(fail=lambda n: n < 6 or n % 4 == 0), CloudMetrics()
@@ -140,7 +142,7 @@ def test_a_failing_sink_loses_nothing_and_keeps_order(sqlite_store) -> None:  # 
     )
 
 
-def test_positions_survive_a_restart(sqlite_store) -> None:  # type: ignore[no-untyped-def]
+def test_positions_survive_a_restart(sqlite_store: Stored) -> None:
     store, cfg = sqlite_store
     fill(store, interleaved(["a", "b"], 10))
     first = RecordingSink()
@@ -159,7 +161,7 @@ def test_positions_survive_a_restart(sqlite_store) -> None:  # type: ignore[no-u
     assert not {e.key for e in first.got} & {e.key for e in second.got}
 
 
-def test_a_new_sink_starts_at_new_events_by_default(sqlite_store) -> None:  # type: ignore[no-untyped-def]
+def test_a_new_sink_starts_at_new_events_by_default(sqlite_store: Stored) -> None:
     store, cfg = sqlite_store
     fill(store, interleaved(["a"], 5))
     sink = RecordingSink()
@@ -173,7 +175,9 @@ def test_a_new_sink_starts_at_new_events_by_default(sqlite_store) -> None:  # ty
     assert [e.stored_id for e in sink.got] == ids
 
 
-def test_the_backlog_is_bounded_counted_and_logged(sqlite_store, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_the_backlog_is_bounded_counted_and_logged(
+    sqlite_store: Stored, caplog: pytest.LogCaptureFixture
+) -> None:
     store, cfg = sqlite_store
     up = threading.Event()
     sink, metrics = RecordingSink(fail=lambda _n: not up.is_set()), CloudMetrics()
@@ -200,7 +204,7 @@ def test_the_backlog_is_bounded_counted_and_logged(sqlite_store, caplog) -> None
 # --- several replicas on PostgreSQL -------------------------------------------------------
 
 
-def test_replicas_share_cameras_and_deliver_each_event_once(pg_store) -> None:  # type: ignore[no-untyped-def]
+def test_replicas_share_cameras_and_deliver_each_event_once(pg_store: Stored) -> None:
     store, cfg = pg_store
     cams = ["a", "b", "c", "d"]
     fill(store, interleaved(cams, 10))
@@ -225,7 +229,7 @@ def test_replicas_share_cameras_and_deliver_each_event_once(pg_store) -> None:  
             assert got == sorted(got), cam
 
 
-def test_a_dead_replicas_cameras_go_to_another_after_its_lease(pg_store) -> None:  # type: ignore[no-untyped-def]
+def test_a_dead_replicas_cameras_go_to_another_after_its_lease(pg_store: Stored) -> None:
     store, cfg = pg_store
     fill(store, interleaved(["a", "b"], 5))
     # A replica that claimed every camera and died (kill -9: no release).
@@ -245,7 +249,7 @@ def test_a_dead_replicas_cameras_go_to_another_after_its_lease(pg_store) -> None
     assert time.monotonic() - t0 >= 1.5, "delivered before the dead replica's lease ran out"
 
 
-def test_an_id_committed_late_is_not_skipped(pg_store, pg_url: str) -> None:  # type: ignore[no-untyped-def]
+def test_an_id_committed_late_is_not_skipped(pg_store: Stored, pg_url: str) -> None:
     store, cfg = pg_store
     fill(store, [crop_event("a", 0)])
     sink = RecordingSink()
