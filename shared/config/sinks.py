@@ -44,8 +44,8 @@ class MqttSinkConfig(StrictModel):
     name: SinkName = Field("mqtt", description="Sink name (metrics label, delivery position key).")
     host: str = Field("127.0.0.1", description="Broker host name or address.")
     port: int = Field(1883, ge=1, le=65535, description="Broker port (8883 is usual for TLS).")
-    prefix: str = Field("strata", description="Topic prefix: <prefix>/events, /available, ...")
-    client_id: str = Field("", description="MQTT client id; empty: strata-<sink>-<host>-<pid>.")
+    prefix: str = Field("strata", description="Topic prefix: PREFIX/events, PREFIX/available, ...")
+    client_id: str = Field("", description="MQTT client id; empty: strata-SINK-HOST-PID.")
     username: str = Field("", description="User name for the broker; empty: anonymous.")
     password_file: str = Field("", description="File holding the broker password.")
     tls: bool = Field(False, description="Connect with TLS.")
@@ -62,7 +62,7 @@ class MqttSinkConfig(StrictModel):
     )
     retain_event: bool = Field(
         True,
-        description="Also publish each camera's latest event, retained: <prefix>/<camera>/event.",
+        description="Also publish each camera's latest event, retained: PREFIX/CAMERA/event.",
     )
     discovery: bool = Field(True, description="Publish Home Assistant discovery configs.")
     discovery_prefix: str = Field("homeassistant", description="Home Assistant's discovery prefix.")
@@ -118,6 +118,8 @@ class WebhookSinkConfig(StrictModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, v: str) -> str:
+        if not v:
+            raise ValueError("required: the http:// or https:// URL to POST events to")
         if not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return v
