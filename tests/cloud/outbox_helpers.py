@@ -77,6 +77,8 @@ class Broker:
     users: dict[str, str] = field(default_factory=dict)
     # Keep sessions and queued messages of persistent clients across a restart.
     persistent: bool = False
+    # (ca, cert, key) PEM files: a TLS listener.
+    tls: tuple[Path, Path, Path] | None = None
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -95,6 +97,9 @@ class Broker:
             # Started as root, mosquitto would switch to its own user, who cannot read here.
             "user root" if os.geteuid() == 0 else "",
         ]
+        if self.tls is not None:
+            ca, cert, key = self.tls
+            lines += [f"cafile {ca}", f"certfile {cert}", f"keyfile {key}"]
         if self.users:
             pw = self.root / "passwd"
             pw.write_text("")

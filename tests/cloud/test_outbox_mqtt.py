@@ -27,6 +27,7 @@ from strata.cloud.outbox.worker import SinkWorker, WorkerParts
 from strata.cloud.store import open_store
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import MqttSinkConfig, SinksConfig
+from tls_certs import make_pki
 
 FAST = {"start": "all", "poll_s": 0.05, "lease_s": 5.0, "retry_s": 0.1, "max_retry_s": 0.5}
 
@@ -232,6 +233,40 @@ def test_wrong_password_is_one_clear_error_and_a_metric_never_a_crash(
         good.start()
         assert sample(metrics.registry, "strata_cloud_sink_connected", sink="good") == 1
         good.close()
+    finally:
+        b.stop()
+
+
+def test_tls_with_a_password_and_a_broker_it_cannot_trust(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pki = make_pki(tmp_path)
+    b = Broker(
+        tmp_path / "tls", users={"strata": "pw"}, tls=(pki.ca, pki.server_cert, pki.server_key)
+    ).start()
+    try:
+        pw = tmp_path / "pw.txt"
+        pw.write_text("pw")
+        metrics = CloudMetrics()
+        tls = {"port": b.port, "tls": True, "username": "strata", "password_file": str(pw)}
+        good = MqttSink(MqttSinkConfig(name="good", ca_file=str(pki.ca), **tls), metrics.sinks)
+        good.start()
+        assert sample(metrics.registry, "strata_cloud_sink_connected", sink="good") == 1
+        good.deliver(
+            OutboxEvent("crops", 1, 0, 0, "k", "new", "c", "e", ObjectState("i", "c", "x", 1, 1))
+        )
+        good.close()
+
+        (tmp_path / "other").mkdir()
+        other = make_pki(tmp_path / "other")  # a CA that did not sign the broker's certificate
+        bad = MqttSink(MqttSinkConfig(name="bad", ca_file=str(other.ca), **tls), metrics.sinks)
+        with caplog.at_level(logging.ERROR, logger="strata.cloud.outbox.mqtt"):
+            bad.start()
+        assert any("cannot reach MQTT broker" in r.getMessage() for r in caplog.records)
+        assert sample(metrics.registry, "strata_cloud_sink_failed_total", sink="bad",
+                      reason="unreachable")  # fmt: skip
+        assert sample(metrics.registry, "strata_cloud_sink_connected", sink="bad") == 0
+        bad.close()
     finally:
         b.stop()
 
