@@ -104,9 +104,10 @@ class Ledger:
                     f"VALUES ({ph}, {ph}, {ph}, {ph}) ON CONFLICT DO NOTHING",
                     self._args(str(cam), self.origin),
                 )
+            # Never backwards: another replica may have looked further already.
             self.db.write(
-                f"UPDATE outbox_sinks SET scanned = {ph} WHERE {self._key}",
-                (horizon, *self._args()),
+                f"UPDATE outbox_sinks SET scanned = {ph} WHERE {self._key} AND scanned < {ph}",
+                (horizon, *self._args(), horizon),
             )
         self.scanned = horizon
 
