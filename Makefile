@@ -25,8 +25,10 @@ demo: setup
 	$(PY) .ci/test_data.py
 	$(VENV)/bin/strata demo
 
+# Locally a machine without apt (or root) still runs the tests, those needing the missing
+# tools skipped with the reason; with CI set, a missing tool stops the run here.
 test: setup
-	bash .ci/system-deps
+	bash .ci/system-deps || test -z "$${CI:-}"
 	$(PY) .ci/test_data.py
 	$(PY) -m pytest -q
 

@@ -1,4 +1,5 @@
-"""`strata cloud`: run the gRPC endpoint; `strata cloud query`: list stored events."""
+"""`strata cloud`: run the gRPC endpoint; `strata cloud query`: list stored events (classified
+crops, or with --tracks or a track-event filter the track lifecycle and rule events)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,28 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="one event per tracked object (its latest), with its event count",
     )
+    q.add_argument(
+        "--tracks",
+        action="store_true",
+        help="print track lifecycle and rule events (QueryTrackEvents) instead of crops",
+    )
+    q.add_argument(
+        "--type",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="only track events of this type (new, update, end, line_crossed, zone_entered, "
+        "zone_left, dwell_exceeded, stationary, active); repeat for several; implies --tracks",
+    )
+    q.add_argument("--zone", default="", help="only track events of this zone; implies --tracks")
+    q.add_argument("--line", default="", help="only track events of this line; implies --tracks")
+    q.add_argument("--rule", default="", help="only track events of this rule; implies --tracks")
+    q.add_argument(
+        "--track",
+        default="",
+        metavar="UID_OR_ID",
+        help="only this track: its uid (<first_seen_ns>-<track_id>) or its tracker id",
+    )
     q.add_argument("--token-file", default="", help="file with the bearer token")
     q.add_argument("--ca-file", default="", help="PEM CA of the server (turns on TLS)")
     q.add_argument("--cert-file", default="", help="client certificate (mTLS)")
@@ -61,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from strata.shared.metrics_web import MetricsSecurityError
     from strata.shared.runtime import ModelLoadError
 
     from .security import SecurityError
@@ -72,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = CloudServer(cfg.cloud, repository=cfg.models.repository)
         server.start()
-    except (SecurityError, ModelLoadError, StoreError) as exc:
+    except (SecurityError, MetricsSecurityError, ModelLoadError, StoreError, OSError) as exc:
         print(f"strata cloud: {exc}", file=sys.stderr)
         return 2
     done = threading.Event()
@@ -107,6 +131,65 @@ def _print_event(ev: Any, as_json: bool) -> None:
         )
 
 
+def _wants_tracks(args: argparse.Namespace) -> bool:
+    return bool(args.tracks or args.type or args.zone or args.line or args.rule)
+
+
+def _track_filter(args: argparse.Namespace) -> dict[str, Any]:
+    """The request's track fields (`--track` as uid or id); ValueError on a bad value."""
+    from .track_filter import parse_track_uid, parse_type
+
+    out: dict[str, Any] = {}
+    if args.track:
+        if args.track.isdigit():
+            out["track_id"] = int(args.track)
+        else:
+            parse_track_uid(args.track)
+            out["track_uid"] = args.track
+    if _wants_tracks(args):
+        out.update(
+            types=[parse_type(t) for t in args.type],
+            zone=args.zone,
+            line=args.line,
+            rule=args.rule,
+        )
+    return out
+
+
+def _print_track_event(stored: Any, as_json: bool) -> None:
+    import json
+
+    from google.protobuf.json_format import MessageToDict
+
+    from .track_filter import type_name
+
+    if as_json:
+        print(json.dumps(MessageToDict(stored)))
+        return
+    ev = stored.event
+    parts = [
+        str(stored.stored_id),
+        str(ev.capture_ns),
+        ev.camera_id,
+        type_name(ev.type),
+        ev.after.label,
+        f"{ev.track_uid}#{ev.track_sequence}",
+    ]
+    if ev.zone:
+        parts.append(f"zone {ev.zone}")
+    if ev.line:
+        direction = {1: " in", 2: " out"}.get(ev.direction, "")
+        parts.append(f"line {ev.line}{direction}")
+    if ev.rule:
+        parts.append(f"rule {ev.rule}")
+    if ev.dwell_s:
+        parts.append(f"dwell {ev.dwell_s:.1f}s")
+    parts.append("observed" if ev.observed else "predicted")
+    if ev.HasField("verdict"):
+        parts.append(f"verdict {ev.verdict.label} {ev.verdict.score:.3f}")
+    print("\t".join(parts))
+
+
 def _query_file(args: argparse.Namespace) -> int:
     """Print events of a SQLite store file, oldest first, without an endpoint."""
     from pathlib import Path
@@ -115,7 +198,7 @@ def _query_file(args: argparse.Namespace) -> int:
 
     from .metrics import CloudMetrics
     from .sqlite_store import SQLiteStore
-    from .store import EventQuery, StoreError
+    from .store import StoreError
 
     if not Path(args.db).is_file():
         print(f"strata cloud query: no such event store: {args.db}", file=sys.stderr)
@@ -125,19 +208,66 @@ def _query_file(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"strata cloud query: {exc}", file=sys.stderr)
         return 2
-    q = EventQuery(args.camera, args.label, args.start_ns, args.end_ns, args.group_by_track)
-    shown, after = 0, None
     try:
-        while shown < args.limit:
-            events, after = store.query(q, after, min(args.limit - shown, 1000))
-            for ev in events:
-                _print_event(ev, args.json)
-            shown += len(events)
-            if after is None or not events:
-                break
+        if _wants_tracks(args):
+            _print_file_tracks(store, args)
+        else:
+            _print_file_events(store, args)
+    except (StoreError, ValueError) as exc:
+        print(f"strata cloud query: {exc}", file=sys.stderr)
+        return 2
     finally:
         store.close()
     return 0
+
+
+def _print_file_events(store: Any, args: argparse.Namespace) -> None:
+    from .store import EventQuery
+
+    track = _track_filter(args)
+    q = EventQuery(
+        args.camera,
+        args.label,
+        args.start_ns,
+        args.end_ns,
+        args.group_by_track,
+        track.get("track_id", 0),
+        track.get("track_uid", ""),
+    )
+    shown, after = 0, None
+    while shown < args.limit:
+        events, after = store.query(q, after, min(args.limit - shown, 1000))
+        for ev in events:
+            _print_event(ev, args.json)
+        shown += len(events)
+        if after is None or not events:
+            break
+
+
+def _print_file_tracks(store: Any, args: argparse.Namespace) -> None:
+    from .store import TrackQuery
+
+    track = _track_filter(args)
+    q = TrackQuery(
+        camera_id=args.camera,
+        label=args.label,
+        start_ns=args.start_ns,
+        end_ns=args.end_ns,
+        types=tuple(track["types"]),
+        zone=args.zone,
+        line=args.line,
+        rule=args.rule,
+        track_id=track.get("track_id", 0),
+        track_uid=track.get("track_uid", ""),
+    )
+    shown, after = 0, None
+    while shown < args.limit:
+        events, after = store.query_tracks(q, after, min(args.limit - shown, 1000))
+        for ev in events:
+            _print_track_event(ev, args.json)
+        shown += len(events)
+        if after is None or not events:
+            break
 
 
 def run_query(args: argparse.Namespace) -> int:
@@ -167,6 +297,12 @@ def run_query(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"strata cloud query: {exc}", file=sys.stderr)
         return 2
+    try:
+        track = _track_filter(args)
+    except ValueError as exc:
+        print(f"strata cloud query: {exc}", file=sys.stderr)
+        channel.close()
+        return 2
     stub = analytics_pb2_grpc.AnalyticsStub(channel)  # type: ignore[no-untyped-call]
     req = analytics_pb2.QueryEventsRequest(
         version=current_version(),
@@ -176,15 +312,19 @@ def run_query(args: argparse.Namespace) -> int:
         end_ns=args.end_ns,
         page_size=min(max(args.limit, 1), 1000),
         group_by_track=args.group_by_track,
+        **track,
     )
+    tracks = _wants_tracks(args)
+    rpc = stub.QueryTrackEvents if tracks else stub.QueryEvents
+    show = _print_track_event if tracks else _print_event
     shown = 0
     try:
-        for page in stub.QueryEvents(req, metadata=metadata, timeout=30):
+        for page in rpc(req, metadata=metadata, timeout=30):
             for ev in page.events:
                 if shown >= args.limit:
                     break
                 shown += 1
-                _print_event(ev, args.json)
+                show(ev, args.json)
             if shown >= args.limit:
                 break
     except grpc.RpcError as exc:

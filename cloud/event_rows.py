@@ -9,6 +9,7 @@ from typing import Any
 from strata.shared.contracts import analytics_pb2
 
 from .event_store import EventQuery, PageKey
+from .track_filter import parse_track_uid
 
 COLUMNS = (
     "event_id, edge_id, crop_id, camera_id, sequence, capture_ns, stored_ns, label, score, "
@@ -122,6 +123,19 @@ def query_sql(
     if q.label:
         where.append(f"label = {ph}")
         args.append(q.label)
+    if q.track_id:
+        where.append(f"track_id = {ph}")
+        args.append(_signed(q.track_id))
+    if q.track_uid:
+        # That track's crops: its tracker id, from its first-seen time until a later track
+        # of the same camera reused the id.
+        first_seen, track_id = parse_track_uid(q.track_uid)
+        where.append(
+            f"track_id = {ph} AND time_ns >= {ph} AND time_ns < COALESCE((SELECT "
+            "MIN(n.first_seen_ns) FROM track_events n WHERE n.camera_id = events.camera_id "
+            f"AND n.track_id = events.track_id AND n.first_seen_ns > {ph}), {_I64_MAX})"
+        )
+        args += [_signed(track_id), first_seen, first_seen]
     page_after: list[str] = []
     page_args: list[object] = []
     if after is not None:

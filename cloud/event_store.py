@@ -2,7 +2,9 @@
 
 Request threads hand events to one writer thread and get a future that completes only after
 the transaction holding the event has committed, so an ack means the event survives a crash.
-A crop id is stored once per edge: a resent crop gets the stored event back. Back ends
+A crop id is stored once per edge: a resent crop gets the stored event back. Track events
+(events.proto) ride the same writer and transactions, stored once per idempotency key, in the
+order they were submitted. Back ends
 (`sqlite_store`, `postgres_store`) import this module and nothing imports them but the
 registry in `store`, so the interface never depends on a back end.
 """
@@ -17,19 +19,21 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from strata.shared.config.cloud import CloudStoreConfig
-from strata.shared.contracts import analytics_pb2
+from strata.shared.contracts import analytics_pb2, events_pb2
 
+from . import track_rows
 from .gather import gather
 from .metrics import CloudMetrics
+from .track_filter import TrackPageKey, TrackQuery
 
 log = logging.getLogger(__name__)
 
 # Every back end migrates its schema to this version (its MIGRATIONS has this many entries);
 # a new version adds one migration to each back end.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class CommitListener(Protocol):
@@ -37,6 +41,9 @@ class CommitListener(Protocol):
 
     def publish(self, events: list[analytics_pb2.Event]) -> None:
         """Events newly committed, in commit order."""
+
+    def publish_tracks(self, events: list[events_pb2.StoredTrackEvent]) -> None:
+        """Track events newly committed, in commit order (verdicts attached)."""
 
     def interrupt(self, reason: str) -> None:
         """Events may have been missed: whoever follows the feed must start over."""
@@ -65,6 +72,19 @@ class Stored:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredTrack:
+    """The outcome of one track event write: as stored (the first copy when `duplicate`)."""
+
+    stored: events_pb2.StoredTrackEvent
+    duplicate: bool
+
+
+# What the writer takes, and what it answers for each.
+Writable = analytics_pb2.Event | events_pb2.TrackEvent
+Outcome = Stored | StoredTrack
+
+
+@dataclass(frozen=True, slots=True)
 class EventQuery:
     """A QueryEvents filter; empty strings and zero times mean no bound."""
 
@@ -74,6 +94,10 @@ class EventQuery:
     end_ns: int = 0
     # One event per (edge, camera, track): the latest in range, with track_events set.
     group_by_track: bool = False
+    # One tracker id's crops; `track_uid` narrows them to that one track's life (ids are
+    # reused after a tracker restart). 0 / "": any.
+    track_id: int = 0
+    track_uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +134,8 @@ def check_schema(found: int, where: str) -> None:
 
 @dataclass(slots=True)
 class _Pending:
-    event: analytics_pb2.Event
-    future: Future[Stored]
+    item: Writable
+    future: Future[Any]  # Future[Stored] for an Event, Future[StoredTrack] for a TrackEvent
     queued: float
 
 
@@ -123,6 +147,7 @@ class EventStore(abc.ABC):
     """
 
     name: str  # where the events live, for logs (never a password)
+    placeholder: str  # the SQL parameter marker of the back end's driver
 
     @classmethod
     @abc.abstractmethod
@@ -148,8 +173,14 @@ class EventStore(abc.ABC):
     # back end
 
     @abc.abstractmethod
-    def _commit(self, events: list[analytics_pb2.Event]) -> list[Stored]:
-        """Insert events in one transaction and commit it; raise StoreError on failure."""
+    def _commit(self, items: list[Writable]) -> list[Outcome]:
+        """Insert events and track events in one transaction, in order, and commit it; one
+        outcome per item (Stored for an Event, StoredTrack for a TrackEvent). Raise
+        StoreError on failure."""
+
+    @abc.abstractmethod
+    def _read(self, sql: str, args: Any) -> list[tuple[Any, ...]]:
+        """Rows of one SELECT on a reader connection; raise StoreError on failure."""
 
     @abc.abstractmethod
     def _close_backend(self) -> None:
@@ -169,10 +200,45 @@ class EventStore(abc.ABC):
     def count(self) -> int:
         """Number of stored events."""
 
-    def _committed(self, fresh: list[analytics_pb2.Event]) -> None:
-        """Events this writer just committed; a shared store announces them its own way."""
-        if self.listener is not None:
+    def _committed(
+        self, fresh: list[analytics_pb2.Event], tracks: list[events_pb2.StoredTrackEvent]
+    ) -> None:
+        """What this writer just committed; a shared store announces it its own way."""
+        if self.listener is None:
+            return
+        if fresh:
             self.listener.publish(fresh)
+        if tracks:
+            try:
+                with_verdicts = self.tracks_by_ids([t.stored_id for t in tracks])
+            except StoreError as exc:
+                self.metrics.event_feed_lost.inc()
+                self.listener.interrupt(f"cannot read committed track events: {exc}")
+                return
+            self.listener.publish_tracks(with_verdicts)
+
+    # track events (shared SQL: track_rows)
+
+    def query_tracks(
+        self, q: TrackQuery, after: TrackPageKey | None, limit: int
+    ) -> tuple[list[events_pb2.StoredTrackEvent], TrackPageKey | None]:
+        """One page of track events in (capture_ns, sequence, stored_id) order with their
+        track's verdict, and the key of the next page (None: last). Raises StoreError."""
+        sql, args = track_rows.query_sql(q, after, limit, self.placeholder)
+        return track_rows.page(self._read(sql, args), limit)
+
+    def tracks_by_ids(self, ids: list[int]) -> list[events_pb2.StoredTrackEvent]:
+        """Stored track events by stored id, in id order, verdicts attached."""
+        out: list[events_pb2.StoredTrackEvent] = []
+        for i in range(0, len(ids), 500):  # bounded parameter lists
+            part = ids[i : i + 500]
+            rows = self._read(track_rows.by_ids_sql(self.placeholder, len(part)), part)
+            out += [track_rows.stored_from_row(r) for r in rows]
+        return out
+
+    def count_tracks(self) -> int:
+        """Number of stored track events."""
+        return int(self._read("SELECT COUNT(*) FROM track_events", ())[0][0])
 
     # lifecycle
 
@@ -191,16 +257,26 @@ class EventStore(abc.ABC):
 
     def submit(self, event: analytics_pb2.Event) -> Future[Stored]:
         """Queue an event; the future completes after it is committed. Raises StoreBusyError."""
+        fut: Future[Stored] = Future()
+        self._queue(event, fut)
+        return fut
+
+    def submit_track(self, event: events_pb2.TrackEvent) -> Future[StoredTrack]:
+        """Queue a checked track event (track_checks); the future completes after it is
+        committed. Events submitted in order are stored in that order. Raises StoreBusyError."""
+        fut: Future[StoredTrack] = Future()
+        self._queue(event, fut)
+        return fut
+
+    def _queue(self, item: Writable, fut: Future[Any]) -> None:
         if self._stop.is_set():
             raise StoreBusyError("event store is closing")
-        fut: Future[Stored] = Future()
         try:
-            self._pending.put_nowait(_Pending(event, fut, time.monotonic()))
+            self._pending.put_nowait(_Pending(item, fut, time.monotonic()))
         except queue.Full:
             raise StoreBusyError(
                 f"event store has {self.cfg.max_pending} events waiting; try again later"
             ) from None
-        return fut
 
     def _take(self) -> list[_Pending]:
         try:
@@ -222,7 +298,7 @@ class EventStore(abc.ABC):
     def _write(self, batch: list[_Pending]) -> None:
         t0 = time.monotonic()
         try:
-            results = self._commit([p.event for p in batch])
+            results = self._commit([p.item for p in batch])
         except Exception as exc:
             log.error("event store write of %d events failed: %s", len(batch), exc)
             err = exc if isinstance(exc, StoreError) else StoreError(f"write failed: {exc}")
@@ -233,10 +309,11 @@ class EventStore(abc.ABC):
         m = self.metrics
         m.store_commit_duration.observe(done - t0)
         m.store_batch_size.observe(len(batch))
-        fresh = [r.event for r in results if not r.duplicate]
+        fresh = [r.event for r in results if isinstance(r, Stored) and not r.duplicate]
+        tracks = [r.stored for r in results if isinstance(r, StoredTrack) and not r.duplicate]
         m.events_stored.inc(len(fresh))
         for p, r in zip(batch, results, strict=True):
             m.store_latency.observe(done - p.queued)
             p.future.set_result(r)
-        if fresh:
-            self._committed(fresh)
+        if fresh or tracks:
+            self._committed(fresh, tracks)

@@ -93,6 +93,38 @@ class CloudMetrics:
             "Crops received again (already stored; acked with the stored event).",
             registry=r,
         )
+        # Track lifecycle and rule events (events.proto), by type (`line_crossed`, ...):
+        # received = stored + duplicate + invalid + answered RETRY.
+        self.track_events_received = Counter(
+            "strata_cloud_track_events_received",
+            "Track events received on Uplink streams, by type.",
+            ["type"],
+            registry=r,
+        )
+        self.track_events_stored = Counter(
+            "strata_cloud_track_events_stored",
+            "Track events newly stored (acked STORED), by type.",
+            ["type"],
+            registry=r,
+        )
+        self.track_events_duplicate = Counter(
+            "strata_cloud_track_events_duplicate",
+            "Track events whose idempotency key was stored before (acked DUPLICATE), by type.",
+            ["type"],
+            registry=r,
+        )
+        self.track_events_invalid = Counter(
+            "strata_cloud_track_events_invalid",
+            "Track events refused as bad input (acked INVALID), by type and reason.",
+            ["type", "reason"],
+            registry=r,
+        )
+        self.track_events_retry = Counter(
+            "strata_cloud_track_events_retry",
+            "Track events not stored now (acked RETRY: store busy or down), by type.",
+            ["type"],
+            registry=r,
+        )
         # Cost accounting per camera (strata cost).
         self.camera_gpu_seconds = Counter(
             "strata_cloud_camera_gpu_seconds",

@@ -1,6 +1,7 @@
 """The PostgreSQL event feed: every replica's writer NOTIFYs the ids it committed, in the same
 transaction (PostgreSQL delivers a notification only on commit, in commit order); each
-replica LISTENs on its own connection and hears the ids of all of them."""
+replica LISTENs on its own connection and hears the ids of all of them. Crop events and track
+events have their own id spaces, so each has its own channel."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import psycopg
 log = logging.getLogger(__name__)
 
 CHANNEL = "strata_events"
+# Track events' stored ids (schema 4); a replica of an older build does not listen to it.
+TRACK_CHANNEL = "strata_track_events"
 # A NOTIFY payload must stay under 8000 bytes; ids are split over several notifications.
 _MAX_PAYLOAD = 7000
 _RETRY_S = 1.0
@@ -49,20 +52,21 @@ def parse_payload(payload: str) -> list[int]:
 
 
 class EventFeed:
-    """A thread that LISTENs for committed ids and hands them on; reconnects when the
-    connection breaks, telling `on_lost` (events may have been missed) and `on_back`."""
+    """A thread that LISTENs for committed ids and hands each channel's to its handler;
+    reconnects when the connection breaks, telling `on_lost` (events may have been missed)
+    and `on_back`."""
 
     def __init__(
         self,
         url: str,
         connect_timeout_s: int,
-        on_ids: Callable[[list[int]], None],
+        handlers: dict[str, Callable[[list[int]], None]],
         on_lost: Callable[[str], None],
         on_back: Callable[[], None],
     ) -> None:
         self.url = url
         self.connect_timeout_s = connect_timeout_s
-        self.on_ids = on_ids
+        self.handlers = dict(handlers)
         self.on_lost = on_lost
         self.on_back = on_back
         self._stop = threading.Event()
@@ -77,7 +81,8 @@ class EventFeed:
             application_name="strata-cloud-feed",
             **_KEEPALIVE,
         )
-        conn.execute(f"LISTEN {CHANNEL}")
+        for channel in self.handlers:
+            conn.execute(f"LISTEN {channel}")
         return conn
 
     def start(self) -> None:
@@ -112,7 +117,7 @@ class EventFeed:
             try:
                 # Notifications that arrive between two calls wait in psycopg's backlog.
                 for note in conn.notifies(timeout=0.5):
-                    self._deliver(note.payload)
+                    self._deliver(note.channel, note.payload)
             except psycopg.Error as exc:
                 reason = f"event feed connection lost: {str(exc).strip()}"
                 log.warning("%s; reconnecting", reason)
@@ -122,10 +127,13 @@ class EventFeed:
         if conn is not None:
             conn.close()
 
-    def _deliver(self, payload: str) -> None:
+    def _deliver(self, channel: str, payload: str) -> None:
+        handler = self.handlers.get(channel)
         try:
             ids = parse_payload(payload)
         except ValueError:
-            log.warning("event feed: ignoring a foreign payload on %s: %.80r", CHANNEL, payload)
+            handler = None
+        if handler is None:
+            log.warning("event feed: ignoring a foreign payload on %s: %.80r", channel, payload)
             return
-        self.on_ids(ids)
+        handler(ids)

@@ -6,21 +6,24 @@ across replicas by the unique (edge_id, crop_id) constraint (INSERT ... ON CONFL
 NOTHING; a racing replica waits for the other's commit, then reads its row). Migrations run
 in one transaction under an advisory lock, so replicas starting together migrate once and a
 failure leaves nothing half-written. WatchEvents hears every replica's commits through
-LISTEN/NOTIFY (postgres_feed).
+LISTEN/NOTIFY (postgres_feed). Track events go the same way: stored once per idempotency
+key across replicas (the unique key), announced on their own channel.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg_pool import ConnectionPool
 from strata.shared.config.cloud import CloudStoreConfig
-from strata.shared.contracts import analytics_pb2
+from strata.shared.contracts import analytics_pb2, events_pb2
 
+from . import track_rows
 from .event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
@@ -36,13 +39,16 @@ from .event_store import (
     CommitListener,
     EventQuery,
     EventStore,
+    Outcome,
     PageKey,
     Stored,
+    StoredTrack,
     StoreError,
+    Writable,
     check_schema,
 )
 from .metrics import CloudMetrics
-from .postgres_feed import CHANNEL, EventFeed, payloads
+from .postgres_feed import CHANNEL, TRACK_CHANNEL, EventFeed, payloads
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +82,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 3: the repository version of the classifier that labelled the event; NULL for events
     # stored before (their version is not known).
     ("ALTER TABLE events ADD COLUMN model_version BIGINT",),
+    # 4: track lifecycle and rule events (events.proto), stored once per idempotency key,
+    # with the columns queries filter on; the tracks view joins the cloud's verdict.
+    (
+        """CREATE TABLE track_events (
+            stored_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            idempotency_key TEXT NOT NULL,
+            camera_id TEXT NOT NULL,
+            edge_id TEXT NOT NULL,
+            track_id BIGINT NOT NULL,
+            track_uid TEXT NOT NULL,
+            first_seen_ns BIGINT NOT NULL,
+            type INTEGER NOT NULL,
+            sequence BIGINT NOT NULL,
+            track_sequence BIGINT NOT NULL,
+            capture_ns BIGINT NOT NULL,
+            stored_ns BIGINT NOT NULL,
+            label TEXT NOT NULL,
+            zone TEXT NOT NULL,
+            line TEXT NOT NULL,
+            rule TEXT NOT NULL,
+            event BYTEA NOT NULL,
+            CONSTRAINT track_events_key UNIQUE (idempotency_key)
+        )""",
+        *track_rows.INDEXES,
+        track_rows.TRACKS_VIEW,
+    ),
 )
 # pg_advisory_xact_lock key that serialises migrations of replicas starting together.
 _MIGRATION_LOCK = 0x5354524154414556  # "STRATAEV"
@@ -86,6 +118,8 @@ _INSERT = (
 )
 _FIND = f"SELECT {COLUMNS} FROM events WHERE edge_id = %s AND crop_id = %s"
 _BY_IDS = f"SELECT {COLUMNS} FROM events WHERE event_id = ANY(%s) ORDER BY event_id"
+_INSERT_TRACK = track_rows.insert_sql("%s")
+_FIND_TRACK = track_rows.find_sql("%s")
 
 
 def redact(url: str) -> str:
@@ -142,6 +176,8 @@ def _warn_if_not_durable(conn: psycopg.Connection[Any], where: str) -> None:
 class PostgresStore(EventStore):
     """Events in PostgreSQL: the shared batched writer, pooled readers, a LISTEN feed."""
 
+    placeholder = "%s"
+
     def __init__(
         self,
         cfg: CloudStoreConfig,
@@ -175,7 +211,11 @@ class PostgresStore(EventStore):
         try:
             self._pool.open(wait=True, timeout=cfg.connect_timeout_s)
             if listener is not None:
-                self._feed = EventFeed(url, timeout, self._announced, self._lost, listener.resume)
+                handlers: dict[str, Callable[[list[int]], None]] = {
+                    CHANNEL: self._announced,
+                    TRACK_CHANNEL: self._announced_tracks,
+                }
+                self._feed = EventFeed(url, timeout, handlers, self._lost, listener.resume)
                 self._feed.start()
         except psycopg.Error as exc:
             self._pool.close()
@@ -199,35 +239,75 @@ class PostgresStore(EventStore):
 
     # writes
 
-    def _commit(self, events: list[analytics_pb2.Event]) -> list[Stored]:
-        rows = [insert_row(ev) for ev in events]
-        results: list[Stored] = []
+    def _commit(self, items: list[Writable]) -> list[Outcome]:
+        events = [it for it in items if isinstance(it, analytics_pb2.Event)]
+        tracks = [it for it in items if isinstance(it, events_pb2.TrackEvent)]
         try:
             with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                # One round trip for the batch (pipeline mode), one result per row.
-                cur.executemany(_INSERT, rows, returning=True)
-                ids: list[tuple[Any, ...] | None] = []
-                while True:
-                    ids.append(cur.fetchone())
-                    if not cur.nextset():
-                        break
-                fresh: list[int] = []
-                for ev, row, got in zip(events, rows, ids, strict=True):
-                    if got is None:
-                        existing = cur.execute(_FIND, (ev.edge_id, ev.crop_id)).fetchone()
-                        assert existing is not None  # the conflicting row is committed or ours
-                        results.append(Stored(event_from_row(existing), duplicate=True))
-                    else:
-                        fresh.append(int(got[0]))
-                        results.append(Stored(stored_event(ev, int(got[0]), row), False))
-                # Delivered to every listening replica when, and only if, this commits.
-                for payload in payloads(fresh):
-                    cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+                stored = iter(self._insert_events(cur, events))
+                # Track events in submission order (the order of their stored ids).
+                stored_tracks = iter(self._insert_tracks(cur, tracks))
         except psycopg.Error as exc:
             raise StoreError(f"event store write failed: {_why(exc)}") from None
+        return [
+            next(stored) if isinstance(it, analytics_pb2.Event) else next(stored_tracks)
+            for it in items
+        ]
+
+    @staticmethod
+    def _inserted(cur: psycopg.Cursor[Any], sql: str, rows: list[tuple[Any, ...]]) -> list[Any]:
+        """One round trip for the rows (pipeline mode): each new row's id, None if it was there."""
+        if not rows:
+            return []
+        cur.executemany(sql, rows, returning=True)
+        ids: list[tuple[Any, ...] | None] = []
+        while True:
+            ids.append(cur.fetchone())
+            if not cur.nextset():
+                break
+        return [None if got is None else int(got[0]) for got in ids]
+
+    def _insert_events(
+        self, cur: psycopg.Cursor[Any], events: list[analytics_pb2.Event]
+    ) -> list[Stored]:
+        rows = [insert_row(ev) for ev in events]
+        results: list[Stored] = []
+        fresh: list[int] = []
+        for ev, row, got in zip(events, rows, self._inserted(cur, _INSERT, rows), strict=True):
+            if got is None:
+                existing = cur.execute(_FIND, (ev.edge_id, ev.crop_id)).fetchone()
+                assert existing is not None  # the conflicting row is committed or ours
+                results.append(Stored(event_from_row(existing), duplicate=True))
+            else:
+                fresh.append(got)
+                results.append(Stored(stored_event(ev, got, row), False))
+        # Delivered to every listening replica when, and only if, this commits.
+        for payload in payloads(fresh):
+            cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
         return results
 
-    def _committed(self, fresh: list[analytics_pb2.Event]) -> None:
+    def _insert_tracks(
+        self, cur: psycopg.Cursor[Any], tracks: list[events_pb2.TrackEvent]
+    ) -> list[StoredTrack]:
+        rows = [track_rows.insert_row(ev) for ev in tracks]
+        results: list[StoredTrack] = []
+        fresh: list[int] = []
+        inserted = self._inserted(cur, _INSERT_TRACK, rows)
+        for ev, row, got in zip(tracks, rows, inserted, strict=True):
+            if got is None:
+                existing = cur.execute(_FIND_TRACK, (ev.idempotency_key,)).fetchone()
+                assert existing is not None  # the conflicting row is committed or ours
+                results.append(StoredTrack(track_rows.stored_from_row(existing), True))
+            else:
+                fresh.append(got)
+                results.append(StoredTrack(track_rows.stored_from_insert(ev, got, row), False))
+        for payload in payloads(fresh):
+            cur.execute("SELECT pg_notify(%s, %s)", (TRACK_CHANNEL, payload))
+        return results
+
+    def _committed(
+        self, fresh: list[analytics_pb2.Event], tracks: list[events_pb2.StoredTrackEvent]
+    ) -> None:
         # Watchers hear this replica's events through the feed, like every other replica's.
         pass
 
@@ -243,12 +323,25 @@ class PostgresStore(EventStore):
             return
         self.listener.publish([event_from_row(r) for r in rows])
 
+    def _announced_tracks(self, ids: list[int]) -> None:
+        assert self.listener is not None
+        try:
+            stored = self.tracks_by_ids(ids)
+        except StoreError as exc:
+            self.metrics.event_feed_lost.inc()
+            self.listener.interrupt(f"cannot read announced track events: {exc}")
+            return
+        self.listener.publish_tracks(stored)
+
     def _lost(self, reason: str) -> None:
         assert self.listener is not None
         self.metrics.event_feed_lost.inc()
         self.listener.pause(reason)
 
     # reads
+
+    def _read(self, sql: str, args: Any) -> list[tuple[Any, ...]]:
+        return self._rows(sql, args)
 
     def _rows(self, sql: str, args: Any) -> list[tuple[Any, ...]]:
         try:

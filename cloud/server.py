@@ -20,7 +20,8 @@ from grpc_reflection.v1alpha import reflection
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc
 from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, open_nvml
-from strata.shared.metrics import serve_metrics
+from strata.shared.metrics_web import MetricsServer, serve
+from strata.shared.metrics_web import check_bind as check_metrics_bind
 
 from .batcher import DynamicBatcher, batch_limit
 from .classifier import load_classifier
@@ -35,7 +36,8 @@ from .security import (
     server_credentials,
     split_listen,
 )
-from .service import AnalyticsService, ServiceParts
+from .service import AnalyticsService
+from .service_parts import ServiceParts
 from .store import open_store
 from .versions import ClassifierSwitcher, cloud_version_metrics
 from .watch import WatchHub
@@ -63,6 +65,7 @@ class CloudServer:
         creds = server_credentials(cfg.tls)
         self.tls = creds is not None
         check_bind(cfg.listen, self.tls, cfg.allow_insecure)
+        check_metrics_bind(cfg.metrics, "cloud.metrics")
         token = load_token(cfg.auth)
         self.drops = Drops(self.metrics)
         # Delivery to MQTT and webhooks from the store (cloud/outbox); imported only when used.
@@ -120,6 +123,7 @@ class CloudServer:
         host, _ = split_listen(cfg.listen)
         self.address = f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
         self.metrics_port: int | None = None
+        self.metrics_server: MetricsServer | None = None
         self._stopped = False
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
@@ -189,14 +193,14 @@ class CloudServer:
 
     def start(self) -> None:
         """Start the writer, the model instances and the server; health says SERVING."""
+        # First: a /metrics that cannot be served stops the start before anything runs.
+        self.metrics_server = serve(self.metrics.registry, self.cfg.metrics, "cloud.metrics")
+        self.metrics_port = None if self.metrics_server is None else self.metrics_server.port
         self.store.start()
         if self.outbox is not None:
             self.outbox.start()
         self.batcher.start()
         self._call(self._start())
-        self.metrics_port = serve_metrics(
-            self.metrics.registry, self.cfg.metrics.host, self.cfg.metrics.port
-        )
         log.info(
             "serving %s on %s (%s%s), model %s, store %s",
             SERVICE_NAME,
@@ -228,6 +232,8 @@ class CloudServer:
         finally:
             self._end_loop()
             self.close_parts()
+            if self.metrics_server is not None:
+                self.metrics_server.stop()
         log.info("stopped")
 
     def request_model_check(self) -> None:

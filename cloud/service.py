@@ -1,4 +1,5 @@
-"""The Analytics gRPC service: Uplink, Classify, QueryEvents, WatchEvents (on grpc.aio).
+"""The Analytics gRPC service: Uplink, Classify, QueryEvents, WatchEvents (on grpc.aio); the
+track events of Uplink, QueryTrackEvents and WatchTrackEvents are track_service's.
 
 Handlers are coroutines on the server's one event loop, so an idle or slow stream costs a
 suspended coroutine, not a thread, and cannot starve other calls. Anything that blocks (the
@@ -10,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,20 +26,23 @@ from strata.shared.contracts import (
     analytics_pb2_grpc,
     check_version,
     current_version,
+    events_pb2,
 )
 
+from .batch_acks import BatchAcks
 from .batcher import (
     BatcherClosedError,
     DeadlineExpiredError,
-    DynamicBatcher,
     QueueFullError,
     Scored,
 )
-from .drops import Drops
-from .event_store import EventQuery, EventStore, PageKey, StoreBusyError, Stored, StoreError
+from .event_store import EventQuery, PageKey, StoreBusyError, Stored, StoreError
 from .images import ImageLimits, InvalidImageError, decode, to_model_size
 from .metrics import CloudMetrics
-from .watch import WatchHub, WatchUnavailableError
+from .service_parts import ServiceParts
+from .track_filter import parse_track_uid
+from .track_service import TrackEvents
+from .watch import WatchUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -58,34 +61,6 @@ class _Abort:
     message: str
 
 
-class _BatchAcks:
-    """One ack per crop of a CropBatch; the response goes out when the last one is in."""
-
-    def __init__(
-        self,
-        n: int,
-        send: Callable[[analytics_pb2.UplinkResponse], None],
-        release: Callable[[], None],
-    ) -> None:
-        self._acks: list[analytics_pb2.CropAck | None] = [None] * n
-        self._left = n
-        self._lock = threading.Lock()
-        self._send = send
-        self._release = release
-
-    def set(self, i: int, ack: analytics_pb2.CropAck) -> None:
-        with self._lock:
-            if self._acks[i] is not None:
-                return
-            self._acks[i] = ack
-            self._left -= 1
-            done = self._left == 0
-        if done:
-            acks = [a for a in self._acks if a is not None]
-            self._send(analytics_pb2.UplinkResponse(version=current_version(), acks=acks))
-            self._release()
-
-
 def _invalid(crop_id: str, reason: str) -> analytics_pb2.CropAck:
     return analytics_pb2.CropAck(
         crop_id=crop_id, status=analytics_pb2.CROP_STATUS_INVALID, reason=reason
@@ -99,18 +74,6 @@ def _retry(crop_id: str, reason: str, after_ms: int) -> analytics_pb2.CropAck:
         reason=reason,
         retry_after_ms=after_ms,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceParts:
-    """What the service hands requests to: the batcher computes, the store persists, the hub
-    fans out, `drops` counts what is refused, and blocking work runs on the executor."""
-
-    batcher: DynamicBatcher
-    store: EventStore
-    hub: WatchHub
-    drops: Drops
-    executor: Executor
 
 
 class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[misc]
@@ -129,6 +92,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             lim.max_image_width, lim.max_image_height, lim.max_image_pixels
         )
         self.retry_ms = cfg.batcher.retry_after_ms
+        self.tracks = TrackEvents(cfg, parts, metrics)
 
     # helpers
 
@@ -152,7 +116,8 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         request_iterator: AsyncIterator[analytics_pb2.CropBatch],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[analytics_pb2.UplinkResponse]:
-        """Crop batches in, one ack per crop out; several batches are worked on at once."""
+        """Crop batches in, one ack per crop and per track event out; several batches are
+        worked on at once (a batch's track events reach the store in the order they came)."""
         loop = asyncio.get_running_loop()
         out: asyncio.Queue[analytics_pb2.UplinkResponse | _Abort | BaseException | None] = (
             asyncio.Queue()
@@ -217,10 +182,12 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             release()
             return _Abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         n = len(batch.crops)
-        if n == 0:
+        if n == 0 and not batch.events:
             release()
             return None
-        acks = _BatchAcks(n, send, release)
+        acks = BatchAcks(n, len(batch.events), send, release)
+        # Handed to the store now, on this thread: the next batch waits, so order holds.
+        self.tracks.start(list(batch.events), acks)
         limit = self.cfg.limits.max_crops_per_batch
         if n > limit:
             reason = f"too_many_crops: batch has {n} crops; the limit is {limit}"
@@ -237,7 +204,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         step: Callable[..., None],
         i: int,
         crop: analytics_pb2.Crop,
-        acks: _BatchAcks,
+        acks: BatchAcks,
         *a: object,
     ) -> None:
         """Run one step of a crop; a bug still answers the crop (RETRY) instead of hanging."""
@@ -249,7 +216,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             acks.set(i, _retry(crop.crop_id, f"internal: {exc}", self.retry_ms))
 
     def _start_crop(
-        self, i: int, crop: analytics_pb2.Crop, acks: _BatchAcks, deadline: float | None
+        self, i: int, crop: analytics_pb2.Crop, acks: BatchAcks, deadline: float | None
     ) -> None:
         if not crop.crop_id:
             self.drops(UPLINK, "no_crop_id", f"crop {i} of a batch has no crop_id")
@@ -286,7 +253,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         fut.add_done_callback(lambda f: self._guarded(self._classified, i, crop, acks, f))
 
     def _classified(
-        self, i: int, crop: analytics_pb2.Crop, acks: _BatchAcks, fut: Future[Scored]
+        self, i: int, crop: analytics_pb2.Crop, acks: BatchAcks, fut: Future[Scored]
     ) -> None:
         exc = fut.exception()
         if exc is not None:
@@ -329,7 +296,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         self,
         i: int,
         crop: analytics_pb2.Crop,
-        acks: _BatchAcks,
+        acks: BatchAcks,
         fut: Future[Stored],
         top: list[analytics_pb2.LabelScore],
         version: int,
@@ -464,6 +431,12 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             except ValueError as exc:
                 self.drops(QUERY, "bad_page_token", str(exc))
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if request.track_uid:
+            try:
+                parse_track_uid(request.track_uid)
+            except ValueError as exc:
+                self.drops(QUERY, "bad_request", str(exc))
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         lim = self.cfg.limits
         size = min(request.page_size or lim.default_page_size, lim.max_page_size)
         q = EventQuery(
@@ -472,6 +445,8 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             request.start_ns,
             request.end_ns,
             request.group_by_track,
+            request.track_id,
+            request.track_uid,
         )
         loop = asyncio.get_running_loop()
         while True:
@@ -503,7 +478,12 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             self.drops(WATCH, "protocol_version", str(exc))
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         try:
-            sub = self.hub.subscribe(request.camera_id, request.label)
+            sub = self.hub.subscribe(
+                request.camera_id, request.label, request.track_id, request.track_uid
+            )
+        except ValueError as exc:
+            self.drops(WATCH, "bad_request", str(exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except WatchUnavailableError as exc:
             self.drops(WATCH, "feed_lost", str(exc))
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"event feed down, retry: {exc}")
@@ -528,3 +508,23 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
                 grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher fell behind; reconnect"
             )
         self.metrics.ok(WATCH)
+
+    # track events (track_service)
+
+    async def QueryTrackEvents(  # noqa: N802
+        self,
+        request: analytics_pb2.QueryEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[events_pb2.QueryTrackEventsResponse]:
+        """Pages of stored track events, oldest first, with their track's verdict."""
+        async for page in self.tracks.query(request, context):
+            yield page
+
+    async def WatchTrackEvents(  # noqa: N802
+        self,
+        request: analytics_pb2.WatchEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[events_pb2.StoredTrackEvent]:
+        """New track events as they are committed, until the client goes away."""
+        async for ev in self.tracks.watch(request, context):
+            yield ev

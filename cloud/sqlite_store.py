@@ -8,10 +8,12 @@ import logging
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 from strata.shared.config.cloud import CloudStoreConfig
-from strata.shared.contracts import analytics_pb2
+from strata.shared.contracts import analytics_pb2, events_pb2
 
+from . import track_rows
 from .event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
@@ -27,9 +29,12 @@ from .event_store import (
     CommitListener,
     EventQuery,
     EventStore,
+    Outcome,
     PageKey,
     Stored,
+    StoredTrack,
     StoreError,
+    Writable,
     check_schema,
 )
 from .metrics import CloudMetrics
@@ -65,6 +70,31 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 3: the repository version of the classifier that labelled the event; NULL for events
     # stored before (their version is not known).
     ("ALTER TABLE events ADD COLUMN model_version INTEGER",),
+    # 4: track lifecycle and rule events (events.proto), stored once per idempotency key,
+    # with the columns queries filter on; the tracks view joins the cloud's verdict.
+    (
+        """CREATE TABLE track_events (
+            stored_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            idempotency_key TEXT NOT NULL UNIQUE,
+            camera_id TEXT NOT NULL,
+            edge_id TEXT NOT NULL,
+            track_id INTEGER NOT NULL,
+            track_uid TEXT NOT NULL,
+            first_seen_ns INTEGER NOT NULL,
+            type INTEGER NOT NULL,
+            sequence INTEGER NOT NULL,
+            track_sequence INTEGER NOT NULL,
+            capture_ns INTEGER NOT NULL,
+            stored_ns INTEGER NOT NULL,
+            label TEXT NOT NULL,
+            zone TEXT NOT NULL,
+            line TEXT NOT NULL,
+            rule TEXT NOT NULL,
+            event BLOB NOT NULL
+        )""",
+        *track_rows.INDEXES,
+        track_rows.TRACKS_VIEW,
+    ),
 )
 
 _INSERT = (
@@ -72,6 +102,8 @@ _INSERT = (
     "ON CONFLICT (edge_id, crop_id) DO NOTHING RETURNING event_id"
 )
 _FIND = f"SELECT {COLUMNS} FROM events WHERE edge_id = ? AND crop_id = ?"
+_INSERT_TRACK = track_rows.insert_sql("?")
+_FIND_TRACK = track_rows.find_sql("?")
 
 
 def _connect(path: str, synchronous: str) -> sqlite3.Connection:
@@ -109,6 +141,8 @@ def migrate(conn: sqlite3.Connection, where: str = "") -> int:
 class SQLiteStore(EventStore):
     """SQLite events: a writer thread for inserts, a connection per reader thread."""
 
+    placeholder = "?"
+
     def __init__(
         self, cfg: CloudStoreConfig, metrics: CloudMetrics, listener: CommitListener | None = None
     ) -> None:
@@ -143,11 +177,16 @@ class SQLiteStore(EventStore):
                 conn.close()
             self._readers.clear()
 
-    def _commit(self, events: list[analytics_pb2.Event]) -> list[Stored]:
+    def _commit(self, items: list[Writable]) -> list[Outcome]:
         conn = self._writer
         try:
             conn.execute("BEGIN IMMEDIATE")
-            results = [self._insert(conn, ev) for ev in events]
+            results = [
+                self._insert(conn, it)
+                if isinstance(it, analytics_pb2.Event)
+                else self._insert_track(conn, it)
+                for it in items
+            ]
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -164,6 +203,15 @@ class SQLiteStore(EventStore):
             return Stored(event_from_row(existing), duplicate=True)
         return Stored(stored_event(ev, int(row[0]), values), duplicate=False)
 
+    @staticmethod
+    def _insert_track(conn: sqlite3.Connection, ev: events_pb2.TrackEvent) -> StoredTrack:
+        values = track_rows.insert_row(ev)
+        row = conn.execute(_INSERT_TRACK, values).fetchone()
+        if row is None:
+            existing = conn.execute(_FIND_TRACK, (ev.idempotency_key,)).fetchone()
+            return StoredTrack(track_rows.stored_from_row(existing), duplicate=True)
+        return StoredTrack(track_rows.stored_from_insert(ev, int(row[0]), values), False)
+
     # reads
 
     def _reader(self) -> sqlite3.Connection:
@@ -176,24 +224,23 @@ class SQLiteStore(EventStore):
                 self._readers.append(conn)
         return conn
 
-    def find(self, edge_id: str, crop_id: str) -> analytics_pb2.Event | None:
-        """The stored event of a crop, if it was stored before."""
+    def _read(self, sql: str, args: Any) -> list[tuple[Any, ...]]:
         try:
-            row = self._reader().execute(_FIND, (edge_id, crop_id)).fetchone()
+            return self._reader().execute(sql, args).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"event store read failed: {exc}") from exc
-        return None if row is None else event_from_row(row)
+
+    def find(self, edge_id: str, crop_id: str) -> analytics_pb2.Event | None:
+        """The stored event of a crop, if it was stored before."""
+        rows = self._read(_FIND, (edge_id, crop_id))
+        return event_from_row(rows[0]) if rows else None
 
     def query(
         self, q: EventQuery, after: PageKey | None, limit: int
     ) -> tuple[list[analytics_pb2.Event], PageKey | None]:
         """One page of events in (time, id) order, and the key of the next page (None: last)."""
         sql, args = query_sql(q, after, limit, "?")
-        try:
-            rows = self._reader().execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"event store read failed: {exc}") from exc
-        return page(rows, limit, q.group_by_track)
+        return page(self._read(sql, args), limit, q.group_by_track)
 
     def count(self) -> int:
         """Number of stored events."""

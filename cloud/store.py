@@ -21,9 +21,11 @@ from .event_store import (
     PageKey,
     StoreBusyError,
     Stored,
+    StoredTrack,
     StoreError,
 )
 from .metrics import CloudMetrics
+from .track_filter import TrackPageKey, TrackQuery
 
 # URL scheme ("" for no URL: the SQLite file at cloud.store.path) -> "module:Class".
 BACKENDS: dict[str, str] = {
@@ -89,6 +91,9 @@ __all__ = [
     "StoreBusyError",
     "StoreError",
     "Stored",
+    "StoredTrack",
+    "TrackPageKey",
+    "TrackQuery",
     "backend_class",
     "open_store",
     "store_url",

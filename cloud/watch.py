@@ -1,4 +1,5 @@
-"""Fan-out of newly stored events to WatchEvents streams, each with a bounded queue.
+"""Fan-out of newly stored events to WatchEvents and WatchTrackEvents streams, each with a
+bounded queue.
 
 The store feeds the hub: SQLite straight from its writer, PostgreSQL from a LISTEN connection
 that hears every replica's commits (postgres_feed). When that feed breaks, events may have been
@@ -17,10 +18,14 @@ import logging
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from typing import Any, Generic, TypeVar
 
-from strata.shared.contracts import analytics_pb2
+from strata.shared.contracts import analytics_pb2, events_pb2
 
 from .metrics import CloudMetrics
+from .track_filter import TrackQuery, parse_track_uid
+
+M = TypeVar("M", analytics_pb2.Event, events_pb2.StoredTrackEvent)
 
 log = logging.getLogger(__name__)
 
@@ -29,27 +34,40 @@ class WatchUnavailableError(RuntimeError):
     """The event feed is down; a new stream could miss events."""
 
 
-class Subscription:
+def crop_filter(
+    camera_id: str = "", label: str = "", track_id: int = 0, track_uid: str = ""
+) -> Callable[[analytics_pb2.Event], bool]:
+    """WatchEvents' test of a classified crop; `track_uid` (ValueError if malformed) keeps the
+    crops of that tracker id captured since the track was first seen."""
+    first_seen = 0
+    if track_uid:
+        first_seen, track_id = parse_track_uid(track_uid)
+
+    def wants(ev: analytics_pb2.Event) -> bool:
+        return (
+            (not camera_id or ev.camera_id == camera_id)
+            and (not label or ev.label == label)
+            and (not track_id or ev.track_id == track_id)
+            and ev.capture_ns >= first_seen
+        )
+
+    return wants
+
+
+class Subscription(Generic[M]):
     """One watcher: a filter and a bounded queue; `dropped` (with a reason) once it fell
     behind or the feed broke."""
 
-    def __init__(self, camera_id: str, label: str, size: int) -> None:
-        self.camera_id = camera_id
-        self.label = label
+    def __init__(self, wants: Callable[[M], bool], size: int) -> None:
+        self.wants: Callable[[M], bool] = wants
         self.size = size
-        self.queue: deque[analytics_pb2.Event] = deque()
+        self.queue: deque[M] = deque()
         self.dropped = False
         self.feed_lost = ""  # why the feed broke, when that ended this stream
         self.closed = False
         self._wake = asyncio.Event()
 
-    def wants(self, ev: analytics_pb2.Event) -> bool:
-        """Whether the event passes this watcher's filter."""
-        return (not self.camera_id or ev.camera_id == self.camera_id) and (
-            not self.label or ev.label == self.label
-        )
-
-    def offer(self, events: list[analytics_pb2.Event]) -> bool:
+    def offer(self, events: list[M]) -> bool:
         """Queue the wanted events (on the loop); False when this made the watcher fall behind."""
         if self.dropped or self.closed:
             return True
@@ -73,7 +91,7 @@ class Subscription:
         """Let the stream look at its flags again (on the loop)."""
         self._wake.set()
 
-    async def events(self) -> AsyncIterator[analytics_pb2.Event]:
+    async def events(self) -> AsyncIterator[M]:
         """Queued events as they come, until closed or dropped."""
         while True:
             while self.queue:
@@ -91,51 +109,70 @@ class WatchHub:
         self.metrics = metrics
         self.max_watchers = max_watchers
         self.queue_size = queue_size
-        self._subs: list[Subscription] = []
+        self._subs: list[Subscription[analytics_pb2.Event]] = []
+        self._track_subs: list[Subscription[events_pb2.StoredTrackEvent]] = []
         self._lock = threading.Lock()
         self._paused = ""
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def subscribe(self, camera_id: str, label: str) -> Subscription | None:
-        """A new subscription (call on the server's loop), or None when max_watchers are open.
-        Raises WatchUnavailableError while the feed is down."""
+    def subscribe(
+        self, camera_id: str, label: str, track_id: int = 0, track_uid: str = ""
+    ) -> Subscription[analytics_pb2.Event] | None:
+        """A new WatchEvents subscription (call on the server's loop), or None when
+        max_watchers are open. Raises WatchUnavailableError while the feed is down."""
+        wants = crop_filter(camera_id, label, track_id, track_uid)
+        return self._add(self._subs, Subscription(wants, self.queue_size))
+
+    def subscribe_tracks(self, q: TrackQuery) -> Subscription[events_pb2.StoredTrackEvent] | None:
+        """A new WatchTrackEvents subscription, as subscribe()."""
+        return self._add(self._track_subs, Subscription(q.matches, self.queue_size))
+
+    def _add(self, subs: list[Subscription[M]], sub: Subscription[M]) -> Subscription[M] | None:
         with self._lock:
             if self._paused:
                 raise WatchUnavailableError(self._paused)
-            if len(self._subs) >= self.max_watchers:
+            if len(self._subs) + len(self._track_subs) >= self.max_watchers:
                 return None
             self._loop = asyncio.get_running_loop()
-            sub = Subscription(camera_id, label, self.queue_size)
-            self._subs.append(sub)
-            self.metrics.watchers.set(len(self._subs))
+            subs.append(sub)
+            self.metrics.watchers.set(len(self._subs) + len(self._track_subs))
             return sub
 
-    def unsubscribe(self, sub: Subscription) -> None:
+    def unsubscribe(self, sub: Subscription[Any]) -> None:
         """Forget a subscription."""
         with self._lock:
-            if sub in self._subs:
-                self._subs.remove(sub)
-            self.metrics.watchers.set(len(self._subs))
+            for subs in (self._subs, self._track_subs):
+                if sub in subs:
+                    subs.remove(sub)
+            self.metrics.watchers.set(len(self._subs) + len(self._track_subs))
 
     def publish(self, events: list[analytics_pb2.Event]) -> None:
         """Offer events to every watcher (from any thread); one that is full is dropped."""
         with self._lock:
             loop = self._loop if self._subs else None
         if loop is not None:
-            self._call(loop, self._deliver, list(events))
+            self._call(loop, self._deliver, self._subs, list(events))
 
-    def _deliver(self, events: list[analytics_pb2.Event]) -> None:
+    def publish_tracks(self, events: list[events_pb2.StoredTrackEvent]) -> None:
+        """Offer track events to every track watcher (from any thread), as publish()."""
         with self._lock:
-            subs = list(self._subs)
+            loop = self._loop if self._track_subs else None
+        if loop is not None:
+            self._call(loop, self._deliver, self._track_subs, list(events))
+
+    def _deliver(self, subs: list[Subscription[M]], events: list[M]) -> None:
+        with self._lock:
+            subs = list(subs)
         for sub in subs:
             if not sub.offer(events):
                 self.metrics.watchers_dropped.inc()
-                log.warning("a WatchEvents stream fell %d events behind; closing it", sub.size)
+                log.warning("a watch stream fell %d events behind; closing it", sub.size)
 
     def interrupt(self, reason: str) -> None:
         """Events may have been missed: end every open stream (each reconnects)."""
         with self._lock:
-            subs = [s for s in self._subs if not s.dropped]
+            every: list[Subscription[Any]] = [*self._subs, *self._track_subs]
+            subs = [s for s in every if not s.dropped]
             for sub in subs:
                 sub.feed_lost = reason
                 sub.dropped = True
@@ -162,13 +199,13 @@ class WatchHub:
     def close(self) -> None:
         """Tell every watcher to end (from any thread)."""
         with self._lock:
-            subs = list(self._subs)
+            subs = [*self._subs, *self._track_subs]
             loop = self._loop
         if loop is not None and subs:
             self._call(loop, self._each, subs, Subscription.close)
 
     @staticmethod
-    def _each(subs: list[Subscription], fn: Callable[[Subscription], None]) -> None:
+    def _each(subs: list[Subscription[Any]], fn: Callable[[Subscription[Any]], None]) -> None:
         for sub in subs:
             fn(sub)
 

@@ -118,7 +118,7 @@ class Agent:
         self.link = EdgeLink(
             {c.camera_id: c.policy for c in self.cameras if c.policy is not None},
             self.scale,
-            self.worker.encoder,
+            self.worker.payloads,
             cfg.payload.scale_to_model and not (cfg.payload.max_width or cfg.payload.max_height),
         )
         self._started = False
@@ -167,7 +167,7 @@ class Agent:
                 self.cameras.append(worker)
                 # A camera added again after a removal restarts its H.264 stream (its encoder
                 # outlives the removal; the edge may have forgotten the decoder).
-                self.worker.encoder.request_keyframe(cam_id, "camera added")
+                self.worker.payloads.request_keyframe(cam_id, "camera added")
                 if self._started:
                     log.info("camera %s added: %s", cam_id, worker.source)
                     worker.start()
@@ -218,7 +218,7 @@ class Agent:
 
     def _moved(self, camera_id: str, edge: str) -> None:
         # An H.264 stream must start with a keyframe on its new edge.
-        self.worker.encoder.request_keyframe(camera_id, f"moved to edge {edge}")
+        self.worker.payloads.request_keyframe(camera_id, f"moved to edge {edge}")
 
     def start(self) -> None:
         """Start the sender, the gate worker and every camera; SenderError if the edge

@@ -23,7 +23,7 @@ from .frames import Frame
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DropLog
 from .motion import MotionDecision, MotionGate
-from .sources import Source, SourceError, error_kind, is_live, open_source
+from .sources import DecoderChoice, Source, SourceError, error_kind, is_live, open_source
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,22 @@ class CameraStatus:
     reconnects: int
 
 
+class _SourceMetrics:
+    """What the camera's source reports, into the camera's metrics."""
+
+    def __init__(self, metrics: CameraMetrics) -> None:
+        self.m = metrics
+
+    def decoder(self, kind: str) -> None:
+        self.m.set_decoder(kind)
+
+    def skipped(self, reason: str, frames: int) -> None:
+        (self.m.skipped_rate if reason == "max_fps" else self.m.skipped_undecoded).inc(frames)
+
+    def lag(self, seconds: float) -> None:
+        self.m.source_lag.set(seconds)
+
+
 def backoff_delay(attempt: int, cfg: SourceConfig, rng: random.Random) -> float:
     """Wait before reopen attempt `attempt` (1-based): doubling, capped, with jitter."""
     base = min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** max(0, attempt - 1))
@@ -79,6 +95,8 @@ class CameraWorker:
         self.source = source
         self.cfg = source_cfg
         self.live = is_live(source)
+        # The decoder (hwaccel) is chosen at the first open and kept for the reopens.
+        self.decoder = DecoderChoice(camera_id, source_cfg)
         self.motion = MotionGate(motion_cfg) if motion_cfg.enabled else None
         # The accuracy-targeted policy in front of the motion gate (None: motion alone).
         self.policy: CascadePolicy | None = None
@@ -89,6 +107,7 @@ class CameraWorker:
         self._calibrating = False
         self.inbox = inbox
         self.m = metrics
+        self._source_events = _SourceMetrics(metrics)
         self._state = CameraState.STARTING
         # What the edge asks this camera to give up under overload (None: nothing).
         self.degrader = degrader
@@ -149,7 +168,7 @@ class CameraWorker:
         try:
             while not self._stop.is_set():
                 try:
-                    src = open_source(self.source, self.cfg)
+                    src = open_source(self.source, self.cfg, self.decoder, self._source_events)
                 except SourceError as exc:
                     if not self._failed(exc, failures := failures + 1):
                         return
@@ -240,12 +259,12 @@ class CameraWorker:
         if self.motion is None:
             verdict = MotionDecision(True, 0.0, pre.force if pre and pre.force else "motion_off")
         elif pre is not None and pre.force:
-            verdict = self.motion.keep_now(frame.motion_input(), frame.ts, pre.force)
+            verdict = self.motion.keep_now(self.motion.score_input(frame), frame.ts, pre.force)
         else:
             base = self.motion.cfg.threshold
             deg = self.degrader
             raised = deg.motion_threshold(base) if deg is not None else base
-            verdict = self.motion.check(frame.motion_input(), frame.ts, raised)
+            verdict = self.motion.check(self.motion.score_input(frame), frame.ts, raised)
             if not verdict.keep and verdict.score >= base:  # kept but for the degradation
                 self.m.dropped(REASON_MOTION).inc()
                 self._degrade_log.add(1, f"motion threshold raised to {raised:g}")

@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cfg = load_or_exit(args, _overrides(args), "device")
     from strata.shared.config import ConfigError
-    from strata.shared.metrics import serve_metrics
+    from strata.shared.metrics_web import serve_or_exit
 
     from .agent import Agent
     from .gate import GateLoadError
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     except (GateLoadError, ValueError) as exc:
         print(f"strata device: {exc}", file=sys.stderr)
         return 2
-    serve_metrics(agent.metrics.registry, dev.metrics.host, dev.metrics.port)
+    serve_or_exit(agent.metrics.registry, dev.metrics, "device")
     try:
         agent.sender.start()
     except SenderError as exc:

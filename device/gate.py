@@ -60,7 +60,20 @@ class RelevanceGate:
             raise GateLoadError(f"{name}: positive class ids {bad} outside the model's classes")
         self._classes = np.asarray(sorted(set(cfg.positive_class_ids)), np.intp)
         h, w = spec.height, spec.width
-        self._batch = np.empty((cfg.max_batch, 3, h, w), np.float32)
+        # A fixed-batch model (a batch-1 export) runs in chunks of exactly its batch; the
+        # tensor is rounded up so the last chunk is padded (its extra rows are ignored).
+        fixed = runner.inputs[0].shape[0] if runner.inputs and runner.inputs[0].shape else None
+        self.fixed_batch: int | None = int(fixed) if isinstance(fixed, int) else None
+        rows = cfg.max_batch
+        if self.fixed_batch is not None:
+            rows = -(-cfg.max_batch // self.fixed_batch) * self.fixed_batch
+            log.info(
+                "%s: the model has a fixed batch of %d: runs %d frames at a time",
+                name,
+                self.fixed_batch,
+                self.fixed_batch,
+            )
+        self._batch = np.zeros((rows, 3, h, w), np.float32)
         self._resized = np.empty((h, w, 3), np.uint8)
         self._rgb = np.empty((h, w, 3), np.uint8)
         # x * scale - mean) / std folded into one multiply and one add per channel.
@@ -87,12 +100,20 @@ class RelevanceGate:
         batch = self._batch[:n]
         np.multiply(batch, self._mul, out=batch)
         np.add(batch, self._add, out=batch)
-        out = self.runner.run(batch)[0].reshape(n, -1).astype(np.float32, copy=False)
+        out = self._run(n)
         if self.spec.output == "logits":
             out = _softmax(out)
         if self._classes.size:
             return np.asarray(out[:, self._classes].sum(axis=1), np.float32)
         return np.asarray(out.max(axis=1), np.float32)
+
+    def _run(self, n: int) -> np.ndarray:
+        """Model outputs (n, classes) for the first n rows of the batch tensor."""
+        k = self.fixed_batch
+        if k is None:
+            return self.runner.run(self._batch[:n])[0].reshape(n, -1).astype(np.float32, copy=False)
+        chunks = [self.runner.run(self._batch[i : i + k])[0] for i in range(0, n, k)]
+        return np.concatenate(chunks)[:n].reshape(n, -1).astype(np.float32, copy=False)
 
     def decide(self, scores: np.ndarray) -> np.ndarray:
         """Boolean keep mask for the scores."""

@@ -82,6 +82,26 @@ class DeviceMetrics:
             registry=r,
         )
         self.source_errors = counter("source_errors", "Failures to open or read a source.")
+        self.source_skipped = Counter(
+            "strata_device_source_skipped",
+            "Source frames not delivered because of source.max_fps: decoded and passed over "
+            "(max_fps), or never decoded (not_decoded: skip_frame).",
+            ["camera", "reason"],
+            registry=r,
+        )
+        self.source_lag = Gauge(
+            "strata_device_source_lag_seconds",
+            "How far behind its schedule a file played at its frame rate (source.realtime) "
+            "delivers frames: decoding or the gates not keeping up.",
+            cam,
+            registry=r,
+        )
+        self.decoder = Gauge(
+            "strata_device_decoder",
+            "1 for the decoder the camera uses (software, or the hwaccel device type).",
+            ["camera", "kind"],
+            registry=r,
+        )
         self.spool_frames = Gauge(
             "strata_device_spool_frames", "Frames waiting in the spool.", cam, registry=r
         )
@@ -173,6 +193,10 @@ class CameraMetrics:
         self.bytes_sent = m.bytes_sent.labels(c)
         self.reconnects = m.reconnects.labels(c)
         self.source_errors = m.source_errors.labels(c)
+        self.skipped_rate = m.source_skipped.labels(c, "max_fps")
+        self.skipped_undecoded = m.source_skipped.labels(c, "not_decoded")
+        self.source_lag = m.source_lag.labels(c)
+        self._decoder = ""
         self.spool_frames = m.spool_frames.labels(c)
         self.inflight_frames = m.inflight_frames.labels(c)
         self.camera_up = m.camera_up.labels(c)
@@ -191,6 +215,14 @@ class CameraMetrics:
                 self._m.camera_state.labels(self._camera, self._state).set(0)
             self._m.camera_state.labels(self._camera, state).set(1)
             self._state = state
+
+    def set_decoder(self, kind: str) -> None:
+        """Mark the decoder the camera uses now (software or a hwaccel device type)."""
+        if kind != self._decoder:
+            if self._decoder:
+                self._m.decoder.labels(self._camera, self._decoder).set(0)
+            self._m.decoder.labels(self._camera, kind).set(1)
+            self._decoder = kind
 
     def set_error(self, kind: str) -> None:
         """Mark the kind of the camera's last source error ("" clears it)."""

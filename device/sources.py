@@ -8,16 +8,22 @@ Source strings:
 
 `open_source` raises SourceError; `Source.frames()` raises it when a stream dies. A
 `fatal` error (missing file, not a video) will not go away by retrying.
+
+Decoding (device.source): in software, or on the host's hardware (`hwaccel`, chosen once
+per camera by `DecoderChoice`, software when the host has none: never a failed camera);
+at most `max_fps` frames a second are delivered (`RateGate`), and with `skip_frame` the
+non-reference frames it would pass over are not decoded at all.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from strata.shared.config.device import SourceConfig
@@ -55,6 +61,137 @@ def camera_name(spec: str) -> str:
     return Path(spec).stem or "camera"
 
 
+SOFTWARE = "software"
+# `hwaccel: auto` tries these, in this order, among the types FFmpeg was built with.
+AUTO_ORDER = ("cuda", "vaapi", "qsv", "videotoolbox", "v4l2m2m", "drm")
+
+
+class SourceEvents(Protocol):
+    """What a source reports to its camera (metrics): the decoder in use, frames skipped."""
+
+    def decoder(self, kind: str) -> None:
+        """The camera now decodes with `kind` ("software" or a hwaccel device type)."""
+
+    def skipped(self, reason: str, frames: int) -> None:
+        """`frames` source frames were not delivered: "max_fps" (decoded, passed over) or
+        "not_decoded" (skip_frame)."""
+
+    def lag(self, seconds: float) -> None:
+        """A file played at its frame rate delivers its frames this far behind schedule."""
+
+
+class RateGate:
+    """At most `fps` frames a second, spread evenly by timestamp: a frame is delivered when
+    it reaches the next slot of a 1/fps grid anchored at the first frame.
+
+    Invariant (what makes skip_frame safe): a frame that is not delivered leaves the state
+    as it was, and while timestamps rise, `due` only grows; so a frame whose timestamp
+    is at or after the last frame seen and before `due` now will be passed over whenever
+    it is decoded (`passes_over`). A timestamp going back (a broken or restarted stream)
+    re-anchors the grid at that frame, which is delivered.
+    """
+
+    _EPS = 1e-6
+
+    def __init__(self, fps: float) -> None:
+        self.period = 1.0 / fps
+        self._origin = 0.0
+        self.due = -math.inf  # the next slot's start; -inf: nothing seen yet
+        self.last = -math.inf  # the latest timestamp seen
+
+    def keep(self, ts: float) -> bool:
+        """Deliver the frame at stream time `ts`?"""
+        if ts < self.last or self.due == -math.inf:
+            self._origin, self.due = ts, ts
+        self.last = ts
+        if ts < self.due - self._EPS:
+            return False
+        slot = math.floor((ts - self._origin) / self.period + self._EPS)
+        self.due = self._origin + (slot + 1) * self.period
+        return True
+
+    def passes_over(self, ts: float) -> bool:
+        """Whether a frame at `ts`, not decoded yet, is sure to be passed over by `keep`."""
+        return self.last <= ts < self.due - self._EPS
+
+
+class DecoderChoice:
+    """One camera's decoder: `hwaccel` resolved at its first open and kept across reopens
+    (probing again at every reconnect would only repeat the same answer)."""
+
+    def __init__(self, camera_id: str, cfg: SourceConfig) -> None:
+        self.camera_id = camera_id
+        self.setting = cfg.hwaccel
+        self.device = cfg.hwaccel_device or None
+        self.kind: str | None = None  # None: not probed yet
+
+    def resolve(self, codec: str) -> str:
+        """The decoder for a stream of `codec`: "software" or a device type that works."""
+        if self.kind is None:
+            self.kind = self._probe(codec)
+        return self.kind
+
+    def give_up(self, why: str) -> None:
+        """The chosen device failed in use: software from now on (one line)."""
+        log.warning(
+            "camera %s: hardware decoding on %s failed (%s); decoding in software",
+            self.camera_id,
+            self.kind,
+            why,
+        )
+        self.kind = SOFTWARE
+
+    def _probe(self, codec: str) -> str:
+        if self.setting == "none":
+            return SOFTWARE
+        tried: list[str] = []
+        for kind in AUTO_ORDER if self.setting == "auto" else (self.setting,):
+            why = device_problem(kind, codec, self.device)
+            if not why:
+                log.info(
+                    "camera %s: decoding %s on %s (hwaccel %s)",
+                    self.camera_id,
+                    codec,
+                    kind,
+                    self.setting,
+                )
+                return kind
+            tried.append(f"{kind}: {why}")
+        log.warning(
+            "camera %s: no hardware decoder for %s (hwaccel %s; %s); decoding in software",
+            self.camera_id,
+            codec,
+            self.setting,
+            "; ".join(tried),
+        )
+        return SOFTWARE
+
+
+def device_problem(kind: str, codec: str, device: str | None = None) -> str:
+    """Why `kind` cannot decode `codec` on this host ("" when it can)."""
+    import av
+    from av.codec.hwaccel import HWAccel, hwdevices_available
+
+    if kind == "v4l2m2m":  # not an FFmpeg device type: decoders of their own
+        name = f"{codec}_v4l2m2m"
+        if name not in av.codecs_available:
+            return f"FFmpeg has no {name} decoder"
+        try:
+            av.CodecContext.create(name, "r").open()
+        except (av.FFmpegError, OSError) as exc:
+            return _why(exc)
+        return ""
+    if kind not in hwdevices_available():
+        return "FFmpeg was built without it"
+    try:
+        HWAccel(kind, device=device).create(av.Codec(codec, "r"))
+    except NotImplementedError:
+        return f"no {kind} decoder for {codec}"
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        return _why(exc) or type(exc).__name__
+    return ""
+
+
 class Source(abc.ABC):
     """Base: iterate decoded frames, then close."""
 
@@ -71,27 +208,61 @@ class Source(abc.ABC):
 class AvSource(Source):
     """A file or network stream decoded by PyAV (FFmpeg)."""
 
-    def __init__(self, spec: str, cfg: SourceConfig) -> None:
-        import av
-
+    def __init__(
+        self,
+        spec: str,
+        cfg: SourceConfig,
+        choice: DecoderChoice | None = None,
+        events: SourceEvents | None = None,
+    ) -> None:
         self.spec = spec
         self.live = is_live(spec)
         self.read_timeout_s = cfg.read_timeout_s
         self.realtime = cfg.realtime and not self.live
-        options: dict[str, str] = {}
-        if spec.startswith(("rtsp://", "rtsps://")):
-            options["rtsp_transport"] = "tcp"
+        self.events = events
         if not self.live and not Path(spec).exists():
             raise SourceError(f"no such file: {spec}", fatal=True)
         if not self.live and Path(spec).is_dir():
             raise SourceError(f"is a folder, not a video file: {spec}", fatal=True)
+        self.container: Any = self._open(cfg)
+        self.stream = self.container.streams.video[0]
+        # A v4l2m2m decoder of its own instead of the stream's (None: the stream's).
+        self._decoder: Any = None
+        self.kind = SOFTWARE
+        choice = choice or DecoderChoice(camera_name(spec), cfg)
+        kind = choice.resolve(self.stream.codec_context.name)
+        if kind != SOFTWARE:
+            self._use_hardware(kind, choice, cfg)
+        if self.kind == SOFTWARE:
+            configure_decoder(self.stream, cfg)
+        if events is not None:
+            events.decoder(self.kind)
+        self._tb = float(self.stream.time_base) if self.stream.time_base else 0.0
+        rate = self.stream.average_rate or self.stream.guessed_rate
+        self._fps = float(rate) if rate else 0.0
+        self._rate = RateGate(cfg.max_fps) if cfg.max_fps > 0 else None
+        # Non-reference frames are skipped only where the source is faster than max_fps.
+        self._skip = bool(
+            self._rate is not None and cfg.skip_frame and (not self._fps or self._fps > cfg.max_fps)
+        )
+
+    def _open(self, cfg: SourceConfig, hwaccel: Any = None) -> Any:
+        import av
+
+        spec = self.spec
+        options: dict[str, str] = {}
+        if spec.startswith(("rtsp://", "rtsps://")):
+            options["rtsp_transport"] = "tcp"
         # FFmpeg's RTSP demuxer can hand out one held-back packet when a read times out
         # and then wait a whole timeout again; half the budget per read keeps a stall
         # noticed within read_timeout_s (measured: 2 x the per-read timeout).
         read_timeout = cfg.read_timeout_s / 2 if self.live else cfg.read_timeout_s
         try:
-            self.container: Any = av.open(
-                spec, options=options, timeout=(cfg.open_timeout_s, read_timeout)
+            container = av.open(
+                spec,
+                options=options,
+                timeout=(cfg.open_timeout_s, read_timeout),
+                hwaccel=hwaccel,
             )
         except av.error.ExitError:
             raise SourceError(
@@ -105,25 +276,55 @@ class AvSource(Source):
             ) from None
         except (av.FFmpegError, OSError) as exc:
             raise SourceError(f"cannot open {spec}: {_why(exc)}", fatal=not self.live) from None
-        if not self.container.streams.video:
-            self.container.close()
+        if not container.streams.video:
+            container.close()
             raise SourceError(f"{spec} has no video stream", fatal=True)
-        self.stream = self.container.streams.video[0]
-        configure_decoder(self.stream, cfg)
-        self._tb = float(self.stream.time_base) if self.stream.time_base else 0.0
-        rate = self.stream.average_rate or self.stream.guessed_rate
-        self._fps = float(rate) if rate else 0.0
+        return container
+
+    def _use_hardware(self, kind: str, choice: DecoderChoice, cfg: SourceConfig) -> None:
+        """Decode on `kind`; on any failure stay in software (the camera never fails for it)."""
+        import av
+
+        codec = self.stream.codec_context.name
+        try:
+            if kind == "v4l2m2m":
+                decoder = av.CodecContext.create(f"{codec}_v4l2m2m", "r")
+                decoder.extradata = self.stream.codec_context.extradata
+                decoder.open()
+                self._decoder = decoder
+            else:
+                from av.codec.hwaccel import HWAccel
+
+                # The device context is attached when the container is opened: again, on it.
+                hw = HWAccel(kind, device=choice.device, allow_software_fallback=True)
+                container = self._open(cfg, hw)
+                if not container.streams.video[0].codec_context.is_hwaccel:
+                    container.close()
+                    raise ValueError(f"no {kind} decoder for {codec}")
+                self.container.close()
+                self.container = container
+                self.stream = container.streams.video[0]
+        except (av.FFmpegError, OSError, ValueError, NotImplementedError, SourceError) as exc:
+            choice.give_up(_why(exc))
+            return
+        self.kind = kind
 
     def frames(self) -> Iterator[Frame]:
         import av
 
-        index = 0
+        decoded_n = 0  # frames out of the decoder (timestamps without pts count them)
+        index = 0  # frames delivered
         last_frame_t = time.monotonic()
         paced_from = last_frame_t
+        rate = self._rate
+        ctx = self.stream.codec_context if self._decoder is None else self._decoder
+        skipper = _NonRefSkipper(ctx, rate, self._report) if self._skip and rate else None
         try:
             for packet in self.container.demux(self.stream):
+                if skipper is not None:
+                    skipper.before(packet.pts, self._packet_ts(packet))
                 try:
-                    decoded = packet.decode()
+                    decoded = ctx.decode(packet)
                 except av.InvalidDataError as exc:
                     # One bad packet is not a dead stream; the next key frame recovers.
                     log.warning("%s: skipped an undecodable packet: %s", self.spec, _why(exc))
@@ -137,22 +338,46 @@ class AvSource(Source):
                     continue
                 last_frame_t = now
                 for f in decoded:
-                    ts = self._ts(f, index)
+                    ts = self._ts(f, decoded_n)
+                    decoded_n += 1
+                    if skipper is not None:
+                        skipper.after(f.pts)
+                    if rate is not None and not rate.keep(ts):
+                        self._report("max_fps", 1)
+                        continue
                     if self.realtime:
-                        # Paced like a camera: frame k leaves at start + its timestamp.
                         if index == 0:
                             paced_from = now - ts
-                        delay = paced_from + ts - time.monotonic()
-                        if delay > 0:
-                            time.sleep(delay)
+                        self._pace(paced_from + ts)
                     yield Frame(index, ts, time.time_ns(), av_frame=f)
                     index += 1
         except av.error.ExitError:
             raise SourceError(f"{self.spec}: no data for {self.read_timeout_s:g}s") from None
         except (av.FFmpegError, OSError) as exc:
             raise SourceError(f"{self.spec}: read failed: {_why(exc)}") from None
-        if index == 0 and not self.live:
+        if skipper is not None:
+            skipper.finish()
+        if decoded_n == 0 and not self.live:
             raise SourceError(f"{self.spec}: no frame could be decoded", fatal=True)
+
+    def _pace(self, due: float) -> None:
+        """Paced like a camera: a frame leaves at its due time (monotonic clock); a late
+        one reports how late."""
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        if self.events is not None:
+            self.events.lag(max(0.0, -delay))
+
+    def _report(self, reason: str, frames: int) -> None:
+        if self.events is not None:
+            self.events.skipped(reason, frames)
+
+    def _packet_ts(self, packet: Any) -> float | None:
+        """The stream time of a packet's frame, as `_ts` will give it (None: unknown)."""
+        if packet.pts is None or not self._tb:
+            return None
+        return float(packet.pts * self._tb)
 
     def _ts(self, f: Any, index: int) -> float:
         if f.pts is not None and self._tb:
@@ -166,11 +391,53 @@ class AvSource(Source):
             pass
 
 
+class _NonRefSkipper:
+    """skip_frame over one pass of a stream: a packet whose frame the RateGate is sure to
+    pass over goes to the decoder with non-reference frames skipped; its pts stays marked
+    until its frame shows (a reference frame, decoded anyway) or a later one does (it was
+    never decoded: counted)."""
+
+    def __init__(self, ctx: Any, rate: RateGate, report: Callable[[str, int], None]) -> None:
+        self.ctx = ctx
+        self.rate = rate
+        self.report = report
+        self.marked: set[int] = set()
+        self.skipping = False
+
+    def before(self, pts: int | None, ts: float | None) -> None:
+        """Before the decoder gets the packet at `pts` (stream time `ts`)."""
+        skip = pts is not None and ts is not None and self.rate.passes_over(ts)
+        if skip != self.skipping:
+            self.ctx.skip_frame = "NONREF" if skip else "DEFAULT"
+            self.skipping = skip
+        if skip and pts is not None:
+            self.marked.add(pts)
+
+    def after(self, pts: int | None) -> None:
+        """A frame came out of the decoder (they come out in timestamp order)."""
+        if pts is None or not self.marked:
+            return
+        self.marked.discard(pts)
+        gone = [p for p in self.marked if p < pts]
+        if gone:
+            self.marked.difference_update(gone)
+            self.report("not_decoded", len(gone))
+
+    def finish(self) -> None:
+        """The stream ended: what is still marked was never decoded."""
+        if self.marked:
+            self.report("not_decoded", len(self.marked))
+            self.marked.clear()
+
+
 class SyntheticSource(Source):
     """The synthetic clip (strata.shared.synthetic) as a camera."""
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, max_fps: float = 0.0, events: SourceEvents | None = None) -> None:
         from strata.shared.synthetic import SyntheticClip
+
+        self._rate = RateGate(max_fps) if max_fps > 0 else None
+        self.events = events
 
         query = parse_qs(urlsplit(spec).query)
         known = {"frames", "seed", "width", "height", "fps", "objects", "realtime", "noise"}
@@ -190,13 +457,20 @@ class SyntheticSource(Source):
 
     def frames(self) -> Iterator[Frame]:
         start = time.monotonic()
+        index = 0
         for i in range(len(self.clip)):
             if self.realtime:
                 delay = start + i / self.clip.fps - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
+            ts = i / self.clip.fps
+            if self._rate is not None and not self._rate.keep(ts):
+                if self.events is not None:
+                    self.events.skipped("max_fps", 1)
+                continue
             image = self.clip.frame(i).image
-            yield Frame(i, i / self.clip.fps, time.time_ns(), bgr=image)
+            yield Frame(index, ts, time.time_ns(), bgr=image)
+            index += 1
 
 
 def configure_decoder(stream: Any, cfg: SourceConfig) -> None:
@@ -208,11 +482,17 @@ def configure_decoder(stream: Any, cfg: SourceConfig) -> None:
         stream.thread_type = "AUTO"
 
 
-def open_source(spec: str, cfg: SourceConfig) -> Source:
-    """Open a source string (see the module docstring)."""
+def open_source(
+    spec: str,
+    cfg: SourceConfig,
+    choice: DecoderChoice | None = None,
+    events: SourceEvents | None = None,
+) -> Source:
+    """Open a source string (see the module docstring); `choice` keeps a camera's decoder
+    from one open to the next, `events` hears what the source reports."""
     if spec.startswith(SYNTHETIC_SCHEME):
-        return SyntheticSource(spec)
-    return AvSource(spec, cfg)
+        return SyntheticSource(spec, cfg.max_fps, events)
+    return AvSource(spec, cfg, choice, events)
 
 
 # Kinds of source error, as the camera's state metric labels them.

@@ -1,8 +1,9 @@
-"""After the motion gate: the gate worker and the encoder, each in its own thread.
+"""After the motion gate: the gate worker and the payload worker, each in its own thread.
 
 The gate worker batches frames across cameras, converts them to BGR, runs the relevance
-gate and passes the frames it keeps to the encoder, which JPEG-encodes them (only kept
-frames are ever encoded) and hands them to the sender. Decoding, gating and encoding run
+gate and passes the frames it keeps to the payload worker, which encodes them (JPEG, raw
+BGR, or H.264 through device/encoder.py's H264Encoder; only kept frames are ever encoded)
+and hands them to the sender. Decoding, gating and encoding run
 in three threads, overlapping on separate cores (PyAV, OpenCV and ONNX Runtime release
 the GIL while they work). Order is kept per camera all the way to the sender.
 
@@ -33,7 +34,7 @@ from .versions import GateSwitcher
 
 log = logging.getLogger(__name__)
 
-# Kept frames waiting for the encoder; when full, the gate worker waits (backpressure
+# Kept frames waiting for the payload worker; when full, the gate worker waits (backpressure
 # reaches the cameras' inbox, where live cameras drop and count).
 _ENCODE_QUEUE = 32
 
@@ -46,9 +47,9 @@ class _Kept:
     gate_score: float
 
 
-class Encoder:
-    """Encodes kept frames (JPEG, raw BGR or H.264) and submits them to the sender, in order
-    with the header-only messages of dropped frames."""
+class PayloadWorker:
+    """A thread that turns kept frames into payloads (JPEG, raw BGR or H.264) and submits
+    them to the sender, in order with the header-only messages of dropped frames."""
 
     def __init__(
         self,
@@ -63,7 +64,7 @@ class Encoder:
         self.payload = payload or PayloadConfig()
         self._params = [cv2.IMWRITE_JPEG_QUALITY, cfg.jpeg_quality]
         self._queue: queue.Queue[_Kept | None] = queue.Queue(_ENCODE_QUEUE)
-        self._thread = threading.Thread(target=self._run, name="encoder", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="payload", daemon=True)
         self._h264: dict[str, H264Encoder] = {}
         self._stream_index: dict[str, int] = {}
         # Keyframe requests from other threads (acks, lost frames), taken by this one.
@@ -71,11 +72,11 @@ class Encoder:
         self._want_key: dict[str, str] = {}
 
     def start(self) -> None:
-        """Start the encoder thread."""
+        """Start the payload thread."""
         self._thread.start()
 
     def put(self, kept: _Kept) -> None:
-        """Queue a kept frame (waits while the encoder is behind)."""
+        """Queue a kept frame (waits while the payload worker is behind)."""
         self._queue.put(kept)
 
     def finish(self) -> None:
@@ -99,8 +100,8 @@ class Encoder:
             try:
                 self._send(kept)
             except Exception:  # keep the agent alive; the frame is logged as lost
-                log.exception("camera %s: frame lost to an encoder error", kept.item.camera_id)
-                self.request_keyframe(kept.item.camera_id, "encoder error")
+                log.exception("camera %s: frame lost to an encoding error", kept.item.camera_id)
+                self.request_keyframe(kept.item.camera_id, "encoding error")
 
     def _send(self, kept: _Kept) -> None:
         item, image = kept.item, kept.image
@@ -156,7 +157,7 @@ class Encoder:
 
 
 class GateWorker:
-    """Inbox -> BGR -> relevance gate -> encoder."""
+    """Inbox -> BGR -> relevance gate -> payload worker."""
 
     def __init__(
         self,
@@ -175,7 +176,7 @@ class GateWorker:
         self.gate = gate
         self.gate_cfg = gate_cfg
         self.metrics = metrics
-        self.encoder = Encoder(sender_cfg, sender, agent_id, payload)
+        self.payloads = PayloadWorker(sender_cfg, sender, agent_id, payload)
         self.scale = scale or ScaleTarget()
         # Dropped frames travel as header-only messages when the cascade says so.
         self.send_skipped = cascade is not None and cascade.enabled and cascade.send_skipped
@@ -194,8 +195,8 @@ class GateWorker:
         )
 
     def start(self) -> None:
-        """Start the gate and encoder threads."""
-        self.encoder.start()
+        """Start the gate and payload threads."""
+        self.payloads.start()
         self._thread.start()
 
     def finish(self, timeout: float | None = None) -> bool:
@@ -204,7 +205,7 @@ class GateWorker:
         self._thread.join(timeout)
         done = not self._thread.is_alive()
         if done:
-            self.encoder.finish()
+            self.payloads.finish()
         for _, drop_log in self._cams.values():
             drop_log.flush()
         return done
@@ -247,10 +248,10 @@ class GateWorker:
         for item in batch:
             k = _Kept(item, None, 0.0) if item.skip_reason else next(gated)
             if k is not None:
-                self.encoder.put(k)
+                self.payloads.put(k)
 
     def _gate(self, batch: list[GateItem], images: list[np.ndarray]) -> list[_Kept | None]:
-        """Per frame: what goes to the encoder (a frame, a dropped frame's message, None)."""
+        """Per frame: what goes to the payload worker (a frame, a dropped frame's message, None)."""
         out: list[_Kept | None] = []
         scores: np.ndarray | None = None
         keep: np.ndarray | None = None

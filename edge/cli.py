@@ -62,10 +62,10 @@ def run(args: argparse.Namespace) -> int:
         }
     )
     cfg = load_or_exit(args, overrides, "edge")
-    from strata.edge.node import EdgeNode
+    from strata.edge.build import NodeOptions, build_node
     from strata.edge.uplink.spool import SpoolError
     from strata.edge.uplink.stream import UplinkSetupError
-    from strata.shared.metrics import serve_metrics
+    from strata.shared.metrics_web import serve_or_exit
     from strata.shared.runtime import ModelLoadError
 
     edge = cfg.edge
@@ -74,11 +74,12 @@ def run(args: argparse.Namespace) -> int:
         labels = repository_labels(edge.model.name, edge.model.path, cfg.models.repository)
         # A repository model can switch versions at run time (SIGHUP, versions.poll_s).
         repository = None if edge.model.path else cfg.models.repository
-        node = EdgeNode(edge, model, edge.model.name, labels=labels, repository=repository)
+        options = NodeOptions(labels=labels, repository=repository)
+        node = build_node(edge, model, edge.model.name, options)
     except (ModelLoadError, UplinkSetupError, SpoolError) as exc:
         print(f"strata edge: {exc}", file=sys.stderr)
         return 2
-    serve_metrics(node.metrics.registry, edge.metrics.host, edge.metrics.port)
+    serve_or_exit(node.metrics.registry, edge.metrics, "edge")
     try:
         node.start()
     except Exception as exc:  # a busy port or a bad address: say which
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     def _term(signum: int, _frame: Any) -> None:
         log.info("signal %d: stopping", signum)
-        node._stop.set()
+        node.request_stop()
 
     def _hup(_signum: int, _frame: Any) -> None:
         log.info("SIGHUP: looking for a newer model version")

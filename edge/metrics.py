@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from strata.edge.overload.gpu import DegradationMetrics
+from strata.edge.overload.gpu_pressure import GpuPressureMetrics
 from strata.shared.metrics import BATCH_BUCKETS, LATENCY_BUCKETS
 from strata.shared.runtime.pool import PoolCollector
 
@@ -189,7 +189,7 @@ class EdgeMetrics:
             registry=r,
         )
         r.register(PoolCollector("strata_edge"))
-        self.degradation = DegradationMetrics(r)
+        self.gpu_pressure = GpuPressureMetrics(r)
 
     def forget_camera(self, camera_id: str) -> None:
         """Drop a forgotten camera's series (a camera that comes back starts them at 0)."""

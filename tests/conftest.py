@@ -9,6 +9,7 @@ from typing import NoReturn
 import pytest
 from gpu_testkit import gpu_requested
 from models_testkit import classifier_manifest, tiny_classifier
+from required_testkit import missing
 from strata.shared.loopback import free_port
 from strata.shared.models import save_manifest
 from strata.shared.synthetic import SyntheticClip
@@ -36,7 +37,7 @@ def synthetic_mp4(tmp_path_factory: pytest.TempPathFactory, synthetic_clip: Synt
 def vtest_mp4() -> Path:
     path = DATA / "vtest.mp4"
     if not path.exists():
-        pytest.skip("data/vtest.mp4 missing: run `python .ci/test_data.py` (needs apt-get)")
+        missing("data/vtest.mp4 missing: run `python .ci/test_data.py` (needs apt-get)")
     return path
 
 

@@ -21,10 +21,38 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from strata.shared.config.edge import FlowConfig
 
 MAX_LEVEL = 3
+
+
+class CreditLimits(Protocol):
+    """What the overload mechanisms impose on the credits (strata.edge.overload.limits):
+    GPU pressure level 3 scales them and asks devices for at least level 1; the batch
+    limit in force (the policy's, capped by GPU pressure) sizes their floor."""
+
+    @property
+    def credit_scale(self) -> float: ...
+
+    @property
+    def device_level(self) -> int: ...
+
+    def batch_limit(self) -> int: ...
+
+
+class NoLimits:
+    """Credits with no overload mechanism on top: scale 1, level 0, the model's batch."""
+
+    credit_scale = 1.0
+    device_level = 0
+
+    def __init__(self, max_batch: int) -> None:
+        self.max_batch = max_batch
+
+    def batch_limit(self) -> int:
+        return self.max_batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +109,7 @@ class CreditGate:
         max_batch: int,
         max_per_camera: int,
         clock: Callable[[], float] = time.monotonic,
+        limits: CreditLimits | None = None,
     ) -> None:
         self.cfg = cfg
         self.target_s = delay_target_s
@@ -93,12 +122,7 @@ class CreditGate:
         self._delay = 0.0
         self._active = 1
         self._next_period = 0.0
-        # Set by the node's GPU degradation controller (level 3: fewer frames from devices).
-        self.scale: Callable[[], float] = lambda: 1.0
-        self.floor_level: Callable[[], int] = lambda: 0
-        # Set by the node: the batch size limit in force (the scheduler's, capped by the GPU
-        # degradation), which the credit floor is counted in.
-        self.batch_limit: Callable[[], int] = lambda: max_batch
+        self.limits: CreditLimits = limits or NoLimits(max_batch)
 
     # -- measurements (worker thread) ------------------------------------------------------
 
@@ -129,7 +153,7 @@ class CreditGate:
         # Never less than a batch in service plus the next one queued: with fewer, each
         # batch is cut short by the acks still travelling back and the frames they let in,
         # so batches shrink, the measured capacity with them, and the credits after it.
-        return math.ceil(self.cfg.batches_in_node * max(1, self.batch_limit()))
+        return math.ceil(self.cfg.batches_in_node * max(1, self.limits.batch_limit()))
 
     def _little(self) -> int:
         fps = self.capacity.fps
@@ -142,7 +166,7 @@ class CreditGate:
         # (strata.edge.overload.batch_limit) halves the batch on any hiccup and, the credits keeping
         # the delay there, never doubles it back: smaller batches, less capacity.
         queued = round(fps * self.target_s * self.cfg.credit_headroom)
-        return max(self.cfg.min_credits * self._active, max(1, self.batch_limit()) + queued)
+        return max(self.cfg.min_credits * self._active, max(1, self.limits.batch_limit()) + queued)
 
     @property
     def held(self) -> int:
@@ -164,11 +188,11 @@ class CreditGate:
         # floor rounded up, so they hold at least that.
         share = max(math.ceil(self._floor() / active), self._little() // active)
         share = min(self.max_per_camera, share)
-        # GPU degradation's scale after the per-camera cap, so it cuts a capped credit too.
-        return max(self.cfg.min_credits, math.ceil(share * self.scale()))
+        # GPU pressure's scale after the per-camera cap, so it cuts a capped credit too.
+        return max(self.cfg.min_credits, math.ceil(share * self.limits.credit_scale))
 
     def _level(self, cam: _Camera | None) -> int:
-        return max(cam.level if cam else 0, self.floor_level())
+        return max(cam.level if cam else 0, self.limits.device_level)
 
     def has_room(self, camera_id: str) -> bool:
         """Whether the camera's credit allows one more frame; a no is counted as BUSY."""

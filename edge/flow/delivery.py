@@ -18,20 +18,21 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from strata.edge.flow.credits import CreditGate, Grant
+from strata.edge.flow.credits import CreditGate, CreditLimits, Grant
 from strata.edge.flow.ledger import DeliveryLedger, Seen, StreamKey
 from strata.edge.metrics import EdgeMetrics
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.wire import make_ack
 
-QUEUED = frame_pb2.ACK_STATUS_QUEUED
-BUSY = frame_pb2.ACK_STATUS_BUSY
-DUPLICATE = frame_pb2.ACK_STATUS_DUPLICATE
-PROCESSED = frame_pb2.ACK_STATUS_PROCESSED
-SHED = frame_pb2.ACK_STATUS_SHED
-REJECTED = frame_pb2.ACK_STATUS_REJECTED
-HEARTBEAT = frame_pb2.ACK_STATUS_HEARTBEAT
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What the node announces it serves (EdgeInfo): the model and its input size."""
+
+    model_name: str = ""
+    model_input: tuple[int, int] = (0, 0)
+    max_batch: int = 1
 
 
 def _needs_credit(h: frame_pb2.FrameHeader) -> bool:
@@ -62,8 +63,9 @@ class Delivery:
     def __init__(
         self,
         cfg: EdgeConfig,
-        max_batch: int,
+        served: Served,
         metrics: EdgeMetrics,
+        limits: CreditLimits | None = None,
         edge_session: int | None = None,
     ) -> None:
         self.cfg = cfg
@@ -73,11 +75,12 @@ class Delivery:
         self.credits = CreditGate(
             cfg.flow,
             cfg.batching.delay_target_ms / 1e3,
-            max_batch,
+            served.max_batch,
             cfg.batching.queue_per_camera,
+            limits=limits,
         )
-        self.model_name = ""
-        self.model_input = (0, 0)
+        self.model_name = served.model_name
+        self.model_input = served.model_input
         # The earliest H.264 unit of each stream answered BUSY: later ones are refused too
         # until it (or a keyframe) is taken, so the agent's resends arrive in stream order
         # (a P-frame taken before the unit it refers to cannot be decoded).
@@ -98,7 +101,9 @@ class Delivery:
 
     def heartbeat(self, h: frame_pb2.FrameHeader) -> frame_pb2.FrameAck:
         """The answer to an agent's heartbeat: status HEARTBEAT and this node's EdgeInfo."""
-        ack = make_ack(h.camera_id, h.sequence, HEARTBEAT, session_id=h.session_id)
+        ack = make_ack(
+            h.camera_id, h.sequence, frame_pb2.ACK_STATUS_HEARTBEAT, session_id=h.session_id
+        )
         ack.edge.CopyFrom(self.edge_info())
         return ack
 
@@ -122,15 +127,23 @@ class Delivery:
         cam = h.camera_id
         if seen.seen is Seen.PENDING:
             self.metrics.frames.labels("requeued").inc()
-            return self._with_info(self._ack(h, QUEUED, self.credits.grant(cam)), h)
+            return self._with_info(
+                self._ack(h, frame_pb2.ACK_STATUS_QUEUED, self.credits.grant(cam)), h
+            )
         if seen.seen is Seen.SETTLED:
             self.metrics.frames.labels("duplicate").inc()
-            status = DUPLICATE if seen.status == PROCESSED else seen.status
+            status = (
+                frame_pb2.ACK_STATUS_DUPLICATE
+                if seen.status == frame_pb2.ACK_STATUS_PROCESSED
+                else seen.status
+            )
             return self._ack(h, status, self.credits.grant(cam), seen.reason)
         if (_needs_credit(h) and not self.credits.has_room(cam)) or self._after_gap(key, h):
             self.metrics.frames.labels("busy").inc()
             self._note_busy(key, h)
-            return self._with_info(self._ack(h, BUSY, self.credits.busy(cam)), h)
+            return self._with_info(
+                self._ack(h, frame_pb2.ACK_STATUS_BUSY, self.credits.busy(cam)), h
+            )
         return None
 
     def _after_gap(self, key: StreamKey, h: frame_pb2.FrameHeader) -> bool:
@@ -163,13 +176,13 @@ class Delivery:
             grant = self.credits.busy(h.camera_id)
             self.metrics.frames.labels("busy").inc()
             self._note_busy(key, h)
-            ack = self._ack(h, BUSY, grant)
+            ack = self._ack(h, frame_pb2.ACK_STATUS_BUSY, grant)
             return Admitted(ack, False)
         self.ledger.add(key, h.sequence)
         gap = self._h264_gap.get(key)
         if gap is not None and (h.keyframe or h.stream_index == gap):
             del self._h264_gap[key]
-        ack = self._ack(h, QUEUED, grant)
+        ack = self._ack(h, frame_pb2.ACK_STATUS_QUEUED, grant)
         if first:
             ack.edge.CopyFrom(self.edge_info())
         return Admitted(self._with_info(ack, h), h.resent)
@@ -181,7 +194,7 @@ class Delivery:
             self.credits.release(h.camera_id)
         self.metrics.frames.labels("busy").inc()
         self._note_busy(stream_key(h), h)
-        return self._ack(h, BUSY, self.credits.busy(h.camera_id))
+        return self._ack(h, frame_pb2.ACK_STATUS_BUSY, self.credits.busy(h.camera_id))
 
     def settle(self, h: frame_pb2.FrameHeader, status: int, reason: str = "") -> frame_pb2.FrameAck:
         """The final ack of a taken frame (its result published, or why not)."""

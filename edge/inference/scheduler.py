@@ -11,7 +11,7 @@ and the issue's reward R = 0.6 x throughput + 0.3 x p99 term - 0.1 x energy:
 
 Two policies: `RulePolicy` is today's rule (halve the limit when a window of batches
 misses the queue-delay target, double it back; AdaptiveBatchLimit), `QLearningPolicy`
-learns a (batch limit, max delay) pair per state on-line. The degradation controller's
+learns a (batch limit, max delay) pair per state on-line. GPU pressure's
 cap still applies on top of whichever policy decides (the node caps the decision).
 """
 
@@ -31,7 +31,7 @@ from typing import Protocol
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.edge.overload.batch_limit import AdaptiveBatchLimit
-from strata.shared.config.edge import SchedulerConfig
+from strata.shared.config.edge import EdgeConfig, SchedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -304,21 +304,17 @@ class QLearningPolicy:
         return True
 
 
-def make_policy(
-    cfg: SchedulerConfig,
-    max_batch: int,
-    min_batch: int,
-    target_s: float,
-    adapt_every: int,
-    max_delay_s: float,
-) -> BatchPolicy:
+def make_policy(cfg: EdgeConfig, max_batch: int) -> BatchPolicy:
     """The configured policy for a node whose model takes at most `max_batch`."""
-    if cfg.policy == "learned":
-        policy = QLearningPolicy(cfg, max_batch, max_delay_s)
-        if cfg.q_table and Path(cfg.q_table).is_file():
-            policy.load(cfg.q_table)
+    max_delay_s = cfg.batching.max_queue_delay_ms / 1e3
+    if cfg.scheduler.policy == "learned":
+        policy = QLearningPolicy(cfg.scheduler, max_batch, max_delay_s)
+        if cfg.scheduler.q_table and Path(cfg.scheduler.q_table).is_file():
+            policy.load(cfg.scheduler.q_table)
         return policy
-    return RulePolicy(max_batch, min_batch, target_s, adapt_every, max_delay_s)
+    rule = cfg.overload.batch_limit
+    target_s = cfg.batching.delay_target_ms / 1e3
+    return RulePolicy(max_batch, rule.min_batch, target_s, rule.adapt_every, max_delay_s)
 
 
 def save_policy(policy: BatchPolicy, cfg: SchedulerConfig) -> None:
@@ -363,6 +359,16 @@ class SchedulerMetrics:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class LoadReadings:
+    """What a decision window reads of the node: frames queued, the queues' capacity,
+    the GPUs' power draw (None without a GPU that reports it)."""
+
+    queue_depth: Callable[[], int]
+    queue_capacity: Callable[[], int]
+    power_w: Callable[[], float | None]
+
+
 class DecisionClock:
     """Closes a window every `every_s` (called from the node's worker loop) and hands its
     stats to the policy. Energy: NVML power x time where a GPU reports power, else the
@@ -373,15 +379,13 @@ class DecisionClock:
         policy: BatchPolicy,
         window: SchedulerWindow,
         every_s: float,
-        queue_depth: Callable[[], int],
-        queue_capacity: Callable[[], int],
-        power_w: Callable[[], float | None],
+        load: LoadReadings,
         metrics: SchedulerMetrics,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy, self.window, self.every_s = policy, window, every_s
-        self._depth, self._capacity = queue_depth, queue_capacity
-        self._power, self.metrics, self._clock = power_w, metrics, clock
+        self._depth, self._capacity = load.queue_depth, load.queue_capacity
+        self._power, self.metrics, self._clock = load.power_w, metrics, clock
         self._start = clock()
         self._cpu = time.process_time()
         self.last: WindowStats | None = None

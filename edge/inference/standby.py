@@ -10,7 +10,7 @@ runner's `allocate()` and one warm-up batch per slot, then hands the runner to a
 `EdgeNode` (its `runner=` argument). Both paths are the same staged runners a cold start
 opens (`open_staged`), built with `allocate=False`.
 
-`python -m strata.tools.standby_bench` measures take-over time and memory held against a
+`strata bench standby` measures take-over time and memory held against a
 cold start (docs/benchmarks.md). What a GPU standby still holds beside the weights: a
 TensorRT execution context's activation memory (allocated with the context) and ONNX
 Runtime's CUDA arena from the probe run that sizes the outputs.

@@ -21,17 +21,13 @@ from typing import Any
 
 from strata.edge.ingest.frames import QueuedFrame
 from strata.edge.metrics import EdgeMetrics
+from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.imagecheck import ImageLimits, InvalidImageError, check_image
 from strata.shared.logs import RateLimitedLog
 from strata.shared.wire import MalformedMessage, make_ack, unpack_frame
 
 log = logging.getLogger(__name__)
-
-QUEUED = frame_pb2.ACK_STATUS_QUEUED
-REJECTED = frame_pb2.ACK_STATUS_REJECTED
-
-DEFAULT_LIMITS = ImageLimits(8192, 8192, 7680 * 4320)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,25 +53,22 @@ class Ingest:
 
     def __init__(
         self,
+        cfg: EdgeConfig,
         metrics: EdgeMetrics,
-        max_payload: int,
-        max_cameras: int = 256,
-        limits: ImageLimits = DEFAULT_LIMITS,
-        camera_idle_s: float = 120.0,
-        sessions_per_camera: int = 4,
-        clock: Callable[[], float] = time.monotonic,
         precheck: Callable[[frame_pb2.FrameHeader], frame_pb2.FrameAck | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        ing = cfg.ingest
         self.metrics = metrics
         # Delivery's answer for frames the node will not take (already settled, still
         # queued, over credit); None: take it.
         self.precheck = precheck
-        self.max_payload = max_payload
+        self.max_payload = cfg.max_payload_mib << 20
         # Bounds the per-camera state (queues, sequences) a peer can make the node keep.
-        self.max_cameras = max_cameras
-        self.limits = limits
-        self.camera_idle_s = camera_idle_s
-        self.sessions_per_camera = sessions_per_camera
+        self.max_cameras = cfg.batching.max_cameras
+        self.limits = ImageLimits(ing.max_width, ing.max_height, ing.max_pixels)
+        self.camera_idle_s = ing.camera_idle_s
+        self.sessions_per_camera = ing.sessions_per_camera
         self._clock = clock
         self._cams: dict[str, _Camera] = {}
         self._log = RateLimitedLog(log)
@@ -130,7 +123,7 @@ class Ingest:
             )
         self.metrics.frames.labels("accepted").inc()
         frame = QueuedFrame(header, msg.payload, time.time_ns(), time.monotonic())
-        return IngestResult(self._ack(header, QUEUED), frame)
+        return IngestResult(self._ack(header, frame_pb2.ACK_STATUS_QUEUED), frame)
 
     def restore(self, cameras: dict[str, list[tuple[int, int]]]) -> int:
         """Seed the session state of cameras from a checkpoint (before the node starts):
@@ -177,4 +170,6 @@ class Ingest:
             exc.reason,
             exc.detail,
         )
-        return IngestResult(self._ack(h, REJECTED, f"{exc.reason}: {exc.detail}"), None)
+        return IngestResult(
+            self._ack(h, frame_pb2.ACK_STATUS_REJECTED, f"{exc.reason}: {exc.detail}"), None
+        )

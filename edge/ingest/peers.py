@@ -10,25 +10,21 @@ too (a peer closing normally counts the same).
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Any
 
+import zmq
 from strata.edge.metrics import EdgeMetrics
 from strata.shared.logs import RateLimitedLog
+from zmq.utils.monitor import recv_monitor_message
 
 log = logging.getLogger(__name__)
-
-
-def _zmq() -> Any:
-    return importlib.import_module("zmq")
 
 
 class PeerMonitor:
     """Reads the monitor socket of the ROUTER; `poll()` handles what is waiting."""
 
     def __init__(self, sock: Any, metrics: EdgeMetrics) -> None:
-        zmq = _zmq()
         self.metrics = metrics
         self._reasons = {
             zmq.EVENT_HANDSHAKE_FAILED_AUTH: "auth",
@@ -52,11 +48,9 @@ class PeerMonitor:
 
     def poll(self) -> None:
         """Count every event waiting on the monitor socket (never blocks)."""
-        zmq = _zmq()
-        recv = importlib.import_module("zmq.utils.monitor").recv_monitor_message
         while True:
             try:
-                msg = recv(self.sock, zmq.NOBLOCK)
+                msg = recv_monitor_message(self.sock, zmq.NOBLOCK)
             except zmq.Again:
                 return
             event = msg["event"]

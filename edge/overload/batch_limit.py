@@ -1,4 +1,5 @@
-"""Degradation: lower the batch size while the queue-delay target is missed, raise it back."""
+"""The adaptive batch limit (`edge.overload.batch_limit`): lower the batch size while the
+queue-delay target is missed, raise it back."""
 
 from __future__ import annotations
 

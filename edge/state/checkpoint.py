@@ -14,7 +14,13 @@ What a restarted node, or the peer taking over its cameras, needs to carry on:
   to the peer that takes it over);
 - the uplink: the spool file's path and how many crops it held (the spool itself keeps
   the queue; a peer taking over drains a failed edge's spool into its own uplink);
-- the model version serving, and parts other modules register (`Checkpointer.register`).
+- the model version serving.
+
+Each stateful part registers a `CheckpointPart` (edge/state/parts.py has the node's:
+streams, trackers, counters, uplink; these four keep their typed fields of the body,
+any other part goes under `parts` by name): the checkpointer asks each for its snapshot
+when it writes, and hands each its saved state when the node starts. A part that also
+restores one camera moved here from a peer is a `MovablePart` (edge/state/takeover.py).
 
 A peer that restores a failed edge's checkpoint for some cameras marks them handed over:
 `<checkpoint>.handed-over.<peer id>` beside it, naming the checkpoint (its write time) and
@@ -38,7 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field, ValidationError
@@ -129,13 +135,29 @@ class Handover(StrictModel):
 
 
 class CheckpointPart(Protocol):
-    """State another module keeps in the checkpoint (JSON-able), by name."""
+    """State a module keeps in the checkpoint, by name: JSON-able, or the typed field of
+    the body named like the part (see BUILTIN). `restore` may return what it restored,
+    for the log line."""
 
     name: str
 
     def snapshot(self) -> Any: ...
 
-    def restore(self, data: Any) -> None: ...
+    def restore(self, data: Any) -> object: ...
+
+
+@runtime_checkable
+class MovablePart(CheckpointPart, Protocol):
+    """A part that also restores one camera from a peer's checkpoint (takeover): `data`
+    as `restore` gets it, but the peer's; returns what it restored (a count)."""
+
+    def take_over(self, data: Any, camera: str, peer: str) -> int: ...
+
+
+# Parts whose state is a typed field of the body (by the part's name). What `restore`
+# gets: streams, the SettledStreams of the checkpoint and then of its journal; the
+# others, the field as written.
+BUILTIN = ("streams", "trackers", "counters", "uplink")
 
 
 class CheckpointError(ValueError):
@@ -295,16 +317,18 @@ class Checkpointer:
         self,
         cfg: CheckpointConfig,
         edge_id: str,
-        body: Callable[[], CheckpointBody],
+        header: Callable[[], CheckpointBody],
         metrics: CheckpointMetrics,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.cfg, self.edge_id, self._body, self.metrics = cfg, edge_id, body, metrics
+        # `header`: the body before the parts' snapshots (edge, time, model).
+        self.cfg, self.edge_id, self._body, self.metrics = cfg, edge_id, header, metrics
         self.path = checkpoint_path(cfg, edge_id)
         self._clock = clock
         self._next = clock() + cfg.interval_s
         self.parts: list[CheckpointPart] = []
         self._restored_parts: dict[str, Any] = {}
+        self._restored_from: CheckpointBody | None = None
         self.journal: SettleJournal | None = None
         # Peers' parsed checkpoint and journal, by edge id, with the files' (mtime, size).
         self._peers: dict[str, tuple[Any, CheckpointBody, JournalRead]] = {}
@@ -317,30 +341,81 @@ class Checkpointer:
     def register(self, part: CheckpointPart) -> bool:
         """Keep `part` in every checkpoint from now on; restores it at once from the
         checkpoint the node started from, if that holds it (True then)."""
+        return self._register(part) is not None
+
+    def _register(self, part: CheckpointPart) -> object | None:
         self.parts.append(part)
         data = self._restored_parts.pop(part.name, None)
         if data is None:
-            return False
+            return None
         try:
-            part.restore(data)
+            done = part.restore(data)
         except (ValueError, KeyError, TypeError) as exc:
             log.error("checkpoint part %s not restored (%s): it starts clean", part.name, exc)
-            return False
-        return True
+            return None
+        return "restored" if done is None else done
+
+    def register_all(self, parts: list[CheckpointPart]) -> None:
+        """Register the node's parts; one line says what the checkpoint restored."""
+        body = self._restored_from
+        done = {p.name: self._register(p) for p in parts}
+        if body is None:
+            return
+        log.warning(
+            "restored checkpoint of edge %s written %s: %s; model %s version %d then",
+            body.edge_id,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(body.written_unix)),
+            ", ".join(f"{name} {what}" for name, what in done.items() if what is not None),
+            body.model,
+            body.model_version,
+        )
 
     def with_parts(self, body: CheckpointBody) -> CheckpointBody:
         """`body` with the registered parts' snapshots."""
         if not self.parts:
             return body
-        return body.model_copy(update={"parts": {p.name: p.snapshot() for p in self.parts}})
+        typed = {p.name: p.snapshot() for p in self.parts if p.name in BUILTIN}
+        others = {p.name: p.snapshot() for p in self.parts if p.name not in BUILTIN}
+        return body.model_copy(update={**typed, "parts": others})
+
+    def movable(self) -> list[MovablePart]:
+        """The registered parts that also restore a camera moved here (takeover)."""
+        return [p for p in self.parts if isinstance(p, MovablePart)]
+
+    def peer_parts(self, state: PeerState, camera: str) -> dict[str, Any]:
+        """What each built-in part's `take_over` gets of a peer's state for `camera`."""
+        body = state.body
+        return {
+            "streams": state.streams,
+            "trackers": [t for t in body.trackers if t.camera_id == camera],
+            "counters": body.counters,
+            "uplink": body.uplink,
+        }
 
     def load(self) -> tuple[CheckpointBody, list[SettledStream]] | None:
         """The checkpoint to start from and the frames its journal settled after it, or
-        None (absent, or refused with a log line). Opens the journal for this life."""
+        None (absent, or refused with a log line); the parts registered next restore from
+        it. Opens the journal for this life."""
         restored = self._load()
         if self.path is not None and self.cfg.journal:
             # Only now: the previous life's journal was read (or refused) above.
             self.journal = SettleJournal(journal_path(self.path))
+        if restored is not None:
+            body, journal = restored
+            self._restored_from = body
+            self._restored_parts = {
+                **body.parts,
+                "streams": [st.settled() for st in body.streams] + journal,
+                "trackers": body.trackers,
+                "counters": body.counters,
+                "uplink": body.uplink,
+            }
+            if journal:
+                log.warning(
+                    "checkpoint %s: its journal settled %d frame(s) after it",
+                    self.path,
+                    sum(r.last - r.first + 1 for st in journal for r in st.runs),
+                )
         return restored
 
     def _load(self) -> tuple[CheckpointBody, list[SettledStream]] | None:
@@ -390,7 +465,6 @@ class Checkpointer:
             log.warning("journal %s: %d unreadable line(s) skipped", jpath, journal.bad_lines)
         self.metrics.restored.set(1)
         self.metrics.age.set(body.written_unix)
-        self._restored_parts = dict(body.parts)
         return body, journal.streams
 
     def _without_handed_over(self, body: CheckpointBody) -> CheckpointBody:

@@ -19,6 +19,15 @@ class ConfigError(ValueError):
     """A config file that cannot be read or does not validate."""
 
 
+class KeyValueError(ValueError):
+    """A validator's error about a key below the model it validates: `path` (keys and list
+    indices) is appended to the error's location, so the message names that key's line."""
+
+    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 M = TypeVar("M", bound=BaseModel)
 _Path = tuple[str | int, ...]
 
@@ -76,6 +85,9 @@ def validate_model(
         msgs = []
         for err in exc.errors():
             loc = tuple(err["loc"])
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, KeyValueError):
+                loc = (*loc, *cause.path)
             line = _line_for(lines or {}, loc)
             where = f"{source}:{line}" if line else source
             key = ".".join(str(p) for p in loc) or "<root>"

@@ -96,6 +96,12 @@ class CloudLimitsConfig(StrictModel):
         16 * 1024 * 1024, ge=1024, description="Largest gRPC message received or sent."
     )
     max_crops_per_batch: int = Field(64, ge=1, description="Crops in one CropBatch.")
+    max_events_per_batch: int = Field(
+        256, ge=1, description="Track events in one CropBatch; beyond it each is INVALID."
+    )
+    max_event_bytes: int = Field(
+        65536, ge=256, description="Largest serialized track event accepted (path included)."
+    )
     max_image_width: int = Field(4096, ge=1, description="Widest image accepted, in pixels.")
     max_image_height: int = Field(4096, ge=1, description="Tallest image accepted, in pixels.")
     max_image_pixels: int = Field(

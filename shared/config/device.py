@@ -51,6 +51,31 @@ class SourceConfig(StrictModel):
         description="FFmpeg frame+slice decoder threads per camera; 0: PyAV's default "
         "(slice threads), leaving cores to the gates.",
     )
+    hwaccel: Literal["auto", "none", "vaapi", "cuda", "qsv", "videotoolbox", "v4l2m2m", "drm"] = (
+        Field(
+            "none",
+            description="Hardware decoding: auto (the first device the host has, probed once "
+            "per camera), none (software), or one device type; a host without it decodes in "
+            "software (one log line, metric strata_device_decoder).",
+        )
+    )
+    hwaccel_device: str = Field(
+        "",
+        description="The hardware device to decode on (a DRI render node such as "
+        "/dev/dri/renderD128, a CUDA index); empty: the default one.",
+    )
+    max_fps: float = Field(
+        0.0,
+        ge=0,
+        description="Most frames per second a camera delivers (frames spread evenly by "
+        "timestamp, the rest not passed on); 0: the source's rate.",
+    )
+    skip_frame: bool = Field(
+        True,
+        description="With max_fps below the source's rate, non-reference frames max_fps "
+        "would drop anyway are not decoded (never one it keeps: the frames delivered are the "
+        "same; metric strata_device_source_skipped).",
+    )
 
 
 class IgnoreRect(StrictModel):

@@ -68,13 +68,12 @@ class BatchingConfig(StrictModel):
     delay_target_ms: float = Field(
         200.0,
         ge=0.0,
-        description="Queue delay target (receive to inference); 0 turns degradation off.",
+        description="Queue delay target (receive to inference) of the credits and the batch "
+        "limit; 0 turns the adaptive batch limit off.",
     )
-    min_batch: int = Field(1, ge=1, description="Degradation never lowers the batch below this.")
     max_cameras: int = Field(
         256, ge=1, description="Cameras one node serves; frames of more are rejected."
     )
-    adapt_every: int = Field(8, ge=1, description="Batches between degradation decisions.")
 
 
 class ModelVersionsConfig(StrictModel):
@@ -169,16 +168,11 @@ class SchedulerConfig(StrictModel):
     q_table: str = Field(
         "", description="JSON table to warm-start from and save to at stop; empty: none."
     )
-    deadline_shed: bool = Field(
-        False,
-        description="Shed (final ack SHED, reason deadline) a frame taken for a batch that "
-        "would finish past sla_ms after it arrived: it could not count as goodput anyway.",
-    )
     seed: int = Field(0, description="Seed of the exploration's random choices.")
 
 
-class DegradationConfig(StrictModel):
-    """GPU degradation triggers (design: temperature, memory, inference p99) and actions.
+class GpuPressureConfig(StrictModel):
+    """GPU pressure triggers (design: temperature, memory, inference p99) and actions.
 
     Actions, cheapest first, one level per `step_s` while a trigger holds: 1 stop cloud
     crops, 2 lower the batch size, 3 ask devices for fewer frames (credits and
@@ -188,7 +182,7 @@ class DegradationConfig(StrictModel):
 
     enabled: Literal["auto"] | bool = Field(
         "auto",
-        description="Run the degradation controller; auto: only when the model runs on a GPU "
+        description="Run the GPU pressure levels; auto: only when the model runs on a GPU "
         "(its SLA and triggers are GPU figures; on a CPU the credits handle overload).",
     )
     interval_s: float = Field(1.0, gt=0.0, description="Seconds between telemetry checks.")
@@ -224,6 +218,67 @@ class DegradationConfig(StrictModel):
     low_priority_cameras: list[str] = Field(
         default_factory=list,
         description="Cameras answered from their last result at level 4 (no inference).",
+    )
+
+
+class BatchLimitConfig(StrictModel):
+    """The adaptive batch limit of the rule policy (edge/overload/batch_limit.py)."""
+
+    min_batch: int = Field(1, ge=1, description="The batch limit never goes below this.")
+    adapt_every: int = Field(8, ge=1, description="Batches between two batch-limit decisions.")
+
+
+class DeadlineConfig(StrictModel):
+    """Deadline shedding (edge/overload/deadline.py)."""
+
+    enabled: bool = Field(
+        False,
+        description="Shed (final ack SHED, reason deadline) a frame taken for a batch that "
+        "would finish past scheduler.sla_ms after it arrived: it could not count as goodput.",
+    )
+
+
+# Keys that moved into `edge.overload`, by old path: the error names the new one.
+MOVED_KEYS = {
+    ("degradation",): "edge.degradation moved to edge.overload.gpu_pressure",
+    ("scheduler", "deadline_shed"): (
+        "edge.scheduler.deadline_shed moved to edge.overload.deadline.enabled"
+    ),
+    (
+        "batching",
+        "min_batch",
+    ): "edge.batching.min_batch moved to edge.overload.batch_limit.min_batch",
+    ("batching", "adapt_every"): (
+        "edge.batching.adapt_every moved to edge.overload.batch_limit.adapt_every"
+    ),
+}
+
+
+def _moved(data: object) -> None:
+    """Raise the clear error of a key that moved (see MOVED_KEYS)."""
+    if not isinstance(data, dict):
+        return
+    for path, why in MOVED_KEYS.items():
+        node: object = data
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None or (len(path) == 1 and path[0] in data):
+            raise ValueError(why)
+
+
+class OverloadConfig(StrictModel):
+    """Every overload mechanism of the edge, one sub-section each (edge/overload has the
+    order they act in; the credits are edge.flow, the device's source degradation is
+    device.degrade)."""
+
+    batch_limit: BatchLimitConfig = Field(
+        default_factory=BatchLimitConfig, description="Adaptive batch limit (rule policy)."
+    )
+    deadline: DeadlineConfig = Field(
+        default_factory=DeadlineConfig, description="Deadline shedding of batched frames."
+    )
+    gpu_pressure: GpuPressureConfig = Field(
+        default_factory=GpuPressureConfig, description="GPU pressure levels 1-4."
     )
 
 
@@ -544,8 +599,8 @@ class EdgeConfig(StrictModel):
         default_factory=TrackingConfig, description="Per-camera tracker."
     )
     uplink: UplinkConfig = Field(default_factory=UplinkConfig, description="Cloud uplink.")
-    degradation: DegradationConfig = Field(
-        default_factory=DegradationConfig, description="GPU degradation triggers."
+    overload: OverloadConfig = Field(
+        default_factory=OverloadConfig, description="Overload mechanisms (edge/overload)."
     )
     versions: ModelVersionsConfig = Field(
         default_factory=ModelVersionsConfig, description="Run-time model version switches."
@@ -569,6 +624,12 @@ class EdgeConfig(StrictModel):
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: object) -> object:
+        _moved(data)
+        return data
 
     @field_validator("cloud")
     @classmethod

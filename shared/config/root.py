@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from .base import StrictModel, load_yaml_model, validate_model
+from .base import KeyValueError, StrictModel, load_yaml_model, validate_model
 from .cloud import CloudConfig
 from .common import CostConfig, LoggingConfig
 from .device import DeviceConfig
 from .edge import EdgeConfig
 from .models import ModelsConfig
+from .rules import RulesConfig
 
 
 class StrataConfig(StrictModel):
@@ -24,6 +25,19 @@ class StrataConfig(StrictModel):
     edge: EdgeConfig = Field(default_factory=EdgeConfig, description="Edge node.")
     cloud: CloudConfig = Field(default_factory=CloudConfig, description="Cloud endpoint.")
     cost: CostConfig = Field(default_factory=CostConfig, description="Cost model prices.")
+    rules: RulesConfig = Field(
+        default_factory=RulesConfig,
+        description="Rules on tracks per camera: zones, lines, dwell, stationary (docs/events.md).",
+    )
+
+    @model_validator(mode="after")
+    def _rules_for_known_cameras(self) -> StrataConfig:
+        # Top level: the rules and the camera list are different sections.
+        try:
+            self.rules.check_cameras([c.id or None for c in self.device.cameras])
+        except KeyValueError as exc:
+            raise KeyValueError(("rules", *exc.path), str(exc)) from None
+        return self
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> StrataConfig:

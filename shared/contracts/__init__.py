@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from . import analytics_pb2, analytics_pb2_grpc, common_pb2, frame_pb2
+from . import analytics_pb2, analytics_pb2_grpc, common_pb2, events_pb2, frame_pb2
 
 PROTOCOL_MAJOR = 2
-PROTOCOL_MINOR = 0
+# Minor 1: track lifecycle and rule events (events.proto) on the uplink and in queries.
+PROTOCOL_MINOR = 1
 
 
 class ProtocolVersionError(ValueError):
@@ -35,5 +36,6 @@ __all__ = [
     "check_version",
     "common_pb2",
     "current_version",
+    "events_pb2",
     "frame_pb2",
 ]

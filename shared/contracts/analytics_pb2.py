@@ -23,39 +23,40 @@ _sym_db = _symbol_database.Default()
 
 
 from . import common_pb2 as strata_dot_v1_dot_common__pb2
+from . import events_pb2 as strata_dot_v1_dot_events__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19strata/v1/analytics.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\"\x80\x02\n\x04\x43rop\x12\x0f\n\x07\x63rop_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\t\x12\x11\n\tcamera_id\x18\x03 \x01(\t\x12\x10\n\x08sequence\x18\x04 \x01(\x04\x12\'\n\tdetection\x18\x05 \x01(\x0b\x32\x14.strata.v1.Detection\x12%\n\x08\x65ncoding\x18\x06 \x01(\x0e\x32\x13.strata.v1.Encoding\x12\r\n\x05width\x18\x07 \x01(\r\x12\x0e\n\x06height\x18\x08 \x01(\r\x12\r\n\x05image\x18\t \x01(\x0c\x12!\n\x06timing\x18\n \x01(\x0b\x32\x11.strata.v1.Timing\x12\x10\n\x08track_id\x18\x0b \x01(\x04\"X\n\tCropBatch\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x1e\n\x05\x63rops\x18\x02 \x03(\x0b\x32\x0f.strata.v1.Crop\"<\n\nLabelScore\x12\x10\n\x08\x63lass_id\x18\x01 \x01(\x05\x12\r\n\x05label\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\"\xb9\x01\n\x07\x43ropAck\x12\x0f\n\x07\x63rop_id\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0e\x32\x15.strata.v1.CropStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\x03\x12%\n\x06labels\x18\x05 \x03(\x0b\x32\x15.strata.v1.LabelScore\x12\x16\n\x0eretry_after_ms\x18\x06 \x01(\r\x12\x15\n\rmodel_version\x18\x07 \x01(\r\"_\n\x0eUplinkResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12 \n\x04\x61\x63ks\x18\x02 \x03(\x0b\x32\x12.strata.v1.CropAck\"\xa2\x01\n\x0f\x43lassifyRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12%\n\x08\x65ncoding\x18\x02 \x01(\x0e\x32\x13.strata.v1.Encoding\x12\r\n\x05width\x18\x03 \x01(\r\x12\x0e\n\x06height\x18\x04 \x01(\r\x12\r\n\x05image\x18\x05 \x01(\x0c\x12\r\n\x05top_k\x18\x06 \x01(\r\"\x8c\x01\n\x10\x43lassifyResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12%\n\x06labels\x18\x02 \x03(\x0b\x32\x15.strata.v1.LabelScore\x12\r\n\x05model\x18\x03 \x01(\t\x12\x15\n\rmodel_version\x18\x04 \x01(\r\"\xa9\x02\n\x05\x45vent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\t\x12\x11\n\tcamera_id\x18\x03 \x01(\t\x12\x10\n\x08sequence\x18\x04 \x01(\x04\x12\x12\n\ncapture_ns\x18\x05 \x01(\x03\x12,\n\x0e\x65\x64ge_detection\x18\x06 \x01(\x0b\x32\x14.strata.v1.Detection\x12\r\n\x05label\x18\x07 \x01(\t\x12\r\n\x05score\x18\x08 \x01(\x02\x12\x11\n\tstored_ns\x18\t \x01(\x03\x12\x0f\n\x07\x63rop_id\x18\n \x01(\t\x12\x10\n\x08track_id\x18\x0b \x01(\x04\x12\x14\n\x0ctrack_events\x18\x0c \x01(\r\x12\x1a\n\rmodel_version\x18\r \x01(\rH\x00\x88\x01\x01\x42\x10\n\x0e_model_version\"\xc4\x01\n\x12QueryEventsRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x11\n\tcamera_id\x18\x02 \x01(\t\x12\x10\n\x08start_ns\x18\x03 \x01(\x03\x12\x0e\n\x06\x65nd_ns\x18\x04 \x01(\x03\x12\r\n\x05label\x18\x05 \x01(\t\x12\x11\n\tpage_size\x18\x06 \x01(\r\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\x16\n\x0egroup_by_track\x18\x08 \x01(\x08\"}\n\x13QueryEventsResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12 \n\x06\x65vents\x18\x02 \x03(\x0b\x32\x10.strata.v1.Event\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"c\n\x12WatchEventsRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x11\n\tcamera_id\x18\x02 \x01(\t\x12\r\n\x05label\x18\x03 \x01(\t*q\n\nCropStatus\x12\x1b\n\x17\x43ROP_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43ROP_STATUS_STORED\x10\x01\x12\x17\n\x13\x43ROP_STATUS_INVALID\x10\x02\x12\x15\n\x11\x43ROP_STATUS_RETRY\x10\x03\x32\xa1\x02\n\tAnalytics\x12=\n\x06Uplink\x12\x14.strata.v1.CropBatch\x1a\x19.strata.v1.UplinkResponse(\x01\x30\x01\x12\x43\n\x08\x43lassify\x12\x1a.strata.v1.ClassifyRequest\x1a\x1b.strata.v1.ClassifyResponse\x12N\n\x0bQueryEvents\x12\x1d.strata.v1.QueryEventsRequest\x1a\x1e.strata.v1.QueryEventsResponse0\x01\x12@\n\x0bWatchEvents\x12\x1d.strata.v1.WatchEventsRequest\x1a\x10.strata.v1.Event0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19strata/v1/analytics.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\x1a\x16strata/v1/events.proto\"\x80\x02\n\x04\x43rop\x12\x0f\n\x07\x63rop_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\t\x12\x11\n\tcamera_id\x18\x03 \x01(\t\x12\x10\n\x08sequence\x18\x04 \x01(\x04\x12\'\n\tdetection\x18\x05 \x01(\x0b\x32\x14.strata.v1.Detection\x12%\n\x08\x65ncoding\x18\x06 \x01(\x0e\x32\x13.strata.v1.Encoding\x12\r\n\x05width\x18\x07 \x01(\r\x12\x0e\n\x06height\x18\x08 \x01(\r\x12\r\n\x05image\x18\t \x01(\x0c\x12!\n\x06timing\x18\n \x01(\x0b\x32\x11.strata.v1.Timing\x12\x10\n\x08track_id\x18\x0b \x01(\x04\"\x7f\n\tCropBatch\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x1e\n\x05\x63rops\x18\x02 \x03(\x0b\x32\x0f.strata.v1.Crop\x12%\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x15.strata.v1.TrackEvent\"<\n\nLabelScore\x12\x10\n\x08\x63lass_id\x18\x01 \x01(\x05\x12\r\n\x05label\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\"\xb9\x01\n\x07\x43ropAck\x12\x0f\n\x07\x63rop_id\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0e\x32\x15.strata.v1.CropStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\x03\x12%\n\x06labels\x18\x05 \x03(\x0b\x32\x15.strata.v1.LabelScore\x12\x16\n\x0eretry_after_ms\x18\x06 \x01(\r\x12\x15\n\rmodel_version\x18\x07 \x01(\r\"\x8d\x01\n\x0eUplinkResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12 \n\x04\x61\x63ks\x18\x02 \x03(\x0b\x32\x12.strata.v1.CropAck\x12,\n\nevent_acks\x18\x03 \x03(\x0b\x32\x18.strata.v1.TrackEventAck\"\xa2\x01\n\x0f\x43lassifyRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12%\n\x08\x65ncoding\x18\x02 \x01(\x0e\x32\x13.strata.v1.Encoding\x12\r\n\x05width\x18\x03 \x01(\r\x12\x0e\n\x06height\x18\x04 \x01(\r\x12\r\n\x05image\x18\x05 \x01(\x0c\x12\r\n\x05top_k\x18\x06 \x01(\r\"\x8c\x01\n\x10\x43lassifyResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12%\n\x06labels\x18\x02 \x03(\x0b\x32\x15.strata.v1.LabelScore\x12\r\n\x05model\x18\x03 \x01(\t\x12\x15\n\rmodel_version\x18\x04 \x01(\r\"\xa9\x02\n\x05\x45vent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\t\x12\x11\n\tcamera_id\x18\x03 \x01(\t\x12\x10\n\x08sequence\x18\x04 \x01(\x04\x12\x12\n\ncapture_ns\x18\x05 \x01(\x03\x12,\n\x0e\x65\x64ge_detection\x18\x06 \x01(\x0b\x32\x14.strata.v1.Detection\x12\r\n\x05label\x18\x07 \x01(\t\x12\r\n\x05score\x18\x08 \x01(\x02\x12\x11\n\tstored_ns\x18\t \x01(\x03\x12\x0f\n\x07\x63rop_id\x18\n \x01(\t\x12\x10\n\x08track_id\x18\x0b \x01(\x04\x12\x14\n\x0ctrack_events\x18\x0c \x01(\r\x12\x1a\n\rmodel_version\x18\r \x01(\rH\x00\x88\x01\x01\x42\x10\n\x0e_model_version\"\xbd\x02\n\x12QueryEventsRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x11\n\tcamera_id\x18\x02 \x01(\t\x12\x10\n\x08start_ns\x18\x03 \x01(\x03\x12\x0e\n\x06\x65nd_ns\x18\x04 \x01(\x03\x12\r\n\x05label\x18\x05 \x01(\t\x12\x11\n\tpage_size\x18\x06 \x01(\r\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\x16\n\x0egroup_by_track\x18\x08 \x01(\x08\x12(\n\x05types\x18\t \x03(\x0e\x32\x19.strata.v1.TrackEventType\x12\x0c\n\x04zone\x18\n \x01(\t\x12\x0c\n\x04line\x18\x0b \x01(\t\x12\x0c\n\x04rule\x18\x0c \x01(\t\x12\x10\n\x08track_id\x18\r \x01(\x04\x12\x11\n\ttrack_uid\x18\x0e \x01(\t\"}\n\x13QueryEventsResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12 \n\x06\x65vents\x18\x02 \x03(\x0b\x32\x10.strata.v1.Event\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"\xdc\x01\n\x12WatchEventsRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x11\n\tcamera_id\x18\x02 \x01(\t\x12\r\n\x05label\x18\x03 \x01(\t\x12(\n\x05types\x18\x04 \x03(\x0e\x32\x19.strata.v1.TrackEventType\x12\x0c\n\x04zone\x18\x05 \x01(\t\x12\x0c\n\x04line\x18\x06 \x01(\t\x12\x0c\n\x04rule\x18\x07 \x01(\t\x12\x10\n\x08track_id\x18\x08 \x01(\x04\x12\x11\n\ttrack_uid\x18\t \x01(\t*q\n\nCropStatus\x12\x1b\n\x17\x43ROP_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43ROP_STATUS_STORED\x10\x01\x12\x17\n\x13\x43ROP_STATUS_INVALID\x10\x02\x12\x15\n\x11\x43ROP_STATUS_RETRY\x10\x03\x32\xcd\x03\n\tAnalytics\x12=\n\x06Uplink\x12\x14.strata.v1.CropBatch\x1a\x19.strata.v1.UplinkResponse(\x01\x30\x01\x12\x43\n\x08\x43lassify\x12\x1a.strata.v1.ClassifyRequest\x1a\x1b.strata.v1.ClassifyResponse\x12N\n\x0bQueryEvents\x12\x1d.strata.v1.QueryEventsRequest\x1a\x1e.strata.v1.QueryEventsResponse0\x01\x12@\n\x0bWatchEvents\x12\x1d.strata.v1.WatchEventsRequest\x1a\x10.strata.v1.Event0\x01\x12X\n\x10QueryTrackEvents\x12\x1d.strata.v1.QueryEventsRequest\x1a#.strata.v1.QueryTrackEventsResponse0\x01\x12P\n\x10WatchTrackEvents\x12\x1d.strata.v1.WatchEventsRequest\x1a\x1b.strata.v1.StoredTrackEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strata.v1.analytics_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CROPSTATUS']._serialized_start=1795
-  _globals['_CROPSTATUS']._serialized_end=1908
-  _globals['_CROP']._serialized_start=65
-  _globals['_CROP']._serialized_end=321
-  _globals['_CROPBATCH']._serialized_start=323
-  _globals['_CROPBATCH']._serialized_end=411
-  _globals['_LABELSCORE']._serialized_start=413
-  _globals['_LABELSCORE']._serialized_end=473
-  _globals['_CROPACK']._serialized_start=476
-  _globals['_CROPACK']._serialized_end=661
-  _globals['_UPLINKRESPONSE']._serialized_start=663
-  _globals['_UPLINKRESPONSE']._serialized_end=758
-  _globals['_CLASSIFYREQUEST']._serialized_start=761
-  _globals['_CLASSIFYREQUEST']._serialized_end=923
-  _globals['_CLASSIFYRESPONSE']._serialized_start=926
-  _globals['_CLASSIFYRESPONSE']._serialized_end=1066
-  _globals['_EVENT']._serialized_start=1069
-  _globals['_EVENT']._serialized_end=1366
-  _globals['_QUERYEVENTSREQUEST']._serialized_start=1369
-  _globals['_QUERYEVENTSREQUEST']._serialized_end=1565
-  _globals['_QUERYEVENTSRESPONSE']._serialized_start=1567
-  _globals['_QUERYEVENTSRESPONSE']._serialized_end=1692
-  _globals['_WATCHEVENTSREQUEST']._serialized_start=1694
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=1793
-  _globals['_ANALYTICS']._serialized_start=1911
-  _globals['_ANALYTICS']._serialized_end=2200
+  _globals['_CROPSTATUS']._serialized_start=2148
+  _globals['_CROPSTATUS']._serialized_end=2261
+  _globals['_CROP']._serialized_start=89
+  _globals['_CROP']._serialized_end=345
+  _globals['_CROPBATCH']._serialized_start=347
+  _globals['_CROPBATCH']._serialized_end=474
+  _globals['_LABELSCORE']._serialized_start=476
+  _globals['_LABELSCORE']._serialized_end=536
+  _globals['_CROPACK']._serialized_start=539
+  _globals['_CROPACK']._serialized_end=724
+  _globals['_UPLINKRESPONSE']._serialized_start=727
+  _globals['_UPLINKRESPONSE']._serialized_end=868
+  _globals['_CLASSIFYREQUEST']._serialized_start=871
+  _globals['_CLASSIFYREQUEST']._serialized_end=1033
+  _globals['_CLASSIFYRESPONSE']._serialized_start=1036
+  _globals['_CLASSIFYRESPONSE']._serialized_end=1176
+  _globals['_EVENT']._serialized_start=1179
+  _globals['_EVENT']._serialized_end=1476
+  _globals['_QUERYEVENTSREQUEST']._serialized_start=1479
+  _globals['_QUERYEVENTSREQUEST']._serialized_end=1796
+  _globals['_QUERYEVENTSRESPONSE']._serialized_start=1798
+  _globals['_QUERYEVENTSRESPONSE']._serialized_end=1923
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=1926
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=2146
+  _globals['_ANALYTICS']._serialized_start=2264
+  _globals['_ANALYTICS']._serialized_end=2725
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from . import common_pb2 as _common_pb2
+from . import events_pb2 as _events_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -46,12 +47,14 @@ class Crop(_message.Message):
     def __init__(self, crop_id: _Optional[str] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., image: _Optional[bytes] = ..., timing: _Optional[_Union[_common_pb2.Timing, _Mapping]] = ..., track_id: _Optional[int] = ...) -> None: ...
 
 class CropBatch(_message.Message):
-    __slots__ = ("version", "crops")
+    __slots__ = ("version", "crops", "events")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CROPS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     crops: _containers.RepeatedCompositeFieldContainer[Crop]
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., crops: _Optional[_Iterable[_Union[Crop, _Mapping]]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.TrackEvent]
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., crops: _Optional[_Iterable[_Union[Crop, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[_events_pb2.TrackEvent, _Mapping]]] = ...) -> None: ...
 
 class LabelScore(_message.Message):
     __slots__ = ("class_id", "label", "score")
@@ -82,12 +85,14 @@ class CropAck(_message.Message):
     def __init__(self, crop_id: _Optional[str] = ..., status: _Optional[_Union[CropStatus, str]] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., retry_after_ms: _Optional[int] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class UplinkResponse(_message.Message):
-    __slots__ = ("version", "acks")
+    __slots__ = ("version", "acks", "event_acks")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ACKS_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     acks: _containers.RepeatedCompositeFieldContainer[CropAck]
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., acks: _Optional[_Iterable[_Union[CropAck, _Mapping]]] = ...) -> None: ...
+    event_acks: _containers.RepeatedCompositeFieldContainer[_events_pb2.TrackEventAck]
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., acks: _Optional[_Iterable[_Union[CropAck, _Mapping]]] = ..., event_acks: _Optional[_Iterable[_Union[_events_pb2.TrackEventAck, _Mapping]]] = ...) -> None: ...
 
 class ClassifyRequest(_message.Message):
     __slots__ = ("version", "encoding", "width", "height", "image", "top_k")
@@ -148,7 +153,7 @@ class Event(_message.Message):
     def __init__(self, event_id: _Optional[int] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., stored_ns: _Optional[int] = ..., crop_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_events: _Optional[int] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class QueryEventsRequest(_message.Message):
-    __slots__ = ("version", "camera_id", "start_ns", "end_ns", "label", "page_size", "page_token", "group_by_track")
+    __slots__ = ("version", "camera_id", "start_ns", "end_ns", "label", "page_size", "page_token", "group_by_track", "types", "zone", "line", "rule", "track_id", "track_uid")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
     START_NS_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +162,12 @@ class QueryEventsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     GROUP_BY_TRACK_FIELD_NUMBER: _ClassVar[int]
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    TRACK_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_UID_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     camera_id: str
     start_ns: int
@@ -165,7 +176,13 @@ class QueryEventsRequest(_message.Message):
     page_size: int
     page_token: str
     group_by_track: bool
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., label: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., group_by_track: _Optional[bool] = ...) -> None: ...
+    types: _containers.RepeatedScalarFieldContainer[_events_pb2.TrackEventType]
+    zone: str
+    line: str
+    rule: str
+    track_id: int
+    track_uid: str
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., label: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., group_by_track: _Optional[bool] = ..., types: _Optional[_Iterable[_Union[_events_pb2.TrackEventType, str]]] = ..., zone: _Optional[str] = ..., line: _Optional[str] = ..., rule: _Optional[str] = ..., track_id: _Optional[int] = ..., track_uid: _Optional[str] = ...) -> None: ...
 
 class QueryEventsResponse(_message.Message):
     __slots__ = ("version", "events", "next_page_token")
@@ -178,11 +195,23 @@ class QueryEventsResponse(_message.Message):
     def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WatchEventsRequest(_message.Message):
-    __slots__ = ("version", "camera_id", "label")
+    __slots__ = ("version", "camera_id", "label", "types", "zone", "line", "rule", "track_id", "track_uid")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
+    TYPES_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    TRACK_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_UID_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     camera_id: str
     label: str
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+    types: _containers.RepeatedScalarFieldContainer[_events_pb2.TrackEventType]
+    zone: str
+    line: str
+    rule: str
+    track_id: int
+    track_uid: str
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., label: _Optional[str] = ..., types: _Optional[_Iterable[_Union[_events_pb2.TrackEventType, str]]] = ..., zone: _Optional[str] = ..., line: _Optional[str] = ..., rule: _Optional[str] = ..., track_id: _Optional[int] = ..., track_uid: _Optional[str] = ...) -> None: ...

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from . import analytics_pb2 as strata_dot_v1_dot_analytics__pb2
+from . import events_pb2 as strata_dot_v1_dot_events__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -54,13 +55,23 @@ class AnalyticsStub:
                 request_serializer=strata_dot_v1_dot_analytics__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_analytics__pb2.Event.FromString,
                 _registered_method=True)
+        self.QueryTrackEvents = channel.unary_stream(
+                '/strata.v1.Analytics/QueryTrackEvents',
+                request_serializer=strata_dot_v1_dot_analytics__pb2.QueryEventsRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_events__pb2.QueryTrackEventsResponse.FromString,
+                _registered_method=True)
+        self.WatchTrackEvents = channel.unary_stream(
+                '/strata.v1.Analytics/WatchTrackEvents',
+                request_serializer=strata_dot_v1_dot_analytics__pb2.WatchEventsRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_events__pb2.StoredTrackEvent.FromString,
+                _registered_method=True)
 
 
 class AnalyticsServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Uplink(self, request_iterator, context):
-        """Edge node uplink: crop batches in, one ack per crop out.
+        """Edge node uplink: crop batches in, one ack per crop (and per track event) out.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -82,6 +93,21 @@ class AnalyticsServicer:
 
     def WatchEvents(self, request, context):
         """New events as they are stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryTrackEvents(self, request, context):
+        """Stored track lifecycle and rule events (protocol 2.1): filters by camera, capture
+        time, label, type, zone, line, rule and track; one page per response, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchTrackEvents(self, request, context):
+        """New track events as they are stored, with the same filters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -109,6 +135,16 @@ def add_AnalyticsServicer_to_server(servicer, server):
                     servicer.WatchEvents,
                     request_deserializer=strata_dot_v1_dot_analytics__pb2.WatchEventsRequest.FromString,
                     response_serializer=strata_dot_v1_dot_analytics__pb2.Event.SerializeToString,
+            ),
+            'QueryTrackEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.QueryTrackEvents,
+                    request_deserializer=strata_dot_v1_dot_analytics__pb2.QueryEventsRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_events__pb2.QueryTrackEventsResponse.SerializeToString,
+            ),
+            'WatchTrackEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTrackEvents,
+                    request_deserializer=strata_dot_v1_dot_analytics__pb2.WatchEventsRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_events__pb2.StoredTrackEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +255,60 @@ class Analytics:
             '/strata.v1.Analytics/WatchEvents',
             strata_dot_v1_dot_analytics__pb2.WatchEventsRequest.SerializeToString,
             strata_dot_v1_dot_analytics__pb2.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryTrackEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/strata.v1.Analytics/QueryTrackEvents',
+            strata_dot_v1_dot_analytics__pb2.QueryEventsRequest.SerializeToString,
+            strata_dot_v1_dot_events__pb2.QueryTrackEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTrackEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/strata.v1.Analytics/WatchTrackEvents',
+            strata_dot_v1_dot_analytics__pb2.WatchEventsRequest.SerializeToString,
+            strata_dot_v1_dot_events__pb2.StoredTrackEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,7 +41,9 @@ class InputSpec(StrictModel):
 
     name: str = Field(..., min_length=1, description="Input tensor name in the model file.")
     shape: tuple[Dim, Dim, Dim, Dim] = Field(
-        ..., description="[N, C, H, W]; null for a dynamic axis (the batch is usually dynamic)."
+        ...,
+        description="[N, C, H, W]; null for a dynamic axis. A fixed N (a batch-1 export) "
+        "makes every tier run batches of exactly N.",
     )
     layout: Literal["NCHW"] = Field("NCHW", description="Memory layout of the input tensor.")
     colour: Literal["RGB", "BGR"] = Field("RGB", description="Channel order the model expects.")
@@ -65,6 +67,11 @@ class InputSpec(StrictModel):
         if any(s <= 0 for s in v):
             raise ValueError("every std value must be > 0")
         return v
+
+    @property
+    def fixed_batch(self) -> int | None:
+        """The batch every run must have (shape[0]), or None when the batch is dynamic."""
+        return self.shape[0]
 
     @property
     def height(self) -> int:

@@ -59,17 +59,28 @@ class LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
 
-    def subscribe(self, hub: WatchHub, camera_id: str = "", label: str = "") -> Subscription | None:
+    def subscribe(
+        self, hub: WatchHub, camera_id: str = "", label: str = ""
+    ) -> Subscription[Any] | None:
         """hub.subscribe on the loop (WatchUnavailableError passes through)."""
         import asyncio
 
-        async def sub() -> Subscription | None:
+        async def sub() -> Subscription[Any] | None:
             return hub.subscribe(camera_id, label)
 
         return asyncio.run_coroutine_threadsafe(sub(), self.loop).result(10)
 
+    def subscribe_tracks(self, hub: WatchHub, q: Any) -> Subscription[Any] | None:
+        """hub.subscribe_tracks on the loop."""
+        import asyncio
+
+        async def sub() -> Subscription[Any] | None:
+            return hub.subscribe_tracks(q)
+
+        return asyncio.run_coroutine_threadsafe(sub(), self.loop).result(10)
+
     @staticmethod
-    def next_event(sub: Subscription, timeout: float) -> analytics_pb2.Event:
+    def next_event(sub: Subscription[Any], timeout: float) -> Any:
         """The next queued event of `sub`; TimeoutError when none comes in time."""
         import time
 
@@ -96,3 +107,40 @@ def stored_event(i: int, camera: str = "cam", t: int = 0) -> analytics_pb2.Event
         label="car" if i % 2 else "person",
         score=0.5,
     )
+
+
+def track_event(
+    seq: int,
+    camera: str = "door",
+    track: tuple[int, int] = (1_000, 7),
+    kind: str = "new",
+    **fields: Any,
+) -> Any:
+    """A valid TrackEvent: `track` is (first_seen_ns, track id), captured at 1 ms + `seq` us;
+    the key follows the contract (docs/events.md); `fields` override or add (zone, line...)."""
+    from strata.cloud.track_filter import idempotency_key, parse_type
+    from strata.shared.contracts import current_version, events_pb2
+
+    first_seen, track_id = track
+    label = fields.pop("label", "person")
+    ev = events_pb2.TrackEvent(
+        version=current_version(),
+        type=parse_type(kind),  # type: ignore[arg-type]
+        camera_id=camera,
+        track_id=track_id,
+        track_uid=f"{first_seen}-{track_id}",
+        sequence=seq,
+        track_sequence=fields.pop("track_sequence", seq),
+        capture_ns=fields.pop("capture_ns", 1_000_000 + seq * 1000),
+        edge_id="edge-a",
+        frame_width=640,
+        frame_height=480,
+        after=events_pb2.TrackState(label=label, score=0.8, top_score=0.9),
+        observed=fields.pop("observed", True),
+        positions=2,
+        observed_positions=2,
+        **fields,
+    )
+    ev.path.points.add(x=0.5, y=0.9, capture_ns=ev.capture_ns, observed=True)
+    ev.idempotency_key = idempotency_key(ev)
+    return ev

@@ -8,15 +8,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
-from cloud_helpers import jpeg, stored_event
+from cloud_helpers import jpeg, stored_event, track_event
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.sqlite_store import SQLiteStore
 from strata.shared.config.cloud import CloudStoreConfig
-from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, current_version
+from strata.shared.contracts import (
+    analytics_pb2,
+    analytics_pb2_grpc,
+    common_pb2,
+    current_version,
+    events_pb2,
+)
 from strata.shared.models import ModelRepository
 
 STRATA = [sys.executable, "-m", "strata.tools.cli"]
@@ -117,3 +124,53 @@ def test_query_reads_a_store_file_without_an_endpoint(
     assert main(["cloud", "query", "--db", str(tmp_path / "absent.sqlite")]) == 2
     assert "no such event store" in capsys.readouterr().err
     assert not (tmp_path / "absent.sqlite").exists()
+
+
+def test_query_prints_track_events_from_a_file_and_an_endpoint(
+    tmp_path: Path, colour_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from strata.tools.cli import main
+
+    events = [
+        track_event(1, kind="new", track_sequence=0),
+        track_event(
+            2,
+            kind="line_crossed",
+            line="entry",
+            rule="count",
+            direction=events_pb2.CROSSING_DIRECTION_IN,
+            observed=False,
+        ),
+        track_event(3, kind="zone_entered", zone="shop"),
+        track_event(4, kind="end"),
+    ]
+    path = tmp_path / "events.sqlite"
+    store = SQLiteStore(CloudStoreConfig(path=str(path), write_delay_ms=1.0), CloudMetrics())
+    store.start()
+    for f in [store.submit_track(ev) for ev in events]:
+        f.result(10)
+    store.close()
+    channel = grpc.insecure_channel(colour_server.address)
+    stub = analytics_pb2_grpc.AnalyticsStub(channel)
+    list(stub.Uplink(iter([analytics_pb2.CropBatch(version=current_version(), events=events)])))
+    channel.close()
+    for where in (["--db", str(path)], ["--target", colour_server.address]):
+        assert main(["cloud", "query", *where, "--type", "line_crossed"]) == 0
+        (line,) = capsys.readouterr().out.strip().splitlines()
+        cols = line.split("\t")
+        assert cols[2:] == [
+            "door",
+            "line_crossed",
+            "person",
+            "1000-7#2",
+            "line entry in",
+            "rule count",
+            "predicted",
+        ], where
+        assert main(["cloud", "query", *where, "--tracks", "--track", "1000-7", "--json"]) == 0
+        dicts = [json.loads(ln) for ln in capsys.readouterr().out.strip().splitlines()]
+        assert [d["event"]["idempotencyKey"] for d in dicts] == [e.idempotency_key for e in events]
+        assert main(["cloud", "query", *where, "--zone", "shop", "--limit", "5"]) == 0
+        assert "zone shop" in capsys.readouterr().out
+        assert main(["cloud", "query", *where, "--type", "crossed"]) == 2
+        assert "unknown track event type 'crossed'" in capsys.readouterr().err

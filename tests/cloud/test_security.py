@@ -127,3 +127,33 @@ def test_tls_or_an_explicit_opt_in_allows_a_non_loopback_bind() -> None:
     check_bind("0.0.0.0:50051", tls=True, allow_insecure=False)
     check_bind("0.0.0.0:50051", tls=False, allow_insecure=True)
     check_bind("[::1]:50051", tls=False, allow_insecure=False)
+
+
+def test_health_needs_the_token_when_health_without_token_is_false(
+    colour_model: tuple[Path, Path],
+    tmp_path: Path,
+    pki: Pki,
+    start_server: Callable[[CloudConfig], CloudServer],
+) -> None:
+    model, labels = colour_model
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    server = start_server(
+        make_config(
+            model,
+            tmp_path / "e.sqlite",
+            labels,
+            tls={"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)},
+            auth={"token_file": str(token_file), "health_without_token": False},
+        )
+    )
+    channel, _stub = secure_stub(server, pki)
+    health = health_pb2_grpc.HealthStub(channel)
+    with pytest.raises(grpc.RpcError) as err:
+        health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    refused = {"method": "Check", "reason": "unauthenticated"}
+    assert sample(server.metrics.registry, "strata_cloud_request_failure_total", refused) == 1
+    token = [("authorization", f"Bearer {TOKEN}")]
+    assert health.Check(health_pb2.HealthCheckRequest(), timeout=5, metadata=token).status == 1
+    channel.close()

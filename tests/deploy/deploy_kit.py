@@ -5,16 +5,14 @@ and the dashboard's queries."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-import pytest
 import yaml
+from required_testkit import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -35,22 +33,9 @@ HOW_TO_GET = {
 
 
 def tool(name: str) -> str:
-    """The path of a system tool; a skip that says how to get it when missing.
-
-    CI installs every tool (.ci/system-deps), so there a missing one fails instead of skipping:
-    a green run must not hide a check that never ran.
-    """
-    path = shutil.which(name)
-    if path is not None:
-        return path
-    missing(f"{name} not found: {HOW_TO_GET.get(name, 'install it')}")
-
-
-def missing(message: str) -> NoReturn:
-    """Skip locally, fail in CI (where .ci/system-deps installs everything)."""
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    """The path of a system tool; a skip that says how to get it when missing (a failure in
+    CI, where .ci/system-deps installs every tool: required_testkit.py)."""
+    return require_tool(name, HOW_TO_GET.get(name, "install it"))
 
 
 # --- Kubernetes -----------------------------------------------------------------------------

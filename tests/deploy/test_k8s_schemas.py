@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 import yaml
 from deploy_kit import K8S, manifest_files, object_key, pod_templates, render_kustomization
+from required_testkit import require_module
 
-kubernetes_validate = pytest.importorskip(
-    "kubernetes_validate", reason="pip install -e '.[dev]' (kubernetes-validate)"
+kubernetes_validate = require_module(
+    "kubernetes_validate", "pip install -e '.[test]' (kubernetes-validate)"
 )
 
 # The Kubernetes version deploy/k8s is written for, and one minor version back (managed

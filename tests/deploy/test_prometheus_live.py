@@ -1,4 +1,5 @@
-"""A real Prometheus (Debian's) scrapes the three daemons of a short demo run, with the
+"""A real Prometheus (Debian's) scrapes a daemon's TLS + basic auth /metrics with the shipped
+job (a scrape without the password gets 401), and the three daemons of a short demo run, with the
 shipped scrape config (targets moved to loopback, 1 s interval) and the shipped alerts; then
 every PromQL expression of the Grafana dashboard is evaluated through its HTTP API as Grafana
 would (a range query, $__rate_interval expanded). A query that errors fails; so does one that
@@ -7,7 +8,10 @@ returns no data, unless it is listed in NO_DATA_ON_CPU_WITHOUT_FAULTS with the r
 from __future__ import annotations
 
 import json
+import signal
+import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -20,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from deploy_kit import (
+    DEPLOY,
     STATIC_CONFIG,
     TIERS,
     PanelQuery,
@@ -74,18 +79,38 @@ class Prometheus:
             return False
 
 
-def scrape_config(ports: dict[str, int]) -> dict[str, Any]:
-    """The shipped static config with every target on loopback and a 1 s interval."""
+def scrape_config(ports: dict[str, int], secured: SecuredScrape | None = None) -> dict[str, Any]:
+    """The shipped static config with every target on loopback and a 1 s interval.
+
+    Without `secured`, the jobs scrape plain HTTP (the demo's daemons serve loopback, open);
+    with it, the shipped TLS and basic auth stay and only their files point at the test's."""
     config: dict[str, Any] = yaml.safe_load(STATIC_CONFIG.read_text())
     config["global"].update(
         {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"}
     )
     config["rule_files"] = [str(RULES)]
+    config["scrape_configs"] = [
+        j for j in config["scrape_configs"] if j["job_name"].removeprefix("strata-") in ports
+    ]
     for job in config["scrape_configs"]:
         tier = job["job_name"].removeprefix("strata-")
         for static in job["static_configs"]:
             static["targets"] = [f"127.0.0.1:{ports[tier]}"]
+        if secured is None:
+            for key in ("scheme", "tls_config", "basic_auth"):
+                job.pop(key, None)
+        else:
+            job["tls_config"]["ca_file"] = str(secured.ca_file)
+            job["basic_auth"]["password_file"] = str(secured.password_file)
     return config
+
+
+@dataclass(frozen=True, slots=True)
+class SecuredScrape:
+    """The files the shipped scrape config names, made for a test."""
+
+    ca_file: Path
+    password_file: Path
 
 
 @pytest.fixture
@@ -94,9 +119,9 @@ def prometheus_for(tmp_path: Path) -> Iterator[Any]:
     binary = tool("prometheus")
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(ports: dict[str, int]) -> Prometheus:
+    def start(ports: dict[str, int], secured: SecuredScrape | None = None) -> Prometheus:
         config = tmp_path / "prometheus.yml"
-        config.write_text(yaml.safe_dump(scrape_config(ports)))
+        config.write_text(yaml.safe_dump(scrape_config(ports, secured)))
         port = free_port()
         with (tmp_path / "prometheus.log").open("wb") as log:  # the child keeps its own copy
             procs.append(
@@ -212,3 +237,79 @@ def test_every_dashboard_query_has_data_from_a_real_run(
     assert rules, "the alerting rules were not loaded"
     broken = [f"{r['name']}: {r.get('lastError')}" for r in rules if r["health"] == "err"]
     assert not broken, broken
+
+
+def test_prometheus_scrapes_tls_basic_auth_metrics_with_the_shipped_config(
+    tmp_path: Path, prometheus_for: Any
+) -> None:
+    """The cloud daemon serves /metrics with its metrics section as deploy/config/strata.yaml
+    ships it (only the files and the password are the test's); Prometheus scrapes it with the
+    shipped job (https, tls_config, basic_auth); a scrape without the password gets 401."""
+    import bcrypt
+    from tls_certs import make_pki
+
+    shipped = yaml.safe_load((DEPLOY / "config" / "strata.yaml").read_text())["cloud"]["metrics"]
+    job = next(
+        j
+        for j in yaml.safe_load(STATIC_CONFIG.read_text())["scrape_configs"]
+        if j["job_name"] == "strata-cloud"
+    )
+    assert job["scheme"] == "https"
+    user = job["basic_auth"]["username"]
+    assert set(shipped["web"]["basic_auth_users"]) == {user}, "the job's user is not a metrics user"
+    pki = make_pki(tmp_path)
+    password = "scrape-me-" + tmp_path.name
+    (tmp_path / "password").write_text(password + "\n")
+    metrics_port = free_port()
+    web = shipped["web"]
+    web["tls_server_config"].update(cert_file=str(pki.server_cert), key_file=str(pki.server_key))
+    web["basic_auth_users"] = {user: bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode()}
+    config = tmp_path / "strata.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "cloud": {
+                    "listen": f"127.0.0.1:{free_port()}",
+                    "store": {"path": str(tmp_path / "events.sqlite")},
+                    "metrics": shipped | {"host": "127.0.0.1", "port": metrics_port},
+                }
+            }
+        )
+    )
+    cloud = subprocess.Popen(
+        [sys.executable, "-m", "strata.tools.cli", "cloud", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "cloud.log").open("wb"),
+    )
+    try:
+        url = f"https://127.0.0.1:{metrics_port}/metrics"
+        ctx = ssl.create_default_context(cafile=str(pki.ca))
+        deadline = time.monotonic() + 90
+        while True:
+            assert cloud.poll() is None, (tmp_path / "cloud.log").read_text()
+            assert time.monotonic() < deadline, "the cloud's /metrics did not come up in 90 s"
+            try:
+                urllib.request.urlopen(url, timeout=2, context=ctx)
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 401, exc  # up, and no credentials: refused
+                break
+            except OSError:
+                time.sleep(0.3)
+            else:
+                raise AssertionError("a scrape without credentials got the metrics")
+
+        prom = prometheus_for({"cloud": metrics_port}, SecuredScrape(pki.ca, tmp_path / "password"))
+        deadline = time.monotonic() + 30
+        while True:
+            targets = prom.get("/api/v1/targets")["data"]["activeTargets"]
+            health = {t["labels"]["job"]: (t["health"], t["lastError"]) for t in targets}
+            if health.get("strata-cloud", ("", ""))[0] == "up":
+                break
+            assert time.monotonic() < deadline, f"Prometheus never scraped the cloud: {health}"
+            time.sleep(0.5)
+        # Prometheus holds the daemon's own series, not just `up`.
+        series = prom.get("/api/v1/query", query='strata_cloud_queue_depth{job="strata-cloud"}')
+        assert series["data"]["result"], series
+    finally:
+        cloud.send_signal(signal.SIGTERM)
+        cloud.wait(30)

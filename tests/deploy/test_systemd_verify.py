@@ -14,7 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_kit import DEPLOY, missing, tool
+from deploy_kit import DEPLOY, tool
+from required_testkit import missing
 
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
 from deploy_kit import DEPLOY, ROOT
+from required_testkit import require_module
 
-pytest.importorskip("yamllint", reason="pip install -e '.[dev]' (yamllint)")
+require_module("yamllint", "pip install -e '.[test]' (yamllint)")
 
 
 def test_deploy_yaml_is_lint_clean() -> None:

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 from strata.device.motion import MotionGate
@@ -91,3 +93,23 @@ def test_buffers_are_reused() -> None:
     for i in range(1, 6):
         gate.check(_with_box(scene, 10 * i, 10), i / 10)
     assert {id(gate._grey), id(gate._kept)} == buffers
+
+
+def test_decoded_frames_score_from_their_luma_as_before(vtest_mp4: Path) -> None:
+    """FFmpeg's area scaling of the luma plane (no BGR) scores like cv2's INTER_AREA on the
+    full-size luma plane did: same decisions, scores within 0.05."""
+    import av
+    from strata.device.frames import Frame
+
+    cfg = MotionConfig(threshold=6.0, max_interval_s=0)
+    fast, full = MotionGate(cfg), MotionGate(cfg)
+    with av.open(str(vtest_mp4)) as container:
+        for i, decoded in enumerate(container.decode(video=0)):
+            if i == 80:
+                break
+            frame = Frame(i, i / 10, 0, av_frame=decoded)
+            a = fast.check(fast.score_input(frame), frame.ts)
+            b = full.check(frame.motion_input(), frame.ts)
+            assert a.keep == b.keep
+            assert a.score == pytest.approx(b.score, abs=0.05)
+            assert frame.decoded  # scoring converted nothing to BGR

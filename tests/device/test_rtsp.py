@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import subprocess
 import time
@@ -12,11 +13,13 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from required_testkit import missing
 from strata.device.agent import Agent
 from strata.device.camera import CameraState
 from strata.device.metrics import CameraCounts
 from strata.device.sink import FrameSink
 from strata.shared.config.device import CameraConfig, MotionConfig, SourceConfig
+from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 
 from .conftest import fast_config
@@ -46,10 +49,10 @@ def _gst_rtsp_missing() -> str:
 
 _MISSING = _gst_rtsp_missing()
 if _MISSING:
-    pytest.skip(
+    missing(
         f"GStreamer RTSP server unavailable ({_MISSING}); install python3-gi and "
         "gir1.2-gst-rtsp-server-1.0 (.ci/system-deps does)",
-        allow_module_level=True,
+        module_level=True,
     )
 
 
@@ -169,3 +172,105 @@ def test_stalled_stream_is_noticed_within_the_read_timeout(
         assert _until(lambda: counts().decoded >= n + 10, 10.0)
     finally:
         agent.stop(drain_timeout_s=0.0)
+
+
+class RecordingRandom(random.Random):
+    """The camera's jitter source, recording each draw so the expected waits are exact."""
+
+    def __init__(self) -> None:
+        super().__init__(11)
+        self.draws: list[float] = []
+
+    def uniform(self, a: float, b: float) -> float:
+        u = super().uniform(a, b)
+        self.draws.append(u)
+        return u
+
+
+def _outage_agent(url: str, edge: str, source: SourceConfig) -> Agent:
+    cfg = fast_config(
+        edge,
+        None,
+        cameras=[CameraConfig(id="cam", source=url)],
+        source=source,
+        motion=MotionConfig(enabled=False),
+    )
+    return Agent(cfg, registry=CollectorRegistry())
+
+
+def test_backoff_grows_to_its_cap_with_jitter_on_a_real_outage(
+    rtsp_server: tuple[str, ServerFactory], port: int
+) -> None:
+    """The server dies and stays dead: each reopen waits backoff_initial_s doubled per
+    attempt, capped at backoff_max_s, times the jitter factor drawn for it; with
+    max_reopen_attempts 0 (the default) the camera never gives up."""
+    url, start = rtsp_server
+    edge = f"tcp://127.0.0.1:{port + 1 if port < 65535 else port - 1}"
+    src = SourceConfig(
+        open_timeout_s=1.5, read_timeout_s=1.5, backoff_initial_s=0.1, backoff_max_s=0.4,
+        backoff_jitter=0.25,
+    )  # fmt: skip
+    server = start()
+    with FrameSink(edge):
+        agent = _outage_agent(url, edge, src)
+        rng = RecordingRandom()
+        agent.cameras[0]._rng = rng  # the one random source of the camera, recorded
+        agent.start()
+        try:
+            reg = agent.metrics.registry
+            attempt = lambda: sample(reg, "strata_device_camera_retry_attempt", {"camera": "cam"})  # noqa: E731
+            assert _until(lambda: CameraCounts.read(reg, "cam").decoded >= 10, 10.0)
+            server.kill()
+            server.wait(5)
+            seen: dict[int, float] = {}  # attempt -> when it was first seen (monotonic)
+            deadline = time.monotonic() + 15.0
+            while len(seen) < 7 and time.monotonic() < deadline:
+                a = int(attempt())
+                if a and a not in seen:
+                    seen[a] = time.monotonic()
+                time.sleep(0.005)
+            assert agent.cameras[0].state == CameraState.RECONNECTING, agent.statuses()
+        finally:
+            agent.stop(drain_timeout_s=0.0)
+    assert sorted(seen) == list(range(1, 8)), f"attempts seen: {sorted(seen)}"
+    assert len(rng.draws) >= 7
+    for k in range(1, 7):
+        base = min(0.4, 0.1 * 2 ** (k - 1))
+        expected = base * (1 + 0.25 * rng.draws[k - 1])
+        waited = seen[k + 1] - seen[k]  # the wait, then a refused open (fast)
+        # Never shorter than the jittered wait (less the 5 ms polling), and not much longer:
+        # an uncapped wait would be 0.8 s at attempt 4, 1.6 s at 5 and 3.2 s at 6.
+        assert waited >= expected - 0.015, (k, waited, expected)
+        assert waited <= expected + 0.35, (k, waited, expected)
+    # The jitter drawn is used: waits differ from the plain doubling.
+    assert max(abs(d) for d in rng.draws[:6]) > 0.1
+
+
+def test_max_reopen_attempts_makes_a_dead_camera_give_up(
+    rtsp_server: tuple[str, ServerFactory], port: int
+) -> None:
+    url, start = rtsp_server
+    edge = f"tcp://127.0.0.1:{port + 1 if port < 65535 else port - 1}"
+    src = SourceConfig(
+        open_timeout_s=1.5, read_timeout_s=1.5, backoff_initial_s=0.05, backoff_max_s=0.1,
+        max_reopen_attempts=3,
+    )  # fmt: skip
+    server = start()
+    with FrameSink(edge):
+        agent = _outage_agent(url, edge, src)
+        agent.start()
+        try:
+            reg = agent.metrics.registry
+            assert _until(lambda: CameraCounts.read(reg, "cam").decoded >= 10, 10.0)
+            server.kill()
+            server.wait(5)
+            assert _until(lambda: agent.cameras[0].state == CameraState.FAILED, 10.0), (
+                agent.statuses()
+            )
+            # The lost read, then three reopens that failed; the fourth is never tried.
+            assert CameraCounts.read(reg, "cam").source_errors == 4
+            time.sleep(0.5)
+            assert CameraCounts.read(reg, "cam").source_errors == 4
+            assert agent.cameras[0].done
+        finally:
+            agent.stop(drain_timeout_s=0.0)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from prometheus_client import CollectorRegistry
-from strata.edge.node import EdgeNode
+from strata.edge.build import build_node
 from strata.edge.state.checkpoint import (
     VERSION,
     CheckpointBody,
@@ -207,7 +207,7 @@ def test_a_bad_checkpoint_is_logged_and_the_node_starts_clean(
 ) -> None:
     path = tmp_path / "edge.checkpoint.json"
     path.write_text(content)
-    node = EdgeNode(node_cfg(path), colour_model, "colour")
+    node = build_node(node_cfg(path), colour_model, "colour")
     reg = node.metrics.registry
     assert sample(reg, "strata_edge_checkpoints_refused_total") == 1
     assert sample(reg, "strata_edge_checkpoint_restored") == 0
@@ -238,14 +238,14 @@ class Counting:
 
 def test_registered_parts_travel_in_the_checkpoint(colour_model: Path, tmp_path: Path) -> None:
     path = tmp_path / "edge.checkpoint.json"
-    node = EdgeNode(node_cfg(path), colour_model, "colour")
+    node = build_node(node_cfg(path), colour_model, "colour")
     part = Counting()
     assert not node.checkpointer.register(part)  # nothing to restore yet
     part.n = 41
     node.start()
     node.stop()
     assert read(path).parts == {"counting": {"n": 41}}
-    again = EdgeNode(node_cfg(path), colour_model, "colour")
+    again = build_node(node_cfg(path), colour_model, "colour")
     restored = Counting()
     assert again.checkpointer.register(restored) and restored.n == 41
     # A part whose saved state it cannot read starts clean, with a log line.

@@ -13,6 +13,7 @@ import pytest
 import zmq
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from strata.device.encoder import H264Encoder
+from strata.edge.build import build_node
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
@@ -39,10 +40,10 @@ def node(colour_model: Path) -> Iterator[EdgeNode]:
             },
             # The raw agent sends without waiting: credits for its whole burst.
             "flow": {"initial_credits": 64},
-            "degradation": {"enabled": False},
+            "overload": {"gpu_pressure": {"enabled": False}},
         }
     )
-    n = EdgeNode(cfg, colour_model, "colour")
+    n = build_node(cfg, colour_model, "colour")
     n.start()
     yield n
     n.stop()

@@ -12,7 +12,7 @@ import pytest
 import zmq
 from edge_colour_model import build_colour_detector
 from edge_testkit import RawAgent
-from strata.edge.node import EdgeNode
+from strata.edge.build import build_node
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.loopback import free_port
 from strata.shared.metrics import serve_metrics
@@ -35,7 +35,7 @@ def test_cost_per_camera_from_a_running_node(
             "batching": {"max_batch": 2, "queue_per_camera": 64},
         }
     )
-    node = EdgeNode(cfg, model, "colour")
+    node = build_node(cfg, model, "colour")
     node.start()
     port = serve_metrics(node.metrics.registry, "127.0.0.1", free_port())
     assert port

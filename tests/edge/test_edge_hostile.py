@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import zmq
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, receipts, wait_until_subscribed
+from strata.edge.build import build_node
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
@@ -39,7 +40,7 @@ def node_factory(colour_model: Path) -> Iterator[Callable[..., EdgeNode]]:
             "flow": {"initial_credits": 64},
             **over,
         }
-        node = EdgeNode(EdgeConfig.model_validate(cfg), colour_model, "colour")
+        node = build_node(EdgeConfig.model_validate(cfg), colour_model, "colour")
         node.start()
         nodes.append(node)
         return node
@@ -105,7 +106,7 @@ def test_made_up_cameras_are_forgotten_after_the_idle_timeout(
     from prometheus_client import generate_latest
 
     assert b"made-up-" not in generate_latest(reg)
-    assert not any(c.startswith("made-up-") for c in node._last)
+    assert not any(c.startswith("made-up-") for c in node.results.last)
     sub = Listener(zctx, node.endpoints.publish)
     wait_until_subscribed(RawAgent(zctx, node.endpoints.listen), sub, synthetic_clip.frame(0).image)
     device.send_image("real", 2, synthetic_clip.frame(30).image, session_id=7)

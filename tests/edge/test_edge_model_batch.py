@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from edge_colour_model import build_colour_detector
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
-from strata.edge.node import EdgeNode
+from strata.edge.build import NodeOptions, build_node
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.metrics import sample
 from strata.shared.runtime import create_runner
@@ -49,7 +49,7 @@ def test_a_fixed_batch_1_model_lowers_max_batch_says_so_and_serves(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING):
-        node = EdgeNode(_cfg(max_batch=4), batch1_model, "colour-b1")
+        node = build_node(_cfg(max_batch=4), batch1_model, "colour-b1")
     assert node.max_batch == 1
     assert "lowered from 4 to 1" in caplog.text
     node.start()
@@ -111,7 +111,7 @@ def test_stop_keeps_the_buffers_of_a_worker_that_is_still_running(
     colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip
 ) -> None:
     runner = _StuckRunner(create_runner(colour_model), 4, (3, MODEL_SIZE, MODEL_SIZE))
-    node = EdgeNode(_cfg(), colour_model, "colour", runner=runner)
+    node = build_node(_cfg(), colour_model, "colour", NodeOptions(runner=runner))
     node.start()
     try:
         agent = RawAgent(zctx, node.endpoints.listen)
@@ -131,7 +131,7 @@ def test_stop_keeps_the_buffers_of_a_worker_that_is_still_running(
 
 
 def test_a_clean_stop_returns_every_buffer(colour_model: Path) -> None:
-    node = EdgeNode(_cfg(), colour_model, "colour")
+    node = build_node(_cfg(), colour_model, "colour")
     node.start()
     owner = node.runner.pool_owner  # type: ignore[attr-defined]
     assert host_pool().leaks(owner)

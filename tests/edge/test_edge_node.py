@@ -17,6 +17,7 @@ from edge_testkit import (
     receipts,
     wait_until_subscribed,
 )
+from strata.edge.build import build_node
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import PROTOCOL_MAJOR, common_pb2, frame_pb2
@@ -44,7 +45,7 @@ def node_factory(colour_model: Path) -> Iterator[Any]:
     nodes: list[EdgeNode] = []
 
     def make(**over: Any) -> EdgeNode:
-        node = EdgeNode(make_cfg(**over), colour_model, "colour")
+        node = build_node(make_cfg(**over), colour_model, "colour")
         node.start()
         nodes.append(node)
         return node
@@ -299,7 +300,8 @@ def test_missed_queue_delay_target_lowers_the_batch_size(
 ) -> None:
     # A target no real queue can meet: every decision halves the limit, down to min_batch.
     node = node_factory(
-        batching={"max_batch": 4, "delay_target_ms": 0.001, "adapt_every": 1, "min_batch": 1}
+        batching={"max_batch": 4, "delay_target_ms": 0.001},
+        overload={"batch_limit": {"adapt_every": 1, "min_batch": 1}},
     )
     sub = Listener(zctx, node.endpoints.publish)
     agent = RawAgent(zctx, node.endpoints.listen)

@@ -172,7 +172,7 @@ def test_node_sends_chosen_crops_to_the_cloud(
     import cv2
     import numpy as np
     from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
-    from strata.edge.node import EdgeNode
+    from strata.edge.build import build_node
     from strata.shared.config.edge import EdgeConfig
 
     cloud = Cloud()
@@ -201,7 +201,7 @@ def test_node_sends_chosen_crops_to_the_cloud(
             },
         }
     )
-    node = EdgeNode(cfg, colour_model)
+    node = build_node(cfg, colour_model)
     ep = node.start()
     try:
         sub = Listener(zctx, ep.publish)

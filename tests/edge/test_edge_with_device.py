@@ -11,7 +11,7 @@ from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
 from strata.device.metrics import CameraCounts
-from strata.edge.node import EdgeNode
+from strata.edge.build import build_node
 from strata.shared.config.device import (
     CameraConfig,
     DeviceConfig,
@@ -32,7 +32,7 @@ CLIP = "synthetic://?frames=60&seed=1&width=320&height=240&objects=3&fps=10&real
 def test_device_agent_to_edge_node_detections_match_ground_truth(
     colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip, encoding: str
 ) -> None:
-    node = EdgeNode(
+    node = build_node(
         EdgeConfig.model_validate(
             {
                 "listen": "tcp://127.0.0.1:0",
@@ -103,14 +103,14 @@ def test_cascade_every_frame_answered_h264_scaled_to_the_model(
 ) -> None:
     from strata.shared.config.device import CascadeConfig
 
-    node = EdgeNode(
+    node = build_node(
         EdgeConfig.model_validate(
             {
                 "listen": "tcp://127.0.0.1:0",
                 "publish": "tcp://127.0.0.1:0",
                 "model": {"input_size": MODEL_SIZE},
                 "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
-                "degradation": {"enabled": False},
+                "overload": {"gpu_pressure": {"enabled": False}},
                 "tracking": {"answer": "interpolate"},
                 # The clip plays as fast as it decodes: credits for all 20 kept frames, so the
                 # count below is exact (the stream order under BUSY is the delivery unit

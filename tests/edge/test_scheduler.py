@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from strata.edge.build import build_node
 from strata.edge.inference.scheduler import QLearningPolicy, RulePolicy, WindowStats, reward
-from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig, SchedulerConfig
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
@@ -84,7 +84,7 @@ def test_a_real_node_runs_the_learned_policy_and_saves_its_table(
             "scheduler": {"policy": "learned", "decide_every_s": 0.1, "q_table": str(q)},
         }
     )
-    node = EdgeNode(cfg, colour_model, "colour")
+    node = build_node(cfg, colour_model, "colour")
     node.start()
     reg = node.metrics.registry
     try:
@@ -124,12 +124,12 @@ def test_deadline_shedding_sheds_what_would_miss_the_sla_and_accounts_every_fram
                 "delay_target_ms": 60000,
             },
             "flow": {"initial_credits": 64},
-            "degradation": {"enabled": False},
+            "overload": {"gpu_pressure": {"enabled": False}, "deadline": {"enabled": True}},
             # A 10 ms SLA: a burst of 60 one-frame batches cannot all make it.
-            "scheduler": {"deadline_shed": True, "sla_ms": 10.0},
+            "scheduler": {"sla_ms": 10.0},
         }
     )
-    node = EdgeNode(cfg, colour_model, "colour")
+    node = build_node(cfg, colour_model, "colour")
     node.start()
     try:
         sub = Listener(zctx, node.endpoints.publish)

@@ -17,9 +17,9 @@ import pytest
 from cuda_host_testkit import HostOrtRunner
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from gpu_testkit import GPU_BACKENDS, require
+from strata.edge.build import NodeOptions, build_node
 from strata.edge.inference.detector import open_staged
 from strata.edge.inference.standby import StandbyModel
-from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.runtime import BACKENDS, ModelLoadError
 from strata.shared.runtime.pool import report_leaks
@@ -59,7 +59,7 @@ def _answer(runner: StagedRunner, batch: np.ndarray) -> list[np.ndarray]:
 
 
 def _serve_one_frame(runner: StagedRunner, model: Path, zctx: Any, clip: SyntheticClip) -> None:
-    node = EdgeNode(cfg(), model, "colour", runner=runner)
+    node = build_node(cfg(), model, "colour", NodeOptions(runner=runner))
     node.start()
     try:
         sub = Listener(zctx, node.endpoints.publish)

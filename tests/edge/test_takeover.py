@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from strata.edge.build import build_node
 from strata.edge.flow.ledger import DeliveryLedger, SettledRun, SettledStream
-from strata.edge.node import EdgeNode
 from strata.edge.state.journal import SettleJournal, read_journal
 from strata.edge.tracking.tracker import Tracker
 from strata.shared.config.edge import EdgeConfig, TrackingConfig
@@ -183,7 +183,7 @@ def test_a_corrupt_peer_checkpoint_is_logged_and_the_camera_starts_clean(
             "checkpoint": {"dir": str(shared)},
         }
     )
-    node = EdgeNode(cfg, colour_model, "colour")
+    node = build_node(cfg, colour_model, "colour")
     ep = node.start()
     try:
         sub = Listener(zctx, ep.publish)

@@ -20,6 +20,7 @@ import pytest
 from edge_colour_model import build_colour_detector
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from onnx import numpy_helper
+from strata.edge.build import NodeOptions, build_node
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
@@ -63,7 +64,7 @@ def start(repo: ModelRepository, **versions: Any) -> EdgeNode:
         }
     )
     path = repo.file_of("colour")[2]
-    node = EdgeNode(cfg, path, "colour", repository=str(repo.root))
+    node = build_node(cfg, path, "colour", NodeOptions(repository=str(repo.root)))
     node.start()
     return node
 

@@ -1,6 +1,8 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from strata.shared.config import ConfigError, StrataConfig, load_config
 
 
@@ -40,3 +42,21 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
     bad.write_text("a: [1, 2\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ({"degradation": {"enabled": False}}, "edge.overload.gpu_pressure"),
+        ({"scheduler": {"deadline_shed": True}}, "edge.overload.deadline.enabled"),
+        ({"batching": {"min_batch": 2}}, "edge.overload.batch_limit.min_batch"),
+        ({"batching": {"adapt_every": 2}}, "edge.overload.batch_limit.adapt_every"),
+    ],
+)
+def test_moved_edge_overload_keys_name_their_new_home(old: dict[str, Any], new: str) -> None:
+    from strata.shared.config.edge import EdgeConfig
+
+    with pytest.raises(ValidationError, match=new.replace(".", r"\.")):
+        EdgeConfig.model_validate(old)
+    moved = EdgeConfig.model_validate({"overload": {"batch_limit": {"min_batch": 2}}})
+    assert moved.overload.batch_limit.min_batch == 2

@@ -374,3 +374,79 @@ def test_demo_reads_only_exported_metrics() -> None:
     names = {m.name for m in (*COUNTS.values(), *BYTES.values(), *PLAIN_DROPS.values())}
     names |= {name for _tier, name, _label in DROPS}
     assert names - exported == set()
+
+
+# --- what the README claims about the defaults ----------------------------------------------
+
+
+def readme() -> str:
+    # One line per paragraph's worth of words: claims wrap across lines.
+    return " ".join((ROOT / "README.md").read_text().split())
+
+
+def test_readme_names_the_shipped_defaults_of_the_cascade() -> None:
+    from strata.shared.config.device import DeviceConfig
+
+    dev = DeviceConfig()
+    text = readme()
+    assert f"`device.sender.encoding: {dev.sender.encoding}`" in text
+    assert f"`device.gate.threshold: {dev.gate.threshold}`" in text
+    assert dev.gate.positive_class_ids == [] and "no `positive_class_ids`" in text
+    # The bench's cascade differs, and the README says how: both halves must stay true.
+    from strata.tools.bench.cascade import CASCADE
+
+    bench = CASCADE["device"]
+    assert bench["sender"]["encoding"] != dev.sender.encoding
+    assert f"`strata bench` sets `{bench['sender']['encoding']}`" in text
+    assert bench["gate"]["enabled"] is False and "turns the gate off" in text
+    # The intro no longer promises H.264 or dropped irrelevant frames by default.
+    intro = text[: text.index("```")]
+    assert "sends the rest as H.264" not in intro
+    # The example config runs the defaults, as the README says.
+    example = load_config(DEPLOY / "config" / "strata.yaml").device
+    assert example.sender.encoding == dev.sender.encoding
+    assert example.gate.threshold == dev.gate.threshold
+    assert example.gate.positive_class_ids == dev.gate.positive_class_ids
+
+
+def test_delivery_paragraph_names_the_pub_limits_and_the_spool() -> None:
+    import zmq
+    from strata.shared.config.device import SenderConfig
+
+    text = readme()
+    paragraph = text[text.index("**Delivery guarantee.**") : text.index("**Several edges.**")]
+    # The edge leaves its PUB socket at ZeroMQ's default high-water mark: the number the
+    # README gives is that default.
+    node = (ROOT / "edge" / "node.py").read_text()
+    pub_options = re.findall(r"\bpub\.setsockopt\(zmq\.(\w+)", node)
+    assert "SNDHWM" not in pub_options, "the README's 1000 assumes the default PUB HWM"
+    with zmq.Context() as ctx, ctx.socket(zmq.PUB) as pub:
+        hwm = pub.getsockopt(zmq.SNDHWM)
+    assert f"more than {hwm} messages behind" in paragraph
+    assert "no subscriber is connected" in paragraph
+    assert "spool_dir" in SenderConfig.model_fields and SenderConfig().spool_dir == ""
+    assert "`device.sender.spool_dir` set (empty by default" in paragraph
+
+
+UNVERIFIED_BACKENDS = ("onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt", "torch-cuda")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        DEPLOY / "config" / "strata.yaml",
+        DEPLOY / "config" / "edge-1.yaml",
+        DEPLOY / "k8s" / "configmap.yaml",
+    ],
+    ids=lambda p: p.name,
+)
+def test_an_unverified_gpu_backend_in_an_example_says_so(path: Path) -> None:
+    lines = path.read_text().splitlines()
+    readme_text = readme()
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*backend:\s*([\w-]+)", line)
+        if m and m.group(1) in UNVERIFIED_BACKENDS:
+            # The README's GPU table still calls it unverified, and so does the line above.
+            row = next(r for r in readme_text.split("| ") if r.startswith(f"`{m.group(1)}`"))
+            assert "not yet run on a gpu" in readme_text[readme_text.index(row) :][:200].lower()
+            assert "not yet run on a gpu" in lines[i - 1].lower(), f"{path.name}:{i + 1}"

@@ -22,15 +22,12 @@ ALLOWED: dict[str, str] = {
         "engine load, profile and buffer plan; splitting it needs a GPU run to check"
     ),
     "tools/bench/cascade.py::measure_clip": "benchmark driver; regrouped with tools/bench",
-    "tools/hostile.py::edge_probe": "benchmark driver; regrouped with tools/bench",
-    "tools/routing_bench.py::run": "benchmark driver; regrouped with tools/bench",
-    "tools/schednode.py::run_policy": "simulation driver; regrouped with tools/bench",
-    "tools/schedsim.py::simulate": "simulation driver; regrouped with tools/bench",
-    # TEMP: coordinator replaces after the edge refactor merges
-    "edge/metrics.py::EdgeMetrics.__init__": "TEMP: metric declarations",
-    "edge/node.py::EdgeNode.__init__": "TEMP: the edge refactor splits it",
-    "edge/node.py::EdgeNode._worker_loop": "TEMP: the edge refactor splits it",
-    "edge/outage_bench.py::run": "TEMP: benchmark driver, leaves edge/",
+    "tools/bench/hostile.py::edge_probe": "benchmark driver; regrouped with tools/bench",
+    "tools/bench/routing.py::measure": "benchmark driver; regrouped with tools/bench",
+    "tools/bench/schednode.py::run_policy": "simulation driver; regrouped with tools/bench",
+    "tools/bench/schedsim.py::simulate": "simulation driver; regrouped with tools/bench",
+    "edge/metrics.py::EdgeMetrics.__init__": "metric declarations, one per statement",
+    "tools/bench/outage.py::measure": "benchmark driver",
 }
 
 

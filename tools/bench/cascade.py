@@ -47,7 +47,7 @@ NO_SHEDDING: dict[str, Any] = {
     "edge": {
         "batching": {"queue_per_camera": 100_000, "delay_target_ms": 0},
         # A shared CPU's inference p99 would trip GPU degradation (answers from cache).
-        "degradation": {"enabled": False},
+        "overload": {"gpu_pressure": {"enabled": False}},
     },
     # The clip plays at its own frame rate, like a camera: the cascade's feedback from the
     # edge arrives while the clip still runs, as it would live.

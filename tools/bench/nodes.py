@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from strata.edge.build import build_node
 from strata.edge.node import EdgeNode, Endpoints
 from strata.shared.config.edge import EdgeConfig
 
 
 def start_edge_node(cfg: EdgeConfig, model: Path) -> tuple[EdgeNode, Endpoints]:
     """A started edge node of `cfg` serving `model`, and the addresses it bound."""
-    node = EdgeNode(cfg, model)
+    node = build_node(cfg, model)
     return node, node.start()

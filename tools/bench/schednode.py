@@ -54,10 +54,13 @@ def _config(policy: str, q_table: str, deadline_shed: bool = False) -> EdgeConfi
             "publish": "tcp://127.0.0.1:0",
             "runtime": {"max_batch": 8, "opt_batch": 4},
             "batching": {"max_batch": 8, "queue_per_camera": 8},
-            "scheduler": {"policy": policy, "q_table": q_table, "deadline_shed": deadline_shed},
-            # The degradation controller's inference SLA (100 ms) is a GPU figure: off, so
-            # the runs compare the policies alone.
-            "degradation": {"enabled": False},
+            "scheduler": {"policy": policy, "q_table": q_table},
+            # GPU pressure's inference SLA (100 ms) is a GPU figure: off, so the runs
+            # compare the policies alone.
+            "overload": {
+                "deadline": {"enabled": deadline_shed},
+                "gpu_pressure": {"enabled": False},
+            },
         }
     )
 

@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     n.add_argument("--base-fps", type=float, default=0.5)
     n.add_argument("--seed", type=int, default=1)
     n.add_argument("--rounds", type=int, default=1, help="alternating rounds per policy")
-    n.add_argument("--deadline-shed", action="store_true", help="scheduler.deadline_shed on")
+    n.add_argument("--deadline-shed", action="store_true", help="overload.deadline.enabled on")
     n.add_argument("--json", default="")
 
 

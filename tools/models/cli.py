@@ -339,7 +339,12 @@ def _triple(text: str | None, flag: str) -> tuple[float, float, float] | None:
 
 def run_import(args: argparse.Namespace) -> int:
     """Import an ONNX file; print the manifest's gist, or why the file was refused."""
-    from strata.tools.models.importer import ImportRefusedError, ImportRequest, import_model
+    from strata.tools.models.importer import (
+        ImportRefusedError,
+        ImportRequest,
+        fixed_batch_warning,
+        import_model,
+    )
 
     path = _repo_path(args)
     if not path:
@@ -372,6 +377,9 @@ def run_import(args: argparse.Namespace) -> int:
     except (ImportRefusedError, ValueError, OSError) as exc:
         print(f"strata models import: refused: {exc}", file=sys.stderr)
         return 2
+    warning = fixed_batch_warning(m)
+    if warning is not None:
+        print(f"strata models import: warning: {warning}", file=sys.stderr)
     shape = "x".join("N" if d is None else str(d) for d in m.input.shape)
     print(
         f"imported {m.name} -> {Path(path) / m.name / m.file}: {m.task}, input {shape} "

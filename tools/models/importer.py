@@ -136,12 +136,8 @@ def _input_spec(facts: OnnxFacts, req: ImportRequest, task: str) -> InputSpec:
             f"input {x.name!r} is {_fmt(x.shape)}; the tiers feed NCHW images with 3 channels "
             "[N, 3, H, W]"
         )
-    if x.shape[0] is not None:
-        raise ImportRefusedError(
-            f"input {x.name!r} has a fixed batch of {x.shape[0]}; the tiers batch frames, so "
-            "the batch axis must be dynamic (ultralytics: export(dynamic=True); torch.onnx: "
-            "dynamic_axes={'images': {0: 'batch'}})"
-        )
+    # A fixed batch (ultralytics exports batch 1 unless told dynamic=True) is taken: the
+    # manifest keeps it in shape[0] and every tier runs batches of exactly that size.
     h, w = x.shape[2], x.shape[3]
     if h is None or w is None:
         if not req.imgsz:
@@ -154,7 +150,7 @@ def _input_spec(facts: OnnxFacts, req: ImportRequest, task: str) -> InputSpec:
     classify = task == "classify"
     return InputSpec(
         name=x.name,
-        shape=(None, 3, h, w),
+        shape=(x.shape[0], 3, h, w),
         colour=req.colour,
         resize=req.resize or ("stretch" if classify else "letterbox"),
         scale=req.scale,
@@ -257,18 +253,31 @@ def import_model(req: ImportRequest) -> Manifest:
     return manifest
 
 
+def fixed_batch_warning(manifest: Manifest) -> str | None:
+    """The one line `strata models import` prints for a fixed-batch model: what it costs."""
+    fixed = manifest.input.fixed_batch
+    if fixed is None:
+        return None
+    return (
+        f"input {manifest.input.name!r} has a fixed batch of {fixed}: every tier runs it in "
+        f"batches of exactly {fixed} (no batching of more frames per run, lower throughput on "
+        "a GPU); export with a dynamic batch to batch (ultralytics: export(dynamic=True))"
+    )
+
+
 def _try_run(repo: ModelRepository, manifest: Manifest) -> None:
-    """Load through the manifest (checksum, shapes) and run a batch of two."""
+    """Load through the manifest (checksum, shapes) and run a batch of two (or the fixed one)."""
     try:
         loaded = repo.open(manifest.name)
     except ModelError as exc:
         raise ImportRefusedError(f"the tiers cannot load it: {exc}") from None
+    n = manifest.input.fixed_batch or 2
     try:
-        x = np.zeros((2, 3, manifest.input.height, manifest.input.width), np.float32)
+        x = np.zeros((n, 3, manifest.input.height, manifest.input.width), np.float32)
         (out,) = loaded.runner.run(x)
     except Exception as exc:  # ONNX Runtime's errors have no common base class
-        raise ImportRefusedError(f"ONNX Runtime cannot run it on a batch of 2: {exc}") from None
+        raise ImportRefusedError(f"ONNX Runtime cannot run it on a batch of {n}: {exc}") from None
     finally:
         loaded.close()
-    if out.shape[0] != 2:
-        raise ImportRefusedError(f"a batch of 2 gave an output of shape {list(out.shape)}")
+    if out.shape[0] != n:
+        raise ImportRefusedError(f"a batch of {n} gave an output of shape {list(out.shape)}")

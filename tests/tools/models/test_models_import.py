@@ -127,11 +127,6 @@ REFUSALS = {
         [("y", ["N", 3])],
         "NCHW images with 3 channels",
     ),
-    "fixed batch": (
-        [("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [("y", [1, 3])],
-        "the batch axis must be dynamic",
-    ),
     "two outputs": (
         [("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
         [("boxes", ["N", 100, 4]), ("scores", ["N", 100])],
@@ -196,3 +191,59 @@ def test_no_labels_and_not_onnx_are_refused(
     labels = str(_labels(tmp_path, "a"))
     assert main(["models", "import", "j", str(junk), "-r", repo, "--labels", labels]) == 2
     assert "is not a valid ONNX model" in capsys.readouterr().err
+
+
+def test_a_fixed_batch_model_comes_in_with_one_warning_and_every_tier_runs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch-1 export (what ultralytics writes unless told dynamic=True) is imported, says
+    once what it costs, records its batch in the manifest, and the device's gate and the
+    cloud's classifier run it at their usual max batch (the edge: test_edge_model_batch.py)."""
+    from prometheus_client import CollectorRegistry
+    from strata.cloud.batcher import DynamicBatcher
+    from strata.cloud.classifier import load_classifier
+    from strata.cloud.metrics import CloudMetrics
+    from strata.device.gate import load_gate
+    from strata.shared.config.cloud import CloudBatcherConfig, CloudModelConfig
+    from strata.shared.config.device import GateConfig
+
+    src = tmp_path / "b1.onnx"
+    tiny_classifier(src, size=16, classes=3, dynamic=False)
+    repo = tmp_path / "repo"
+    labels = str(_labels(tmp_path, "a", "b", "c"))
+    assert main(["models", "import", "b1", str(src), "-r", str(repo), "--labels", labels]) == 0
+    captured = capsys.readouterr()
+    warnings = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert len(warnings) == 1, captured.err
+    assert "warning" in warnings[0] and "batches of exactly 1" in warnings[0], warnings
+    assert "imported b1" in captured.out and "1x3x16x16" in captured.out
+    manifest = ModelRepository(repo).manifest("b1")
+    assert manifest.input.shape[0] == 1 and manifest.input.fixed_batch == 1
+
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 256, (24, 32, 3), np.uint8) for _ in range(5)]
+
+    # Device: the gate batches up to 8 frames; the model takes one at a time.
+    gate = load_gate(GateConfig(model="b1", max_batch=8), repository=str(repo))
+    try:
+        together = gate.score(images)
+        alone = np.concatenate([gate.score([im]) for im in images])
+    finally:
+        gate.runner.close()
+    assert together.shape == (5,)
+    np.testing.assert_allclose(together, alone, rtol=1e-5)
+
+    # Cloud: the classifier and its batcher, asked for batches of 8.
+    clf = load_classifier(CloudModelConfig(name="b1"), str(repo), max_batch=8)
+    batcher = DynamicBatcher(
+        clf, CloudBatcherConfig(max_batch=8), CloudMetrics(CollectorRegistry())
+    )
+    assert batcher.max_batch == 1
+    batcher.start()
+    try:
+        futures = [batcher.submit(np.ascontiguousarray(im[:16, :16])) for im in images]
+        scored = [f.result(timeout=30) for f in futures]
+    finally:
+        batcher.stop()
+        clf.close()
+    assert len(scored) == 5

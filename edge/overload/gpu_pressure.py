@@ -1,17 +1,19 @@
-"""The GPU degradation controller: the design's triggers, and its actions cheapest first.
+"""GPU pressure levels: the design's triggers, and their actions cheapest first.
 
-Triggers (DegradationConfig): GPU temperature above 85 C for a minute, GPU memory above
+(Not the device's source degradation, strata.device.degrade: that one acts on a camera.)
+
+Triggers (`edge.overload.gpu_pressure`): GPU temperature above 85 C for a minute, GPU memory above
 90 %, inference p99 above twice the SLA. While any holds, the level rises one step per
 `step_s`; once all have been clear (below their lower clear thresholds) for `clear_for_s`
-it falls one step per `step_s`. The node reads the actions off the controller:
+it falls one step per `step_s`. The stages read the actions off it:
 
     1 `crops_enabled` False: the cloud's second opinions stop (the non-critical branch)
     2 `batch_cap(limit)`: the batch size is divided
     3 `credit_scale` / `device_level`: devices are asked for fewer frames (acks)
     4 `from_cache(camera)`: low-priority cameras are answered with their last result
 
-Every transition is logged and counted. The controller has no thread of its own: the
-node's worker calls `observe_inference` per batch and `tick` about once a second, with
+Every transition is logged and counted. It has no thread of its own: the
+worker calls `observe_inference` per batch and `tick` about once a second, with
 samples from a TelemetrySource (NVML, or what a test injects).
 """
 
@@ -24,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from strata.shared.config.edge import DegradationConfig
+from strata.shared.config.edge import GpuPressureConfig
 from strata.shared.gpu_telemetry import GpuSample
 
 log = logging.getLogger(__name__)
@@ -33,8 +35,8 @@ LEVELS = ("normal", "no_cloud_crops", "smaller_batches", "fewer_frames", "cached
 TRIGGERS = ("gpu_temperature", "gpu_memory", "inference_p99")
 
 
-class DegradationMetrics:
-    """The controller's metrics, in the node's registry."""
+class GpuPressureMetrics:
+    """The GPU pressure metrics, in the node's registry (their names predate the rename)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.level = Gauge(
@@ -68,13 +70,13 @@ class DegradationMetrics:
         )
 
 
-class DegradationController:
+class GpuPressure:
     """Triggers in, a level with hysteresis out (see the module docstring)."""
 
     def __init__(
         self,
-        cfg: DegradationConfig,
-        metrics: DegradationMetrics,
+        cfg: GpuPressureConfig,
+        metrics: GpuPressureMetrics,
         clock: Callable[[], float] = time.monotonic,
         on_gpu: bool = True,
     ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from strata.edge.uplink.breaker import BreakerState, CircuitBreaker
 
 
@@ -103,3 +104,57 @@ def test_p99_needs_a_full_window_after_closing() -> None:
     assert b.state is BreakerState.CLOSED  # 19 samples: too few to judge
     b.success(3.0)
     assert b.state is BreakerState.OPEN and "p99" in b.reason
+
+
+class ZeroClock(Clock):
+    """A clock that starts at 0 (the tests below count from there)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+
+def test_breaker_opens_on_consecutive_failures_and_probes_half_open() -> None:
+    clock = ZeroClock()
+    states: list[BreakerState] = []
+    b = CircuitBreaker(
+        3, 1.0, 20, open_s=5.0, clock=clock, on_change=lambda _old, new: states.append(new)
+    )
+    b.failure("x")
+    b.success(0.01)  # resets the run of failures
+    b.failure("x")
+    b.failure("x")
+    assert b.state is BreakerState.CLOSED
+    b.failure("x")
+    assert b.state is BreakerState.OPEN
+    assert not b.allow()
+    clock.t = 5.1
+    assert b.allow()  # the probe
+    assert b.state is BreakerState.HALF_OPEN
+    assert not b.allow()  # one probe at a time
+    b.failure("probe", probe=True)
+    assert b.state is BreakerState.OPEN
+    assert b.seconds_until_probe() == pytest.approx(5.0)
+    clock.t = 10.2
+    assert b.allow()
+    b.success(0.01, probe=True)
+    assert b.state is BreakerState.CLOSED
+    assert b.trips == 1  # the failed probe reopened it; that is not a new trip
+    assert states == [
+        BreakerState.OPEN,
+        BreakerState.HALF_OPEN,
+        BreakerState.OPEN,
+        BreakerState.HALF_OPEN,
+        BreakerState.CLOSED,
+    ]
+
+
+def test_breaker_opens_on_p99_latency() -> None:
+    b = CircuitBreaker(
+        100, p99_limit_s=0.1, window=20, open_s=1.0, clock=ZeroClock(), min_samples=10
+    )
+    for _ in range(9):
+        b.success(0.5)  # too few samples to judge yet
+    assert b.state is BreakerState.CLOSED
+    b.success(0.5)
+    assert b.state is BreakerState.OPEN
+    assert "p99" in b.reason

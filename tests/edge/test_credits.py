@@ -1,14 +1,9 @@
-"""The ledger (what was seen) and the credit gate (what may be taken), without sockets."""
+"""Credit admission: capacity, shares, the floor, degradation levels."""
 
 from __future__ import annotations
 
-from strata.edge.flow.credits import CapacityMeter, CreditGate
-from strata.edge.flow.ledger import DeliveryLedger, Seen
+from strata.edge.flow.credits import CapacityMeter, CreditGate, NoLimits
 from strata.shared.config.edge import FlowConfig
-from strata.shared.contracts import frame_pb2
-
-PROCESSED = frame_pb2.ACK_STATUS_PROCESSED
-SHED = frame_pb2.ACK_STATUS_SHED
 
 
 class Clock:
@@ -17,38 +12,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-def test_ledger_pending_then_settled_per_session_and_camera() -> None:
-    led = DeliveryLedger(settled_per_stream=64)
-    key = (1, "cam")
-    assert led.lookup(key, 5).seen is Seen.NEW
-    led.add(key, 5)
-    assert led.lookup(key, 5).seen is Seen.PENDING
-    assert led.lookup((2, "cam"), 5).seen is Seen.NEW  # another session: another frame
-    led.settle(key, 5, PROCESSED)
-    assert led.lookup(key, 5) == led.lookup(key, 5)
-    assert led.lookup(key, 5).seen is Seen.SETTLED and led.lookup(key, 5).status == PROCESSED
-    led.add(key, 3)  # lower sequences are not duplicates by themselves (BUSY, resend)
-    led.settle(key, 3, SHED, "stale")
-    assert (led.lookup(key, 3).status, led.lookup(key, 3).reason) == (SHED, "stale")
-    led.add(key, 2)
-    led.withdraw(key, 2)
-    assert led.lookup(key, 2).seen is Seen.NEW
-
-
-def test_ledger_bounds_settled_records_and_forgets_idle_streams() -> None:
-    clock = Clock()
-    led = DeliveryLedger(settled_per_stream=64, idle_s=10.0, clock=clock)
-    for seq in range(1, 201):
-        led.add((1, "a"), seq)
-        led.settle((1, "a"), seq, PROCESSED)
-    assert led.lookup((1, "a"), 136).seen is Seen.NEW  # beyond the bound: the oldest go
-    assert led.lookup((1, "a"), 137).seen is Seen.SETTLED
-    led.add((1, "held"), 1)  # pending: never forgotten
-    clock.t = 100.0
-    led.add((2, "b"), 1)  # a sweep happens on the way
-    assert led.is_new_stream((1, "a")) and not led.is_new_stream((1, "held"))
 
 
 def test_capacity_is_frames_per_busy_second() -> None:
@@ -96,8 +59,12 @@ def test_credits_never_fall_below_a_batch_in_service_and_one_queued() -> None:
     # A slow node: Little's law alone would grant 4 + 10/s x 0.2 s x 0.4 = 5 frames, so a
     # batch of 4 leaves while its successor has one frame (the rest still on the way).
     limit = [4]
-    gate = CreditGate(FlowConfig(), 0.2, max_batch=4, max_per_camera=64, clock=Clock())
-    gate.batch_limit = lambda: limit[0]
+
+    class Limits(NoLimits):
+        def batch_limit(self) -> int:
+            return limit[0]
+
+    gate = CreditGate(FlowConfig(), 0.2, 4, 64, Clock(), Limits(4))
     gate.observe_batch(10, 1.0, [0.01])
     for cam in ("a", "b", "c"):
         gate.has_room(cam)
@@ -142,54 +109,3 @@ def test_a_saturating_camera_degrades_step_by_step_and_recovers_slowly() -> None
         gate.decay_delay()
         gate.has_room("hot")
     assert 0 < gate.level("hot") < 3  # hysteresis: one step per down_s
-
-
-def test_ledger_forgets_the_streams_of_forgotten_cameras_unless_held() -> None:
-    led = DeliveryLedger()
-    led.add((1, "gone"), 1)
-    led.settle((1, "gone"), 1, PROCESSED)
-    led.add((1, "held"), 1)
-    led.forget_cameras(["gone", "held"])
-    assert led.is_new_stream((1, "gone")) and not led.is_new_stream((1, "held"))
-
-
-def test_h264_units_after_a_busy_one_wait_for_it_so_resends_arrive_in_order() -> None:
-    from strata.edge.flow.delivery import BUSY, QUEUED, Delivery
-    from strata.edge.metrics import EdgeMetrics
-    from strata.shared.config.edge import EdgeConfig
-    from strata.shared.contracts import common_pb2
-
-    d = Delivery(EdgeConfig(), 4, EdgeMetrics())
-
-    def unit(seq: int, keyframe: bool = False) -> frame_pb2.FrameHeader:
-        return frame_pb2.FrameHeader(
-            camera_id="cam",
-            sequence=seq,
-            session_id=3,
-            encoding=common_pb2.ENCODING_H264,
-            stream_index=seq,
-            keyframe=keyframe,
-        )
-
-    assert d.precheck(unit(1, keyframe=True)) is None
-    assert d.admit(unit(1, keyframe=True)).ack.status == QUEUED
-    assert d.precheck(unit(2)) is None
-    d.admit(unit(2))
-    assert d.refuse(unit(2)).status == BUSY  # its camera's queue was full after all
-    # Unit 3 refers to 2: taken now, it could not be decoded; BUSY until 2 is taken.
-    refused = d.precheck(unit(3))
-    assert refused is not None and refused.status == BUSY
-    assert d.precheck(unit(2)) is None and d.admit(unit(2)).ack.status == QUEUED
-    assert d.precheck(unit(3)) is None
-    # A keyframe needs nothing before it, and ends the wait.
-    d.admit(unit(3))
-    d.refuse(unit(3))
-    assert d.precheck(unit(4)) is not None
-    assert d.precheck(unit(5, keyframe=True)) is None
-    d.admit(unit(5, keyframe=True))
-    assert d.precheck(unit(6)) is None
-    # JPEG frames never wait on stream order.
-    jpeg = frame_pb2.FrameHeader(camera_id="j", sequence=9, session_id=3)
-    d.admit(jpeg)
-    d.refuse(jpeg)
-    assert d.precheck(frame_pb2.FrameHeader(camera_id="j", sequence=10, session_id=3)) is None

@@ -1,4 +1,5 @@
-"""Unit tests of the node's pieces: queues, batch release, breaker, degradation."""
+"""The per-camera queues: round-robin batches, bounded per camera, released when full or
+when the oldest frame has waited the max delay."""
 
 from __future__ import annotations
 
@@ -6,11 +7,8 @@ import threading
 import time
 
 import numpy as np
-import pytest
 from strata.edge.flow.queues import CameraQueues
 from strata.edge.ingest.frames import QueuedFrame
-from strata.edge.overload.batch_limit import AdaptiveBatchLimit
-from strata.edge.uplink.breaker import BreakerState, CircuitBreaker
 from strata.shared.contracts import frame_pb2
 
 IMG = np.zeros((2, 2, 3), np.uint8)
@@ -85,62 +83,3 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-def test_breaker_opens_on_consecutive_failures_and_probes_half_open() -> None:
-    clock = Clock()
-    states: list[BreakerState] = []
-    b = CircuitBreaker(
-        3, 1.0, 20, open_s=5.0, clock=clock, on_change=lambda _old, new: states.append(new)
-    )
-    b.failure("x")
-    b.success(0.01)  # resets the run of failures
-    b.failure("x")
-    b.failure("x")
-    assert b.state is BreakerState.CLOSED
-    b.failure("x")
-    assert b.state is BreakerState.OPEN
-    assert not b.allow()
-    clock.t = 5.1
-    assert b.allow()  # the probe
-    assert b.state is BreakerState.HALF_OPEN
-    assert not b.allow()  # one probe at a time
-    b.failure("probe", probe=True)
-    assert b.state is BreakerState.OPEN
-    assert b.seconds_until_probe() == pytest.approx(5.0)
-    clock.t = 10.2
-    assert b.allow()
-    b.success(0.01, probe=True)
-    assert b.state is BreakerState.CLOSED
-    assert b.trips == 1  # the failed probe reopened it; that is not a new trip
-    assert states == [
-        BreakerState.OPEN,
-        BreakerState.HALF_OPEN,
-        BreakerState.OPEN,
-        BreakerState.HALF_OPEN,
-        BreakerState.CLOSED,
-    ]
-
-
-def test_breaker_opens_on_p99_latency() -> None:
-    b = CircuitBreaker(100, p99_limit_s=0.1, window=20, open_s=1.0, clock=Clock(), min_samples=10)
-    for _ in range(9):
-        b.success(0.5)  # too few samples to judge yet
-    assert b.state is BreakerState.CLOSED
-    b.success(0.5)
-    assert b.state is BreakerState.OPEN
-    assert "p99" in b.reason
-
-
-def test_degradation_halves_then_recovers() -> None:
-    d = AdaptiveBatchLimit(max_batch=8, min_batch=2, target_s=0.1, window=2)
-    assert d.observe([0.3, 0.3]) == 8  # window not complete
-    assert d.observe([0.3]) == 4
-    d.observe([0.3])
-    assert d.observe([0.3]) == 2
-    d.observe([0.3])
-    assert d.observe([0.3]) == 2  # never under min_batch
-    d.observe([0.01])
-    assert d.observe([0.01]) == 4
-    off = AdaptiveBatchLimit(8, 1, 0.0, 1)
-    assert off.observe([10.0]) == 8

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from prometheus_client import CollectorRegistry
-from strata.edge.node import EdgeNode
-from strata.edge.overload.gpu import DegradationController, DegradationMetrics
-from strata.shared.config.edge import DegradationConfig, EdgeConfig
+from strata.edge.build import NodeOptions, build_node
+from strata.edge.overload.gpu_pressure import GpuPressure, GpuPressureMetrics
+from strata.shared.config.edge import EdgeConfig, GpuPressureConfig
 from strata.shared.gpu_telemetry import GpuSample
 from strata.shared.loopback import free_port
 from strata.shared.metrics import sample
@@ -41,16 +41,16 @@ class Clock:
         return self.t
 
 
-def controller(**over: Any) -> tuple[DegradationController, Clock, CollectorRegistry]:
+def controller(**over: Any) -> tuple[GpuPressure, Clock, CollectorRegistry]:
     clock = Clock()
     reg = CollectorRegistry()
-    cfg = DegradationConfig.model_validate(
+    cfg = GpuPressureConfig.model_validate(
         {"step_s": 5, "clear_for_s": 30, "interval_s": 1, **over}
     )
-    return DegradationController(cfg, DegradationMetrics(reg), clock), clock, reg
+    return GpuPressure(cfg, GpuPressureMetrics(reg), clock), clock, reg
 
 
-def run(c: DegradationController, clock: Clock, s: GpuSample, seconds: float) -> int:
+def run(c: GpuPressure, clock: Clock, s: GpuSample, seconds: float) -> int:
     """Tick once a second for `seconds` on sample `s`; returns the level."""
     for _ in range(int(seconds)):
         clock.t += 1
@@ -126,15 +126,17 @@ def test_no_gpu_samples_never_trigger_and_disabled_does_nothing() -> None:
 
 
 def test_auto_runs_the_controller_only_for_a_gpu_runner(colour_model: Path) -> None:
-    cfg = DegradationConfig()
+    cfg = GpuPressureConfig()
     assert cfg.enabled == "auto"
     for on_gpu in (True, False):
-        metrics = DegradationMetrics(CollectorRegistry())
-        assert DegradationController(cfg, metrics, on_gpu=on_gpu).enabled is on_gpu
+        metrics = GpuPressureMetrics(CollectorRegistry())
+        assert GpuPressure(cfg, metrics, on_gpu=on_gpu).enabled is on_gpu
     # A CPU node: its batch times are no GPU SLA's business (a slow CPU stuck at level 4).
-    node = EdgeNode(EdgeConfig.model_validate({"model": {"input_size": MODEL_SIZE}}), colour_model)
+    node = build_node(
+        EdgeConfig.model_validate({"model": {"input_size": MODEL_SIZE}}), colour_model
+    )
     try:
-        assert not node.degradation.enabled and not node.degradation.due()
+        assert not node.gpu_pressure.enabled and not node.gpu_pressure.due()
     finally:
         node.stop()
 
@@ -183,18 +185,20 @@ def test_a_real_node_degrades_on_injected_telemetry_and_recovers(
             # Credits for the raw agent's bursts, even halved at level 3 (no BUSY here).
             "flow": {"initial_credits": 64},
             "crops": {"score_max": 1.0},
-            "degradation": {
-                "enabled": True,  # a CPU runner: auto would leave the controller off
-                "interval_s": 0.05,
-                "gpu_temp_for_s": 0.3,
-                "step_s": 0.2,
-                "clear_for_s": 0.4,
-                "low_priority_cameras": ["lobby"],
+            "overload": {
+                "gpu_pressure": {
+                    "enabled": True,  # a CPU runner: auto would leave the controller off
+                    "interval_s": 0.05,
+                    "gpu_temp_for_s": 0.3,
+                    "step_s": 0.2,
+                    "clear_for_s": 0.4,
+                    "low_priority_cameras": ["lobby"],
+                }
             },
         }
     )
     injected = InjectedGpu()
-    node = EdgeNode(cfg, colour_model, "colour", telemetry=injected)
+    node = build_node(cfg, colour_model, "colour", NodeOptions(telemetry=injected))
     node.start()
     reg = node.metrics.registry
     try:
@@ -217,7 +221,7 @@ def test_a_real_node_degrades_on_injected_telemetry_and_recovers(
         for level in ("1", "2", "3", "4"):
             labels = {"direction": "up", "level": level, "reason": "gpu_temperature"}
             assert sample(reg, up, labels) == 1
-        assert node.degradation.credit_scale == 0.5
+        assert node.gpu_pressure.credit_scale == 0.5
 
         # Level 4: a burst of 8 from the door camera runs in batches of at most 2; the
         # lobby is answered from its last result, flagged, without inference.
@@ -288,15 +292,14 @@ def _dcgm_labels() -> dict[str, str]:
 
 def test_the_credit_scale_cuts_a_credit_held_at_the_per_camera_cap() -> None:
     from strata.edge.flow.credits import CreditGate
+    from strata.edge.inference.scheduler import RulePolicy
+    from strata.edge.overload.limits import OverloadLimits
     from strata.shared.config.edge import FlowConfig
 
-    gate = CreditGate(
-        FlowConfig(initial_credits=64, min_credits=1), 0.2, max_batch=4, max_per_camera=8
-    )
-    assert gate.credits("cam") == 8  # 64 offered, capped at 8 per camera
     c, _clock, _ = controller(max_level=4)
-    gate.scale = lambda: c.credit_scale
-    gate.floor_level = lambda: c.device_level
+    limits = OverloadLimits(RulePolicy(4, 1, 0.2, 8, 0.0), c)
+    gate = CreditGate(FlowConfig(initial_credits=64, min_credits=1), 0.2, 4, 8, limits=limits)
+    assert gate.credits("cam") == 8  # 64 offered, capped at 8 per camera
     c.level = 3
     assert gate.credits("cam") == 4 and gate.level("cam") == 1
     c.level = 0

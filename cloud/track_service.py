@@ -1,0 +1,263 @@
+"""Track events on the Analytics service: taken from Uplink batches, served by
+QueryTrackEvents and WatchTrackEvents.
+
+An event from an edge is checked (track_checks), handed to the store's writer in the order it
+came, and acked only from the writer's answer: STORED after its transaction committed,
+DUPLICATE when its idempotency key was stored before (by any replica), INVALID (final, with
+the reason; counted and logged) for bad input, RETRY with a hint when the store is busy or
+down. Once one of a camera's events in a batch gets RETRY at hand-over, the camera's later
+events in that batch get RETRY too, so a resend cannot store them ahead of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+from strata.shared.config.cloud import CloudConfig
+from strata.shared.contracts import (
+    ProtocolVersionError,
+    analytics_pb2,
+    check_version,
+    current_version,
+    events_pb2,
+)
+
+from .batch_acks import BatchAcks
+from .event_store import StoreBusyError, StoredTrack, StoreError
+from .metrics import CloudMetrics
+from .service_parts import ServiceParts
+from .track_checks import check_event
+from .track_filter import TrackPageKey, TrackQuery, parse_track_uid, type_name
+from .watch import WatchUnavailableError
+
+log = logging.getLogger(__name__)
+
+UPLINK, QUERY_TRACKS, WATCH_TRACKS = "Uplink", "QueryTrackEvents", "WatchTrackEvents"
+_S = events_pb2
+
+
+def _ack(
+    key: str, status: int, reason: str = "", after_ms: int = 0, stored_id: int = 0
+) -> events_pb2.TrackEventAck:
+    return events_pb2.TrackEventAck(
+        idempotency_key=key,
+        status=status,  # type: ignore[arg-type]
+        reason=reason,
+        retry_after_ms=after_ms,
+        stored_id=stored_id,
+    )
+
+
+class TrackEvents:
+    """The track-event half of the service (the crop half is service.AnalyticsService)."""
+
+    def __init__(self, cfg: CloudConfig, parts: ServiceParts, metrics: CloudMetrics) -> None:
+        self.cfg = cfg
+        self.store = parts.store
+        self.hub = parts.hub
+        self.drops = parts.drops
+        self.executor = parts.executor
+        self.metrics = metrics
+        self.retry_ms = cfg.batcher.retry_after_ms
+
+    # Uplink
+
+    def start(self, events: list[events_pb2.TrackEvent], acks: BatchAcks) -> None:
+        """Check and hand over a batch's events in order (on a request thread); each is acked
+        through `acks` when its fate is known."""
+        limit = self.cfg.limits.max_events_per_batch
+        if len(events) > limit:
+            reason = f"too_many_events: batch has {len(events)} track events; the limit is {limit}"
+            for j, ev in enumerate(events):
+                self._invalid(j, ev, acks, "too_many_events", reason)
+            return
+        held: dict[str, str] = {}  # camera -> why its earlier event got RETRY
+        for j, ev in enumerate(events):
+            try:
+                self._start_one(j, ev, acks, held)
+            except Exception as exc:
+                log.exception("uplink track event %s failed", ev.idempotency_key)
+                self._retry(j, ev, acks, "internal", f"internal: {exc}")
+
+    def _start_one(
+        self, j: int, ev: events_pb2.TrackEvent, acks: BatchAcks, held: dict[str, str]
+    ) -> None:
+        name = type_name(ev.type)
+        self.metrics.track_events_received.labels(name).inc()
+        bad = check_event(ev, self.cfg.limits.max_event_bytes)
+        if bad is not None:
+            self._invalid(j, ev, acks, bad.code, str(bad))
+            return
+        if ev.camera_id in held:
+            self._retry(j, ev, acks, "held", f"held: {held[ev.camera_id]}")
+            return
+        try:
+            fut = self.store.submit_track(ev)
+        except StoreBusyError as exc:
+            held[ev.camera_id] = f"an earlier event of camera {ev.camera_id} got RETRY"
+            self._retry(j, ev, acks, "store_busy", f"store_busy: {exc}")
+            return
+        fut.add_done_callback(lambda f: self._stored(j, ev, acks, f))
+
+    def _stored(
+        self, j: int, ev: events_pb2.TrackEvent, acks: BatchAcks, fut: Future[StoredTrack]
+    ) -> None:
+        try:
+            exc = fut.exception()
+            if exc is not None:
+                self._retry(j, ev, acks, "store_error", f"store_error: {exc}")
+                return
+            got = fut.result()
+            name = type_name(ev.type)
+            if got.duplicate:
+                self.metrics.track_events_duplicate.labels(name).inc()
+                status = _S.TRACK_EVENT_STATUS_DUPLICATE
+            else:
+                self.metrics.track_events_stored.labels(name).inc()
+                status = _S.TRACK_EVENT_STATUS_STORED
+            self.metrics.ok(UPLINK)
+            acks.set_event(j, _ack(ev.idempotency_key, status, stored_id=got.stored.stored_id))
+        except Exception as exc:  # a bug still answers the event instead of hanging the batch
+            log.exception("uplink track event %s failed", ev.idempotency_key)
+            self._retry(j, ev, acks, "internal", f"internal: {exc}")
+
+    def _invalid(
+        self, j: int, ev: events_pb2.TrackEvent, acks: BatchAcks, code: str, reason: str
+    ) -> None:
+        self.metrics.track_events_invalid.labels(type_name(ev.type), code).inc()
+        self.drops(
+            UPLINK,
+            f"event_{code}",
+            f"track event {ev.idempotency_key!r} of camera {ev.camera_id!r} from edge "
+            f"{ev.edge_id!r}: {reason}",
+        )
+        acks.set_event(j, _ack(ev.idempotency_key, _S.TRACK_EVENT_STATUS_INVALID, reason))
+
+    def _retry(
+        self,
+        j: int,
+        ev: events_pb2.TrackEvent,
+        acks: BatchAcks,
+        code: str,
+        reason: str,
+    ) -> None:
+        self.metrics.track_events_retry.labels(type_name(ev.type)).inc()
+        self.drops(UPLINK, code, f"track event {ev.idempotency_key!r}: {reason}")
+        acks.set_event(
+            j, _ack(ev.idempotency_key, _S.TRACK_EVENT_STATUS_RETRY, reason, self.retry_ms)
+        )
+
+    # queries
+
+    @staticmethod
+    def _filter(
+        req: analytics_pb2.QueryEventsRequest | analytics_pb2.WatchEventsRequest,
+        start_ns: int = 0,
+        end_ns: int = 0,
+    ) -> TrackQuery:
+        """The request's filter; ValueError for a malformed track_uid."""
+        if req.track_uid:
+            parse_track_uid(req.track_uid)
+        return TrackQuery(
+            camera_id=req.camera_id,
+            label=req.label,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            types=tuple(int(t) for t in req.types),
+            zone=req.zone,
+            line=req.line,
+            rule=req.rule,
+            track_id=req.track_id,
+            track_uid=req.track_uid,
+        )
+
+    async def query(
+        self,
+        request: analytics_pb2.QueryEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[events_pb2.QueryTrackEventsResponse]:
+        """Pages of stored track events, oldest first ((capture_ns, sequence, stored_id)
+        order), each with its track's verdict and the token of the next page."""
+        try:
+            check_version(request.version)
+        except ProtocolVersionError as exc:
+            self.drops(QUERY_TRACKS, "protocol_version", str(exc))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        if request.end_ns and request.end_ns < request.start_ns:
+            self.drops(QUERY_TRACKS, "bad_range", f"end_ns {request.end_ns} < start_ns")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "end_ns is before start_ns")
+        after: TrackPageKey | None = None
+        try:
+            q = self._filter(request, request.start_ns, request.end_ns)
+            if request.page_token:
+                after = TrackPageKey.parse(request.page_token)
+        except ValueError as exc:
+            self.drops(QUERY_TRACKS, "bad_request", str(exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        lim = self.cfg.limits
+        size = min(request.page_size or lim.default_page_size, lim.max_page_size)
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                events, after = await loop.run_in_executor(
+                    self.executor, self.store.query_tracks, q, after, size
+                )
+            except StoreError as exc:
+                self.drops(QUERY_TRACKS, "store_error", str(exc))
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"event store: {exc}")
+            yield events_pb2.QueryTrackEventsResponse(
+                version=current_version(),
+                events=events,
+                next_page_token=after.token() if after else "",
+            )
+            if after is None:
+                break
+        self.metrics.ok(QUERY_TRACKS)
+
+    async def watch(
+        self,
+        request: analytics_pb2.WatchEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[events_pb2.StoredTrackEvent]:
+        """New track events as they are committed (by any replica), until the client goes."""
+        try:
+            check_version(request.version)
+        except ProtocolVersionError as exc:
+            self.drops(WATCH_TRACKS, "protocol_version", str(exc))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        try:
+            q = self._filter(request)
+        except ValueError as exc:
+            self.drops(WATCH_TRACKS, "bad_request", str(exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        try:
+            sub = self.hub.subscribe_tracks(q)
+        except WatchUnavailableError as exc:
+            self.drops(WATCH_TRACKS, "feed_lost", str(exc))
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"event feed down, retry: {exc}")
+        if sub is None:
+            self.drops(WATCH_TRACKS, "too_many_watchers", f"limit {self.hub.max_watchers}")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many watch streams")
+        assert sub is not None
+        # The header goes out now, so a client knows it is subscribed before events arrive.
+        await context.send_initial_metadata(())
+        try:
+            async for ev in sub.events():
+                yield ev
+        finally:
+            self.hub.unsubscribe(sub)
+        if sub.feed_lost:
+            self.drops(WATCH_TRACKS, "feed_lost", sub.feed_lost)
+            reason = f"events may have been missed; reconnect: {sub.feed_lost}"
+            await context.abort(grpc.StatusCode.UNAVAILABLE, reason)
+        if sub.dropped:
+            self.drops(WATCH_TRACKS, "watcher_behind", "stream fell behind and was closed")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher fell behind; reconnect"
+            )
+        self.metrics.ok(WATCH_TRACKS)

@@ -1,0 +1,353 @@
+"""`build_node`: builds every stage of an edge node with its collaborators, in the order
+a frame meets them, and hands them to `EdgeNode`, which only runs them (as Roboflow
+Inference's InferencePipeline.init() builds and __init__ stores).
+
+    inference  the serving model (runner, detector, version switches)
+    overload   batch policy, GPU pressure and the limits they put on batches and credits
+    flow       delivery (ledger, credits), queues, final acks
+    state      checkpointer (restored once every stateful part is built), takeover
+    ingest     checks, then the ingest thread
+    tracking   tracking and answers (EdgeCascade), then `after_tracking` (the rules seam)
+    publish    results, crops to the uplink
+    uplink     the cloud stream
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import Counter
+from strata.edge.flow.delivery import Delivery, Served
+from strata.edge.flow.final_acks import FinalAcks
+from strata.edge.flow.queues import CameraQueues
+from strata.edge.inference.decode import FrameDecoder, RejectHook
+from strata.edge.inference.detector import CPU_BACKENDS, Detector, model_labels, open_staged
+from strata.edge.inference.scheduler import (
+    BatchPolicy,
+    DecisionClock,
+    LoadReadings,
+    SchedulerMetrics,
+    SchedulerWindow,
+    make_policy,
+)
+from strata.edge.inference.serving import ModelIdentity, ServingModel, VersionBuilder, classes_of
+from strata.edge.inference.versions import ModelSwitcher, VersionMetrics, version_of
+from strata.edge.inference.worker import Worker, WorkerStages, WorkerTicks
+from strata.edge.ingest.frames import QueuedFrame
+from strata.edge.ingest.intake import Ingest
+from strata.edge.ingest.loop import IngestLoop, IngestStages
+from strata.edge.metrics import EdgeMetrics
+from strata.edge.node import EdgeNode, NodeStages
+from strata.edge.overload.deadline import DeadlineShedder, ShedHook
+from strata.edge.overload.gpu_pressure import GpuPressure
+from strata.edge.overload.limits import OverloadLimits
+from strata.edge.publish.crops import CropSelector
+from strata.edge.publish.results import Results
+from strata.edge.publish.to_cloud import CropsToCloud
+from strata.edge.state.checkpoint import VERSION, CheckpointBody, Checkpointer, CheckpointMetrics
+from strata.edge.state.parts import CountersPart, SettledPart, TrackersPart, UplinkPart
+from strata.edge.state.takeover import Takeover
+from strata.edge.tracking.cascade import EdgeCascade
+from strata.edge.tracking.handoff import TrackedStage
+from strata.edge.uplink.stream import Uplink
+from strata.shared.config.edge import EdgeConfig
+from strata.shared.contracts import frame_pb2
+from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, TelemetrySource, open_nvml
+from strata.shared.models import ModelRepository
+from strata.shared.runtime.staging import StagedRunner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOptions:
+    """What a node may be given besides its config and model file."""
+
+    metrics: EdgeMetrics | None = None
+    # An opened runner to serve instead of opening the model file (tests, tools).
+    runner: StagedRunner | None = None
+    # Labels when neither the config nor the model names its classes.
+    labels: Sequence[str] = ()
+    telemetry: TelemetrySource | None = None
+    # The model repository to watch for new versions ("" the default one); None: none.
+    repository: str | None = None
+    # Stages between tracking and publish (strata.edge.tracking.handoff), in order.
+    after_tracking: Sequence[TrackedStage] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Overload:
+    gpu: GpuPressure
+    telemetry: GpuTelemetry
+    limits: OverloadLimits
+
+
+@dataclass(frozen=True, slots=True)
+class _Flow:
+    delivery: Delivery
+    queues: CameraQueues
+    acks: FinalAcks
+    window: SchedulerWindow
+
+
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """The stages up to publish, before the threads' loops are built around them."""
+
+    cfg: EdgeConfig
+    metrics: EdgeMetrics
+    serving: ServingModel
+    policy: BatchPolicy
+    overload: _Overload
+    checkpointer: Checkpointer
+    flow: _Flow
+    takeover: Takeover
+    ingest: Ingest
+    cascade: EdgeCascade
+    uplink: Uplink | None
+    results: Results
+
+
+def build_node(
+    cfg: EdgeConfig,
+    model_path: str | Path,
+    model_name: str = "",
+    options: NodeOptions | None = None,
+) -> EdgeNode:
+    """An edge node serving `model_path`, every stage built and its state restored."""
+    opts = options or NodeOptions()
+    metrics = opts.metrics or EdgeMetrics()
+    serving = _serving(cfg, Path(model_path), model_name, opts, metrics)
+    policy = make_policy(cfg, serving.max_batch)
+    metrics.batch_limit.set(serving.max_batch)
+    overload = _overload(cfg, serving, policy, metrics, opts.telemetry)
+    checkpointer = _checkpointer(cfg, serving, metrics)
+    flow = _flow(cfg, serving, overload, metrics, checkpointer)
+    takeover = Takeover(cfg.edge_id, checkpointer, flow.delivery.precheck)
+    ingest = Ingest(cfg, metrics, precheck=takeover.precheck)
+    cascade = EdgeCascade(cfg, metrics.registry, serving.detector.input_size)
+    uplink = Uplink(cfg.cloud, cfg.uplink, metrics) if cfg.cloud else None
+    to_cloud = _to_cloud(cfg, uplink, overload.gpu, metrics, serving)
+    results = Results(cfg.edge_id, serving, metrics, flow.acks, to_cloud)
+    built = _Built(
+        cfg, metrics, serving, policy, overload, checkpointer, flow, takeover, ingest, cascade,
+        uplink, results,
+    )  # fmt: skip
+    _restore(built)
+    return _node(built, opts.after_tracking)
+
+
+def _restore(b: _Built) -> None:
+    """Every stateful stage registers its checkpoint part, restored from the checkpoint
+    loaded (before any thread runs)."""
+    counters = [v for v in vars(b.metrics).values() if isinstance(v, Counter)]
+    b.checkpointer.register_all(
+        [
+            SettledPart(b.flow.delivery.ledger, b.ingest),
+            TrackersPart(b.cascade.answers),
+            CountersPart(counters),
+            UplinkPart(b.uplink, b.cfg.uplink, b.checkpointer.metrics.adopted_crops),
+        ]
+    )
+
+
+def _node(b: _Built, after_tracking: Sequence[TrackedStage]) -> EdgeNode:
+    """The worker and ingest loops around the stages, and the node that runs them."""
+    cfg, flow, cascade = b.cfg, b.flow, b.cascade
+    # Frames are decoded in the worker, only once taken for a batch.
+    decoder = FrameDecoder(
+        b.metrics, cfg.ingest.decode_threads, _undecodable(cascade, flow.acks), cascade.h264
+    )
+    shedder = DeadlineShedder(
+        cfg.overload.deadline, cfg.scheduler.sla_ms / 1e3, _shed(cascade, flow)
+    )
+    stop, worker_done = threading.Event(), threading.Event()
+    stages = WorkerStages(
+        flow.queues, b.overload.limits, b.policy, flow.window, shedder, decoder, b.serving,
+        cascade, after_tracking, b.results, flow.acks, flow.delivery.credits,
+    )  # fmt: skip
+    decisions = _decisions(cfg, b.policy, flow, b.overload.telemetry, b.metrics)
+    ticks = WorkerTicks(b.metrics, b.overload.gpu, b.overload.telemetry, decisions, b.checkpointer)
+    forget = (b.takeover.forget_cameras, b.results.forget_cameras)
+    ingest_stages = IngestStages(b.ingest, flow.delivery, cascade, flow.queues, b.metrics, forget)
+    return EdgeNode(
+        NodeStages(
+            cfg, b.metrics, b.ingest,
+            IngestLoop(ingest_stages, cfg.ingest.camera_idle_s, stop, worker_done),
+            flow.delivery, flow.queues, b.serving, b.policy, decoder,
+            Worker(stages, ticks, stop),
+            cascade, b.results, b.uplink, b.checkpointer, b.overload.gpu, b.overload.telemetry,
+            stop, worker_done,
+        )
+    )  # fmt: skip
+
+
+def _flow(
+    cfg: EdgeConfig,
+    serving: ServingModel,
+    overload: _Overload,
+    metrics: EdgeMetrics,
+    journal: Checkpointer,
+) -> _Flow:
+    """Delivery (ledger, credits under the overload limits), queues, final acks."""
+    served = Served(serving.name, (serving.detector.input_size,) * 2, serving.max_batch)
+    delivery = Delivery(cfg, served, metrics, overload.limits)
+    # Read at scrape time: whether the granted credits are in use.
+    metrics.credits.set_function(lambda: delivery.credits.total_credits)
+    metrics.held.set_function(lambda: delivery.credits.held)
+    window = SchedulerWindow(
+        cfg.scheduler.sla_ms / 1e3, cfg.batching.max_cameras * cfg.batching.queue_per_camera
+    )
+    return _Flow(
+        delivery,
+        CameraQueues(cfg.batching.queue_per_camera),
+        FinalAcks(delivery, journal, metrics),
+        window,
+    )
+
+
+def _undecodable(cascade: EdgeCascade, acks: FinalAcks) -> RejectHook:
+    """What happens to a frame taken for a batch that did not decode (the decoder counts
+    and logs it): tracking stops waiting for it, its final ack says why."""
+
+    def reject(frame: QueuedFrame, reason: str, detail: str) -> None:
+        cascade.abandon(frame.header)
+        if reason.startswith("h264"):
+            cascade.lost_h264(frame.header, reason)
+        acks.send(frame, frame_pb2.ACK_STATUS_REJECTED, f"{reason}: {detail}")
+
+    return reject
+
+
+def _shed(cascade: EdgeCascade, flow: _Flow) -> ShedHook:
+    """What happens to a frame deadline shedding drops: tracking stops waiting for it,
+    the batch policy's window counts it, its final ack is SHED with the reason."""
+
+    def shed(frame: QueuedFrame, reason: str) -> None:
+        cascade.abandon(frame.header)
+        flow.window.add_shed()
+        flow.acks.send(frame, frame_pb2.ACK_STATUS_SHED, reason)
+
+    return shed
+
+
+def _serving(
+    cfg: EdgeConfig, path: Path, name: str, opts: NodeOptions, metrics: EdgeMetrics
+) -> ServingModel:
+    """The model to serve: runner, detector, batch, and version switches if watched."""
+    name = name or cfg.model.name or path.stem
+    runner = opts.runner or open_staged(path, cfg, cfg.batching.max_batch)
+    classes = classes_of(runner)
+    # Config first, then the repository manifest's, then the ONNX metadata.
+    labels = model_labels(path, classes, cfg.model.labels or opts.labels)
+    detector = Detector(runner, labels, cfg.detection, cfg.runtime.preprocess_threads)
+    max_batch = min(cfg.batching.max_batch, detector.max_batch)
+    if max_batch < cfg.batching.max_batch:
+        # A fixed-batch export (batch 1 is common) or an engine built for less.
+        log.warning(
+            "model %s takes at most %d frames per batch: batching.max_batch lowered from %d to %d",
+            name,
+            detector.max_batch,
+            cfg.batching.max_batch,
+            max_batch,
+        )
+    if opts.repository is None:
+        return ServingModel(ModelIdentity(name, path), detector, max_batch)
+    # Run-time version switches of a repository model (edge/inference/versions.py).
+    repo = ModelRepository(opts.repository or None)
+    version = version_of(repo, name, path)
+    switcher = ModelSwitcher(
+        repo,
+        name,
+        version,
+        cfg.versions,
+        VersionBuilder(cfg, detector, max_batch),
+        VersionMetrics(metrics.registry),
+    )
+    return ServingModel(ModelIdentity(name, path, version), detector, max_batch, switcher)
+
+
+def _overload(
+    cfg: EdgeConfig,
+    serving: ServingModel,
+    policy: BatchPolicy,
+    metrics: EdgeMetrics,
+    source: TelemetrySource | None,
+) -> _Overload:
+    """GPU telemetry (absent without NVML), the GPU pressure levels it drives, and the
+    limits they and the batch policy put on batches and credits."""
+    gp = cfg.overload.gpu_pressure
+    telemetry = GpuTelemetry(source if source is not None else open_nvml(), gp.interval_s)
+    metrics.registry.register(DcgmCollector(telemetry))
+    on_gpu = serving.runner.backend not in CPU_BACKENDS
+    gpu = GpuPressure(gp, metrics.gpu_pressure, on_gpu=on_gpu)
+    if not gpu.enabled:
+        log.info("GPU pressure levels off (overload.gpu_pressure.enabled: %s)", gp.enabled)
+    return _Overload(gpu, telemetry, OverloadLimits(policy, gpu))
+
+
+def _checkpointer(cfg: EdgeConfig, serving: ServingModel, metrics: EdgeMetrics) -> Checkpointer:
+    """The checkpointer, its checkpoint loaded: the parts restore when they register."""
+
+    def header() -> CheckpointBody:
+        return CheckpointBody(
+            version=VERSION,
+            edge_id=cfg.edge_id,
+            written_unix=time.time(),
+            model=serving.name,
+            model_version=serving.version,
+        )
+
+    checkpointer = Checkpointer(
+        cfg.checkpoint, cfg.edge_id, header, CheckpointMetrics(metrics.registry)
+    )
+    checkpointer.load()
+    return checkpointer
+
+
+def _to_cloud(
+    cfg: EdgeConfig,
+    uplink: Uplink | None,
+    gpu: GpuPressure,
+    metrics: EdgeMetrics,
+    serving: ServingModel,
+) -> CropsToCloud | None:
+    """Crops for the cloud's second opinion, when there is an uplink."""
+    if uplink is None:
+        return None
+    selector = CropSelector(cfg.crops, serving.labels, cfg.edge_id)
+    return CropsToCloud(selector, uplink, gpu, metrics)
+
+
+def _decisions(
+    cfg: EdgeConfig,
+    policy: BatchPolicy,
+    flow: _Flow,
+    telemetry: GpuTelemetry,
+    metrics: EdgeMetrics,
+) -> DecisionClock:
+    """The batch policy's decision windows."""
+    queues = flow.queues
+
+    def power_w() -> float | None:
+        # The GPUs' power draw (NVML); None without a GPU that reports it.
+        watts = [s.power_w for s in telemetry.samples() if s.power_w is not None]
+        return sum(watts) if watts else None
+
+    return DecisionClock(
+        policy,
+        flow.window,
+        cfg.scheduler.decide_every_s,
+        LoadReadings(
+            lambda: len(queues),
+            # The queues of the cameras seen, not of every camera the node may take.
+            lambda: max(1, queues.cameras) * cfg.batching.queue_per_camera,
+            power_w,
+        ),
+        SchedulerMetrics(metrics.registry, policy.name),
+    )

@@ -1,0 +1,1 @@
+"""Rules on track paths: zones, directional lines, dwell, stationary -> track events."""

@@ -1,0 +1,685 @@
+"""One camera's rules engine: every live track is a row of arrays, every rule a column.
+
+Per answered frame (`process`), in capture order, for all tracks and all rules at once:
+1. the step of each track's reference point from its last position to this one is tested
+   against every line (`geometry.segments_cross`): a crossing between two kept frames is
+   seen even when the positions between them were predicted;
+2. each line keeps, per track, the side last counted and a pending crossing that commits
+   once the track has stayed on the new side `debounce_s` (crossing back cancels it), so a
+   track counts once per line and direction unless it really crosses back;
+3. zones: even-odd ray casting of every point against every polygon edge, then the
+   inertia (frames inside to enter, outside to leave), label, score and area filters;
+4. dwell: time since the visit began passing the limit, once per visit;
+5. stationary: the point stayed within `max_movement` of an anchor for `seconds`;
+6. label: the class with the largest summed detection score.
+
+Only a Python loop over what FIRED (rare) builds events. A track that is not yet confirmed
+evolves the same state, but its results wait (`deferred`) and go out after its `new` event
+when it is confirmed; one that never is leaves nothing but a count. Invariant per
+(track, line): the track's actual side is the pending side when one is pending, else the
+counted side.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from strata.shared.config.rules import CameraRules, RulesConfig
+from strata.shared.contracts import common_pb2, events_pb2
+
+from . import events as ev
+from .compiled import CompiledRules
+from .events import EventHeader, Fired, build_event
+from .frame import TrackFrame
+from .geometry import reference_points, segment_distance
+from .table import (
+    ANCHOR_NS,
+    AX,
+    AY,
+    BOX,
+    COUNT,
+    FIRST,
+    ID,
+    L_PEND,
+    L_PEND_NS,
+    L_PEND_OBS,
+    L_SIDE,
+    LABEL,
+    LAST,
+    LIVE,
+    OBS,
+    PATH_N,
+    POS_OBS,
+    REPORTED,
+    SAID,
+    SCORE,
+    STILL,
+    TOP,
+    TSEQ,
+    VX,
+    VY,
+    Z_ENTER_NS,
+    Z_IN,
+    Z_RAW,
+    Z_RUN,
+    Z_RUN_NS,
+    Z_RUN_OBS,
+    Dims,
+    TrackTable,
+    X,
+    Y,
+)
+
+log = logging.getLogger(__name__)
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """What every camera's engine shares (from `rules:` and the edge)."""
+
+    edge_id: str = ""
+    path_points: int = 32
+    end_after_ns: int = 10 * NS
+    near_margin: float = 0.03
+    near_dwell_ns: int = NS
+
+    @classmethod
+    def of(cls, cfg: RulesConfig, edge_id: str) -> EngineSettings:
+        """From the config section."""
+        return cls(
+            edge_id=edge_id,
+            path_points=cfg.path_points,
+            end_after_ns=int(cfg.end_after_s * NS),
+            near_margin=cfg.near_margin,
+            near_dwell_ns=int(cfg.near_dwell_s * NS),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """Why a camera's next frames matter to its rules (all false: they do not)."""
+
+    line: bool = False
+    zone: bool = False
+    dwell: bool = False
+
+    def __bool__(self) -> bool:
+        return self.line or self.zone or self.dwell
+
+
+@dataclass(slots=True)
+class CameraCounts:
+    """Counts of one camera, by (rule, direction or "", label); events by type name."""
+
+    crossings: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    entries: dict[tuple[str, str], int] = field(default_factory=dict)
+    dwell: dict[tuple[str, str], int] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)
+    # Tracks that ended before they were confirmed (their results were never sent).
+    unconfirmed: int = 0
+    # Frames older than the last one seen (not evaluated).
+    out_of_order: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able (the checkpoint)."""
+        return {
+            "crossings": [[*k, v] for k, v in self.crossings.items()],
+            "entries": [[*k, v] for k, v in self.entries.items()],
+            "dwell": [[*k, v] for k, v in self.dwell.items()],
+            "events": self.events,
+            "unconfirmed": self.unconfirmed,
+            "out_of_order": self.out_of_order,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CameraCounts:
+        """Inverse of to_json."""
+        return cls(
+            {(str(a), str(b), str(c)): int(n) for a, b, c, n in d.get("crossings", [])},
+            {(str(a), str(b)): int(n) for a, b, n in d.get("entries", [])},
+            {(str(a), str(b)): int(n) for a, b, n in d.get("dwell", [])},
+            {str(k): int(v) for k, v in d.get("events", {}).items()},
+            int(d.get("unconfirmed", 0)),
+            int(d.get("out_of_order", 0)),
+        )
+
+
+def _bump(d: dict[Any, int], key: Any) -> None:
+    d[key] = d.get(key, 0) + 1
+
+
+_DEFERRED = (ev.LINE_CROSSED, ev.ZONE_ENTERED, ev.ZONE_LEFT)
+
+
+class CameraEngine:
+    """The rules of one camera over its tracks; not thread-safe (one stage thread)."""
+
+    def __init__(
+        self, camera_id: str, rules: CameraRules, settings: EngineSettings, sequence: int
+    ) -> None:
+        self.camera_id = camera_id
+        self.rules = CompiledRules.of(rules)
+        self.settings = settings
+        self.counts = CameraCounts()
+        # The next event's camera sequence (docs/events.md: strictly increasing).
+        self.sequence = sequence
+        self.last_ns = 0
+        self.frame_size = (0, 0)
+        self._labels: Sequence[str] = ()
+        self._label_cache: tuple[Sequence[str], int, tuple[np.ndarray, ...]] | None = None
+        r = self.rules
+        self.table = TrackTable(Dims(r.n_lines, r.n_zones, r.n_dwell, settings.path_points))
+
+    @property
+    def _names(self) -> tuple[tuple[str, ...], ...]:
+        r = self.rules
+        return (r.line_names, r.zone_names, r.dwell_names)
+
+    # ---- the hot path --------------------------------------------------------------------
+
+    def process(self, f: TrackFrame) -> list[events_pb2.TrackEvent]:
+        """Evaluate one answered frame; the events it causes, in order."""
+        now = f.capture_ns
+        if now < self.last_ns:
+            self.counts.out_of_order += 1
+            return []
+        self.last_ns = now
+        self.frame_size = f.frame_size
+        self._labels = f.labels
+        fired: list[tuple[int, Fired]] = []
+        tb, r = self.table, self.rules
+        rows = np.zeros(0, np.intp)
+        newly = rows
+        if len(f):
+            pts = reference_points(f.boxes, f.frame_size, r.reference)
+            rows = tb.rows_of(f.track_ids)
+            fresh = rows < 0
+            if fresh.any():
+                rows[fresh] = new = tb.admit(f.track_ids[fresh], now, pts[fresh])
+                if r.n_lines:
+                    tb.lines[new, :, L_SIDE] = r.lines.side(pts[fresh])
+            fr, ir = tb.F[rows], tb.I[rows]
+            obs = f.observed.astype(bool, copy=False)
+            self._observe(f, rows, (fr, ir), obs)
+            masks = self._label_masks(ir[:, LABEL])
+            due = np.zeros((0, 0), bool)
+            if r.n_lines:
+                due = self._lines(rows, (fr, ir), (pts, obs), masks[0], now)
+            zones = (
+                self._zones(f, rows, (fr, ir), (pts, obs), masks[1], fired) if r.n_zones else None
+            )
+            # Move on: velocity, position, path.
+            dt = now - ir[:, LAST]
+            step = (pts - fr[:, X : Y + 1]) / np.maximum(dt, 1)[:, None]
+            np.copyto(fr[:, VX : VY + 1], step, where=(dt > 0)[:, None])
+            fr[:, X : Y + 1] = pts
+            ir[:, POS_OBS] = obs
+            ir[:, LAST] = now
+            at = ir[:, PATH_N] % self.settings.path_points
+            tb.path_xy[rows, at] = pts
+            tb.path_t[rows, at] = now
+            tb.path_obs[rows, at] = obs
+            ir[:, PATH_N] += 1
+            confirmed = f.confirmed.astype(bool, copy=False)
+            reported = ir[:, REPORTED] != 0
+            if zones is not None and r.n_dwell:
+                self._dwell(rows, (zones, ir), masks[2] & (confirmed | reported)[:, None], fired)
+            if r.cfg.stationary.enabled:
+                self._stationary(f, rows, (fr, ir), pts, fired)
+            tb.F[rows], tb.I[rows] = fr, ir
+            for i, k in zip(*np.nonzero(due), strict=True):
+                self._commit(int(rows[i]), int(k), fired)
+            newly = rows[confirmed & ~reported]
+        out = self._emit(f, (rows, newly), fired)
+        out += self._ends(f)
+        return out
+
+    def _observe(
+        self,
+        f: TrackFrame,
+        rows: np.ndarray,
+        fi: tuple[np.ndarray, np.ndarray],
+        obs: np.ndarray,
+    ) -> None:
+        fr, ir = fi
+        ir[:, COUNT] += 1
+        ir[:, OBS] += obs
+        fr[:, SCORE] = f.scores
+        fr[:, TOP] = np.maximum(fr[:, TOP], f.scores * obs)
+        fr[:, BOX : BOX + 4] = f.boxes
+        cls = np.maximum(f.class_ids, 0)
+        if cls.size:
+            tb = self.table
+            tb.classes(int(cls.max()) + 1)
+            # Only detections vote: a predicted box repeats the tracker's class.
+            np.add.at(tb.votes, (rows, cls), f.scores * obs)
+            ir[:, LABEL] = np.argmax(tb.votes[rows], axis=1)
+
+    def _label_masks(self, label: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per track: does its label pass each line's, zone's and dwell rule's filter."""
+        n_classes = self.table.votes.shape[1]
+        cache = self._label_cache
+        labels = self._labels
+        # The model's label tuple is normally the same object every frame; an equal copy
+        # costs a comparison, not a rebuild.
+        if (
+            cache is None
+            or cache[1] != n_classes
+            or (cache[0] is not labels and tuple(cache[0]) != tuple(labels))
+        ):
+            r = self.rules
+            masks = tuple(
+                flt.mask(self._labels, n_classes)
+                for flt in (r.line_labels, r.zone_labels, r.dwell_labels)
+            )
+            cache = (self._labels, n_classes, masks)
+            self._label_cache = cache
+        cls = np.maximum(label, 0)
+        lm, zm, dm = cache[2]
+        return lm[cls], zm[cls], dm[cls]
+
+    def _lines(
+        self,
+        rows: np.ndarray,
+        fi: tuple[np.ndarray, np.ndarray],
+        step: tuple[np.ndarray, np.ndarray],
+        labels_ok: np.ndarray,
+        now: int,
+    ) -> np.ndarray:
+        """Update every (track, line) state for the step to `pts`; the pending crossings
+        now due (rows index x line) for `_commit`."""
+        (fr, ir), (pts, obs) = fi, step
+        r, tb = self.rules, self.table
+        st = tb.lines[rows]
+        crossed, s0, s1 = r.lines.cross(fr[:, X : Y + 1], pts)
+        counted, pend = st[:, :, L_SIDE], st[:, :, L_PEND]
+        ok = labels_ok & (fr[:, TOP, None] >= r.line_min_score[None, :])
+        # The invariant: the actual side is the pending one when there is one, else the
+        # counted one. A side changed round a line's end (no crossing) or by a track the
+        # line does not count for moves the counted side; crossing back cancels.
+        around = ~crossed & (s1 != s0)
+        hit = crossed & ok
+        start = hit & (pend == 0)
+        np.copyto(counted, s1, where=(around & (pend == 0)) | (crossed & ~ok))
+        pend[around | (crossed & ~ok) | (hit & (pend != 0))] = 0
+        if start.any():
+            np.copyto(pend, s1, where=start)
+            np.copyto(st[:, :, L_PEND_NS], now, where=start)
+            np.copyto(st[:, :, L_PEND_OBS], (ir[:, POS_OBS] + obs)[:, None], where=start)
+        tb.lines[rows] = st
+        return np.asarray((pend != 0) & (now - st[:, :, L_PEND_NS] >= r.line_debounce_ns))
+
+    def _commit(self, row: int, k: int, fired: list[tuple[int, Fired]]) -> None:
+        """The pending crossing of (row, line k) counts."""
+        st, r = self.table.lines[row, k], self.rules
+        s = int(st[L_PEND])
+        st[L_SIDE], st[L_PEND] = s, 0
+        name = r.line_names[k]
+        what = Fired(
+            ev.LINE_CROSSED,
+            rule=name,
+            line=name,
+            direction=ev.IN if s == r.line_in[k] else ev.OUT,
+            positions=2,
+            observed_positions=int(st[L_PEND_OBS]),
+            at_ns=int(st[L_PEND_NS]),
+        )
+        fired.append((row, what))
+
+    def _zones(
+        self,
+        f: TrackFrame,
+        rows: np.ndarray,
+        fi: tuple[np.ndarray, np.ndarray],
+        step: tuple[np.ndarray, np.ndarray],
+        labels_ok: np.ndarray,
+        fired: list[tuple[int, Fired]],
+    ) -> np.ndarray:
+        """Update every (track, zone) state; returns the rows' zone block (after)."""
+        (fr, ir), (pts, obs) = fi, step
+        r, tb = self.rules, self.table
+        now = f.capture_ns
+        w, h = f.frame_size
+        b = f.boxes
+        area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) / (w * h)
+        inside = (
+            r.polygons.contains(pts)
+            & labels_ok
+            & (fr[:, TOP, None] >= r.zone_min_score[None, :])
+            & (area[:, None] >= r.zone_min_area[None, :])
+        )
+        st = tb.zones[rows]
+        z_in = st[:, :, Z_IN] != 0
+        # A run of positions on one side starts when the side changes (or at the first).
+        new_run = (inside != (st[:, :, Z_RAW] != 0)) | (ir[:, COUNT] == 1)[:, None]
+        o = obs[:, None].astype(np.int64)
+        run = np.where(new_run, 1, st[:, :, Z_RUN] + 1)
+        run_obs = np.where(new_run, o, st[:, :, Z_RUN_OBS] + o)
+        run_ns = np.where(new_run, now, st[:, :, Z_RUN_NS])
+        enter = ~z_in & inside & (run >= r.zone_enter)
+        leave = z_in & ~inside & (run >= r.zone_leave)
+        st[:, :, Z_IN] = (z_in | enter) & ~leave
+        st[:, :, Z_RAW] = inside
+        st[:, :, Z_RUN] = run
+        st[:, :, Z_RUN_OBS] = run_obs
+        st[:, :, Z_RUN_NS] = run_ns
+        changed = enter | leave
+        if changed.any():
+            np.copyto(st[:, :, Z_ENTER_NS], run_ns, where=enter)
+            if r.n_dwell:  # leaving ends the visit's dwell
+                tb.dwell[rows] &= ~leave[:, r.dwell_zone]
+            for i, k in zip(*np.nonzero(changed), strict=True):
+                self._zone_event(int(rows[i]), int(k), bool(enter[i, k]), st[i, k], fired)
+        tb.zones[rows] = st
+        return np.asarray(st)
+
+    def _zone_event(
+        self, row: int, k: int, entered: bool, st: np.ndarray, fired: list[tuple[int, Fired]]
+    ) -> None:
+        name = self.rules.zone_names[k]
+        if entered:
+            if name not in self.table.entered[row]:
+                self.table.entered[row].append(name)
+            kind, dwell_s = ev.ZONE_ENTERED, 0.0
+        else:
+            kind, dwell_s = ev.ZONE_LEFT, max(int(st[Z_RUN_NS] - st[Z_ENTER_NS]) / NS, 0.0)
+        what = Fired(
+            kind,
+            rule=name,
+            zone=name,
+            dwell_s=dwell_s,
+            positions=int(st[Z_RUN]),
+            observed_positions=int(st[Z_RUN_OBS]),
+            at_ns=int(st[Z_RUN_NS]),
+        )
+        fired.append((row, what))
+
+    def _dwell(
+        self,
+        rows: np.ndarray,
+        blocks: tuple[np.ndarray, np.ndarray],
+        ok: np.ndarray,
+        fired: list[tuple[int, Fired]],
+    ) -> None:
+        (zones, ir), r, tb = blocks, self.rules, self.table
+        zi = r.dwell_zone
+        since = self.last_ns - zones[:, zi, Z_ENTER_NS]
+        done = tb.dwell[rows]
+        fire = (zones[:, zi, Z_IN] != 0) & ~done & (since >= r.dwell_ns) & ok
+        if not fire.any():
+            return
+        tb.dwell[rows] = done | fire
+        for i, k in zip(*np.nonzero(fire), strict=True):
+            row = int(rows[i])
+            what = Fired(
+                ev.DWELL_EXCEEDED,
+                rule=r.dwell_names[k],
+                zone=r.zone_names[int(zi[k])],
+                dwell_s=int(since[i, k]) / NS,
+                observed_positions=int(ir[i, POS_OBS]),
+                at_ns=self.last_ns,
+            )
+            fired.append((row, what))
+
+    def _stationary(
+        self,
+        f: TrackFrame,
+        rows: np.ndarray,
+        fi: tuple[np.ndarray, np.ndarray],
+        pts: np.ndarray,
+        fired: list[tuple[int, Fired]],
+    ) -> None:
+        fr, ir = fi
+        cfg = self.rules.cfg.stationary
+        now = f.capture_ns
+        w, h = f.frame_size
+        d = (pts - fr[:, AX : AY + 1]) * (w, h)
+        if cfg.relative_to == "box":
+            b = f.boxes
+            size = np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
+        else:
+            size = np.float64(max(w, h))
+        went = np.hypot(d[:, 0], d[:, 1]) > cfg.max_movement * size
+        still = ir[:, STILL] != 0
+        np.copyto(fr[:, AX : AY + 1], pts, where=went[:, None])
+        np.copyto(ir[:, ANCHOR_NS], now, where=went)
+        stops = ~went & ~still & (now - ir[:, ANCHOR_NS] >= int(cfg.seconds * NS))
+        starts = went & still
+        ir[:, STILL] = (still | stops) & ~starts
+        for i in np.flatnonzero(stops | starts).tolist():
+            kind = ev.STATIONARY if stops[i] else ev.ACTIVE
+            fired.append((int(rows[i]), Fired(kind, rule=cfg.name, at_ns=now)))
+
+    # ---- events --------------------------------------------------------------------------
+
+    def _emit(
+        self,
+        f: TrackFrame,
+        rows_newly: tuple[np.ndarray, np.ndarray],
+        fired: list[tuple[int, Fired]],
+    ) -> list[events_pb2.TrackEvent]:
+        tb = self.table
+        rows, newly = rows_newly
+        head = EventHeader(self.camera_id, self.settings.edge_id, f.capture_ns, f.frame_size)
+        out: list[events_pb2.TrackEvent] = []
+        for row in newly.tolist():
+            tb.I[row, REPORTED] = 1
+            out.append(self._event(head, row, self._now(ev.NEW, row)))
+            out += [self._event(head, row, d) for d in tb.deferred[row]]
+            tb.deferred[row] = []
+        for row, what in fired:
+            if tb.I[row, REPORTED]:
+                out.append(self._event(head, row, what))
+            elif what.kind in _DEFERRED:
+                tb.deferred[row].append(what)
+        # A new label is an update, unless the track is stationary or an event this frame
+        # already said it.
+        ir = tb.I[rows]
+        said = ir[:, SAID]
+        changed = (said >= 0) & (said != ir[:, LABEL]) & (ir[:, REPORTED] != 0)
+        for row in rows[changed & (ir[:, STILL] == 0)].tolist():
+            out.append(self._event(head, row, self._now(ev.UPDATE, row)))
+        return out
+
+    def _now(self, kind: int, row: int) -> Fired:
+        """A lifecycle result resting on the track's current position."""
+        return Fired(kind, observed_positions=int(self.table.I[row, POS_OBS]), at_ns=self.last_ns)
+
+    def _event(
+        self, head: EventHeader, row: int, what: Fired, end: bool = False
+    ) -> events_pb2.TrackEvent:
+        tb = self.table
+        i = tb.I[row]
+        state = self._state(row, end)
+        uid = ev.track_uid(int(i[FIRST]), int(i[ID]))
+        ids = (int(i[ID]), uid, self.sequence, int(i[TSEQ]))
+        out = build_event(head, what, ids, (tb.last_state[row], state), self._path(row))
+        self.sequence += 1
+        i[TSEQ] += 1
+        i[SAID] = i[LABEL]
+        tb.last_state[row] = state
+        self._count(row, what)
+        return out
+
+    def _label_name(self, row: int) -> str:
+        cls = int(self.table.I[row, LABEL])
+        if cls < 0:
+            return ""
+        return self._labels[cls] if cls < len(self._labels) else str(cls)
+
+    def _count(self, row: int, what: Fired) -> None:
+        c, label = self.counts, self._label_name(row)
+        _bump(c.events, ev.type_name(what.kind))
+        if what.kind == ev.LINE_CROSSED:
+            _bump(c.crossings, (what.line, ev.direction_name(what.direction), label))
+        elif what.kind == ev.ZONE_ENTERED:
+            _bump(c.entries, (what.zone, label))
+        elif what.kind == ev.DWELL_EXCEEDED:
+            _bump(c.dwell, (what.rule, label))
+
+    def _state(self, row: int, end: bool) -> events_pb2.TrackState:
+        tb = self.table
+        f, i = tb.F[row], tb.I[row]
+        x1, y1, x2, y2 = (float(v) for v in f[BOX : BOX + 4])
+        last = int(i[LAST]) / NS
+        zones = tb.zones[row, :, Z_IN]
+        return events_pb2.TrackState(
+            label=self._label_name(row),
+            class_id=int(i[LABEL]),
+            score=float(f[SCORE]),
+            top_score=float(f[TOP]),
+            box=common_pb2.Box(x1=x1, y1=y1, x2=x2, y2=y2),
+            current_zones=[
+                z for z, inside in zip(self.rules.zone_names, zones, strict=True) if inside
+            ],
+            entered_zones=tb.entered[row],
+            stationary=bool(i[STILL]),
+            start_time=int(i[FIRST]) / NS,
+            end_time=last if end else 0.0,
+            frame_time=last,
+            observed=bool(i[POS_OBS]),
+        )
+
+    def _path(self, row: int) -> events_pb2.TrackPath:
+        tb = self.table
+        p = self.settings.path_points
+        i = tb.I[row]
+        n_all = int(i[PATH_N])
+        path = events_pb2.TrackPath(
+            first_seen_ns=int(i[FIRST]),
+            last_seen_ns=int(i[LAST]),
+            count=int(i[COUNT]),
+            observed_count=int(i[OBS]),
+        )
+        for j in range(max(n_all - p, 0), n_all):
+            k = j % p
+            x, y = (float(v) for v in tb.path_xy[row, k])
+            t, seen = int(tb.path_t[row, k]), bool(tb.path_obs[row, k])
+            path.points.add(x=x, y=y, capture_ns=t, observed=seen)
+        return path
+
+    def _ends(self, f: TrackFrame) -> list[events_pb2.TrackEvent]:
+        tb = self.table
+        ended = (tb.I[:, LIVE] != 0) & (f.capture_ns - tb.I[:, LAST] > self.settings.end_after_ns)
+        if f.ended:
+            rows = tb.rows_of(np.asarray(f.ended, np.int64))
+            ended[rows[rows >= 0]] = True
+        if not ended.any():
+            return []
+        head = EventHeader(self.camera_id, self.settings.edge_id, f.capture_ns, f.frame_size)
+        out: list[events_pb2.TrackEvent] = []
+        for row in np.flatnonzero(ended).tolist():
+            out += self._end(head, row)
+        tb.reindex()
+        return out
+
+    def _end(self, head: EventHeader, row: int) -> list[events_pb2.TrackEvent]:
+        tb = self.table
+        out: list[events_pb2.TrackEvent] = []
+        if tb.I[row, REPORTED]:
+            # A crossing still in its debounce when the track ends did happen: it counts.
+            fired: list[tuple[int, Fired]] = []
+            for k in np.flatnonzero(tb.lines[row, :, L_PEND]).tolist():
+                self._commit(row, k, fired)
+            out += [self._event(head, row, what) for _, what in fired]
+            out.append(self._event(head, row, self._now(ev.END, row), end=True))
+        else:
+            self.counts.unconfirmed += 1
+        tb.free(row)
+        return out
+
+    # ---- questions from other stages -----------------------------------------------------
+
+    def is_stationary(self, track_id: int) -> bool:
+        """The track is stationary now (no updates nor cloud looks until it moves)."""
+        row = int(self.table.rows_of(np.array([track_id], np.int64))[0])
+        return row >= 0 and bool(self.table.I[row, STILL])
+
+    def needs_frames(self, horizon_ns: int) -> Need:
+        """Whether a confirmed track's position `horizon_ns` ahead (constant velocity) comes
+        within `near_margin` of a line or a zone's edge, or a dwell timer within
+        `near_dwell_s` (+ the horizon) of its limit: the next frames decide a rule."""
+        tb, r = self.table, self.rules
+        i = tb.I
+        live = np.flatnonzero((i[:, LIVE] != 0) & (i[:, REPORTED] != 0) & (i[:, STILL] == 0))
+        if not live.size or not (r.n_lines or r.n_zones):
+            return Need()
+        pos = tb.F[live, X : Y + 1]
+        nxt = pos + tb.F[live, VX : VY + 1] * horizon_ns
+        margin = self.settings.near_margin
+        line = zone = dwell = False
+        if r.n_lines:
+            crossed, _, _ = r.lines.cross(pos, nxt)
+            near = segment_distance(nxt, r.lines.a, r.lines.b) <= margin
+            line = bool((crossed | near).any())
+        if r.n_zones:
+            across = r.polygons.contains(pos) != r.polygons.contains(nxt)
+            zone = bool(((r.polygons.distance(nxt) <= margin) | across).any())
+        if r.n_dwell:
+            zi = r.dwell_zone
+            st = tb.zones[live][:, zi]
+            left = r.dwell_ns - (self.last_ns - st[:, :, Z_ENTER_NS])
+            soon = (left > 0) & (left <= self.settings.near_dwell_ns + horizon_ns)
+            dwell = bool(((st[:, :, Z_IN] != 0) & ~tb.dwell[live] & soon).any())
+        return Need(line, zone, dwell)
+
+    def occupancy(self) -> dict[tuple[str, str], int]:
+        """Confirmed tracks in each zone (with `occupancy` on), by (zone, label)."""
+        tb, r = self.table, self.rules
+        out: dict[tuple[str, str], int] = {}
+        live = np.flatnonzero((tb.I[:, LIVE] != 0) & (tb.I[:, REPORTED] != 0))
+        for k in np.flatnonzero(r.zone_occupancy).tolist():
+            for row in live[tb.zones[live, k, Z_IN] != 0].tolist():
+                _bump(out, (r.zone_names[k], self._label_name(row)))
+        return out
+
+    # ---- checkpoint ----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able state: live tracks (their rule state by rule name), the camera
+        sequence and the counts."""
+        tb = self.table
+        return {
+            "format": 1,
+            "sequence": self.sequence,
+            "last_ns": self.last_ns,
+            "frame_size": list(self.frame_size),
+            "labels": list(self._labels),
+            "counts": self.counts.to_json(),
+            "tracks": [tb.track_json(row, self._names) for row in tb.live_rows().tolist()],
+        }
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Take over a snapshot's state (this camera's, possibly from another edge or an
+        older rule set: rules unknown here are dropped, new ones start clean). Raises
+        ValueError, KeyError or TypeError on a malformed snapshot, changing nothing."""
+        if data.get("format") != 1:
+            raise ValueError(f"rules checkpoint format {data.get('format')!r}: expected 1")
+        fresh = CameraEngine(self.camera_id, self.rules.cfg, self.settings, int(data["sequence"]))
+        fresh._load(data)
+        self.__dict__.update(fresh.__dict__)
+
+    def _load(self, data: dict[str, Any]) -> None:
+        r, tb = self.rules, self.table
+        self.last_ns = int(data["last_ns"])
+        w, h = data.get("frame_size", [0, 0])
+        self.frame_size = (int(w), int(h))
+        self._labels = tuple(str(x) for x in data.get("labels", []))
+        self.counts = CameraCounts.from_json(data.get("counts", {}))
+        tracks = data["tracks"]
+        if len(tracks) > tb.cap:
+            tb.grow(len(tracks))
+        for row, t in enumerate(tracks):
+            tb.load_track(row, t, self._names)
+            # A line new since the snapshot: its counted side is where the track is.
+            known = np.array([n in t.get("lines", {}) for n in r.line_names], bool)
+            if not known.all():
+                here = r.lines.side(tb.F[row : row + 1, X : Y + 1])[0]
+                tb.lines[row, ~known, L_SIDE] = here[~known]
+        tb.reindex()

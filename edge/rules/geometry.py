@@ -1,0 +1,138 @@
+"""Vectorised plane geometry for the rules: every function takes all tracks x all rules of a
+kind at once, in frame-relative coordinates (0..1), image axes (y down).
+
+Sides are half-open: a point exactly on a line counts on the side of negative cross
+product, so a track that stops on the line and goes on is counted once, never zero or
+twice times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from strata.shared.config.rules import CameraRules
+
+REFERENCE_POINTS = {
+    # (fraction of the box's width from x1, fraction of its height from y1)
+    "bottom_center": (0.5, 1.0),
+    "center": (0.5, 0.5),
+    "top_center": (0.5, 0.0),
+}
+
+
+def reference_points(
+    boxes: np.ndarray, frame_size: tuple[int, int], where: tuple[float, float]
+) -> np.ndarray:
+    """(N, 4) source-pixel boxes -> (N, 2) points relative to the frame."""
+    fx, fy = where
+    w, h = frame_size
+    out = np.empty((boxes.shape[0], 2), np.float64)
+    out[:, 0] = (boxes[:, 0] + fx * (boxes[:, 2] - boxes[:, 0])) / w
+    out[:, 1] = (boxes[:, 1] + fy * (boxes[:, 3] - boxes[:, 1])) / h
+    return out
+
+
+class Lines:
+    """Directed segments a -> b, prepared so that every test is a matrix product.
+
+    cross(b - a, p - a) = n . p - n . a with n = (-(b - a)_y, (b - a)_x): the side of all
+    points against all lines is one product; so is where each line's ends lie relative to
+    each track's step.
+    """
+
+    def __init__(self, a: np.ndarray, b: np.ndarray) -> None:
+        self.a = np.asarray(a, np.float64).reshape(-1, 2)
+        self.b = np.asarray(b, np.float64).reshape(-1, 2)
+        d = self.b - self.a
+        self.normal_t = np.stack([-d[:, 1], d[:, 0]])  # (2, L)
+        self.offset = (self.a * self.normal_t.T).sum(axis=1)  # (L,)
+        self.ends_t = np.concatenate([self.a, self.b]).T  # (2, 2L)
+        self.count = self.a.shape[0]
+
+    def side(self, points: np.ndarray) -> np.ndarray:
+        """(N, 2) -> (N, L) int64: +1 right of a -> b (y down), -1 left or on it."""
+        return np.asarray(((points @ self.normal_t - self.offset) > 0) * 2 - 1)
+
+    def cross(self, p0: np.ndarray, p1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Steps p0 -> p1 (S, 2) against every line: (crossed (S, L) bool, side of p0,
+        side of p1). A proper intersection by the signs of cross products; sides are
+        half-open (see the module docstring)."""
+        n, k = p0.shape[0], self.count
+        s = ((np.concatenate([p0, p1]) @ self.normal_t - self.offset) > 0) * 2 - 1
+        s0, s1 = s[:n], s[n:]
+        step = p1 - p0
+        m = np.stack([-step[:, 1], step[:, 0]], axis=1)  # the step's normal
+        ends = m @ self.ends_t - (m * p0).sum(axis=1)[:, None]  # (S, 2L)
+        crossed = (s0 != s1) & (ends[:, :k] * ends[:, k:] <= 0)
+        return crossed, s0, s1
+
+
+def side(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(N, 2) points vs (L, 2)-(L, 2) directed lines -> (N, L): `Lines.side`."""
+    return Lines(a, b).side(points)
+
+
+def segments_cross(
+    p0: np.ndarray, p1: np.ndarray, a: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Track steps p0 -> p1 (S, 2) against line segments a -> b (L, 2): `Lines.cross`."""
+    return Lines(a, b).cross(p0, p1)
+
+
+class Polygons:
+    """Several polygons as one edge list, for ray casting all points against all of them."""
+
+    def __init__(self, polygons: list[np.ndarray]) -> None:
+        self.count = len(polygons)
+        if not polygons:
+            self.p = np.zeros((0, 2))
+            self.q = np.zeros((0, 2))
+            self.owner = np.zeros((0, 0), np.int32)
+            self._inv = np.zeros(0)
+            self._first = np.zeros(0, np.intp)
+            return
+        self.p = np.concatenate(polygons)  # (E, 2) edge starts
+        self.q = np.concatenate([np.roll(p, -1, axis=0) for p in polygons])  # edge ends
+        # Each polygon's edges are contiguous: where they start, for reduceat.
+        self._first = np.cumsum([0] + [len(p) for p in polygons[:-1]]).astype(np.intp)
+        dy = self.q[:, 1] - self.p[:, 1]
+        # dx/dy per edge; a horizontal edge never straddles a ray, so its value is unused.
+        self._inv = (self.q[:, 0] - self.p[:, 0]) / np.where(dy == 0, 1.0, dy)
+        owner = np.concatenate([np.full(len(p), i) for i, p in enumerate(polygons)])
+        self.owner = np.zeros((owner.size, len(polygons)), np.int32)
+        self.owner[np.arange(owner.size), owner] = 1
+
+    def contains(self, points: np.ndarray) -> np.ndarray:
+        """(N, 2) -> (N, Z) bool: even-odd ray casting towards +x over every edge at once."""
+        if not self.count or not points.shape[0]:
+            return np.zeros((points.shape[0], self.count), bool)
+        px = points[:, 0:1]
+        py = points[:, 1:2]
+        straddle = (self.p[None, :, 1] > py) != (self.q[None, :, 1] > py)  # (N, E)
+        x_at = self.p[None, :, 0] + (py - self.p[None, :, 1]) * self._inv[None, :]
+        hits = (straddle & (px < x_at)).astype(np.int32)
+        return np.asarray((hits @ self.owner) % 2 == 1)
+
+    def distance(self, points: np.ndarray) -> np.ndarray:
+        """(N, 2) -> (N, Z): distance from each point to each polygon's boundary."""
+        if not self.count or not points.shape[0]:
+            return np.full((points.shape[0], self.count), np.inf)
+        d = segment_distance(points, self.p, self.q)  # (N, E)
+        return np.asarray(np.minimum.reduceat(d, self._first, axis=1))
+
+
+def segment_distance(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(N, 2) points to (L, 2)-(L, 2) segments -> (N, L) Euclidean distances."""
+    ab = b - a
+    len2 = np.maximum((ab * ab).sum(axis=1), 1e-18)
+    ap = points[:, None, :] - a[None, :, :]
+    t = np.clip((ap * ab[None]).sum(axis=2) / len2[None], 0.0, 1.0)
+    closest = a[None] + t[:, :, None] * ab[None]
+    return np.asarray(np.hypot(*(points[:, None, :] - closest).transpose(2, 0, 1)))
+
+
+def relative(points: list[tuple[float, float]], rules: CameraRules) -> np.ndarray:
+    """Configured coordinates -> (K, 2) relative to the frame."""
+    arr = np.asarray(points, np.float64).reshape(-1, 2)
+    if rules.frame_size is not None:
+        arr = arr / np.asarray(rules.frame_size, np.float64)
+    return arr
