@@ -62,9 +62,11 @@ class SQLiteDatabase:
         try:
             yield
             self._conn.execute("COMMIT")
-        except BaseException:
+        except BaseException as exc:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise LedgerError(f"outbox transaction failed: {exc}") from None
             raise
 
     def close(self) -> None:

@@ -103,6 +103,10 @@ class SinkWorker:
             except LedgerError as exc:
                 db_failures += 1
                 self._db_trouble(exc, db_failures)
+            except Exception as exc:  # a bug must not end delivery for good: log, go on
+                log.exception("sink %s: unexpected error; starting over", self.sink.name)
+                db_failures += 1
+                self._db_trouble(LedgerError(f"unexpected: {exc}"), db_failures)
             finally:
                 db.close()
 
