@@ -5,8 +5,8 @@ adding a table is adding a `TableSource`, never another copy of the delivery log
 source keeps its own positions (its ids are its own), so a camera's classified crops and
 its track events are each delivered in their own commit order.
 
-Today's source is `CROPS`: the classified-crop `Event` rows of the `events` table. The
-track lifecycle events (issue 21) get a second one: see TRACK_EVENTS_TODO below.
+`CROPS`: the classified-crop `Event` rows of the `events` table; `TRACK_EVENTS`: the track
+lifecycle and rule events (issue 21) of the `track_events` table.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from strata.shared.contracts import events_pb2
+
 from ..event_rows import COLUMNS, event_from_row
+from ..track_filter import type_name
+from ..track_rows import stored_from_row
 from .events import ObjectState, OutboxEvent
 
 
@@ -106,11 +110,79 @@ CROPS = TableSource(
     decode=crop_event,
 )
 
-# TRACK_EVENTS_TODO (issue 21, the store's track-events table): add
-#   TRACK_EVENTS = TableSource(name="track_events", table=<its table>, id_column=<stored_id>,
-#       camera_column="camera_id", stored_ns_column="stored_ns", columns=<its columns>,
-#       decode=<row -> TrackEvent -> OutboxEvent: type name lower-case, before/after from
-#       TrackState, key = TrackEvent.idempotency_key, track = track_uid, rule/zone/line/
-#       direction copied>)
-# and list it in SOURCES; nothing else changes (positions are per source).
-SOURCES: tuple[TableSource, ...] = (CROPS,)
+
+def _state(ev: events_pb2.TrackEvent, s: events_pb2.TrackState) -> ObjectState:
+    box = (s.box.x1, s.box.y1, s.box.x2, s.box.y2) if s.HasField("box") else None
+    return ObjectState(
+        id=ev.track_uid,
+        camera=ev.camera_id,
+        label=s.label,
+        score=s.score,
+        top_score=s.top_score,
+        box=box,
+        current_zones=tuple(s.current_zones),
+        entered_zones=tuple(s.entered_zones),
+        stationary=s.stationary,
+        start_time=s.start_time,
+        end_time=s.end_time or None,
+        frame_time=s.frame_time,
+        sub_label=ev.verdict.label or None,
+    )
+
+
+_DIRECTIONS = {events_pb2.CROSSING_DIRECTION_IN: "in", events_pb2.CROSSING_DIRECTION_OUT: "out"}
+
+
+def track_event(row: tuple[Any, ...]) -> OutboxEvent:
+    """A track lifecycle or rule event (issue 21) under its own idempotency key."""
+    stored = stored_from_row(row)
+    ev = stored.event
+    extra: list[tuple[str, str | int | float | bool]] = [
+        ("source", "track"),
+        ("track_id", ev.track_id),
+        ("track_uid", ev.track_uid),
+        ("sequence", ev.sequence),
+        ("track_sequence", ev.track_sequence),
+        ("observed", ev.observed),
+        ("positions", ev.positions),
+        ("observed_positions", ev.observed_positions),
+        ("frame_width", ev.frame_width),
+        ("frame_height", ev.frame_height),
+    ]
+    if ev.dwell_s:
+        extra.append(("dwell_s", round(float(ev.dwell_s), 3)))
+    return OutboxEvent(
+        source="track_events",
+        stored_id=stored.stored_id,
+        stored_ns=stored.stored_ns,
+        capture_ns=ev.capture_ns,
+        key=ev.idempotency_key,
+        type=type_name(ev.type),
+        camera_id=ev.camera_id,
+        edge_id=ev.edge_id,
+        after=_state(ev, ev.after),
+        before=_state(ev, ev.before) if ev.HasField("before") else None,
+        track=ev.track_uid,
+        rule=ev.rule,
+        zone=ev.zone,
+        line=ev.line,
+        direction=_DIRECTIONS.get(ev.direction, ""),
+        lifecycle=True,
+        extra=tuple(extra),
+    )
+
+
+# The verdict (cloud label) is joined on QueryTrackEvents reads; the outbox sends the edge's
+# event as stored (sub_label stays empty) to keep its per-event read one indexed lookup.
+TRACK_EVENTS = TableSource(
+    name="track_events",
+    table="track_events",
+    id_column="stored_id",
+    camera_column="camera_id",
+    stored_ns_column="stored_ns",
+    columns="e.stored_id, e.stored_ns, e.event",
+    decode=track_event,
+)
+
+# A new table of events is one more TableSource here: positions are per source.
+SOURCES: tuple[TableSource, ...] = (CROPS, TRACK_EVENTS)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cloud_helpers import track_event
 from outbox_helpers import Broker, Subscriber, crop_event, fill, sample, wait_for
 from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
@@ -195,6 +196,42 @@ def test_occupancy_counts_follow_lifecycle_events(broker: Broker) -> None:
         sub.close()
     assert sub.on("strata/door/person") == [b"1", b"2", b"1"]
     assert sub.on("strata/door/porch/person") == [b"1", b"2", b"1"]
+
+
+def test_stored_track_events_go_out_with_their_keys_and_make_the_counts(
+    broker: Broker, store: tuple[EventStore, CloudStoreConfig]
+) -> None:
+    s, cfg = store
+    sub = Subscriber(broker.port, ["strata/#"])
+    metrics = CloudMetrics()
+    w = mqtt_worker(broker.port, cfg, metrics)
+    a, b = (1_000, 1), (2_000, 2)
+    track = [
+        track_event(1, track=a, track_sequence=0),
+        track_event(2, track=b, track_sequence=0),
+        track_event(3, track=a, kind="zone_entered", track_sequence=1, zone="porch",
+                    rule="porch-entry"),
+        track_event(4, track=b, kind="end", track_sequence=1),
+        track_event(5, track=a, kind="end", track_sequence=2),
+    ]  # fmt: skip
+    for ev in (track[2], track[4]):
+        ev.after.current_zones.append("porch")
+    try:
+        for ev in track:
+            s.submit_track(ev).result(30)
+        fill(s, [crop_event("door", 0, track=1)])
+        wait_for(lambda: len(sub.on("strata/events")) == 6, 20, "5 track events and a crop")
+        wait_for(lambda: sub.on("strata/door/person")[-1:] == [b"0"], 10, "the counts")
+    finally:
+        w.stop()
+        sub.close()
+    got = [e for e in sub.events("strata/events") if e["strata"]["source"] == "track"]
+    assert [e["strata"]["idempotency_key"] for e in got] == [ev.idempotency_key for ev in track]
+    assert [e["type"] for e in got] == ["new", "new", "zone_entered", "end", "end"]
+    assert got[2]["strata"]["zone"] == "porch" and got[2]["strata"]["rule"] == "porch-entry"
+    assert got[2]["after"]["current_zones"] == ["porch"] and got[2]["after"]["id"] == "1000-1"
+    assert sub.on("strata/door/person") == [b"1", b"2", b"1", b"0"]
+    assert sub.on("strata/door/porch/person") == [b"1", b"0"]
 
 
 def test_wrong_password_is_one_clear_error_and_a_metric_never_a_crash(
