@@ -5,6 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from strata.shared.metrics import BATCH_BUCKETS, LATENCY_BUCKETS
 
+from .outbox.metrics import SinkMetrics
+
 
 class CloudMetrics:
     """One registry per server instance (tests run several side by side)."""
@@ -156,6 +158,9 @@ class CloudMetrics:
             "Breaks of the PostgreSQL event feed (LISTEN connection lost, or a fetch failed).",
             registry=r,
         )
+
+        # Event delivery to MQTT and webhooks (cloud/outbox).
+        self.sinks = SinkMetrics(r)
 
     def fail(self, method: str, reason: str) -> None:
         """Count one failed request."""

@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -42,6 +42,9 @@ from .store import open_store
 from .versions import ClassifierSwitcher, cloud_version_metrics
 from .watch import WatchHub
 
+if TYPE_CHECKING:
+    from .outbox.runner import Outbox
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -65,6 +68,12 @@ class CloudServer:
         check_metrics_bind(cfg.metrics, "cloud.metrics")
         token = load_token(cfg.auth)
         self.drops = Drops(self.metrics)
+        # Delivery to MQTT and webhooks from the store (cloud/outbox); imported only when used.
+        self.outbox: Outbox | None = None
+        if cfg.sinks.enabled:
+            from .outbox.runner import Outbox
+
+            self.outbox = Outbox(cfg.sinks, cfg.store, self.metrics.sinks)
         self.classifier = load_classifier(cfg.model, repository, cfg.batcher.max_batch)
         self.hub = WatchHub(self.metrics, cfg.max_watchers, cfg.watch_queue)
         try:
@@ -188,6 +197,8 @@ class CloudServer:
         self.metrics_server = serve(self.metrics.registry, self.cfg.metrics, "cloud.metrics")
         self.metrics_port = None if self.metrics_server is None else self.metrics_server.port
         self.store.start()
+        if self.outbox is not None:
+            self.outbox.start()
         self.batcher.start()
         self._call(self._start())
         log.info(
@@ -236,6 +247,8 @@ class CloudServer:
         if self.switcher is not None:
             self.switcher.stop()
         self.batcher.stop()
+        if self.outbox is not None:
+            self.outbox.stop()
         self.store.close()
         # The classifier serving now (a version switch replaces the first one).
         self.batcher.classifier.close()

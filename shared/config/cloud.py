@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .base import StrictModel
 from .common import MetricsConfig
+from .sinks import SinksConfig
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -227,4 +228,7 @@ class CloudConfig(StrictModel):
     store: CloudStoreConfig = Field(default_factory=CloudStoreConfig, description="Event store.")
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."
+    )
+    sinks: SinksConfig = Field(
+        default_factory=SinksConfig, description="Event delivery to MQTT and webhooks (outbox)."
     )

@@ -41,6 +41,14 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _item_model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model of a list of sections (e.g. cloud.sinks.mqtt), else None."""
+    if typing.get_origin(annotation) is list:
+        args = typing.get_args(annotation)
+        return _model_of(args[0]) if args else None
+    return None
+
+
 def _type_name(annotation: Any) -> str:
     if annotation is None or annotation is type(None):
         return "null"
@@ -97,6 +105,12 @@ def options(model: type[BaseModel], prefix: str = "") -> Iterator[Option]:
             yield from options(sub, key + ".")
             continue
         desc = (info.description or "").replace("|", "\\|").replace("\n", " ")
+        item = _item_model_of(info.annotation)
+        if item is not None:
+            # The list itself, then each item's keys as `key[].name`.
+            yield Option(key, f"list[{item.__name__}]", _render(_default(info)), desc)
+            yield from options(item, key + "[].")
+            continue
         yield Option(key, _type_name(info.annotation), _render(_default(info)), desc)
 
 
