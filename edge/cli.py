@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     )
     cfg = load_or_exit(args, overrides, "edge")
     from strata.edge.build import NodeOptions, build_node
+    from strata.edge.security import EdgeSecurityError, check_binds
     from strata.edge.uplink.spool import SpoolError
     from strata.edge.uplink.stream import UplinkSetupError
     from strata.shared.metrics_web import serve_or_exit
@@ -70,13 +71,14 @@ def run(args: argparse.Namespace) -> int:
 
     edge = cfg.edge
     try:
+        check_binds(edge)  # before the model loads: a refused config costs nothing
         model = resolve_model(edge.model.name, edge.model.path, cfg.models.repository)
         labels = repository_labels(edge.model.name, edge.model.path, cfg.models.repository)
         # A repository model can switch versions at run time (SIGHUP, versions.poll_s).
         repository = None if edge.model.path else cfg.models.repository
         options = NodeOptions(labels=labels, repository=repository)
         node = build_node(edge, model, edge.model.name, options)
-    except (ModelLoadError, UplinkSetupError, SpoolError) as exc:
+    except (ModelLoadError, UplinkSetupError, SpoolError, EdgeSecurityError) as exc:
         print(f"strata edge: {exc}", file=sys.stderr)
         return 2
     serve_or_exit(node.metrics.registry, edge.metrics, "edge")

@@ -38,11 +38,12 @@ from strata.edge.ingest.loop import IngestLoop
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.overload.gpu_pressure import GpuPressure
 from strata.edge.publish.results import Results
+from strata.edge.security import check_binds, secure
 from strata.edge.state.checkpoint import Checkpointer
 from strata.edge.tracking.cascade import EdgeCascade
 from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import EdgeConfig
-from strata.shared.curve import serve_curve
+from strata.shared.curve import CurveError
 from strata.shared.gpu_telemetry import GpuTelemetry
 from strata.shared.runtime.pool import report_leaks
 
@@ -178,15 +179,18 @@ class EdgeNode:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> Endpoints:
-        """Bind both sockets and start the threads; returns the bound addresses."""
+        """Bind both sockets and start the threads; returns the bound addresses.
+        EdgeSecurityError (before anything binds) for plaintext off loopback."""
+        check_binds(self.cfg)
         self._ctx = zmq.Context()
         socks = self._sockets()
         try:
+            self._auth = secure(self._ctx, socks.router, socks.pub, self.cfg, self.metrics)
             listen = _bind(socks.router, self.cfg.listen)
             publish = _bind(socks.pub, self.cfg.publish)
             socks.acks_in.bind(f"inproc://final-acks-{id(self)}")
             socks.acks_out.connect(f"inproc://final-acks-{id(self)}")
-        except zmq.ZMQError:
+        except (zmq.ZMQError, CurveError):
             socks.close()
             if self._auth is not None:
                 self._auth.stop()
@@ -222,8 +226,6 @@ class EdgeNode:
         # receive_hwm messages wait per peer before ZeroMQ stops reading its connection.
         router.setsockopt(zmq.MAXMSGSIZE, cfg.max_payload_mib << 20)
         router.setsockopt(zmq.RCVHWM, cfg.ingest.receive_hwm)
-        if cfg.curve.secret_key:
-            self._auth = serve_curve(ctx, router, cfg.curve.secret_key, cfg.curve.clients_dir)
         pub = ctx.socket(zmq.PUB)
         pub.setsockopt(zmq.LINGER, 0)
         # Final acks from the worker to the ingest thread (the ROUTER's owner).

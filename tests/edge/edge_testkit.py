@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import zmq
 from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.curve import ClientKeys, connect_curve
 from strata.shared.wire import detections_topic, pack_frame
 
 MODEL_SIZE = 256
@@ -136,9 +137,13 @@ def deliver(
 class Listener:
     """A SUB socket on the node's results."""
 
-    def __init__(self, ctx: Any, address: str, camera: str = "") -> None:
+    def __init__(
+        self, ctx: Any, address: str, camera: str = "", curve: ClientKeys | None = None
+    ) -> None:
         self.sock = ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:  # a node with edge.curve on admits keyed subscribers only
+            connect_curve(self.sock, curve.secret_key, curve.server_key)
         # One camera's results, or (empty) every camera's.
         self.sock.setsockopt(zmq.SUBSCRIBE, detections_topic(camera) if camera else b"")
         self.sock.connect(address)
