@@ -513,8 +513,8 @@ def markdown(doc: dict[str, Any]) -> str:
             row.append(f"{r['count']} ({r['count_agreement']:.2f}, {r['f1']:.2f})" if r else "0")
         lines.append(" | ".join(row) + " |")
     extra = sorted(
-        set(a["cascade"]["per_rule"])
-        | set(a["uniform"]["per_rule"]) - set(a["reference_self"]["per_rule"])
+        (set(a["cascade"]["per_rule"]) | set(a["uniform"]["per_rule"]))
+        - set(a["reference_self"]["per_rule"])
     )
     for key in extra:
         cells = [str(a[r]["per_rule"].get(key, {}).get("count", 0)) for r in ("cascade", "uniform")]
