@@ -541,10 +541,12 @@ def markdown(doc: dict[str, Any]) -> str:
     )
     figure("updates", lambda n: str(runs[n]["updates"]))
     types = sorted({t for n in names for t in runs[n]["events_per_minute"]})
+
+    def per_minute(kind: str) -> Callable[[str], str]:
+        return lambda n: f"{runs[n]['events_per_minute'].get(kind, 0):.1f}"
+
     for t in types:
-        figure(
-            f"{t} events per minute", lambda n, t=t: f"{runs[n]['events_per_minute'].get(t, 0):.1f}"
-        )
+        figure(f"{t} events per minute", per_minute(t))
     c, replay = doc["cost"], a["reference_replay"]
     lines += [
         "",
