@@ -46,7 +46,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,7 @@ from strata.tools.bench.rules_frames import (
 )
 from strata.tools.clips import find_vtest
 from strata.tools.demo.pipeline import Outcome, PipelineRun, RunOptions
+from strata.tools.demo.results import Received
 from strata.tools.demo.stack import Camera
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,11 @@ class DaemonRun:
     outcome: Outcome
     events: list[events_pb2.TrackEvent]
 
+    @property
+    def results(self) -> dict[tuple[str, int], Received]:
+        """The bench camera's published frames (whatever else the socket carried left out)."""
+        return {k: r for k, r in self.outcome.results.items() if k[0] == CAMERA}
+
 
 def run_pipeline(
     workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: float
@@ -162,7 +168,7 @@ def run_pipeline(
     try:
         outcome = run.execute()
     finally:
-        # The edge publishes an event before the frame's result: the drain saw them all.
+        # The run ended once every counter stood still `quiet_s`: the events are in.
         tap.close()
     if outcome.error is not None:
         raise RuntimeError(str(outcome.error))
@@ -377,19 +383,19 @@ def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[st
     tracking = TrackingConfig(answer="interpolate")
     labels = Labels()
     ref_pub, cas_pub = (
-        published(ref.outcome.results, labels),
-        published(cas.outcome.results, labels),
+        published(ref.results, labels),
+        published(cas.results, labels),
     )
     total = max((f.index for f in ref_pub), default=-1) + 1
-    size = _frame_size(ref.outcome)
-    ref_boxes = boxes_of(ref.outcome.results, labels)  # ids from the same `labels`
+    size = _frame_size(ref.results)
+    ref_boxes = boxes_of(ref.results, labels)  # ids from the same `labels`
     source = FrameSource(CAMERA, size, tuple(labels.ids))
     ref_frames = track_frames(ref_pub, source, TrackingConfig())
     cas_frames = track_frames(cas_pub, source, tracking)
     ref_clock, cas_clock = Clock.of(ref_pub, fps), Clock.of(cas_pub, fps)
     ref_src, ref_events = events_of(ref, ref_frames, rules)
     cas_src, cas_events = events_of(cas, cas_frames, rules)
-    detected = len(detected_frames(cas.outcome.results))
+    detected = len(detected_frames(cas.results))
     share = detected / total if total else 0.0
     progress(f"uniform sampling at {share:.1%} of frames, replayed through the same tracker ...")
     kept = uniform(total, share)
@@ -444,8 +450,8 @@ def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[st
     }
 
 
-def _frame_size(outcome: Outcome) -> tuple[int, int]:
-    for r in outcome.results.values():
+def _frame_size(results: Mapping[tuple[str, int], Received]) -> tuple[int, int]:
+    for r in results.values():
         if r.message.width and r.message.height:
             return int(r.message.width), int(r.message.height)
     return 0, 0
