@@ -204,3 +204,33 @@ def test_time_engine_reports_per_track_and_per_frame_microseconds() -> None:
     assert cost["frames"] == 19 and cost["track_frames"] == 95
     assert cost["per_frame_us"] == pytest.approx(cost["per_track_frame_us"] * 5)
     assert time_engine(frames[:1], synthetic_rules())["frames"] == 0
+
+
+@pytest.mark.timeout(30)
+def test_the_event_tap_takes_the_edges_event_copies_and_not_its_results() -> None:
+    import time
+
+    import zmq
+    from strata.shared.contracts import frame_pb2
+    from strata.tools.bench.rules_frames import EVENTS_TOPIC, EventTap
+
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    tap = EventTap(f"tcp://127.0.0.1:{port}")
+    try:
+        results = frame_pb2.FrameDetections(camera_id=CAMERA, frame_index=1)
+        deadline = time.monotonic() + 10
+        # Until the subscription has reached the publisher (PUB drops before it).
+        while not tap.events() and time.monotonic() < deadline:
+            pub.send_multipart([CAMERA.encode() + b"\0", results.SerializeToString()])
+            event = events_pb2.TrackEvent(camera_id=CAMERA, track_id=3, sequence=1)
+            pub.send_multipart([EVENTS_TOPIC + CAMERA.encode() + b"\0", event.SerializeToString()])
+            time.sleep(0.05)
+        got = tap.events()
+        assert got and all((e.camera_id, e.track_id) == (CAMERA, 3) for e in got)
+        assert tap.malformed == 0
+    finally:
+        tap.close()
+        pub.close(0)
+        ctx.term()

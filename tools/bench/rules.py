@@ -13,7 +13,7 @@ clip with `--quick`):
   edge/tracking/calibration.py `replay`), then the same RulesEngine.
 
 The two daemon runs' events are what the edge published: the copy of every TrackEvent on
-its PUB socket (topic `events/<camera>`, tools/bench/rules_frames.py `EventTap`). An edge
+its PUB socket (the events topic, tools/bench/rules_frames.py `EventTap`). An edge
 without a rules stage publishes none; then its published tracked boxes are replayed
 offline through the RulesEngine (`rules_frames.replay_rules`), and the report says so
 (`runs.*.source`: "edge" or "replay").

@@ -1,9 +1,9 @@
 """Track events of a bench run: from the edge's PUB copy, or replayed offline.
 
-The edge publishes a copy of every TrackEvent on its results PUB socket under the topic
-`events/<camera>` (the durable copy goes up the uplink). `EventTap` subscribes to that
-topic before the device starts, so a run's events are exactly what the edge's rules stage
-emitted. Where the edge has no rules stage (nothing arrives on the topic), or for a
+The edge publishes a copy of every TrackEvent on its results PUB socket under the events
+topic (`EVENTS_TOPIC` + camera id; the durable copy goes up the uplink). `EventTap`
+subscribes to it before the device starts, so a run's events are exactly what the edge's
+rules stage emitted. Where the edge has no rules stage (nothing arrives on the topic), or for a
 pattern of frames no daemon ran (uniform sampling), `replay_rules` turns per-frame tracked
 boxes into the `TrackFrame`s the edge would build (edge/rules/frame.py) and runs the same
 `RulesEngine` over them:
@@ -27,6 +27,7 @@ import numpy as np
 from strata.edge.rules.engine import RulesEngine
 from strata.edge.rules.frame import TrackFrame
 from strata.edge.tracking.tracker import TrackedBoxes
+from strata.shared import wire
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.config.rules import RulesConfig
 from strata.shared.contracts import events_pb2
@@ -35,8 +36,10 @@ from strata.tools.demo.results import Received
 
 log = logging.getLogger(__name__)
 
-# The topic prefix of the edge's TrackEvent copies on its PUB socket ("events/<camera>").
-EVENTS_TOPIC = b"events/"
+# The topic prefix of the edge's TrackEvent copies on its PUB socket: the rules stage's
+# `shared.wire.EVENTS_TOPIC_PREFIX` (a NUL first, so no camera's results topic matches it);
+# its value where that stage has not landed yet.
+EVENTS_TOPIC: bytes = getattr(wire, "EVENTS_TOPIC_PREFIX", b"\0events/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +149,7 @@ def replay_rules(frames: Sequence[TrackFrame], rules: RulesConfig) -> list[event
 
 
 class EventTap:
-    """Every TrackEvent the edge publishes on `address` (topic `events/`), on a thread.
+    """Every TrackEvent the edge publishes on `address` (topic `EVENTS_TOPIC`), on a thread.
 
     Connect it before the device starts: a SUB socket connects before its PUB binds and
     retries, and a PUB drops what it sends before a subscription arrives.
