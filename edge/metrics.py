@@ -31,8 +31,9 @@ class EdgeMetrics:
         )
         self.peers_refused = Counter(
             "strata_edge_peers_refused",
-            "Connections to the frame socket refused (auth: CURVE key not allowed; "
-            "handshake: not ZMTP or the wrong mechanism).",
+            "Connections refused (auth: an agent's CURVE key not allowed on the frame socket; "
+            "subscriber: a key not allowed on the results socket; handshake: not ZMTP or the "
+            "wrong mechanism).",
             ["reason"],
             registry=r,
         )
