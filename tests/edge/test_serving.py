@@ -59,6 +59,12 @@ def until(cond: Callable[[], bool], timeout_s: float = 30.0) -> bool:
     return False
 
 
+def polled(serving: ServingModel, idle: bool) -> bool:
+    """One poll of the worker's (between two batches when `idle`); True to chain."""
+    serving.poll(idle)
+    return True
+
+
 def test_without_a_switcher_the_serving_model_stays_and_closes_its_runner(
     colour_model: Path,
 ) -> None:
@@ -99,11 +105,11 @@ def test_a_new_version_is_served_only_when_idle_and_the_old_runner_is_freed(
         switcher.request()
         # A batch in flight: the loaded version waits, however long that takes.
         canaried = "strata_edge_model_canary_agreement"
-        assert until(lambda: serving.poll(idle=False) or sample(reg, canaried) == 1.0)
+        assert until(lambda: polled(serving, False) and sample(reg, canaried) == 1.0)
         for _ in range(5):
             serving.poll(idle=False)
         assert serving.version == 0 and serving.detector is first
-        assert until(lambda: serving.poll(idle=True) or serving.version == 1)
+        assert until(lambda: polled(serving, True) and serving.version == 1)
         assert serving.detector is not first and serving.runner is serving.detector.runner
         assert serving.path.parent.name == "1"
         assert sample(reg, "strata_edge_model_switches_total") == 1
