@@ -832,16 +832,20 @@ class Uplink:
                 self._cond.notify()  # the cameras may send their next events now
 
     def _old_cloud(self, stream: _Stream, resp: analytics_pb2.UplinkResponse) -> None:
-        """A cloud older than protocol 2.1 ignores track events: they go back and wait."""
+        """A cloud older than protocol 2.1 ignores track events: they go back and wait, and
+        none go out for OLD_CLOUD_PAUSE_S after its last answer. (An events-only batch gets
+        no answer from it at all: the ack timeout puts those back.)"""
+        now = time.monotonic()
         with self._cond:
             events = self._unacked_events([stream])
             stream.events.clear()
-        if not events:
+        was_paused = now < self._events_paused_until
+        self._events_paused_until = now + OLD_CLOUD_PAUSE_S
+        if not events and was_paused:
             return
-        self._events_paused_until = time.monotonic() + OLD_CLOUD_PAUSE_S
         log.warning(
             "cloud %s speaks protocol %d.%d, before track events (2.1): %d event(s) wait "
-            "for a newer cloud (retried every %.0f s)",
+            "for a newer cloud (tried again %.0f s after its last answer)",
             self.target,
             resp.version.major,
             resp.version.minor,

@@ -459,3 +459,55 @@ def test_a_retry_holds_that_cameras_later_events_and_no_other(port: int) -> None
     assert any(k.startswith("yard/") for k in fake.order[pos - 3 : pos]) or any(
         k.startswith("yard/") for k in fake.order[:pos]
     )
+
+
+class OldCloud(analytics_pb2_grpc.AnalyticsServicer):
+    """A cloud of protocol 2.0: stores crops, ignores track events (answers minor 0)."""
+
+    def __init__(self) -> None:
+        self.crops: list[str] = []
+
+    def Uplink(
+        self, request_iterator: Iterator[analytics_pb2.CropBatch], context: Any
+    ) -> Iterator[analytics_pb2.UplinkResponse]:
+        for batch in request_iterator:
+            if not batch.crops:
+                continue  # as a 2.0 cloud: nothing to answer
+            self.crops += [c.crop_id for c in batch.crops]
+            yield analytics_pb2.UplinkResponse(
+                version=common_pb2.ProtocolVersion(major=2, minor=0),
+                acks=[
+                    analytics_pb2.CropAck(
+                        crop_id=c.crop_id, status=analytics_pb2.CROP_STATUS_STORED
+                    )
+                    for c in batch.crops
+                ],
+            )
+
+
+def test_events_wait_for_a_cloud_that_acks_them(
+    cloud: Callable[[], CloudServer], port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import strata.edge.uplink.stream as stream_module
+
+    monkeypatch.setattr(stream_module, "OLD_CLOUD_PAUSE_S", 1.0)
+    old = OldCloud()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    analytics_pb2_grpc.add_AnalyticsServicer_to_server(old, server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    story = walks(("door",), tracks=3)
+    up, m = make(port, batch=2)
+    try:
+        up.offer([_crop(i) for i in range(6)])
+        up.offer_events(story)
+        assert wait_for(lambda: len(set(old.crops)) == 6)
+        time.sleep(0.5)
+        assert up.events_waiting == len(story) and events_total(m, "stored") == 0
+        assert sample(m.registry, "strata_edge_uplink_event_drops_total") == 0
+        server.stop(0)
+        new = cloud()  # the cloud is upgraded: the events go now
+        assert wait_for(lambda: events_total(m, "stored") == len(story))
+    finally:
+        up.stop()
+    assert_in_order_once(stored(new), story)
