@@ -1,14 +1,18 @@
-"""The uplink's on-disk queue: two FIFOs (crops, track events) in one SQLite file, bounded
-in bytes together.
+"""The uplink's on-disk queue: crops and track events in one SQLite file, bounded in bytes
+together.
 
-Crops and events the memory buffer cannot hold while the cloud is away wait here, in order,
-and survive a restart of the edge. Rows are keyed by a sequence number per table; pushing to
-the front (items that came back unacked) takes numbers below the smallest, so each table
-stays oldest first. Beyond the byte bound the oldest crops go first: events are small and
-each one is promised (an `end` event is the only one of its track), so an event is dropped
-only when no crop is left to drop, and crops never push out an event. The caller counts
-what went. WAL with synchronous=NORMAL: a killed process loses nothing; a power cut may
-lose the last commits.
+Crops the memory buffer cannot hold while the cloud is away wait here, in order, and survive
+a restart of the edge: a FIFO keyed by a sequence number; pushing to the front (crops that
+came back unacked) takes numbers below the smallest, so the order stays oldest first.
+
+Track events are promised (an `end` is the only one of its track), so every one is written
+here when offered, before its frame is settled, and its row goes only when the cloud's ack
+is final: a `kill -9` at any point leaves every unacked event on disk, in order (rows are
+appended with increasing numbers and read without removing them; `delete_events` removes
+them). When the bound is reached the oldest crops make room; an event is refused (the
+newest, counted by the caller) only when no crop is left, and a crop never pushes an event
+out. WAL with synchronous=NORMAL: a killed process loses nothing; a power cut may lose the
+last commits.
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ class SpoolError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class Trimmed:
-    """What a push dropped to stay within the byte bound (oldest first, crops before events)."""
+class Appended:
+    """What `append_events` did: the row numbers of the events written (a prefix of those
+    given, in order), the oldest crops dropped to make room, and the events refused."""
 
-    crops: int = 0
-    events: int = 0
+    rows: tuple[int, ...] = ()
+    crops_dropped: int = 0
+    refused: int = 0
 
 
 @dataclass(slots=True)
@@ -125,17 +131,10 @@ class CropSpool:
     def push(self, crops: list[analytics_pb2.Crop], front: bool = False) -> int:
         """Append crops (or put them before the head, in order); returns how many of the oldest
         crops were dropped to stay within max_bytes (never an event)."""
-        return self._push(self._crops, crops, front).crops
-
-    def push_events(self, events: list[events_pb2.TrackEvent], front: bool = False) -> Trimmed:
-        """Append track events (or put them before the head, in order); returns what was
-        dropped to stay within max_bytes: the oldest crops first, then the oldest events."""
-        return self._push(self._events, events, front)
-
-    def _push(self, fifo: _Fifo, items: list[Any], front: bool) -> Trimmed:
-        if not items:
-            return Trimmed()
-        blobs = [m.SerializeToString() for m in items]
+        fifo = self._crops
+        if not crops:
+            return 0
+        blobs = [m.SerializeToString() for m in crops]
         with self._lock:
             if front:
                 first = fifo.head - len(blobs)
@@ -155,24 +154,98 @@ class CropSpool:
                     fifo.tail = first + len(blobs) - 1
                 fifo.count += len(rows)
                 fifo.bytes += sum(r[1] for r in rows)
-                crops = self._trim(self._crops)
-                events = self._trim(self._events) if fifo is self._events else 0
-                return Trimmed(crops, events)
+                return self._trim(self._crops)
 
-    def _over(self) -> int:
-        return self._crops.bytes + self._events.bytes - self.max_bytes
+    def append_events(self, events: list[events_pb2.TrackEvent]) -> Appended:
+        """Write track events at the tail, in one transaction; the oldest crops make room
+        first. Those that still do not fit are refused (the newest), never an older event."""
+        if not events:
+            return Appended()
+        blobs = [m.SerializeToString() for m in events]
+        need = sum(len(b) for b in blobs)
+        fifo = self._events
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
+            dropped = self._trim(self._crops, need)
+            room = self.max_bytes - self._crops.bytes - fifo.bytes
+            n = 0
+            for b in blobs:
+                if len(b) > room:
+                    break
+                room -= len(b)
+                n += 1
+            first = fifo.tail + 1
+            rows = [(first + i, len(b), b) for i, b in enumerate(blobs[:n])]
+            if rows:
+                self._conn.executemany(
+                    "INSERT INTO events (seq, size, data) VALUES (?, ?, ?)", rows
+                )
+                if fifo.count == 0:
+                    fifo.head = first
+                fifo.tail = first + n - 1
+                fifo.count += n
+                fifo.bytes += sum(r[1] for r in rows)
+            return Appended(tuple(r[0] for r in rows), dropped, len(blobs) - n)
 
-    def _trim(self, fifo: _Fifo) -> int:
-        """Delete the table's oldest rows until within max_bytes (inside the caller's
-        transaction); how many went."""
+    def load_events(
+        self, after: int, n: int
+    ) -> tuple[list[tuple[int, events_pb2.TrackEvent]], int]:
+        """Up to n events with row numbers above `after`, oldest first, left on disk (each
+        goes with `delete_events` once final); and how many unreadable rows were removed."""
+        with self._lock:
+            if n <= 0 or not self._events.count:
+                return [], 0
+            rows = self._conn.execute(
+                "SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, n)
+            ).fetchall()
+        out: list[tuple[int, events_pb2.TrackEvent]] = []
+        bad: list[int] = []
+        for seq, data in rows:
+            try:
+                out.append((int(seq), events_pb2.TrackEvent.FromString(data)))
+            except DecodeError:
+                bad.append(int(seq))
+                log.warning("uplink spool row %d of events is unreadable; dropped", seq)
+        self.delete_events(bad)
+        return out, len(bad)
+
+    def delete_events(self, rows: list[int]) -> None:
+        """Remove events whose ack was final (row numbers from append_events or load_events;
+        numbers not there are ignored). Row numbers are never reused."""
+        if not rows:
+            return
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
+            gone = 0
+            size = 0
+            for i in range(0, len(rows), 500):
+                chunk = rows[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                got = self._conn.execute(
+                    f"SELECT count(*), coalesce(sum(size), 0) FROM events WHERE seq IN ({marks})",
+                    chunk,
+                ).fetchone()
+                gone += int(got[0])
+                size += int(got[1])
+                self._conn.execute(f"DELETE FROM events WHERE seq IN ({marks})", chunk)
+            self._events.count -= gone
+            self._events.bytes -= size
+
+    def _trim(self, fifo: _Fifo, extra: int = 0) -> int:
+        """Delete the table's oldest rows until `extra` more bytes fit within max_bytes
+        (inside the caller's transaction); how many went."""
         dropped = 0
-        while self._over() > 0 and fifo.count:
+
+        def over() -> int:
+            return self._crops.bytes + self._events.bytes + extra - self.max_bytes
+
+        while over() > 0 and fifo.count:
             cur = self._conn.execute(
                 f"SELECT seq, size FROM {fifo.table} ORDER BY seq LIMIT 64"
             ).fetchall()
             cut = None
             for seq, size in cur:
-                if self._over() <= 0:
+                if over() <= 0:
                     break
                 fifo.bytes -= int(size)
                 fifo.count -= 1
@@ -182,8 +255,6 @@ class CropSpool:
                 break
             self._conn.execute(f"DELETE FROM {fifo.table} WHERE seq <= ?", (cut,))
             fifo.head = cut + 1
-            if not fifo.count:
-                fifo.head, fifo.tail = 0, -1
         return dropped
 
     def pop(self, n: int) -> tuple[list[analytics_pb2.Crop], int]:
@@ -191,7 +262,8 @@ class CropSpool:
         return self._pop(self._crops, n, analytics_pb2.Crop)
 
     def pop_events(self, n: int) -> tuple[list[events_pb2.TrackEvent], int]:
-        """Up to n track events from the head, removed; and how many rows were unreadable."""
+        """Up to n track events from the head, removed (a failed peer's spool, taken over);
+        and how many rows were unreadable."""
         return self._pop(self._events, n, events_pb2.TrackEvent)
 
     def _pop(self, fifo: _Fifo, n: int, kind: type[Any]) -> tuple[list[Any], int]:

@@ -6,13 +6,16 @@ spool (edge/uplink/spool.py) that drains back through the buffer when the cloud 
 so an outage the spool can hold loses nothing. Beyond the spool's bound the oldest are
 dropped and counted.
 
-Track events (docs/events.md) take the same road in a buffer and a spool table of their
-own, and ride the same CropBatch (`events`). They are promised, so the spool drops crops
-before any event. A camera's events keep their order: at most one batch of a camera's
-events is in flight at a time, on one stream, so the cloud hands them to its store in order;
-a RETRY (or a stream break, an ack timeout) puts the camera's unacked events back at the
-front and holds its later ones until they are taken. STORED and DUPLICATE are final,
-INVALID is final (counted, logged, never resent), RETRY waits `retry_after_ms`.
+Track events (docs/events.md) ride the same CropBatch (`events`). They are promised, so
+with a spool each is written to it when offered (before its frame is settled) and its row
+goes only when the cloud's ack is final: a `kill -9` loses none, the next start sends them
+again (the cloud acks a copy DUPLICATE). Memory holds a window of them, read from the spool
+in order; the spool drops crops before any event. A camera's events keep their order: at
+most one batch of a camera's events is in flight at a time, on one stream, so the cloud
+hands them to its store in order; a RETRY (or a stream break, an ack timeout) puts the
+camera's unacked events back at the front and holds its later ones until they are taken.
+STORED and DUPLICATE are final, INVALID is final (counted, logged, never resent), RETRY
+waits `retry_after_ms`. Without a spool, events wait in memory only.
 
 One thread sends batches over up to `streams` streams while the breaker allows; each stream
 has a thread reading its acks. On a target with several addresses (a DNS name or a list) the
@@ -39,7 +42,7 @@ from typing import Any
 import grpc
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.uplink.breaker import BreakerState, CircuitBreaker
-from strata.edge.uplink.spool import CropSpool, SpoolError, Trimmed
+from strata.edge.uplink.spool import Appended, CropSpool, SpoolError
 from strata.shared.config.edge import UplinkConfig, cloud_target
 from strata.shared.contracts import analytics_pb2, check_version, current_version, events_pb2
 
@@ -78,12 +81,20 @@ class _Pending:
     probe: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Ev:
+    """A track event waiting for its final ack, and its place: its spool row (with a
+    spool; increasing in the order offered), else a counter."""
+
+    event: events_pb2.TrackEvent
+    order: int
+
+
 @dataclass(slots=True)
 class _EventPending:
-    event: events_pb2.TrackEvent
+    ev: _Ev
     sent: float
     probe: bool
-    order: int  # when it went out (all streams): requeued events keep their order
 
 
 @dataclass(eq=False)
@@ -130,11 +141,15 @@ class Uplink:
             else None
         )
         self._buf: deque[analytics_pb2.Crop] = deque()
-        # Track events in the order offered (each camera's in its order); a camera's events
-        # in memory all come before its events on disk.
-        self._evbuf: deque[events_pb2.TrackEvent] = deque()
+        # Track events in the order offered (each camera's in its order). With a spool every
+        # one is on disk; memory holds the rows up to _ev_loaded (and in flight), the
+        # _ev_unloaded rows after them wait on disk only.
+        self._evbuf: deque[_Ev] = deque()
+        self._ev_loaded = -(2**62)
+        self._ev_unloaded = self._spool.events if self._spool is not None else 0
+        self._ev_order = 0  # without a spool
+        self._ev_in_hand = 0  # taken by the sender, not yet in flight
         self._ev_hold: dict[str, float] = {}  # camera -> monotonic time its RETRY ends
-        self._ev_order = 0
         self._events_paused_until = 0.0  # an old cloud that acks no event
         self._cond = threading.Condition()
         self._streams: list[_Stream] = []
@@ -193,30 +208,50 @@ class Uplink:
             self._dropped("crop_buffer_full", dropped)
 
     def offer_events(self, events: list[events_pb2.TrackEvent]) -> None:
-        """Buffer track events for the cloud, in order (each camera's in its `sequence`
-        order); never waits for the network. Beyond the memory bound they spill to the spool
-        (which drops crops before events); without a spool the oldest drop, counted."""
+        """Hand track events to the cloud, in order (each camera's in its `sequence` order).
+        With a spool they are on disk when this returns (one transaction), so a kill loses
+        none; memory takes them while it has room and nothing older waits on disk. Without
+        a spool, beyond the memory bound the oldest drop, counted."""
         if not events:
             return
         self.metrics.uplink_events.labels("offered").inc(len(events))
         dropped = 0
         with self._cond:
             if self._spool is not None:
-                room = self.cfg.queue - len(self._evbuf) if not self._spool.events else 0
-                self._evbuf.extend(events[: max(0, room)])
-                spill = events[max(0, room) :]
-                if spill:
-                    self._events_to_spool(spill, front=False)
+                try:
+                    done = self._spool.append_events(events)
+                except sqlite3.Error as exc:
+                    log.error("uplink spool %s failed: %s", self._spool.path, exc)
+                    self._events_dropped("uplink_spool_error", len(events))
+                    return
+                self._appended(events, done)
             else:
                 for ev in events:
                     if len(self._evbuf) >= self.cfg.queue:
                         self._evbuf.popleft()
                         dropped += 1
-                    self._evbuf.append(ev)
+                    self._ev_order += 1
+                    self._evbuf.append(_Ev(ev, self._ev_order))
             self._gauges()
             self._cond.notify()
         if dropped:
             self._events_dropped("event_buffer_full", dropped)
+
+    def _appended(self, events: list[events_pb2.TrackEvent], done: Appended) -> None:
+        """Events written to the spool: into memory too while it has room and no older row
+        waits on disk only (lock held); what the spool dropped or refused, counted."""
+        self.metrics.uplink_events.labels("spooled").inc(len(done.rows))
+        for ev, row in zip(events, done.rows, strict=False):
+            if self._ev_unloaded or len(self._evbuf) >= self.cfg.queue:
+                self._ev_unloaded += 1
+            else:
+                self._evbuf.append(_Ev(ev, row))
+                self._ev_loaded = row
+        if done.crops_dropped:
+            # Said apart from uplink_spool_full: these crops made room for track events.
+            self._dropped("uplink_spool_full_events", done.crops_dropped)
+        if done.refused:
+            self._events_dropped("uplink_spool_full", done.refused)
 
     def adopt_spool(self, path: str, peer: str, counter: Any) -> threading.Thread | None:
         """Move a failed peer's spooled crops into this uplink, in order, in the
@@ -294,25 +329,6 @@ class Uplink:
         if over:
             self._dropped("uplink_spool_full", over)
 
-    def _events_to_spool(self, events: list[events_pb2.TrackEvent], front: bool) -> None:
-        """Write track events to the spool (caller holds the lock): crops make room first."""
-        assert self._spool is not None
-        try:
-            trimmed = self._spool.push_events(events, front=front)
-        except sqlite3.Error as exc:
-            log.error("uplink spool %s failed: %s", self._spool.path, exc)
-            self._events_dropped("uplink_spool_error", len(events))
-            return
-        self.metrics.uplink_events.labels("spooled").inc(len(events))
-        self._spool_trimmed(trimmed)
-
-    def _spool_trimmed(self, trimmed: Trimmed) -> None:
-        if trimmed.crops:
-            # Said apart from uplink_spool_full: these crops made room for track events.
-            self._dropped("uplink_spool_full_events", trimmed.crops)
-        if trimmed.events:
-            self._events_dropped("uplink_spool_full", trimmed.events)
-
     def _events_dropped(self, reason: str, n: int) -> None:
         self.metrics.uplink_event_drops.labels(reason).inc(n)
         log.warning(
@@ -365,20 +381,20 @@ class Uplink:
 
     @property
     def events_buffered(self) -> int:
-        """Track events waiting for the cloud, in memory and on disk."""
+        """Track events waiting to be sent: in memory and on disk only (not in flight)."""
         with self._cond:
-            return len(self._evbuf) + (self._spool.events if self._spool is not None else 0)
+            return len(self._evbuf) + self._ev_unloaded + self._ev_in_hand
 
     @property
     def events_waiting(self) -> int:
-        """Track events not yet acked final: in memory, on disk and in flight."""
+        """Track events not yet acked final: waiting to be sent and in flight."""
         with self._cond:
             flying = sum(len(v) for s in self._streams for v in s.events.values())
-            return flying + len(self._evbuf) + (self._spool.events if self._spool else 0)
+            return flying + len(self._evbuf) + self._ev_unloaded + self._ev_in_hand
 
     @property
     def events_spooled(self) -> int:
-        """Track events waiting on disk."""
+        """Track events on disk (every one not yet acked final, with a spool)."""
         with self._cond:
             return self._spool.events if self._spool is not None else 0
 
@@ -391,20 +407,17 @@ class Uplink:
         with self._cond:
             streams, self._streams = self._streams, []
             unacked = sorted((p for s in streams for p in s.pending.values()), key=lambda p: p.sent)
-            ev_left = [p.event for p in self._unacked_events(streams)] + list(self._evbuf)
+            ev_left = len(self._unacked_events(streams)) + len(self._evbuf) + self._ev_unloaded
             for s in streams:
                 s.pending.clear()
                 s.events.clear()
             left = [p.crop for p in unacked] + list(self._buf)
             self._buf.clear()
             self._evbuf.clear()
-            if ev_left and self._spool is not None:
-                self._events_to_spool(ev_left, front=True)
-                log.info(
-                    "uplink: %d unsent track events kept in %s", len(ev_left), self._spool.path
-                )
+            if ev_left and self._spool is not None:  # each one's row is there already
+                log.info("uplink: %d unacked track events kept in %s", ev_left, self._spool.path)
             elif ev_left:
-                self._events_dropped("uplink_shutdown", len(ev_left))
+                self._events_dropped("uplink_shutdown", ev_left)
             if left and self._spool is not None:
                 self._to_spool(left, front=True)
                 log.info("uplink: %d unsent crops kept in %s", len(left), self._spool.path)
@@ -421,9 +434,7 @@ class Uplink:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _take(
-        self, n: int, timeout: float
-    ) -> tuple[list[analytics_pb2.Crop], list[events_pb2.TrackEvent]]:
+    def _take(self, n: int, timeout: float) -> tuple[list[analytics_pb2.Crop], list[_Ev]]:
         """Up to n crops and the track events that may go now (see _take_events)."""
         with self._cond:
             self._refill()
@@ -435,10 +446,11 @@ class Uplink:
                 self._refill_events()
                 events = self._take_events()
             out = [self._buf.popleft() for _ in range(min(n, len(self._buf)))]
+            self._ev_in_hand = len(events)  # neither buffered nor in flight until sent
             self._gauges()
             return out, events
 
-    def _take_events(self) -> list[events_pb2.TrackEvent]:
+    def _take_events(self) -> list[_Ev]:
         """Events of cameras with none in flight and no RETRY pause, each camera's a prefix
         of its queue, at most EVENTS_PER_BATCH (lock held). A camera left out for any reason
         has all its later events left too, so none overtakes another."""
@@ -449,24 +461,24 @@ class Uplink:
         blocked = set(self._ev_hold)
         for st in self._streams:
             for plist in st.events.values():
-                blocked.update(p.event.camera_id for p in plist)
-        taken: list[events_pb2.TrackEvent] = []
-        keep: deque[events_pb2.TrackEvent] = deque()
-        for ev in self._evbuf:
-            if len(taken) < EVENTS_PER_BATCH and ev.camera_id not in blocked:
-                taken.append(ev)
+                blocked.update(p.ev.event.camera_id for p in plist)
+        taken: list[_Ev] = []
+        keep: deque[_Ev] = deque()
+        for e in self._evbuf:
+            if len(taken) < EVENTS_PER_BATCH and e.event.camera_id not in blocked:
+                taken.append(e)
             else:
-                keep.append(ev)
-                blocked.add(ev.camera_id)
+                keep.append(e)
+                blocked.add(e.event.camera_id)
         if taken:
             self._evbuf = keep
         return taken
 
     def _unacked_events(self, streams: list[_Stream]) -> list[_EventPending]:
-        """The streams' events in flight, in the order they went out."""
+        """The streams' events in flight, in the order they were offered."""
         return sorted(
             (p for s in streams for plist in s.events.values() for p in plist),
-            key=lambda p: p.order,
+            key=lambda p: p.ev.order,
         )
 
     def _refill(self) -> None:
@@ -483,17 +495,21 @@ class Uplink:
             self._dropped("uplink_spool_corrupt", bad)
 
     def _refill_events(self) -> None:
-        """Move track events from the spool's head into memory when it runs low (lock held)."""
-        if self._spool is None or len(self._evbuf) > self.cfg.queue // 2:
+        """Read the next track events from the spool into memory when it runs low (lock
+        held); their rows stay until final."""
+        if self._spool is None or not self._ev_unloaded:
             return
-        if not self._spool.events:
+        if len(self._evbuf) > self.cfg.queue // 2:
             return
         try:
-            events, bad = self._spool.pop_events(self.cfg.queue - len(self._evbuf))
+            rows, bad = self._spool.load_events(self._ev_loaded, self.cfg.queue - len(self._evbuf))
         except sqlite3.Error as exc:
             log.error("uplink spool %s unreadable: %s", self._spool.path, exc)
             return
-        self._evbuf.extend(events)
+        for row, ev in rows:
+            self._evbuf.append(_Ev(ev, row))
+            self._ev_loaded = row
+        self._ev_unloaded = max(0, self._ev_unloaded - len(rows) - bad)
         if bad:
             self._events_dropped("uplink_spool_corrupt", bad)
 
@@ -517,27 +533,15 @@ class Uplink:
         if over > 0:
             self._dropped("crop_buffer_full", over)
 
-    def _requeue_events(self, events: list[events_pb2.TrackEvent]) -> None:
-        """Back to the front, in the order they went out: each camera's unacked events are
-        its oldest. Over the memory bound the newest in memory move to the front of the spool
-        (each camera's order kept); without a spool the oldest drop, counted."""
+    def _requeue_events(self, events: list[_Ev]) -> None:
+        """Back to the front, in the order offered: each camera's unacked events are its
+        oldest. Memory may pass its bound by what was in flight (one batch per camera)."""
         if not events:
             return
-        over = 0
         with self._cond:
             self._evbuf.extendleft(reversed(events))
-            over = len(self._evbuf) - self.cfg.queue
-            if over > 0 and self._spool is not None:
-                tail = [self._evbuf.pop() for _ in range(over)]
-                tail.reverse()
-                self._events_to_spool(tail, front=True)
-                over = 0
-            for _ in range(max(0, over)):
-                self._evbuf.popleft()
             self._gauges()
             self._cond.notify()
-        if over > 0:
-            self._events_dropped("event_buffer_full", over)
 
     def _connect(self) -> str:
         """Make the channel if needed and check the cloud answers; '' or why not."""
@@ -637,7 +641,7 @@ class Uplink:
             stream.events.clear()
         self._end(stream)
         self._requeue([p.crop for p in pending])
-        self._requeue_events([p.event for p in events])
+        self._requeue_events([p.ev for p in events])
         probe = any(p.probe for p in pending) or any(p.probe for p in events)
         self.breaker.failure(why, probe=probe)
 
@@ -672,46 +676,56 @@ class Uplink:
             crops, events = self._take(self.cfg.batch, 0.1)
             if not crops and not events:
                 continue
-            if not self.breaker.allow():
-                self._requeue(crops)
-                self._requeue_events(events)
-                self._stop.wait(0.05)
-                continue
-            probe = self.breaker.state is not BreakerState.CLOSED
-            stream = self._pick()
-            if isinstance(stream, str):
-                self._requeue(crops)
-                self._requeue_events(events)
-                log.warning("uplink: %s", stream)
-                self.breaker.failure(stream, probe=probe)
-                continue
-            now = time.monotonic()
-            with self._cond:
-                # The stream may already have failed (a refused call ends at once); then
-                # its failure requeued nothing of these, so they go back here.
-                live = stream in self._streams
-                if live:
-                    for c in crops:
-                        stream.pending[c.crop_id] = _Pending(c, now, probe)
-                    for ev in events:
-                        self._ev_order += 1
-                        stream.events.setdefault(ev.idempotency_key, []).append(
-                            _EventPending(ev, now, probe, self._ev_order)
-                        )
-            if not live:
-                self._requeue(crops)
-                self._requeue_events(events)
-                if probe:
-                    self.breaker.failure("stream ended before the probe went out", probe=True)
-                continue
-            stream.requests.put(
-                analytics_pb2.CropBatch(version=current_version(), crops=crops, events=events)
+            try:
+                self._send(crops, events)
+            finally:
+                if events:
+                    with self._cond:
+                        self._ev_in_hand = 0
+
+    def _send(self, crops: list[analytics_pb2.Crop], events: list[_Ev]) -> None:
+        """One batch out on a stream, or back to the buffers (breaker, no stream)."""
+        if not self.breaker.allow():
+            self._requeue(crops)
+            self._requeue_events(events)
+            self._stop.wait(0.05)
+            return
+        probe = self.breaker.state is not BreakerState.CLOSED
+        stream = self._pick()
+        if isinstance(stream, str):
+            self._requeue(crops)
+            self._requeue_events(events)
+            log.warning("uplink: %s", stream)
+            self.breaker.failure(stream, probe=probe)
+            return
+        now = time.monotonic()
+        with self._cond:
+            # The stream may already have failed (a refused call ends at once); then
+            # its failure requeued nothing of these, so they go back here.
+            live = stream in self._streams
+            if live:
+                for c in crops:
+                    stream.pending[c.crop_id] = _Pending(c, now, probe)
+                for e in events:
+                    stream.events.setdefault(e.event.idempotency_key, []).append(
+                        _EventPending(e, now, probe)
+                    )
+        if not live:
+            self._requeue(crops)
+            self._requeue_events(events)
+            if probe:
+                self.breaker.failure("stream ended before the probe went out", probe=True)
+            return
+        stream.requests.put(
+            analytics_pb2.CropBatch(
+                version=current_version(), crops=crops, events=[e.event for e in events]
             )
-            if crops:
-                self.metrics.crops.labels("sent").inc(len(crops))
-                self.metrics.uplink_bytes.inc(sum(len(c.image) for c in crops))
-            if events:
-                self.metrics.uplink_events.labels("sent").inc(len(events))
+        )
+        if crops:
+            self.metrics.crops.labels("sent").inc(len(crops))
+            self.metrics.uplink_bytes.inc(sum(len(c.image) for c in crops))
+        if events:
+            self.metrics.uplink_events.labels("sent").inc(len(events))
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -815,21 +829,34 @@ class Uplink:
             else:  # RETRY, or a status this build does not know: keep it
                 self.metrics.uplink_events.labels("retry").inc()
                 retry.append(p)
-                camera = p.event.camera_id
+                camera = p.ev.event.camera_id
                 until = now + ack.retry_after_ms / 1e3
                 with self._cond:
                     self._ev_hold[camera] = max(self._ev_hold.get(camera, 0.0), until)
         if final:
+            self._forget([p.ev for p in final])
             p = final[0]
             self.breaker.success(now - p.sent, probe=any(q.probe for q in final))
         if retry:
             self.breaker.failure(
                 "cloud busy: track events got RETRY", probe=any(q.probe for q in retry)
             )
-            self._requeue_events([p.event for p in sorted(retry, key=lambda q: q.order)])
+            self._requeue_events([p.ev for p in sorted(retry, key=lambda q: q.ev.order)])
         elif final:
             with self._cond:
                 self._cond.notify()  # the cameras may send their next events now
+
+    def _forget(self, done: list[_Ev]) -> None:
+        """Final events leave the spool (their rows); a failure there only means they are
+        sent again after a restart, and the cloud acks those DUPLICATE."""
+        if self._spool is None:
+            return
+        try:
+            self._spool.delete_events([e.order for e in done])
+        except sqlite3.Error as exc:
+            log.error("uplink spool %s: acked track events not removed: %s", self._spool.path, exc)
+        with self._cond:
+            self._gauges()
 
     def _old_cloud(self, stream: _Stream, resp: analytics_pb2.UplinkResponse) -> None:
         """A cloud older than protocol 2.1 ignores track events: they go back and wait, and
@@ -852,4 +879,4 @@ class Uplink:
             len(events),
             OLD_CLOUD_PAUSE_S,
         )
-        self._requeue_events([p.event for p in events])
+        self._requeue_events([p.ev for p in events])

@@ -344,7 +344,7 @@ def test_a_full_spool_drops_crops_before_events(
         up.stop()
 
 
-def test_the_spool_keeps_events_in_order_and_gives_crops_up_first(tmp_path: Path) -> None:
+def test_the_spool_keeps_events_until_final_and_gives_crops_up_first(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path)  # a spool from before events: crops only
     conn.execute("CREATE TABLE crops (seq INTEGER PRIMARY KEY, size INTEGER, data BLOB)")
@@ -354,22 +354,29 @@ def test_the_spool_keeps_events_in_order_and_gives_crops_up_first(tmp_path: Path
     bound = sum(e.ByteSize() for e in story) - 1  # not all of them fit
     spool = CropSpool(str(path), max_bytes=bound)
     assert spool.push([_crop(i) for i in range(2)]) == 0
-    got = spool.push_events(story[:5])
-    assert got.events == 0 and spool.events == 5  # crops made room if need be
-    back, _ = spool.pop_events(2)
-    assert keys(back) == keys(story[:2])
-    spool.push_events(back, front=True)  # unacked ones go back before the rest
-    # Past the bound: both crops go before any event, then the oldest events.
-    over = spool.push_events(story[5:])
-    assert got.crops + over.crops == 2 and len(spool) == 0
-    assert over.events >= 1 and spool.events == len(story) - over.events
+    first = spool.append_events(story[:5])
+    assert len(first.rows) == 5 and first.refused == 0 and spool.events == 5
+    loaded, bad = spool.load_events(-1, 2)  # read, not removed: a kill loses none
+    assert [e.idempotency_key for _, e in loaded] == keys(story[:2]) and bad == 0
+    assert spool.events == 5
+    spool.delete_events([row for row, _ in loaded])  # their acks were final
+    assert spool.events == 3
+    spool.delete_events([row for row, _ in loaded])  # again: nothing there, nothing counted
+    assert spool.events == 3
+    # Past the bound: both crops go before any event; then the newest events are refused.
+    rest = spool.append_events(story[5:])
+    assert first.crops_dropped + rest.crops_dropped == 2 and len(spool) == 0
+    assert rest.refused == 0 and spool.events == len(story) - 2
+    more = spool.append_events(story[:3])  # no crop left to drop: refused, counted
+    assert more.refused >= 1 and more.rows == tuple(range(more.rows[0], more.rows[-1] + 1))
     assert spool.bytes <= bound
     assert spool.push([_crop(9)]) == 1  # a crop never pushes an event out
-    assert spool.events == len(story) - over.events
+    kept = spool.events
     spool.close()
     again = CropSpool(str(path), max_bytes=bound)
-    rest, bad = again.pop_events(100)
-    assert keys(rest) == keys(story[over.events :]) and bad == 0
+    got, bad = again.load_events(-1, 100)
+    want = keys(story[2:]) + keys(story[: 3 - more.refused])
+    assert [e.idempotency_key for _, e in got] == want and bad == 0 and len(got) == kept
     again.close()
 
 
@@ -379,7 +386,7 @@ def test_a_failed_edges_spooled_events_are_taken_over(
     story = walks(("door", "yard"), tracks=5)
     dead = tmp_path / "dead" / "spool.sqlite"
     left = CropSpool(str(dead), 10 << 20)
-    left.push_events(story)
+    left.append_events(story)
     left.close()  # what a kill -9 leaves: the rows, no lock holder
     server = cloud()
     up, m = make(port, tmp_path)
@@ -511,3 +518,57 @@ def test_events_wait_for_a_cloud_that_acks_them(
     finally:
         up.stop()
     assert_in_order_once(stored(new), story)
+
+
+# A child edge process: offers the events of a batch file through a spooled Uplink, then
+# dies by SIGKILL the moment the last offer returns (no stop, nothing flushed).
+_KILLED_EDGE = """
+import os, signal, sys
+from strata.edge.metrics import EdgeMetrics
+from strata.edge.uplink.stream import Uplink
+from strata.shared.config.edge import UplinkConfig
+from strata.shared.contracts import analytics_pb2
+
+events = list(analytics_pb2.CropBatch.FromString(open(sys.argv[1], "rb").read()).events)
+cfg = UplinkConfig.model_validate(
+    {"spool_path": sys.argv[2], "queue": 8, "connect_timeout_s": 0.2, "streams": 2}
+)
+up = Uplink(sys.argv[3], cfg, EdgeMetrics())
+up.start()
+for i in range(0, len(events), 3):  # as fast as a busy rules stage: the kill finds
+    up.offer_events(events[i : i + 3])  # events unsent, in flight and acked
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_kill_9_of_the_edge_mid_flow_loses_no_event(
+    cloud: Callable[[], CloudServer], port: int, tmp_path: Path
+) -> None:
+    import subprocess
+
+    server = cloud()
+    story = walks(("door", "yard"), tracks=30)
+    batch = tmp_path / "events.bin"
+    batch.write_bytes(analytics_pb2.CropBatch(events=story).SerializeToString())
+    spool = tmp_path / "spool.sqlite"
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_EDGE, str(batch), str(spool), f"127.0.0.1:{port}"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert child.returncode == -9, child.stderr.decode()
+    before = len(stored(server))
+    left = CropSpool(str(spool), 10 << 20)
+    on_disk = left.events
+    left.close()
+    # Whatever the cloud had not acked final is still on disk (some it stored: resent).
+    assert on_disk >= len(story) - before and on_disk > 0
+    up, m = make(port, tmp_path)  # the edge restarts over the same spool
+    try:
+        assert wait_for(lambda: up.events_waiting == 0, 60.0)
+    finally:
+        up.stop()
+    assert_in_order_once(stored(server), story)
+    # The copies of events stored before the kill were acked DUPLICATE, nothing else.
+    assert events_total(m, "stored") + events_total(m, "duplicate") == on_disk
+    assert events_total(m, "stored") == len(story) - before
