@@ -135,7 +135,32 @@ class EdgeMetrics:
         )
         self.spool_bytes = Gauge(
             "strata_edge_uplink_spool_bytes",
-            "Bytes of crops in the uplink's disk spool.",
+            "Bytes of crops and track events in the uplink's disk spool.",
+            registry=r,
+        )
+        # Track events on the uplink (edge/uplink/stream.py): offered = stored + duplicate +
+        # invalid + dropped (by reason) + still waiting, in the end.
+        self.uplink_events = Counter(
+            "strata_edge_uplink_events",
+            "Track events on the uplink by outcome: offered, sent, stored, duplicate, invalid, "
+            "retry, timeout (resent), spooled (written to disk), adopted (from a failed peer).",
+            ["status"],
+            registry=r,
+        )
+        self.uplink_event_drops = Counter(
+            "strata_edge_uplink_event_drops",
+            "Track events the uplink dropped, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.uplink_event_queue = Gauge(
+            "strata_edge_uplink_event_queue_depth",
+            "Track events waiting for the cloud in memory.",
+            registry=r,
+        )
+        self.spool_events = Gauge(
+            "strata_edge_uplink_spool_events",
+            "Track events waiting in the uplink's disk spool.",
             registry=r,
         )
         self.uplink_latency = Histogram(

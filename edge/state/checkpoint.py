@@ -12,8 +12,9 @@ What a restarted node, or the peer taking over its cameras, needs to carry on:
   repeat;
 - counters: every counter of the node's metrics (the per-camera series go with a camera
   to the peer that takes it over);
-- the uplink: the spool file's path and how many crops it held (the spool itself keeps
-  the queue; a peer taking over drains a failed edge's spool into its own uplink);
+- the uplink: the spool file's path and how many crops and track events it held (the
+  spool itself keeps the queue; a peer taking over drains a failed edge's spool, events
+  included, into its own uplink);
 - the model version serving.
 
 Each stateful part registers a `CheckpointPart` (edge/state/parts.py has the node's:
@@ -100,11 +101,14 @@ class CounterCheckpoint(StrictModel):
 
 
 class UplinkCheckpoint(StrictModel):
-    """Where the uplink's queue stood: its spool file, crops in it and in memory."""
+    """Where the uplink's queue stood: its spool file, crops and track events in it and in
+    memory."""
 
     spool_path: str = ""
     spooled: int = 0
     buffered: int = 0
+    events_spooled: int = 0
+    events_buffered: int = 0
 
 
 class CheckpointBody(StrictModel):
