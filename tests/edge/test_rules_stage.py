@@ -81,8 +81,8 @@ class Camera:
     """A raw agent's camera: kept frames (BGR) and skipped ones (header only), with
     capture times 100 ms apart."""
 
-    def __init__(self, agent: RawAgent, camera: str) -> None:
-        self.agent, self.camera = agent, camera
+    def __init__(self, agent: RawAgent, camera: str, previous_edge: str = "") -> None:
+        self.agent, self.camera, self.previous_edge = agent, camera, previous_edge
 
     def send(self, i: int, image: np.ndarray | None) -> None:
         h = frame_pb2.FrameHeader(
@@ -95,6 +95,7 @@ class Camera:
             send_ns=time.time_ns(),
             width=W,
             height=H,
+            previous_edge=self.previous_edge,
         )
         payload: Any = b""
         if image is None:
@@ -138,14 +139,19 @@ def start(colour_model: Path) -> Iterator[Any]:
         n.stop()
 
 
-def run_clip(node: EdgeNode, zctx: Any, frames: list[tuple[str, int, np.ndarray | None]]) -> Any:
+def run_clip(
+    node: EdgeNode,
+    zctx: Any,
+    frames: list[tuple[str, int, np.ndarray | None]],
+    previous_edge: str = "",
+) -> Any:
     """Send (camera, index, image or None: skipped) in order; every result and event."""
     sub = Listener(zctx, node.endpoints.publish)
     agent = RawAgent(zctx, node.endpoints.listen, session_id=SESSION)
     subscribe(zctx, node.endpoints.listen, sub)
     cams: dict[str, Camera] = {}
     for cam, i, image in frames:
-        cams.setdefault(cam, Camera(agent, cam)).send(i, image)
+        cams.setdefault(cam, Camera(agent, cam, previous_edge)).send(i, image)
     results = sub.collect(len(frames), timeout_s=60)
     sub.collect(10**6, timeout_s=1.0)  # the last frames' events follow their results
     assert len(results) == len(frames)
@@ -284,6 +290,26 @@ def test_the_checkpoint_carries_rule_state_across_a_restart(
         )
         == 1
     )
+
+
+def test_a_camera_moved_to_another_edge_keeps_its_rule_state(
+    start: Any, zctx: Any, tmp_path: Path
+) -> None:
+    shared = {"checkpoint": {"dir": str(tmp_path)}}
+    a = start(edge_id="edge-a", **shared)
+    before = list(run_clip(a, zctx, [("cam", i, scene(i)) for i in range(16)]).events)
+    a.stop()  # its last checkpoint holds the camera's rule state
+    b = start(edge_id="edge-b", **shared)
+    frames = [("cam", i, scene(i)) for i in range(16, 31)]
+    after = list(run_clip(b, zctx, frames, previous_edge="edge-a").events)
+    assert crossings(after) == {("door", "person", E.CROSSING_DIRECTION_IN): 1}
+    assert not [e for e in after if e.type == E.TRACK_EVENT_TYPE_NEW]
+    assert after[0].sequence == before[-1].sequence + 1
+    assert {e.edge_id for e in after} == {"edge-b"}
+    assert {e.track_uid for e in after} <= {e.track_uid for e in before}
+    reg = b.metrics.registry
+    car = {"camera": "cam", "line": "door", "direction": "out", "label": "car"}
+    assert sample(reg, "strata_edge_rule_crossings_total", car) == 1
 
 
 # ---- `strata edge` as a process ----------------------------------------------------------
