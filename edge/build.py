@@ -138,6 +138,8 @@ def build_node(
     try:
         check_labels(rules_cfg, serving.labels)
     except ValueError:
+        if serving.switcher is not None:
+            serving.switcher.stop()
         serving.detector.close()
         serving.runner.close()
         raise
