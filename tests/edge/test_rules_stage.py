@@ -217,6 +217,9 @@ def test_a_scene_is_counted_exactly_on_the_pub_copy_and_metrics(start: Any, zctx
     zone = {"camera": "cam", "zone": "yard", "label": "person"}
     assert sample(reg, "strata_edge_rule_zone_entries_total", zone) == 1
     assert sample(reg, "strata_edge_track_events_total", {"camera": "cam", "type": "end"}) == 2
+    # Near the line and the zone's edge the edge asked the device for its next frames.
+    assert sample(reg, "strata_edge_send_next_total", {"reason": "line"}) > 0
+    assert sample(reg, "strata_edge_send_next_total", {"reason": "zone"}) > 0
     text = generate_latest(reg).decode()
     assert (
         "strata_edge_rule_crossings_total"
