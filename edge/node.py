@@ -4,8 +4,9 @@ sockets and threads.
 A frame's way, stage by stage: ingest (strata.edge.ingest.loop: ROUTER, checks,
 heartbeats) -> flow (delivery, credits, the per-camera queues) -> inference (the worker,
 strata.edge.inference.worker: batching, detector) -> tracking (and answers for skipped
-frames) -> the stages after tracking (strata.edge.tracking.handoff) -> publish (results
-on the PUB socket, final acks, crops) -> uplink (crops to the cloud). State (checkpoint,
+frames) -> the stages after tracking (strata.edge.tracking.handoff: the rules stage,
+strata.edge.rules.stage) -> publish (results and track events on the PUB socket, final
+acks, crops) -> uplink (crops and track events to the cloud). State (checkpoint,
 journal, takeover) sits beside them; overload (strata.edge.overload) acts along the way.
 
 ZeroMQ sockets are not thread-safe, so each belongs to one thread: the ROUTER to ingest,
@@ -38,11 +39,13 @@ from strata.edge.ingest.loop import IngestLoop
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.overload.gpu_pressure import GpuPressure
 from strata.edge.publish.results import Results
+from strata.edge.rules.stage import RulesStage
 from strata.edge.security import check_binds, secure
 from strata.edge.state.checkpoint import Checkpointer
 from strata.edge.tracking.cascade import EdgeCascade
 from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import EdgeConfig
+from strata.shared.config.rules import RulesConfig
 from strata.shared.curve import CurveError
 from strata.shared.gpu_telemetry import GpuTelemetry
 from strata.shared.runtime.pool import report_leaks
@@ -76,6 +79,7 @@ class NodeStages:
     decoder: FrameDecoder
     worker: Worker
     cascade: EdgeCascade
+    rules: RulesStage
     results: Results
     uplink: Uplink | None
     checkpointer: Checkpointer
@@ -170,6 +174,16 @@ class EdgeNode:
     @property
     def max_batch(self) -> int:
         return self.stages.serving.max_batch
+
+    @property
+    def rules(self) -> RulesStage:
+        return self.stages.rules
+
+    def reconfigure_rules(self, cfg: RulesConfig) -> None:
+        """New rules (SIGHUP), taking effect between two frames; UnknownLabelError (the
+        old rules stay) when they name a label the model lacks."""
+        self.stages.rules.reconfigure(cfg)
+        log.warning("rules reloaded: camera(s) %s", ", ".join(sorted(cfg.cameras)) or "none")
 
     def request_model_check(self) -> None:
         """Look for a newer model version now (SIGHUP)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from strata.shared.contracts import frame_pb2
 from strata.shared.curve import ClientKeys, connect_curve
+from strata.shared.wire import is_events_topic
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class ResultSubscriber(ABC):
                     parts = self._sock.recv_multipart(flags=zmq.NOBLOCK)
                 except zmq.Again:
                     break
+                if is_events_topic(parts[0]):  # track events: not a frame's result
+                    continue
                 now_ns = time.time_ns()
                 try:
                     # [topic (camera id + NUL), FrameDetections]: the message is the last part.

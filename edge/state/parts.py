@@ -1,6 +1,8 @@
 """The node's checkpoint parts (edge/state/checkpoint.py, `CheckpointPart`): one per
 stateful stage, each restoring itself at start and, for one camera moved here from a
-failed peer, at takeover (`MovablePart`, edge/state/takeover.py)."""
+failed peer, at takeover (`MovablePart`, edge/state/takeover.py). The rules stage
+(strata.edge.rules.stage.RulesStage, part `rules`) is its own part: its engine's lock
+guards the snapshot."""
 
 from __future__ import annotations
 
