@@ -15,7 +15,13 @@ from pathlib import Path
 from strata.shared import machine
 from strata.shared.synthetic import SyntheticClip
 from strata.tools.bench import report
-from strata.tools.bench.cascade import ClipResult, Labels, measure_clip, synthetic_truth
+from strata.tools.bench.cascade import (
+    ClipResult,
+    Labels,
+    ReferenceHolesError,
+    measure_clip,
+    synthetic_truth,
+)
 from strata.tools.bench.progress import say
 from strata.tools.clips import find_vtest
 
@@ -41,6 +47,18 @@ def run_cascade(work: Path, quick: bool, vtest: Path | None, skip_vtest: bool) -
     return clips
 
 
+def holes_doc(holes: ReferenceHolesError) -> dict[str, object]:
+    """What the bench prints instead of figures when a reference frame has no answer."""
+    return {
+        "reference_holes": {
+            "clip": holes.clip,
+            "frames_without_answer": holes.missing,
+            "frames_total": holes.total,
+            "drops_by_reason": holes.why,
+        }
+    }
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`strata bench cascade`'s options."""
     p.add_argument("--out", default="bench-out/cascade", metavar="DIR", help="work folder")
@@ -51,9 +69,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Both clips' figures as JSON on stdout; 0 when the headline clip has every key."""
+    """Both clips' figures as JSON on stdout; 0 when the headline clip has every key, 2
+    (and the frames without an answer, by drop reason, instead of figures) when a
+    reference run left holes."""
     out = Path(args.out)
-    clips = run_cascade(out, args.quick, find_vtest(args.vtest), args.no_vtest)
+    try:
+        clips = run_cascade(out, args.quick, find_vtest(args.vtest), args.no_vtest)
+    except ReferenceHolesError as holes:
+        print(json.dumps({"command": args.command_line, **holes_doc(holes)}, indent=2))
+        say(str(holes))
+        return 2
     rep = report.build(machine.describe(), {}, clips, {}, args.quick or args.no_vtest)
     doc = {
         "command": args.command_line,
