@@ -52,7 +52,7 @@ def test_the_bench_prints_the_holes_instead_of_figures_and_fails(
         raise ReferenceHolesError("vtest.mp4", 198, 795, {"device.degraded_rate": 198.0})
 
     monkeypatch.setattr(accuracy, "run_cascade", holes)
-    args = Namespace(out=str(tmp_path), quick=True, vtest=None, no_vtest=True, json=None)
+    args = Namespace(out=str(tmp_path), quick=True, vtest=None, no_vtest=True, json=None, clip=None)
     args.command_line = "strata bench cascade"
     assert accuracy.run(args) == 2
     doc = json.loads(capsys.readouterr().out)
