@@ -14,7 +14,7 @@ Both are written H.264 (libx264, yuv420p) with PyAV at the source's frame rate.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -95,7 +95,8 @@ def background(src: Path, samples: int = 120) -> np.ndarray:
     _, total, _, _ = _rate(src)
     step = max(1, total // samples)
     picked = [f for i, f in enumerate(_frames(src)) if i % step == 0][:samples]
-    return np.median(np.stack(picked), axis=0).astype(np.uint8)
+    median: np.ndarray = np.median(np.stack(picked), axis=0).astype(np.uint8)
+    return median
 
 
 def quiet_clip(src: Path, out: Path, recipe: QuietRecipe = QuietRecipe()) -> int:
@@ -172,8 +173,8 @@ def pans_clip(src: Path, out: Path, recipe: PanRecipe = PanRecipe()) -> int:
     return writer.frames
 
 
-# Name -> recipe, for `strata bench cascade --clip`.
-RECIPES = {"quiet": quiet_clip, "pans": pans_clip}
+# Name -> recipe (source, output) -> frames written, for `strata bench cascade --clip`.
+RECIPES: dict[str, Callable[[Path, Path], int]] = {"quiet": quiet_clip, "pans": pans_clip}
 
 
 def make(name: str, src: Path, workdir: Path) -> Path:
