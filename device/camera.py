@@ -105,6 +105,7 @@ class CameraWorker:
             self.policy = CascadePolicy(cascade, cascade_metrics, camera_id)
             self.send_skipped = cascade.send_skipped
         self._calibrating = False
+        self._scene_change = False
         self.inbox = inbox
         self.m = metrics
         self._source_events = _SourceMetrics(metrics)
@@ -252,6 +253,7 @@ class CameraWorker:
         index = self.frames - 1
         policy = self.policy
         self._calibrating = False
+        self._scene_change = False
         pre = policy.before_motion(index) if policy is not None else None
         if policy is not None and pre is not None and pre.block:
             policy.count("dropped", "min_gap")
@@ -278,7 +280,12 @@ class CameraWorker:
                 policy.count("dropped", "motion")
             return False, "motion", verdict.score
         forced = bool(pre is not None and pre.force)
-        if self.degrader is not None and not forced and not self.degrader.keep_by_rate():
+        if (
+            self.degrader is not None
+            and not forced
+            and not verdict.scene_change
+            and not self.degrader.keep_by_rate()
+        ):
             self.m.dropped(REASON_RATE).inc()
             self._degrade_log.add(1, f"frame rate capped at {self.degrader.rate_cap():.1f}/s")
             if policy is not None:
@@ -288,6 +295,11 @@ class CameraWorker:
             policy.kept(index)
             policy.count("kept", verdict.why)
             self._calibrating = bool(pre and pre.calibration)
+        self._scene_change = verdict.scene_change
+        if verdict.scene_change:
+            self.m.scene_changes.inc()
+            if policy is not None:
+                policy.scene_changed()
         return True, verdict.why, verdict.score
 
     def _read(self, src: Source) -> int:
@@ -317,6 +329,7 @@ class CameraWorker:
                 time.monotonic(),
                 "" if keep else reason,
                 self._calibrating,
+                keep and self._scene_change,
             )
             dropped = self.inbox.put(item, wait, self._stop)
             if dropped is item:

@@ -25,6 +25,9 @@ class DeviceMetrics:
         self.decoded = counter("frames_decoded", "Frames decoded from the source.")
         self.dropped_motion = counter("frames_dropped_motion", "Frames the motion gate dropped.")
         self.dropped_gate = counter("frames_dropped_gate", "Frames the relevance gate dropped.")
+        self.scene_changes = counter(
+            "scene_changes", "Frames the motion gate kept as a scene change (a cut, a pan)."
+        )
         self.dropped_overload = counter(
             "frames_dropped_overload", "Live frames dropped because the gate queue was full."
         )
@@ -173,6 +176,7 @@ class CameraMetrics:
         c = camera_id
         self.decoded = m.decoded.labels(c)
         self.dropped_motion = m.dropped_motion.labels(c)
+        self.scene_changes = m.scene_changes.labels(c)
         self.dropped_gate = m.dropped_gate.labels(c)
         self.dropped_overload = m.dropped_overload.labels(c)
         self.sent = m.sent.labels(c)

@@ -111,6 +111,14 @@ class MotionConfig(StrictModel):
     ignore: list[IgnoreRect] = Field(
         default_factory=list, description="Regions left out of the difference (e.g. a clock)."
     )
+    scene_change: float = Field(
+        0.6,
+        ge=0,
+        le=1,
+        description="A frame whose grey differs from the last kept one in at least this "
+        "share of 8x8 cells (a cut, a pan) is a scene change: kept, flagged, the edge "
+        "re-seeds tracking; 0: off.",
+    )
 
 
 class GateConfig(StrictModel):
