@@ -92,6 +92,7 @@ class LiveFeed:
         out: asyncio.Queue[Item | None] = asyncio.Queue()
         tasks = [asyncio.create_task(self._pump(s, out)) for s in self.subs]
         closing = asyncio.create_task(self.closing.wait())
+        getter: asyncio.Task[Item | None] | None = None
         try:
             yield "retry: 3000\n\n"
             while True:
@@ -126,6 +127,8 @@ class LiveFeed:
                     return
         finally:
             closing.cancel()
+            if getter is not None:
+                getter.cancel()
             for t in tasks:
                 t.cancel()
             for t in tasks:

@@ -192,6 +192,7 @@ class Drawing:
     box: Box | None
     zones: list[Shape] = field(default_factory=list)
     lines: list[Shape] = field(default_factory=list)
+    last: tuple[float, float] | None = None  # the path's latest position
 
 
 def _points(pts: list[tuple[float, float]]) -> str:
@@ -219,11 +220,13 @@ def drawing(
     last = events[-1].event
     w, h = int(last.frame_width) or 640, int(last.frame_height) or 480
     best = max(events, key=lambda s: (len(s.event.path.points), s.event.capture_ns)).event
-    path = _points([(p.x * w, p.y * h) for p in best.path.points])
+    pts = [(p.x * w, p.y * h) for p in best.path.points]
+    path = _points(pts)
     b = last.after.box
     box = Box(b.x1, b.y1, b.x2 - b.x1, b.y2 - b.y1) if b.x2 > b.x1 and b.y2 > b.y1 else None
     zones, lines = rule_shapes(rules, w, h)
-    return Drawing(w, h, background, path, len(best.path.points), box, zones, lines)
+    last_pt = (round(pts[-1][0], 1), round(pts[-1][1], 1)) if pts else None
+    return Drawing(w, h, background, path, len(pts), box, zones, lines, last=last_pt)
 
 
 @dataclass(frozen=True, slots=True)

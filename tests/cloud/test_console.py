@@ -302,3 +302,38 @@ def test_security_headers(console: Running) -> None:
     assert r.headers["x-content-type-options"] == "nosniff"
     assert r.headers["cache-control"] == "no-store"
     assert get(console.port, "/static/console.js").status == 200
+
+
+def test_strata_cloud_serves_the_console_and_stops_with_a_stream_open(
+    tmp_path: Path, colour_model: tuple[Path, Path], start_server: Any
+) -> None:
+    from cloud_helpers import make_config
+
+    model, labels = colour_model
+    cfg = make_config(model, tmp_path / "e.sqlite", labels,
+                      http={"enabled": True, "listen": "127.0.0.1:0"})
+    server = start_server(cfg)
+    assert server.console is not None and server.console.port
+    port = server.console.port
+    assert get(port, "/api/events").json() == {"events": [], "next": None}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/api/events/stream")
+    resp = conn.getresponse()
+    assert resp.status == 200
+    server.store.submit(crop(1)).result(10)
+    assert len(_read_sse(resp, 1, 10.0)) == 1
+    t0 = time.monotonic()
+    server.stop()
+    assert time.monotonic() - t0 < 15
+    conn.close()
+    with pytest.raises(OSError):
+        get(port, "/api/events")
+
+
+def test_console_off_by_default(tmp_path: Path, colour_model: tuple[Path, Path],
+                                start_server: Any) -> None:
+    from cloud_helpers import make_config
+
+    model, labels = colour_model
+    server = start_server(make_config(model, tmp_path / "e.sqlite", labels))
+    assert server.console is None
