@@ -28,7 +28,6 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 from strata.shared.config.cloud import CloudHttpConfig
 from strata.shared.config.rules import RulesConfig
 from strata.shared.contracts import analytics_pb2
@@ -265,7 +264,9 @@ class Console:
                         rows.append(row)
                 else:
                     uid = it.event.track_uid
-                    rows.append(Row(TRACK, it.event.capture_ns, it.stored_id, track=it, track_uid=uid))
+                    rows.append(
+                        Row(TRACK, it.event.capture_ns, it.stored_id, track=it, track_uid=uid)
+                    )
             return [v.as_json() for v in self._views(rows)]
 
         return await self._run(build)
@@ -311,8 +312,11 @@ class Console:
             "events": [views.track_view(e, kinds) for e in events],
             "crops": [_crop_record(c) for c in crops],
             "timings": [
-                views.timing(f"{type_name(e.event.type)} #{e.event.track_sequence}",
-                             e.event.capture_ns, e.stored_ns)
+                views.timing(
+                    f"{type_name(e.event.type)} #{e.event.track_sequence}",
+                    e.event.capture_ns,
+                    e.stored_ns,
+                )
                 for e in events
             ]
             + [views.timing(f"crop {c.event_id}", c.capture_ns, c.stored_ns) for c in crops],
@@ -455,8 +459,9 @@ class Console:
 
         async def work() -> Response:
             cams = await self._run(self._cameras)
-            return self.render("cameras.html", title="Cameras", cameras=cams,
-                               scraping=bool(self.scraper.urls))
+            return self.render(
+                "cameras.html", title="Cameras", cameras=cams, scraping=bool(self.scraper.urls)
+            )
 
         return await self._guard(work())
 
@@ -495,8 +500,13 @@ class Console:
         async def work() -> Response:
             counts = await self._run(self._counts, period, camera)
             return self.render(
-                "counts.html", title="Counts", camera=camera, periods=["today", "day", "week"],
-                chart_w=views.CHART_W, chart_h=views.CHART_H, **counts,
+                "counts.html",
+                title="Counts",
+                camera=camera,
+                periods=["today", "day", "week"],
+                chart_w=views.CHART_W,
+                chart_h=views.CHART_H,
+                **counts,
             )
 
         return await self._guard(work())

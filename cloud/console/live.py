@@ -102,7 +102,7 @@ class LiveFeed:
                 )
                 if closing in done:
                     getter.cancel()
-                    yield "event: reset\ndata: {\"reason\": \"server stopping\"}\n\n"
+                    yield 'event: reset\ndata: {"reason": "server stopping"}\n\n'
                     return
                 if getter not in done:
                     getter.cancel()

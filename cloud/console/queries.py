@@ -158,8 +158,8 @@ def _before(cursor: Cursor | None, kind: int, time_col: str, id_col: str, ph: st
 # before the crop (ids are reused after a tracker restart).
 _CROP_UID = (
     "(SELECT t.track_uid FROM track_events t WHERE events.track_id <> 0 AND "
-        "t.camera_id = events.camera_id AND t.track_id = events.track_id AND "
-        "t.first_seen_ns <= events.time_ns ORDER BY t.first_seen_ns DESC LIMIT 1)"
+    "t.camera_id = events.camera_id AND t.track_id = events.track_id AND "
+    "t.first_seen_ns <= events.time_ns ORDER BY t.first_seen_ns DESC LIMIT 1)"
 )
 
 
@@ -177,7 +177,8 @@ class ConsoleQueries:
     def crops(self, f: EventFilter, cursor: Cursor | None, limit: int) -> list[Row]:
         """Up to `limit` classified crops, newest first, older than `cursor`."""
         ph = self.ph
-        where, args = [f"time_ns >= {ph}"], [f.start_ns]
+        where = [f"time_ns >= {ph}"]
+        args: list[object] = [f.start_ns]
         if f.end_ns:
             where.append(f"time_ns < {ph}")
             args.append(f.end_ns)
@@ -203,7 +204,8 @@ class ConsoleQueries:
     def tracks(self, f: EventFilter, cursor: Cursor | None, limit: int) -> list[Row]:
         """Up to `limit` track events, newest first, older than `cursor`, verdicts joined."""
         ph = self.ph
-        where, args = [f"capture_ns >= {ph}"], [f.start_ns]
+        where = [f"capture_ns >= {ph}"]
+        args: list[object] = [f.start_ns]
         if f.end_ns:
             where.append(f"capture_ns < {ph}")
             args.append(f.end_ns)
@@ -235,7 +237,13 @@ class ConsoleQueries:
         for r in self.reader.rows(sql, args):
             stored = track_rows.stored_from_row(r[:7])
             out.append(
-                Row(TRACK, int(r[7]), stored.stored_id, track=stored, track_uid=stored.event.track_uid)
+                Row(
+                    TRACK,
+                    int(r[7]),
+                    stored.stored_id,
+                    track=stored,
+                    track_uid=stored.event.track_uid,
+                )
             )
         return out
 
@@ -306,10 +314,7 @@ class ConsoleQueries:
     def crop(self, event_id: int) -> Row | None:
         """One classified crop by id, with its track's uid."""
         ph = self.ph
-        sql = (
-            f"SELECT {event_rows.COLUMNS}, time_ns, {_CROP_UID} FROM events "
-            f"WHERE event_id = {ph}"
-        )
+        sql = f"SELECT {event_rows.COLUMNS}, time_ns, {_CROP_UID} FROM events WHERE event_id = {ph}"
         rows = self.reader.rows(sql, [event_id])
         if not rows:
             return None
@@ -348,9 +353,7 @@ class ConsoleQueries:
             f"SELECT camera_id, zone, label, (capture_ns - {ph}) / {ph} AS b, COUNT(*) "
             f"FROM track_events WHERE {where} GROUP BY camera_id, zone, label, b"
         )
-        objects = self.reader.rows(
-            grouped, [start_ns, bucket_ns, *base, TYPES["new"], *cam_args]
-        )
+        objects = self.reader.rows(grouped, [start_ns, bucket_ns, *base, TYPES["new"], *cam_args])
         zones = self.reader.rows(
             grouped, [start_ns, bucket_ns, *base, TYPES["zone_entered"], *cam_args]
         )

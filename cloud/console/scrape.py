@@ -53,7 +53,7 @@ class Scraper:
         self._lock = threading.Lock()
 
     def _read(self, url: str) -> str:
-        with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:  # noqa: S310
+        with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
             body: bytes = resp.read(8 * 1024 * 1024)
         return body.decode("utf-8", "replace")
 
@@ -84,7 +84,9 @@ class Scraper:
                 else:
                     rate = RATES.get(s.name.removesuffix("_total"))
                     if rate is not None:
-                        self._rate(cams.setdefault(cam, CameraLive()), (url, cam, rate), now, s.value)
+                        self._rate(
+                            cams.setdefault(cam, CameraLive()), (url, cam, rate), now, s.value
+                        )
 
     def _rate(self, live: CameraLive, key: tuple[str, str, str], now: float, value: float) -> None:
         with self._lock:

@@ -310,7 +310,9 @@ def series(rows: CountRows, start_ns: int, bucket_ns: int, buckets: int) -> list
     for cam, line, label, capture_ns, body in rows.crossings:
         ev.ParseFromString(bytes(body))
         d = _DIRECTIONS.get(ev.direction, "")
-        add((str(cam), "line", str(line), d, str(label)), (int(capture_ns) - start_ns) // bucket_ns, 1)
-    return [
-        Series(*key, counts=c, total=sum(c), chart=_chart(c)) for key, c in sorted(acc.items())
-    ]
+        add(
+            (str(cam), "line", str(line), d, str(label)),
+            (int(capture_ns) - start_ns) // bucket_ns,
+            1,
+        )
+    return [Series(*key, counts=c, total=sum(c), chart=_chart(c)) for key, c in sorted(acc.items())]

@@ -28,7 +28,9 @@ from strata.shared.contracts import analytics_pb2, common_pb2
 RULES = {
     "cameras": {
         "door": {
-            "zones": [{"name": "porch", "points": [[0.1, 0.5], [0.6, 0.5], [0.6, 0.95], [0.1, 0.95]]}],
+            "zones": [
+                {"name": "porch", "points": [[0.1, 0.5], [0.6, 0.5], [0.6, 0.95], [0.1, 0.95]]}
+            ],
             "lines": [{"name": "gate", "points": [[0.0, 0.7], [1.0, 0.7]]}],
         }
     }
@@ -139,8 +141,18 @@ def put_snapshot(db: Path, camera: str, uid: str, kind: int) -> bytes:
             "INSERT INTO snapshots (snapshot_id, camera_id, edge_id, track_id, track_uid, kind, "
             "revision, label, capture_ns, stored_ns, jpeg_bytes, meta, jpeg) "
             "VALUES (?, ?, 'edge-a', ?, ?, ?, 1, 'person', ?, ?, ?, ?, ?)",
-            (f"{camera}/{uid}/{kind}/1", camera, int(track), uid, kind, int(first), int(first),
-             len(body), meta, body),
+            (
+                f"{camera}/{uid}/{kind}/1",
+                camera,
+                int(track),
+                uid,
+                kind,
+                int(first),
+                int(first),
+                len(body),
+                meta,
+                body,
+            ),
         )
         conn.commit()
     finally:
@@ -162,8 +174,13 @@ class Reply:
         return self.body.decode()
 
 
-def get(port: int, path: str, headers: dict[str, str] | None = None, method: str = "GET",
-        body: bytes | None = None) -> Reply:
+def get(
+    port: int,
+    path: str,
+    headers: dict[str, str] | None = None,
+    method: str = "GET",
+    body: bytes | None = None,
+) -> Reply:
     """One HTTP request to the console on 127.0.0.1."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:

@@ -42,7 +42,11 @@ def _seed(run: Running) -> None:
     put_crop(run, crop(1, "door", t=1_001_500, track_id=7, label="car"))
     put_track(run, 2, kind="zone_entered", zone="porch", rule="porch-watch")
     put_track(
-        run, 3, kind="line_crossed", line="gate", rule="gate-count",
+        run,
+        3,
+        kind="line_crossed",
+        line="gate",
+        rule="gate-count",
         direction=events_pb2.CROSSING_DIRECTION_IN,
     )
     put_crop(run, crop(2, "yard", t=1_002_500, label="dog"))
@@ -88,7 +92,10 @@ def test_keyset_pages_cover_everything_once(console: Running) -> None:
         if not cursor:
             break
     assert len(seen) == 50 and len(set(seen)) == 50
-    whole = [f"{e['kind']}-{e['id']}" for e in get(console.port, "/api/events?limit=100").json()["events"]]
+    whole = [
+        f"{e['kind']}-{e['id']}"
+        for e in get(console.port, "/api/events?limit=100").json()["events"]
+    ]
     assert seen == whole
 
 
@@ -144,8 +151,13 @@ def test_hostile_stored_values_are_escaped(console: Running) -> None:
     bad = '<script>alert("cam")</script>'
     put_crop(console, crop(1, bad, label='<img src=x onerror="alert(1)">'))
     put_track(console, 1, camera=bad, label="<b>x</b>", zone="<i>z</i>")
-    for path in ("/", "/cameras", "/counts?period=week", "/crop?id=1",
-                 "/track?" + urlencode({"camera": bad, "uid": UID})):
+    for path in (
+        "/",
+        "/cameras",
+        "/counts?period=week",
+        "/crop?id=1",
+        "/track?" + urlencode({"camera": bad, "uid": UID}),
+    ):
         page = get(console.port, path)
         assert page.status == 200, path
         assert "<script>alert" not in page.text and "<img src=x" not in page.text, path
@@ -277,13 +289,18 @@ def test_counts_per_zone_line_direction_and_label(console: Running) -> None:
     now = time.time_ns()
     put_track(console, 1, kind="new", capture_ns=now)
     put_track(console, 2, kind="zone_entered", zone="porch", capture_ns=now)
-    for seq, d in ((3, events_pb2.CROSSING_DIRECTION_IN), (4, events_pb2.CROSSING_DIRECTION_IN),
-                   (5, events_pb2.CROSSING_DIRECTION_OUT)):
+    for seq, d in (
+        (3, events_pb2.CROSSING_DIRECTION_IN),
+        (4, events_pb2.CROSSING_DIRECTION_IN),
+        (5, events_pb2.CROSSING_DIRECTION_OUT),
+    ):
         put_track(console, seq, kind="line_crossed", line="gate", direction=d, capture_ns=now)
     put_track(console, 6, kind="new", capture_ns=now - 30 * 24 * 3600 * 10**9)  # out of range
     for period in ("today", "day", "week"):
         body = get(console.port, f"/api/counts?period={period}").json()
-        got = {(s["what"], s["name"], s["direction"], s["label"]): s["total"] for s in body["series"]}
+        got = {
+            (s["what"], s["name"], s["direction"], s["label"]): s["total"] for s in body["series"]
+        }
         assert got == {
             ("objects", "", "", "person"): 1,
             ("zone", "porch", "", "person"): 1,
@@ -310,8 +327,9 @@ def test_strata_cloud_serves_the_console_and_stops_with_a_stream_open(
     from cloud_helpers import make_config
 
     model, labels = colour_model
-    cfg = make_config(model, tmp_path / "e.sqlite", labels,
-                      http={"enabled": True, "listen": "127.0.0.1:0"})
+    cfg = make_config(
+        model, tmp_path / "e.sqlite", labels, http={"enabled": True, "listen": "127.0.0.1:0"}
+    )
     server = start_server(cfg)
     assert server.console is not None and server.console.port
     port = server.console.port
@@ -330,8 +348,9 @@ def test_strata_cloud_serves_the_console_and_stops_with_a_stream_open(
         get(port, "/api/events")
 
 
-def test_console_off_by_default(tmp_path: Path, colour_model: tuple[Path, Path],
-                                start_server: Any) -> None:
+def test_console_off_by_default(
+    tmp_path: Path, colour_model: tuple[Path, Path], start_server: Any
+) -> None:
     from cloud_helpers import make_config
 
     model, labels = colour_model

@@ -33,8 +33,14 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000", f"--user-data-dir={tmp_path / 'chromium'}"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=opts, service=Service(driver_path))
@@ -61,6 +67,29 @@ def rows(driver: Any) -> list[Any]:
     return list(driver.find_elements(By.CSS_SELECTOR, "#events tbody tr"))
 
 
+def seed(server: CloudServer, db: Path) -> None:
+    """Two cameras' crops, a door track that crosses the gate, and its snapshots."""
+    store = server.store
+    store.submit_track(track_event(1, kind="new")).result(10)
+    store.submit(crop(1, "door", t=1_001_500, track_id=7)).result(10)
+    crossing = track_event(
+        2,
+        kind="line_crossed",
+        line="gate",
+        rule="gate-count",
+        direction=events_pb2.CROSSING_DIRECTION_IN,
+    )
+    del crossing.path.points[:]
+    for i in range(8):  # walking down across the gate line
+        crossing.path.points.add(x=0.3 + 0.02 * i, y=0.4 + 0.06 * i, observed=i % 3 != 2)
+    crossing.after.box.x1, crossing.after.box.y1 = 150, 250
+    crossing.after.box.x2, crossing.after.box.y2 = 290, 420
+    store.submit_track(crossing).result(10)
+    store.submit(crop(2, "yard", t=1_002_500, label="dog")).result(10)
+    put_snapshot(db, "door", "1000-7", 1)
+    put_snapshot(db, "door", "1000-7", 2)
+
+
 def test_console_in_chromium(
     browser: Any,
     tmp_path: Path,
@@ -78,37 +107,35 @@ def test_console_in_chromium(
         assert server.console is not None
         base = server.console.url
         store = server.store
-        store.submit_track(track_event(1, kind="new")).result(10)
-        store.submit(crop(1, "door", t=1_001_500, track_id=7)).result(10)
-        crossing = track_event(2, kind="line_crossed", line="gate", rule="gate-count",
-                               direction=events_pb2.CROSSING_DIRECTION_IN)
-        del crossing.path.points[:]
-        for i in range(8):  # walking down across the gate line
-            crossing.path.points.add(x=0.3 + 0.02 * i, y=0.4 + 0.06 * i, observed=i % 3 != 2)
-        crossing.after.box.x1, crossing.after.box.y1 = 150, 250
-        crossing.after.box.x2, crossing.after.box.y2 = 290, 420
-        store.submit_track(crossing).result(10)
-        store.submit(crop(2, "yard", t=1_002_500, label="dog")).result(10)
-        put_snapshot(db, "door", "1000-7", 1)
-        put_snapshot(db, "door", "1000-7", 2)
+        seed(server, db)
 
         browser.get(base + "/")
         wait_for("the first page", lambda: len(rows(browser)) == 4)
-        wait_for("the live stream", lambda: browser.find_element(By.ID, "live-status").text == "live")
+        wait_for(
+            "the live stream", lambda: browser.find_element(By.ID, "live-status").text == "live"
+        )
         # Live: stored after the page loaded, it appears without a reload.
         fresh = store.submit_track(
             track_event(3, track=(3000, 9), kind="new", label="bicycle", capture_ns=9_000_000)
         ).result(10)
         row_id = f"track-{fresh.stored.stored_id}"
-        wait_for("the live event", lambda: browser.find_elements(
-            By.CSS_SELECTOR, f'#events tr[data-id="{row_id}"]'))
+        wait_for(
+            "the live event",
+            lambda: browser.find_elements(By.CSS_SELECTOR, f'#events tr[data-id="{row_id}"]'),
+        )
         assert rows(browser)[0].get_attribute("data-id") == row_id
         assert "bicycle" in rows(browser)[0].text
         imgs = browser.find_elements(By.CSS_SELECTOR, "#events img")
         assert imgs, "the door track's rows show its snapshot"
-        wait_for("thumbnails to load", lambda: all(
-            browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", i)
-            for i in imgs))
+        wait_for(
+            "thumbnails to load",
+            lambda: all(
+                browser.execute_script(
+                    "return arguments[0].complete && arguments[0].naturalWidth", i
+                )
+                for i in imgs
+            ),
+        )
         browser.save_screenshot(str(tmp_path / "events.png"))
 
         # A filter narrows the list.
