@@ -1,8 +1,8 @@
 """Clips cut from a camera's packet ring: stream copy into fragmented MP4, never re-encoded.
 
 A `ClipRequest` names a span of the camera's capture clock. Its clip starts at the keyframe
-at or before start - pre_roll_s (from the ring) and runs until the first packet at or after
-end + post_roll_s (its frame is the clip's last), at most max_s from that keyframe. Packets
+at or before start - pre_roll_s (from the ring) and runs until its first frame at or after
+end + post_roll_s and every frame shown before it are in, at most max_s from that keyframe. Packets
 are copied as demuxed, their pts/dts rebased to the clip's first packet, into a fragmented
 MP4 (a fragment per keyframe: a clip cut short by a crash plays up to its last one). A
 request that starts before the end of a clip still open joins it and extends it.
@@ -221,11 +221,20 @@ class ClipCutter:
     def _source_gone(self, clip: _OpenClip, reason: str) -> None:
         if clip.out is None:  # still waiting for its first keyframe
             self._finish(clip, "no_keyframe", f"no keyframe before the source closed: {reason}")
+        elif clip.end_ts >= clip.target_ts:  # its last frames were in: nothing is missing
+            self._finish(clip, "complete", "")
         else:
             self._finish(clip, "disconnected", f"the source closed mid-clip: {reason}")
 
     def _feed(self, clip: _OpenClip, packet: RingPacket) -> bool:
-        """Write `packet` to `clip` if it belongs there; False once the clip is finished."""
+        """Write `packet` to `clip` if it belongs there; False once the clip is finished.
+
+        The clip is finished once a frame at or after its end is written and every frame
+        shown before that one is too: at the next packet that shows later than every frame
+        written (the frames B-frames fill in before it come first in decode order)."""
+        if clip.packets and clip.end_ts >= clip.target_ts and packet.pts_ts > clip.end_ts:
+            self._finish(clip, "complete", "")
+            return False
         try:
             if clip.out is None:
                 if not packet.key:
@@ -238,9 +247,6 @@ class ClipCutter:
         except Exception as exc:  # a clip must never take the camera down
             log.exception("camera %s: clip %s failed", self.ring.camera_id, clip.clip_id)
             self._finish(clip, "error", f"writing failed: {exc}")
-            return False
-        if packet.ts >= clip.target_ts:
-            self._finish(clip, "complete", "")
             return False
         return True
 

@@ -226,9 +226,8 @@ class PacketRing:
                 self._drop("no_timestamp", 1)
             return
         tb = self._tb
-        entry = RingPacket(
-            bytes(packet), pts, dts, t * tb, (pts if pts is not None else t) * tb, packet.is_keyframe
-        )
+        pts_ts = (pts if pts is not None else t) * tb
+        entry = RingPacket(bytes(packet), pts, dts, t * tb, pts_ts, packet.is_keyframe)
         with self.lock:
             if self.clock.empty:  # until a frame is delivered, arrival time stands in
                 self.clock.mark(entry.pts_ts, time.time_ns())

@@ -336,8 +336,12 @@ class AvSource(Source):
         self.kind = kind
 
     def frames(self) -> Iterator[Frame]:
+        tap = self.tap
         try:
-            yield from self._decode()
+            for frame in self._decode():
+                if tap is not None:
+                    tap.frame(frame.ts, frame.capture_ns)
+                yield frame
         except SourceError as exc:
             self._end = str(exc)
             raise
@@ -386,10 +390,7 @@ class AvSource(Source):
                         if index == 0:
                             paced_from = now - ts
                         self._pace(paced_from + ts)
-                    capture_ns = time.time_ns()
-                    if tap is not None:
-                        tap.frame(ts, capture_ns)
-                    yield Frame(index, ts, capture_ns, av_frame=f)
+                    yield Frame(index, ts, time.time_ns(), av_frame=f)
                     index += 1
         except av.error.ExitError:
             raise SourceError(f"{self.spec}: no data for {self.read_timeout_s:g}s") from None

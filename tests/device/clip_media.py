@@ -15,17 +15,24 @@ FPS = 10
 SIZE = (384, 288)
 SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "rtsp_server.py"
 SYSTEM_PY = "/usr/bin/python3"
+# Constant bitrate (a camera's usual setting): bytes over a span follow its duration.
+CBR = "vbv-maxrate=400:vbv-bufsize=200"
 
 
 def encode_vtest(vtest: Path, dest: Path, codec: str, gop: int, frames: int = 200) -> Path:
     """`frames` frames of vtest at 384x288, 10 fps, a keyframe every `gop` frames exactly,
-    at an average bitrate (so bytes over a span follow its duration)."""
+    at a constant bitrate."""
     import av
     from av.video.frame import PictureType
 
     options = {
-        "libx264": {"x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=2"},
-        "libx265": {"x265-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:open-gop=0:log-level=error"},
+        "libx264": {
+            "x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=2:{CBR}:nal-hrd=cbr"
+        },
+        "libx265": {
+            "x265-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:open-gop=0:{CBR}:strict-cbr=1"
+            ":log-level=error"
+        },
     }.get(codec, {"g": str(gop)})
     fmt = "webm" if codec == "libvpx" else None
     with av.open(str(vtest)) as src, av.open(str(dest), "w", format=fmt) as out:
@@ -47,11 +54,8 @@ def encode_vtest(vtest: Path, dest: Path, codec: str, gop: int, frames: int = 20
 
 
 def crc(frame: Any) -> int:
-    """A checksum of a decoded frame's pixels."""
-    value = 0
-    for plane in frame.planes:
-        value = zlib.crc32(bytes(plane), value)
-    return value
+    """A checksum of a decoded PyAV frame's pixels (as the camera's `Frame.bgr()` has them)."""
+    return zlib.crc32(frame.to_ndarray(format="bgr24", threads=1).tobytes())
 
 
 @dataclass(frozen=True)
