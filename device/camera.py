@@ -23,7 +23,15 @@ from .frames import Frame
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DropLog
 from .motion import MotionDecision, MotionGate
-from .sources import DecoderChoice, Source, SourceError, error_kind, is_live, open_source
+from .sources import (
+    DecoderChoice,
+    PacketTap,
+    Source,
+    SourceError,
+    error_kind,
+    is_live,
+    open_source,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +98,7 @@ class CameraWorker:
         cascade: CascadeConfig | None = None,
         cascade_metrics: CascadeMetrics | None = None,
         degrader: SourceDegrader | None = None,
+        ring: PacketTap | None = None,
     ) -> None:
         self.camera_id = camera_id
         self.source = source
@@ -112,6 +121,8 @@ class CameraWorker:
         self._state = CameraState.STARTING
         # What the edge asks this camera to give up under overload (None: nothing).
         self.degrader = degrader
+        # Hears every packet the source reads (the clip ring; None: clips off).
+        self.ring = ring
         self._degrade_log = DropLog(log, camera_id, "edge overloaded, degraded at the source")
         self.state = CameraState.STARTING
         self.error = ""
@@ -169,7 +180,9 @@ class CameraWorker:
         try:
             while not self._stop.is_set():
                 try:
-                    src = open_source(self.source, self.cfg, self.decoder, self._source_events)
+                    src = open_source(
+                        self.source, self.cfg, self.decoder, self._source_events, self.ring
+                    )
                 except SourceError as exc:
                     if not self._failed(exc, failures := failures + 1):
                         return

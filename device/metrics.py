@@ -164,9 +164,57 @@ class DeviceMetrics:
             registry=r,
         )
 
+        # Clips (device/packet_ring.py, device/clip_cutter.py).
+        self.ring_bytes = Gauge(
+            "strata_device_clip_ring_bytes",
+            "Compressed packet bytes the camera's clip ring holds.",
+            cam,
+            registry=r,
+        )
+        self.ring_seconds = Gauge(
+            "strata_device_clip_ring_seconds",
+            "Seconds of stream the camera's clip ring holds, from its first keyframe.",
+            cam,
+            registry=r,
+        )
+        self.ring_dropped = Counter(
+            "strata_device_clip_ring_dropped_packets",
+            "Packets the clip ring let go before their time: cap (ring_mib reached, oldest "
+            "GOP freed), no_keyframe (a GOP larger than the ring), no_timestamp.",
+            ["camera", "reason"],
+            registry=r,
+        )
+        self.clips = Counter(
+            "strata_device_clips",
+            "Clips finished, by outcome: complete, disconnected (the source went mid-clip), "
+            "no_keyframe, codec (cannot be stream-copied into MP4), error.",
+            ["camera", "outcome"],
+            registry=r,
+        )
+        self.clip_bytes = counter("clip_bytes", "Bytes of clips written.")
+
     def camera(self, camera_id: str) -> CameraMetrics:
         """The metric children of one camera (cached by the caller: lookups cost)."""
         return CameraMetrics(self, camera_id)
+
+
+class ClipMetrics:
+    """One camera's clip metrics, resolved once (the ring updates them per packet)."""
+
+    def __init__(self, m: DeviceMetrics, camera_id: str) -> None:
+        c = camera_id
+        self.ring_bytes = m.ring_bytes.labels(c)
+        self.ring_seconds = m.ring_seconds.labels(c)
+        self.clip_bytes = m.clip_bytes.labels(c)
+        self._m, self._camera = m, c
+
+    def dropped(self, reason: str, packets: int) -> None:
+        """`packets` packets left the ring early for `reason`."""
+        self._m.ring_dropped.labels(self._camera, reason).inc(packets)
+
+    def clip(self, outcome: str) -> None:
+        """A clip finished with `outcome`."""
+        self._m.clips.labels(self._camera, outcome).inc()
 
 
 class CameraMetrics:
