@@ -22,9 +22,11 @@ from strata.shared.contracts import frame_pb2
 
 from .camera import CameraState, CameraStatus, CameraWorker
 from .cascade import CascadeMetrics, EdgeLink
+from .clip_cutter import ClipCutter
 from .gate import RelevanceGate, load_gate
 from .inbox import GateInbox
-from .metrics import DeviceMetrics
+from .metrics import ClipMetrics, DeviceMetrics
+from .packet_ring import PacketRing
 from .sender import Sender, SenderHooks, SenderSetup
 from .sources import camera_name
 from .versions import GateSwitcher, device_version_metrics
@@ -94,6 +96,8 @@ class Agent:
         )
         self.cascade_metrics = CascadeMetrics(self.metrics.registry)
         self.cameras: list[CameraWorker] = []
+        # Per camera with clips on: what cuts its clips from its packet ring.
+        self.clip_cutters: dict[str, ClipCutter] = {}
         self._cams_lock = threading.Lock()
         self._draining: dict[str, threading.Thread] = {}
         for cam_id, cam in zip(camera_ids(cfg.cameras), cfg.cameras, strict=True):
@@ -137,7 +141,18 @@ class Agent:
             self.cfg.cascade,
             self.cascade_metrics,
             self.sender.degrader(cam_id),
+            ring=self._clip_ring(cam_id),
         )
+
+    def _clip_ring(self, cam_id: str) -> PacketRing | None:
+        """The camera's packet ring and its cutter (`device.clips.enabled`), else None.
+        The cutter cuts what it is asked for (docs/device.md, "Clips")."""
+        if not self.cfg.clips.enabled:
+            return None
+        metrics = ClipMetrics(self.metrics, cam_id)
+        ring = PacketRing(cam_id, self.cfg.clips, metrics)
+        self.clip_cutters[cam_id] = ClipCutter(ring, self.cfg.clips, metrics)
+        return ring
 
     def reload(self, cameras: Sequence[CameraConfig]) -> tuple[list[str], list[str]]:
         """Run exactly these cameras from now on: start the new ones, stop the removed ones
@@ -258,6 +273,8 @@ class Agent:
         for cam in self.cameras:
             if not cam.join(self.cfg.source.read_timeout_s + 2.0):
                 log.warning("camera %s did not stop in time", cam.camera_id)
+        for cutter in self.clip_cutters.values():  # an open clip ends with its reason
+            cutter.close("the agent stopped")
         self.inbox.close()
         if self.switcher is not None:
             self.switcher.stop()
