@@ -159,7 +159,7 @@ def build_node(
             "without a subscriber), they are not durable"
         )
     to_cloud = _to_cloud(cfg, uplink, overload.gpu, metrics, serving, rules)
-    results = Results(cfg.edge_id, serving, metrics, flow.acks, to_cloud)
+    results = Results(cfg.edge_id, serving, metrics, flow.acks, to_cloud, checkpointer)
     built = _Built(
         cfg, metrics, serving, policy, overload, checkpointer, flow, takeover, ingest, cascade,
         rules, uplink, results,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from strata.edge.flow.final_acks import FinalAcks
@@ -36,6 +36,13 @@ from strata.shared.wire import detections_topic, events_topic
 
 # The image of a frame answered without decoding it (from its camera's cache).
 _NO_IMAGE = np.zeros((0, 0, 3), np.uint8)
+
+
+class EventState(Protocol):
+    """Where the state behind emitted events is made durable (the checkpointer): called
+    after a frame's events are on the uplink and before its ack."""
+
+    def events_emitted(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +63,14 @@ class Results:
         metrics: EdgeMetrics,
         acks: FinalAcks,
         to_cloud: CropsToCloud | None = None,
+        state: EventState | None = None,
     ) -> None:
         self.edge_id = edge_id
         self.serving = serving
         self.metrics = metrics
         self.acks = acks
         self.to_cloud = to_cloud
+        self.state = state
         self.last: dict[str, Cached] = {}
         self._pub: Any = None
 
@@ -105,6 +114,8 @@ class Results:
             self._pub.send_multipart([events_topic(ev.camera_id), ev.SerializeToString()])
         if self.to_cloud is not None:
             self.to_cloud.events(events)
+        if self.state is not None:  # before the frame's ack (see EventState)
+            self.state.events_emitted()
 
     def _count(self, tf: TrackedFrame, msg: frame_pb2.FrameDetections) -> None:
         frame = tf.decoded.frame

@@ -582,6 +582,14 @@ class Checkpointer:
         self._next = self._clock() + self.cfg.interval_s
         self.save()
 
+    def events_emitted(self) -> None:
+        """A frame caused track events (already on the durable uplink), before its ack: with
+        `checkpoint.on_events`, write now. The journal marks frames settled, so a restart
+        never replays them: rules state older than the events it emitted would derive them
+        again under other keys (a second end event of one track)."""
+        if self.cfg.on_events:
+            self.save()
+
     def settled(self, session_id: int, camera_id: str, seq: int, status: int, why: str) -> None:
         """A frame's final status (after its result was published): into the journal."""
         if self.journal is not None:

@@ -122,6 +122,11 @@ class CheckpointConfig(StrictModel):
         description="Also append every frame's final status to <checkpoint>.journal (one write "
         "per batch), so resends after a kill -9 are answered DUPLICATE, not processed again.",
     )
+    on_events: bool = Field(
+        True,
+        description="Write the checkpoint before acking a frame that caused track events, so "
+        "a kill -9 never derives them again under new keys (one atomic write per such frame).",
+    )
 
     @model_validator(mode="after")
     def _one_place(self) -> CheckpointConfig:
