@@ -28,6 +28,7 @@ from .classifier import load_classifier
 from .drops import Drops
 from .metrics import CloudMetrics
 from .parsing import ParseGuard
+from .retention import Pruner
 from .security import (
     SecurityError,
     TokenInterceptor,
@@ -81,6 +82,10 @@ class CloudServer:
         except Exception:
             self.classifier.close()
             raise
+        # Retention of tracks, their events and snapshots (cloud.snapshots.retention).
+        self.pruner: Pruner | None = None
+        if cfg.snapshots.retention.active:
+            self.pruner = Pruner(self.store, cfg.snapshots.retention, self.metrics)
         # Run-time version switches of a repository classifier (cloud/versions.py).
         self.switcher: ClassifierSwitcher | None = None
         if not cfg.model.path:
@@ -197,6 +202,8 @@ class CloudServer:
         self.metrics_server = serve(self.metrics.registry, self.cfg.metrics, "cloud.metrics")
         self.metrics_port = None if self.metrics_server is None else self.metrics_server.port
         self.store.start()
+        if self.pruner is not None:
+            self.pruner.start()
         if self.outbox is not None:
             self.outbox.start()
         self.batcher.start()
@@ -249,6 +256,8 @@ class CloudServer:
         self.batcher.stop()
         if self.outbox is not None:
             self.outbox.stop()
+        if self.pruner is not None:
+            self.pruner.stop()
         self.store.close()
         # The classifier serving now (a version switch replaces the first one).
         self.batcher.classifier.close()
