@@ -195,7 +195,7 @@ class Pruner:
         return got
 
     def _run(self) -> None:
-        wait = self.FIRST_PASS_S
+        wait = min(self.FIRST_PASS_S, self.cfg.prune_every_s)
         while not self._stop.wait(wait):
             wait = self.cfg.prune_every_s
             try:
