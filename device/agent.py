@@ -78,36 +78,20 @@ class Agent:
             hooks=SenderHooks(on_ack=self._on_ack, on_lost=self._on_lost, on_move=self._moved),
         )
         from .encoder import ScaleTarget
-        from .worker import GateWorker  # cv2 import stays out of `strata --help`
+        from .worker import GateSetup, GateWorker  # cv2 import stays out of `strata --help`
 
         # Frames are scaled to fit this: the configured size, else the edge model's input
         # once the edge announces it (EdgeInfo).
         self.scale = ScaleTarget(cfg.payload.max_width, cfg.payload.max_height)
+        self.switcher = self._gate_switcher(models_repository) if from_repo else None
         self.worker = GateWorker(
             self.inbox,
-            self.gate,
-            cfg.gate,
-            cfg.sender,
             self.sender,
             self.metrics,
-            self.agent_id,
-            cfg.payload,
-            cfg.cascade,
-            self.scale,
+            GateSetup(self.agent_id, cfg.gate, cfg.sender, cfg.payload, cfg.cascade, self.scale),
+            self.gate,
+            self.switcher,
         )
-        self.switcher: GateSwitcher | None = None
-        if from_repo and self.gate is not None:
-            from strata.shared.models import ModelRepository
-
-            self.switcher = GateSwitcher(
-                ModelRepository(models_repository or None),
-                self.gate,
-                cfg.gate,
-                cfg.versions,
-                device_version_metrics(self.metrics.registry),
-                self.metrics.registry,
-            )
-            self.worker.switcher = self.switcher
         self.cascade_metrics = CascadeMetrics(self.metrics.registry)
         self.cameras: list[CameraWorker] = []
         self._cams_lock = threading.Lock()
@@ -123,6 +107,21 @@ class Agent:
         )
         self._started = False
         self._stopped = False
+
+    def _gate_switcher(self, models_repository: str) -> GateSwitcher | None:
+        """Run-time versions of a gate loaded from the repository (None: no gate)."""
+        if self.gate is None:
+            return None
+        from strata.shared.models import ModelRepository
+
+        return GateSwitcher(
+            ModelRepository(models_repository or None),
+            self.gate,
+            self.cfg.gate,
+            self.cfg.versions,
+            device_version_metrics(self.metrics.registry),
+            self.metrics.registry,
+        )
 
     def _make_camera(self, cam_id: str, cam: CameraConfig) -> CameraWorker:
         self.inbox.add_camera(cam_id)

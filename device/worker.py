@@ -17,7 +17,7 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import cv2
@@ -156,36 +156,50 @@ class PayloadWorker:
         return unit.data
 
 
+@dataclass(frozen=True, slots=True)
+class GateSetup:
+    """What the gate worker is built with besides its collaborators: the device config's
+    sections it reads, the agent's id stamped on every header, and the size frames are
+    scaled to (shared with the edge link, which sets it from the edge's EdgeInfo)."""
+
+    agent_id: str
+    gate: GateConfig = field(default_factory=GateConfig)
+    sender: SenderConfig = field(default_factory=SenderConfig)
+    payload: PayloadConfig = field(default_factory=PayloadConfig)
+    cascade: CascadeConfig | None = None
+    scale: ScaleTarget = field(default_factory=ScaleTarget)
+
+
 class GateWorker:
-    """Inbox -> BGR -> relevance gate -> payload worker."""
+    """Inbox -> BGR -> relevance gate -> payload worker.
+
+    `gate` None: every frame passes ungated. `switcher`: run-time gate versions
+    (device/versions.py), swapped in between two batches on this worker's thread.
+    """
 
     def __init__(
         self,
         inbox: GateInbox,
-        gate: RelevanceGate | None,
-        gate_cfg: GateConfig,
-        sender_cfg: SenderConfig,
         sender: Sender,
         metrics: DeviceMetrics,
-        agent_id: str,
-        payload: PayloadConfig | None = None,
-        cascade: CascadeConfig | None = None,
-        scale: ScaleTarget | None = None,
+        setup: GateSetup,
+        gate: RelevanceGate | None = None,
+        switcher: GateSwitcher | None = None,
     ) -> None:
         self.inbox = inbox
         self.gate = gate
-        self.gate_cfg = gate_cfg
+        self.gate_cfg = setup.gate
         self.metrics = metrics
-        self.payloads = PayloadWorker(sender_cfg, sender, agent_id, payload)
-        self.scale = scale or ScaleTarget()
+        self.payloads = PayloadWorker(setup.sender, sender, setup.agent_id, setup.payload)
+        self.scale = setup.scale
         # Dropped frames travel as header-only messages when the cascade says so.
+        cascade = setup.cascade
         self.send_skipped = cascade is not None and cascade.enabled and cascade.send_skipped
+        self.switcher = switcher
         self._cams: dict[str, tuple[CameraMetrics, DropLog]] = {}
         self._finish = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gate", daemon=True)
         self.batches = 0
-        # Run-time gate version switches (device/versions.py), set by the agent.
-        self.switcher: GateSwitcher | None = None
 
     def add_camera(self, camera_id: str) -> None:
         """Register a camera's metrics and drop log."""

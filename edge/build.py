@@ -7,8 +7,10 @@ Inference's InferencePipeline.init() builds and __init__ stores).
     flow       delivery (ledger, credits), queues, final acks
     state      checkpointer (restored once every stateful part is built), takeover
     ingest     checks, then the ingest thread
-    tracking   tracking and answers (EdgeCascade), then `after_tracking` (the rules seam)
-    publish    results, crops to the uplink
+    tracking   tracking and answers (EdgeCascade)
+    rules      the rules stage (labels checked against the model first), then any other
+               `after_tracking` stage
+    publish    results, crops and track events to the uplink
     uplink     the cloud stream
 """
 
@@ -41,7 +43,7 @@ from strata.edge.inference.worker import Worker, WorkerStages, WorkerTicks
 from strata.edge.ingest.frames import QueuedFrame
 from strata.edge.ingest.intake import Ingest
 from strata.edge.ingest.loop import IngestLoop, IngestStages
-from strata.edge.metrics import EdgeMetrics
+from strata.edge.metrics import EdgeMetrics, RulesCollector
 from strata.edge.node import EdgeNode, NodeStages
 from strata.edge.overload.deadline import DeadlineShedder, ShedHook
 from strata.edge.overload.gpu_pressure import GpuPressure
@@ -49,6 +51,8 @@ from strata.edge.overload.limits import OverloadLimits
 from strata.edge.publish.crops import CropSelector
 from strata.edge.publish.results import Results
 from strata.edge.publish.to_cloud import CropsToCloud
+from strata.edge.rules.engine import RulesEngine
+from strata.edge.rules.stage import RulesStage
 from strata.edge.state.checkpoint import VERSION, CheckpointBody, Checkpointer, CheckpointMetrics
 from strata.edge.state.parts import CountersPart, SettledPart, TrackersPart, UplinkPart
 from strata.edge.state.takeover import Takeover
@@ -56,6 +60,7 @@ from strata.edge.tracking.cascade import EdgeCascade
 from strata.edge.tracking.handoff import TrackedStage
 from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import EdgeConfig
+from strata.shared.config.rules import RulesConfig, check_labels
 from strata.shared.contracts import frame_pb2
 from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, TelemetrySource, open_nvml
 from strata.shared.models import ModelRepository
@@ -76,8 +81,12 @@ class NodeOptions:
     telemetry: TelemetrySource | None = None
     # The model repository to watch for new versions ("" the default one); None: none.
     repository: str | None = None
-    # Stages between tracking and publish (strata.edge.tracking.handoff), in order.
+    # Stages between tracking and publish (strata.edge.tracking.handoff), in order, after
+    # the rules stage.
     after_tracking: Sequence[TrackedStage] = ()
+    # The top-level `rules:` section (zones, lines, dwell per camera); None: no rules, yet
+    # every track's lifecycle events.
+    rules: RulesConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +118,7 @@ class _Built:
     takeover: Takeover
     ingest: Ingest
     cascade: EdgeCascade
+    rules: RulesStage
     uplink: Uplink | None
     results: Results
 
@@ -119,10 +129,20 @@ def build_node(
     model_name: str = "",
     options: NodeOptions | None = None,
 ) -> EdgeNode:
-    """An edge node serving `model_path`, every stage built and its state restored."""
+    """An edge node serving `model_path`, every stage built and its state restored.
+    UnknownLabelError (the model closed again) when the rules name a label the model lacks."""
     opts = options or NodeOptions()
     metrics = opts.metrics or EdgeMetrics()
     serving = _serving(cfg, Path(model_path), model_name, opts, metrics)
+    rules_cfg = opts.rules or RulesConfig()
+    try:
+        check_labels(rules_cfg, serving.labels)
+    except ValueError:
+        if serving.switcher is not None:
+            serving.switcher.stop()
+        serving.detector.close()
+        serving.runner.close()
+        raise
     policy = make_policy(cfg, serving.max_batch)
     metrics.batch_limit.set(serving.max_batch)
     overload = _overload(cfg, serving, policy, metrics, opts.telemetry)
@@ -131,15 +151,37 @@ def build_node(
     takeover = Takeover(cfg.edge_id, checkpointer, flow.delivery.precheck)
     ingest = Ingest(cfg, metrics, precheck=takeover.precheck)
     cascade = EdgeCascade(cfg, metrics.registry, serving.detector.input_size)
+    rules = _rules(cfg, rules_cfg, serving, cascade, metrics)
     uplink = Uplink(cfg.cloud, cfg.uplink, metrics) if cfg.cloud else None
-    to_cloud = _to_cloud(cfg, uplink, overload.gpu, metrics, serving)
+    if uplink is None:
+        log.warning(
+            "no cloud configured: track events go only to the PUB socket (a copy that drops "
+            "without a subscriber), they are not durable"
+        )
+    to_cloud = _to_cloud(cfg, uplink, overload.gpu, metrics, serving, rules)
     results = Results(cfg.edge_id, serving, metrics, flow.acks, to_cloud)
     built = _Built(
         cfg, metrics, serving, policy, overload, checkpointer, flow, takeover, ingest, cascade,
-        uplink, results,
+        rules, uplink, results,
     )  # fmt: skip
     _restore(built)
-    return _node(built, opts.after_tracking)
+    return _node(built, (rules, *opts.after_tracking))
+
+
+def _rules(
+    cfg: EdgeConfig,
+    rules: RulesConfig,
+    serving: ServingModel,
+    cascade: EdgeCascade,
+    metrics: EdgeMetrics,
+) -> RulesStage:
+    """The rules stage: every camera's rules engine; it asks devices for their next frames
+    through the cascade's feedback; its counts are on /metrics."""
+    stage = RulesStage(RulesEngine(rules, cfg.edge_id), serving.labels, cascade.ask_next)
+    metrics.registry.register(RulesCollector(stage.counts))
+    if rules.cameras:
+        log.info("rules for camera(s) %s", ", ".join(sorted(rules.cameras)))
+    return stage
 
 
 def _restore(b: _Built) -> None:
@@ -152,6 +194,7 @@ def _restore(b: _Built) -> None:
             TrackersPart(b.cascade.answers),
             CountersPart(counters),
             UplinkPart(b.uplink, b.cfg.uplink, b.checkpointer.metrics.adopted_crops),
+            b.rules,
         ]
     )
 
@@ -181,8 +224,8 @@ def _node(b: _Built, after_tracking: Sequence[TrackedStage]) -> EdgeNode:
             IngestLoop(ingest_stages, cfg.ingest.camera_idle_s, stop, worker_done),
             flow.delivery, flow.queues, b.serving, b.policy, decoder,
             Worker(stages, ticks, stop),
-            cascade, b.results, b.uplink, b.checkpointer, b.overload.gpu, b.overload.telemetry,
-            stop, worker_done,
+            cascade, b.rules, b.results, b.uplink, b.checkpointer, b.overload.gpu,
+            b.overload.telemetry, stop, worker_done,
         )
     )  # fmt: skip
 
@@ -316,11 +359,13 @@ def _to_cloud(
     gpu: GpuPressure,
     metrics: EdgeMetrics,
     serving: ServingModel,
+    rules: RulesStage,
 ) -> CropsToCloud | None:
-    """Crops for the cloud's second opinion, when there is an uplink."""
+    """Crops for the cloud's second opinion (none of a stationary track) and track
+    events, when there is an uplink."""
     if uplink is None:
         return None
-    selector = CropSelector(cfg.crops, serving.labels, cfg.edge_id)
+    selector = CropSelector(cfg.crops, serving.labels, cfg.edge_id, rules.is_stationary)
     return CropsToCloud(selector, uplink, gpu, metrics)
 
 

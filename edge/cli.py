@@ -1,4 +1,9 @@
-"""`strata edge`: the edge node daemon."""
+"""`strata edge`: the edge node daemon.
+
+SIGHUP looks for a newer model version and reloads the rules (`rules:`) from the same
+config file: validated first (the file, and the labels against the model), a bad file is
+refused with a line and the old rules stay; good ones take effect between two frames.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,16 @@ import argparse
 import logging
 import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
+from strata.shared.config import ConfigError, load_config
+from strata.shared.config.rules import UnknownLabelError
+
+if TYPE_CHECKING:
+    from strata.edge.node import EdgeNode
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     )
     cfg = load_or_exit(args, overrides, "edge")
     from strata.edge.build import NodeOptions, build_node
+    from strata.edge.security import EdgeSecurityError, check_binds
     from strata.edge.uplink.spool import SpoolError
     from strata.edge.uplink.stream import UplinkSetupError
     from strata.shared.metrics_web import serve_or_exit
@@ -70,13 +82,20 @@ def run(args: argparse.Namespace) -> int:
 
     edge = cfg.edge
     try:
+        check_binds(edge)  # before the model loads: a refused config costs nothing
         model = resolve_model(edge.model.name, edge.model.path, cfg.models.repository)
         labels = repository_labels(edge.model.name, edge.model.path, cfg.models.repository)
         # A repository model can switch versions at run time (SIGHUP, versions.poll_s).
         repository = None if edge.model.path else cfg.models.repository
-        options = NodeOptions(labels=labels, repository=repository)
+        options = NodeOptions(labels=labels, repository=repository, rules=cfg.rules)
         node = build_node(edge, model, edge.model.name, options)
-    except (ModelLoadError, UplinkSetupError, SpoolError) as exc:
+    except (
+        ModelLoadError,
+        UplinkSetupError,
+        SpoolError,
+        EdgeSecurityError,
+        UnknownLabelError,
+    ) as exc:
         print(f"strata edge: {exc}", file=sys.stderr)
         return 2
     serve_or_exit(node.metrics.registry, edge.metrics, "edge")
@@ -91,16 +110,33 @@ def run(args: argparse.Namespace) -> int:
         log.info("signal %d: stopping", signum)
         node.request_stop()
 
+    hup = threading.Event()
+
     def _hup(_signum: int, _frame: Any) -> None:
-        log.info("SIGHUP: looking for a newer model version")
-        node.request_model_check()
+        hup.set()  # the reload runs below, outside the handler
 
     signal.signal(signal.SIGHUP, _hup)
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, _term)
-    node.wait()
+    while not node.wait(0.2):
+        if hup.is_set():
+            hup.clear()
+            reload(node, getattr(args, "config", None), overrides)
     node.stop()
     if node.error is not None:
         print(f"strata edge: stopped on error: {node.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def reload(node: EdgeNode, config: str | None, overrides: dict[str, Any]) -> None:
+    """SIGHUP: a newer model version, and the rules again from the config file."""
+    log.info("SIGHUP: looking for a newer model version; reloading the rules")
+    node.request_model_check()
+    if not config:
+        log.warning("SIGHUP: no --config file: the rules stay as they are")
+        return
+    try:
+        node.reconfigure_rules(load_config(config, overrides).rules)
+    except (ConfigError, UnknownLabelError) as exc:
+        log.error("SIGHUP: new rules refused, the old rules stay: %s", exc)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from strata.edge.overload.gpu_pressure import GpuPressureMetrics
+from strata.edge.rules.engine import RuleCount
 from strata.shared.metrics import BATCH_BUCKETS, LATENCY_BUCKETS
 from strata.shared.runtime.pool import PoolCollector
 
@@ -31,8 +35,9 @@ class EdgeMetrics:
         )
         self.peers_refused = Counter(
             "strata_edge_peers_refused",
-            "Connections to the frame socket refused (auth: CURVE key not allowed; "
-            "handshake: not ZMTP or the wrong mechanism).",
+            "Connections refused (auth: an agent's CURVE key not allowed on the frame socket; "
+            "subscriber: a key not allowed on the results socket; handshake: not ZMTP or the "
+            "wrong mechanism).",
             ["reason"],
             registry=r,
         )
@@ -134,7 +139,32 @@ class EdgeMetrics:
         )
         self.spool_bytes = Gauge(
             "strata_edge_uplink_spool_bytes",
-            "Bytes of crops in the uplink's disk spool.",
+            "Bytes of crops and track events in the uplink's disk spool.",
+            registry=r,
+        )
+        # Track events on the uplink (edge/uplink/stream.py): offered = stored + duplicate +
+        # invalid + dropped (by reason) + still waiting, in the end.
+        self.uplink_events = Counter(
+            "strata_edge_uplink_events",
+            "Track events on the uplink by outcome: offered, sent, stored, duplicate, invalid, "
+            "retry, timeout (resent), spooled (written to disk), adopted (from a failed peer).",
+            ["status"],
+            registry=r,
+        )
+        self.uplink_event_drops = Counter(
+            "strata_edge_uplink_event_drops",
+            "Track events the uplink dropped, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.uplink_event_queue = Gauge(
+            "strata_edge_uplink_event_queue_depth",
+            "Track events waiting for the cloud in memory.",
+            registry=r,
+        )
+        self.spool_events = Gauge(
+            "strata_edge_uplink_spool_events",
+            "Track events waiting in the uplink's disk spool.",
             registry=r,
         )
         self.uplink_latency = Histogram(
@@ -195,3 +225,51 @@ class EdgeMetrics:
         """Drop a forgotten camera's series (a camera that comes back starts them at 0)."""
         for metric, rest in self._per_camera:
             metric.remove(camera_id, *rest)
+
+
+class RulesCollector:
+    """The rules stage's counts (strata.edge.rules.engine.RulesEngine.counts), read at
+    scrape time: crossings per camera, line, direction and label; zone entries, dwell
+    events and occupancy per camera, zone (or rule) and label; events per camera and type.
+    They live in the rules checkpoint, so they go on after a restart or a takeover."""
+
+    def __init__(self, counts: Callable[[], list[RuleCount]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        fams = {
+            "crossings": CounterMetricFamily(
+                "strata_edge_rule_crossings",
+                "Line crossings counted, by camera, line, direction (in, out) and label.",
+                labels=["camera", "line", "direction", "label"],
+            ),
+            "entries": CounterMetricFamily(
+                "strata_edge_rule_zone_entries",
+                "Zone entries, by camera, zone and label.",
+                labels=["camera", "zone", "label"],
+            ),
+            "dwell": CounterMetricFamily(
+                "strata_edge_rule_dwell",
+                "Dwell limits exceeded, by camera, dwell rule and label.",
+                labels=["camera", "rule", "label"],
+            ),
+            "occupancy": GaugeMetricFamily(
+                "strata_edge_rule_zone_occupancy",
+                "Confirmed tracks in a zone now, by camera, zone and label.",
+                labels=["camera", "zone", "label"],
+            ),
+            "events": CounterMetricFamily(
+                "strata_edge_track_events",
+                "Track events the rules stage sent, by camera and type.",
+                labels=["camera", "type"],
+            ),
+        }
+        for c in self._counts():
+            if c.kind == "crossings":
+                labels = [c.camera, c.rule, c.direction, c.label]
+            elif c.kind == "events":
+                labels = [c.camera, c.rule]
+            else:
+                labels = [c.camera, c.rule, c.label]
+            fams[c.kind].add_metric(labels, c.value)
+        yield from fams.values()

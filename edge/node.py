@@ -4,8 +4,9 @@ sockets and threads.
 A frame's way, stage by stage: ingest (strata.edge.ingest.loop: ROUTER, checks,
 heartbeats) -> flow (delivery, credits, the per-camera queues) -> inference (the worker,
 strata.edge.inference.worker: batching, detector) -> tracking (and answers for skipped
-frames) -> the stages after tracking (strata.edge.tracking.handoff) -> publish (results
-on the PUB socket, final acks, crops) -> uplink (crops to the cloud). State (checkpoint,
+frames) -> the stages after tracking (strata.edge.tracking.handoff: the rules stage,
+strata.edge.rules.stage) -> publish (results and track events on the PUB socket, final
+acks, crops) -> uplink (crops and track events to the cloud). State (checkpoint,
 journal, takeover) sits beside them; overload (strata.edge.overload) acts along the way.
 
 ZeroMQ sockets are not thread-safe, so each belongs to one thread: the ROUTER to ingest,
@@ -38,11 +39,14 @@ from strata.edge.ingest.loop import IngestLoop
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.overload.gpu_pressure import GpuPressure
 from strata.edge.publish.results import Results
+from strata.edge.rules.stage import RulesStage
+from strata.edge.security import check_binds, secure
 from strata.edge.state.checkpoint import Checkpointer
 from strata.edge.tracking.cascade import EdgeCascade
 from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import EdgeConfig
-from strata.shared.curve import serve_curve
+from strata.shared.config.rules import RulesConfig
+from strata.shared.curve import CurveError
 from strata.shared.gpu_telemetry import GpuTelemetry
 from strata.shared.runtime.pool import report_leaks
 
@@ -75,6 +79,7 @@ class NodeStages:
     decoder: FrameDecoder
     worker: Worker
     cascade: EdgeCascade
+    rules: RulesStage
     results: Results
     uplink: Uplink | None
     checkpointer: Checkpointer
@@ -170,6 +175,16 @@ class EdgeNode:
     def max_batch(self) -> int:
         return self.stages.serving.max_batch
 
+    @property
+    def rules(self) -> RulesStage:
+        return self.stages.rules
+
+    def reconfigure_rules(self, cfg: RulesConfig) -> None:
+        """New rules (SIGHUP), taking effect between two frames; UnknownLabelError (the
+        old rules stay) when they name a label the model lacks."""
+        self.stages.rules.reconfigure(cfg)
+        log.warning("rules reloaded: camera(s) %s", ", ".join(sorted(cfg.cameras)) or "none")
+
     def request_model_check(self) -> None:
         """Look for a newer model version now (SIGHUP)."""
         if self.stages.serving.switcher is not None:
@@ -178,15 +193,18 @@ class EdgeNode:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> Endpoints:
-        """Bind both sockets and start the threads; returns the bound addresses."""
+        """Bind both sockets and start the threads; returns the bound addresses.
+        EdgeSecurityError (before anything binds) for plaintext off loopback."""
+        check_binds(self.cfg)
         self._ctx = zmq.Context()
         socks = self._sockets()
         try:
+            self._auth = secure(self._ctx, socks.router, socks.pub, self.cfg, self.metrics)
             listen = _bind(socks.router, self.cfg.listen)
             publish = _bind(socks.pub, self.cfg.publish)
             socks.acks_in.bind(f"inproc://final-acks-{id(self)}")
             socks.acks_out.connect(f"inproc://final-acks-{id(self)}")
-        except zmq.ZMQError:
+        except (zmq.ZMQError, CurveError):
             socks.close()
             if self._auth is not None:
                 self._auth.stop()
@@ -222,8 +240,6 @@ class EdgeNode:
         # receive_hwm messages wait per peer before ZeroMQ stops reading its connection.
         router.setsockopt(zmq.MAXMSGSIZE, cfg.max_payload_mib << 20)
         router.setsockopt(zmq.RCVHWM, cfg.ingest.receive_hwm)
-        if cfg.curve.secret_key:
-            self._auth = serve_curve(ctx, router, cfg.curve.secret_key, cfg.curve.clients_dir)
         pub = ctx.socket(zmq.PUB)
         pub.setsockopt(zmq.LINGER, 0)
         # Final acks from the worker to the ingest thread (the ROUTER's owner).

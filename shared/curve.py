@@ -1,7 +1,8 @@
 """ZeroMQ CURVE between device agents and edge nodes, with pyzmq's `zmq.auth`.
 
-The edge holds a key pair and a folder of allowed client public keys; each agent holds its
-own key pair and the edge's public key. Key files are the ones `zmq.auth` writes
+The edge holds a key pair and a folder of allowed client public keys; each client (a device
+agent on the frame socket, a subscriber on the results socket) holds its own key pair and
+the edge's public key. Key files are the ones `zmq.auth` writes
 (`strata keys`): NAME.key (public) and NAME.key_secret (both halves).
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,24 +60,61 @@ def allowed_clients(folder: str | Path) -> int:
     return len(list(p.glob("*.key")))
 
 
-def serve_curve(ctx: Any, sock: Any, secret_key: str, clients_dir: str) -> Any:
-    """Make `sock` a CURVE server that only admits keys in `clients_dir`; returns the
+class AllowedKeys:
+    """The ZAP handler's credentials provider: the clients folder's public keys, read once
+    (as `zmq.auth` does: restart to admit a new key). A refused key is reported to
+    `on_refused(domain)`, so each socket's refusals can be counted by its ZAP domain."""
+
+    def __init__(self, folder: str | Path, on_refused: Callable[[str], None] | None) -> None:
+        allowed_clients(folder)
+        self.keys = frozenset(_auth().load_certificates(str(folder)))
+        self._on_refused = on_refused
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        if key in self.keys:
+            return True
+        if self._on_refused is not None:
+            self._on_refused(domain)
+        return False
+
+
+def serve_curve(
+    ctx: Any,
+    servers: Mapping[str, Any],
+    secret_key: str,
+    clients_dir: str,
+    on_refused: Callable[[str], None] | None = None,
+) -> Any:
+    """Make every socket of `servers` (ZAP domain -> socket, before it binds) a CURVE server
+    with the key pair in `secret_key` that admits only keys in `clients_dir`; returns the
     started authenticator (stop it before the context terminates)."""
     import zmq
 
     public, secret = load_keys(secret_key, need_secret=True)
-    allowed_clients(clients_dir)
+    provider = AllowedKeys(clients_dir, on_refused)
     auth = importlib.import_module("zmq.auth.thread").ThreadAuthenticator(ctx)
     auth.start()
-    auth.configure_curve(domain="*", location=str(Path(clients_dir)))
-    sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
-    sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
-    sock.setsockopt(zmq.CURVE_SERVER, 1)
+    for domain, sock in servers.items():
+        auth.configure_curve_callback(domain=domain, credentials_provider=provider)
+        sock.setsockopt(zmq.ZAP_DOMAIN, domain.encode())
+        sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
+        sock.setsockopt(zmq.CURVE_SERVER, 1)
     return auth
 
 
+@dataclass(frozen=True, slots=True)
+class ClientKeys:
+    """What a CURVE client holds: its own key pair and the server's public key (an agent's
+    `device.sender.curve`, or a results subscriber's)."""
+
+    secret_key: str
+    server_key: str
+
+
 def connect_curve(sock: Any, secret_key: str, server_key: str) -> None:
-    """Make `sock` a CURVE client of the server whose public key is in `server_key`."""
+    """Make `sock` a CURVE client of the server whose public key is in `server_key` (before
+    it connects)."""
     import zmq
 
     public, secret = load_keys(secret_key, need_secret=True)
@@ -85,6 +125,8 @@ def connect_curve(sock: Any, secret_key: str, server_key: str) -> None:
 
 
 __all__ = [
+    "AllowedKeys",
+    "ClientKeys",
     "CurveError",
     "allowed_clients",
     "connect_curve",

@@ -231,21 +231,44 @@ def detections_topic(camera_id: str) -> bytes:
     return camera_id.encode() + b"\0"
 
 
+# The prefix of every track-event topic: a NUL first, which no detections topic has (a
+# camera id is never empty), so no camera's subscription ever matches events.
+EVENTS_TOPIC_PREFIX = b"\0events/"
+
+
+def events_topic(camera_id: str) -> bytes:
+    """The edge's PUB topic for one camera's track events (a copy of the durable ones):
+    `EVENTS_TOPIC_PREFIX`, the id, one NUL. Subscribe to `EVENTS_TOPIC_PREFIX` for every
+    camera's events; a subscriber to b"" gets results and events, told apart by
+    `is_events_topic`."""
+    if "\0" in camera_id:
+        raise ValueError(f"camera id {camera_id!r} contains a NUL byte")
+    return EVENTS_TOPIC_PREFIX + camera_id.encode() + b"\0"
+
+
+def is_events_topic(topic: bytes) -> bool:
+    """The topic is a track-event topic (`events_topic`), not a camera's results."""
+    return topic.startswith(EVENTS_TOPIC_PREFIX)
+
+
 def camera_of_topic(topic: bytes) -> str:
-    """The camera id of a PUB topic made by `detections_topic`."""
+    """The camera id of a PUB topic made by `detections_topic` or `events_topic`."""
     if not topic.endswith(b"\0"):
         raise MalformedMessage(REASON_FIELDS, f"topic {topic!r} does not end in NUL")
-    return topic[:-1].decode()
+    return topic[len(EVENTS_TOPIC_PREFIX) if is_events_topic(topic) else 0 : -1].decode()
 
 
 __all__ = [
+    "EVENTS_TOPIC_PREFIX",
     "FINAL_STATUSES",
     "REASONS",
     "FrameMessage",
     "MalformedMessage",
     "camera_of_topic",
     "detections_topic",
+    "events_topic",
     "heartbeat_of",
+    "is_events_topic",
     "is_final",
     "make_ack",
     "new_session_id",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from strata.shared.contracts import frame_pb2
+from strata.shared.curve import ClientKeys
 from strata.shared.loopback import free_port
 
 from .subscriber import ResultSubscriber
@@ -188,9 +189,9 @@ class Result:
 class Results(ResultSubscriber):
     """Every result published by any of the edges (one SUB socket connected to all)."""
 
-    def __init__(self, publishers: list[str]) -> None:
+    def __init__(self, publishers: list[str], curve: ClientKeys | None = None) -> None:
         self.items: list[Result] = []
-        super().__init__(publishers, reconnect_ms=20)
+        super().__init__(publishers, reconnect_ms=20, curve=curve)
 
     def on_result(self, msg: frame_pb2.FrameDetections, received_ns: int) -> None:
         self.items.append(

@@ -1,7 +1,9 @@
 """A SUB socket on edges' result PUB sockets, read on its own thread.
 
 The demo, the fleet and overload benchmarks and the delivery fault test all count what the
-edges publish; they differ only in what they keep of each result (`on_result`).
+edges publish; they differ only in what they keep of each result (`on_result`). An edge with
+`edge.curve` on admits only subscribers whose public key is in its clients folder: pass
+`curve` (the subscriber's key pair and the edge's public key).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from strata.shared.contracts import frame_pb2
+from strata.shared.curve import ClientKeys, connect_curve
+from strata.shared.wire import is_events_topic
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,7 @@ class ResultSubscriber(ABC):
         reconnect_ms: int = 10,
         start: bool = True,
         name: str = "results",
+        curve: ClientKeys | None = None,
     ) -> None:
         import zmq
 
@@ -41,6 +46,8 @@ class ResultSubscriber(ABC):
         # Back at once after an edge restart on the same address.
         self._sock.setsockopt(zmq.RECONNECT_IVL, reconnect_ms)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
+        if curve is not None:  # the edges' edge.curve is on: this key must be in clients_dir
+            connect_curve(self._sock, curve.secret_key, curve.server_key)
         for address in publishers:
             self._sock.connect(address)
         self.lock = threading.Lock()
@@ -72,6 +79,8 @@ class ResultSubscriber(ABC):
                     parts = self._sock.recv_multipart(flags=zmq.NOBLOCK)
                 except zmq.Again:
                     break
+                if is_events_topic(parts[0]):  # track events: not a frame's result
+                    continue
                 now_ns = time.time_ns()
                 try:
                     # [topic (camera id + NUL), FrameDetections]: the message is the last part.

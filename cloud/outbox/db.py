@@ -1,6 +1,6 @@
 """The outbox's view of the store's database: one connection per sink worker, its dialect,
 and the outbox's own tables. The SQLite and PostgreSQL parts are sqlite.py and postgres.py;
-`open_database` picks one as the event store does (cloud.store.url set: PostgreSQL)."""
+`connect.open_database` picks one as the event store does (cloud.store.url set: PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-from strata.shared.config.cloud import CloudStoreConfig
 
 
 class LedgerError(RuntimeError):
@@ -71,24 +69,6 @@ class Database(Protocol):
 
     def close(self) -> None:
         """Close the connection."""
-
-
-def open_database(cfg: CloudStoreConfig) -> Database:
-    """A connection to the store's database (the store has created its tables); the outbox
-    tables are created if missing. Raises LedgerError."""
-    from ..store import StoreError, store_url
-
-    try:
-        url = store_url(cfg)
-    except StoreError as exc:
-        raise LedgerError(str(exc)) from None
-    if url:
-        from .postgres import PostgresDatabase
-
-        return PostgresDatabase(url, cfg.connect_timeout_s)
-    from .sqlite import SQLiteDatabase
-
-    return SQLiteDatabase(cfg.path)
 
 
 def one_line(exc: BaseException) -> str:

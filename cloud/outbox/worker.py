@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import SinksConfig
 
-from .db import Database, LedgerError, open_database
+from .connect import open_database
+from .db import Database, LedgerError
 from .gaps import Horizon
 from .ledger import Claim, Ledger
 from .metrics import SinkMetrics

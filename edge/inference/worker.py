@@ -4,10 +4,11 @@ Each turn: take a batch (the batch limit in force, strata.edge.overload.limits) 
 shed what would miss its deadline (overload.deadline) -> answer low-priority cameras
 from cache at GPU pressure 4 -> decode -> launch on the detector; when the runner's
 slots are full (or nothing new came) finish the oldest batch -> tracking -> the
-`after_tracking` stages (strata.edge.tracking.handoff; the rules stage goes there) ->
-publish (results, final acks, crops to the uplink). Between batches: model version
-switches, tracking's answers for skipped frames, and the periodic ticks (gauges, GPU
-pressure, the batch policy's window, checkpoints).
+`after_tracking` stages (strata.edge.tracking.handoff: the rules stage first) -> publish
+(results, track events, final acks, crops to the uplink); a camera's skipped frames
+answered by tracking take the same way, in capture order with its detected ones.
+Between batches: model version switches, tracking's answers for skipped frames, and the
+periodic ticks (gauges, GPU pressure, the batch policy's window, checkpoints).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from strata.edge.overload.gpu_pressure import GpuPressure
 from strata.edge.overload.limits import OverloadLimits
 from strata.edge.publish.results import Results
 from strata.edge.state.checkpoint import Checkpointer
+from strata.edge.tracking.answers import Answer
 from strata.edge.tracking.cascade import EdgeCascade
-from strata.edge.tracking.handoff import TrackedFrame, TrackedStage
+from strata.edge.tracking.handoff import AnsweredFrame, TrackedFrame, TrackedStage
 from strata.shared.gpu_telemetry import GpuTelemetry
 
 log = logging.getLogger(__name__)
@@ -101,8 +103,7 @@ class Worker:
                 self._finish(self._inflight.popleft())
             # Between two batches: nothing in flight on the old runner.
             self.s.serving.poll(idle=not self._inflight)
-            for answer in self.s.cascade.ready():
-                self.s.results.answer(answer)
+            self._answer(self.s.cascade.ready())
             self._tick()
 
     def _take(self) -> list[QueuedFrame]:
@@ -161,12 +162,14 @@ class Worker:
             # Boxes go out in the source frame's pixels with their track ids; the skipped
             # frames this detection completes are answered right after it, in order.
             tracked, answers = s.cascade.detected(frame.header, boxes)
+            # In capture order, so the rules follow each track's path step by step.
+            idx = frame.header.frame_index
+            self._answer([a for a in answers if a.header.frame_index < idx])
             tf = TrackedFrame(frame, tracked.as_frame_boxes(), tracked, job.start_ns, end_ns, boxes)
             for stage in s.after_tracking:
                 tf = stage(tf)
             s.results.frame(tf)
-            for answer in answers:
-                s.results.answer(answer)
+            self._answer([a for a in answers if a.header.frame_index >= idx])
         s.serving.remember(job.frames, results)
         done = time.monotonic()
         s.window.add_latencies([done - f.frame.received for f in job.frames])
@@ -177,6 +180,15 @@ class Worker:
             [job.launched - f.frame.received for f in job.frames],
         )
         self._mark, self._idle = done, 0.0
+
+    def _answer(self, answers: list[Answer]) -> None:
+        """Skipped frames' answers (from tracking) through the stages after tracking, then
+        published."""
+        for a in answers:
+            af = AnsweredFrame(a)
+            for stage in self.s.after_tracking:
+                af = stage.answered(af)
+            self.s.results.answer(af.answer, af.events)
 
     def _tick(self) -> None:
         t = self.t

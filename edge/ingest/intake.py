@@ -139,6 +139,11 @@ class Ingest:
             n += 1
         return n
 
+    def sessions(self, camera_id: str) -> list[int]:
+        """The sender sessions remembered for a camera, least recent first."""
+        cam = self._cams.get(camera_id)
+        return list(cam.sessions) if cam is not None else []
+
     def idle_cameras(self) -> list[str]:
         """Cameras silent for longer than camera_idle_s."""
         horizon = self._clock() - self.camera_idle_s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from strata.edge.ingest.frames import DecodedFrame
@@ -19,7 +19,13 @@ from strata.shared.vision import FrameBoxes
 class CropSelector:
     """Picks boxes by class and score band (at most max_per_frame, most uncertain first)."""
 
-    def __init__(self, cfg: CropsConfig, labels: Sequence[str], edge_id: str) -> None:
+    def __init__(
+        self,
+        cfg: CropsConfig,
+        labels: Sequence[str],
+        edge_id: str,
+        stationary: Callable[[str, int], bool] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.labels = tuple(labels)
         self.edge_id = edge_id
@@ -32,7 +38,8 @@ class CropSelector:
         self._ids = itertools.count(1)
         # A token per run keeps crop ids unique across restarts of the node.
         self._run = uuid.uuid4().hex[:8]
-        self.looks = TrackLooks(cfg)
+        # `stationary`: (camera, track id) -> no cloud look now (the rules stage's).
+        self.looks = TrackLooks(cfg, stationary=stationary)
 
     def select(
         self,

@@ -4,13 +4,15 @@ A track gets a crop when it is new (first detected with a score in the uncertain
 and again only after `track_interval_s` of capture time AND a large change (its box now
 overlaps the box last sent by less than `track_change_iou`, or its score moved by more
 than `track_score_change`), at most `max_per_track` times. A parked object does not
-change, so it is never sent twice. Untracked detections (track id 0) follow the old rule:
-every kept frame, by score band.
+change, so it is never sent twice; nor is a track the rules stage calls stationary
+(`stationary`, strata.edge.rules.stage) until it moves. Untracked detections (track id
+0) follow the old rule: every kept frame, by score band.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,9 +32,17 @@ class _Look:
 class TrackLooks:
     """Per (session, camera) track: what was last sent. Forgets tracks idle for long."""
 
-    def __init__(self, cfg: CropsConfig, forget_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        cfg: CropsConfig,
+        forget_s: float = 300.0,
+        stationary: Callable[[str, int], bool] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.forget_s = forget_s
+        # (camera, track id) -> the track is stationary now: no look until it moves.
+        self.stationary = stationary
+        self.skipped_stationary = 0
         self._lock = threading.Lock()
         self._looks: dict[tuple[int, str, int], _Look] = {}
         self.skipped_parked = 0
@@ -63,6 +73,9 @@ class TrackLooks:
                 tid = int(track_ids[i])
                 if tid == 0:
                     out.append(i)
+                    continue
+                if self.stationary is not None and self.stationary(camera, tid):
+                    self.skipped_stationary += 1
                     continue
                 key = (session, camera, tid)
                 look = self._looks.get(key)

@@ -4,14 +4,19 @@ camera's last result again. Published first, acked second: the frame's final ack
 (PROCESSED) leaves only after its result was published, so a crash in between means a
 resend, flagged as a redelivery by the next life of the node, never a lost frame.
 
+Track events (the rules stage's, on the frame) go out after the frame's result and
+before its ack: a copy on the PUB socket (topic `events_topic(camera)`) and the durable
+copy to the uplink; without a cloud only the copy.
+
 Worker thread only (the PUB socket is the worker's). The PUB socket is a live tap: a
-result without subscribers is dropped by ZeroMQ; crops travel the durable uplink.
+result without subscribers is dropped by ZeroMQ; crops and events travel the durable
+uplink.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +30,9 @@ from strata.edge.publish.to_cloud import CropsToCloud
 from strata.edge.tracking.answers import Answer
 from strata.edge.tracking.handoff import TrackedFrame
 from strata.edge.tracking.tracker import TrackedBoxes
-from strata.shared.contracts import current_version, frame_pb2
+from strata.shared.contracts import current_version, events_pb2, frame_pb2
 from strata.shared.vision import FrameBoxes
-from strata.shared.wire import detections_topic
+from strata.shared.wire import detections_topic, events_topic
 
 # The image of a frame answered without decoding it (from its camera's cache).
 _NO_IMAGE = np.zeros((0, 0, 3), np.uint8)
@@ -89,7 +94,17 @@ class Results:
             self.last[h.camera_id] = Cached(tf.boxes, tf.tracked)
         if self.to_cloud is not None:
             self.to_cloud.send(tf, msg)
+        self.events(tf.events)
         self.acks.send(frame, frame_pb2.ACK_STATUS_PROCESSED)
+
+    def events(self, events: Sequence[events_pb2.TrackEvent]) -> None:
+        """Track events: a copy on the PUB socket, the durable copy to the uplink."""
+        if not events:
+            return
+        for ev in events:
+            self._pub.send_multipart([events_topic(ev.camera_id), ev.SerializeToString()])
+        if self.to_cloud is not None:
+            self.to_cloud.events(events)
 
     def _count(self, tf: TrackedFrame, msg: frame_pb2.FrameDetections) -> None:
         frame = tf.decoded.frame
@@ -103,8 +118,9 @@ class Results:
         if msg.timing.capture_ns:
             m.e2e.observe(max(0.0, (msg.timing.edge_send_ns - msg.timing.capture_ns) / 1e9))
 
-    def answer(self, a: Answer) -> None:
-        """A skipped frame's result, from the tracker (flagged predicted; no crops)."""
+    def answer(self, a: Answer, events: Sequence[events_pb2.TrackEvent] = ()) -> None:
+        """A skipped frame's result, from the tracker (flagged predicted; no crops), and
+        the track events it caused."""
         h = a.header
         msg = self._result(h, True, f"skipped:{h.skip_reason or 'unspecified'}:{a.how}")
         self._add_detections(msg, a.boxes, a.boxes.track_ids.tolist())
@@ -113,6 +129,7 @@ class Results:
         t.edge_send_ns = time.time_ns()
         self._pub.send_multipart([detections_topic(h.camera_id), msg.SerializeToString()])
         self.metrics.camera_frames.labels(h.camera_id).inc()
+        self.events(events)
         if isinstance(a.token, QueuedFrame):  # the skipped notice is settled: published
             self.acks.send(a.token, frame_pb2.ACK_STATUS_PROCESSED)
 

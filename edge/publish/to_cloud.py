@@ -1,15 +1,18 @@
-"""Crops to the cloud: the boxes of a published result that need a second opinion are
-cut from the decoded image and offered to the uplink (strata.edge.uplink.stream), unless
-GPU pressure level 1+ stopped cloud crops (counted)."""
+"""To the cloud: the boxes of a published result that need a second opinion are cut from
+the decoded image and offered to the uplink (strata.edge.uplink.stream), unless GPU
+pressure level 1+ stopped cloud crops (counted); track events are offered always (the
+uplink acks, spools and keeps them in order per camera)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.overload.gpu_pressure import GpuPressure
 from strata.edge.publish.crops import CropSelector
 from strata.edge.tracking.handoff import TrackedFrame
 from strata.edge.uplink.stream import Uplink
-from strata.shared.contracts import frame_pb2
+from strata.shared.contracts import events_pb2, frame_pb2
 
 
 class CropsToCloud:
@@ -38,3 +41,7 @@ class CropsToCloud:
             sum(len(c.image) for c in crops)
         )
         self.uplink.offer(crops)
+
+    def events(self, events: Sequence[events_pb2.TrackEvent]) -> None:
+        """Track events of a published frame, to the durable uplink."""
+        self.uplink.offer_events(list(events))

@@ -12,14 +12,16 @@ What a restarted node, or the peer taking over its cameras, needs to carry on:
   repeat;
 - counters: every counter of the node's metrics (the per-camera series go with a camera
   to the peer that takes it over);
-- the uplink: the spool file's path and how many crops it held (the spool itself keeps
-  the queue; a peer taking over drains a failed edge's spool into its own uplink);
+- the uplink: the spool file's path and how many crops and track events it held (the
+  spool itself keeps the queue; a peer taking over drains a failed edge's spool, events
+  included, into its own uplink);
 - the model version serving.
 
 Each stateful part registers a `CheckpointPart` (edge/state/parts.py has the node's:
 streams, trackers, counters, uplink; these four keep their typed fields of the body,
-any other part goes under `parts` by name): the checkpointer asks each for its snapshot
-when it writes, and hands each its saved state when the node starts. A part that also
+any other part goes under `parts` by name, as the rules stage's `rules` does): the
+checkpointer asks each for its snapshot when it writes, and hands each its saved state
+when the node starts. A part that also
 restores one camera moved here from a peer is a `MovablePart` (edge/state/takeover.py).
 
 A peer that restores a failed edge's checkpoint for some cameras marks them handed over:
@@ -100,11 +102,14 @@ class CounterCheckpoint(StrictModel):
 
 
 class UplinkCheckpoint(StrictModel):
-    """Where the uplink's queue stood: its spool file, crops in it and in memory."""
+    """Where the uplink's queue stood: its spool file, crops and track events in it and in
+    memory."""
 
     spool_path: str = ""
     spooled: int = 0
     buffered: int = 0
+    events_spooled: int = 0
+    events_buffered: int = 0
 
 
 class CheckpointBody(StrictModel):
@@ -383,9 +388,11 @@ class Checkpointer:
         return [p for p in self.parts if isinstance(p, MovablePart)]
 
     def peer_parts(self, state: PeerState, camera: str) -> dict[str, Any]:
-        """What each built-in part's `take_over` gets of a peer's state for `camera`."""
+        """What each part's `take_over` gets of a peer's state for `camera`: the built-in
+        parts' share of it, any other part's whole snapshot (it picks the camera)."""
         body = state.body
         return {
+            **body.parts,
             "streams": state.streams,
             "trackers": [t for t in body.trackers if t.camera_id == camera],
             "counters": body.counters,

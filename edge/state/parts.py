@@ -1,6 +1,8 @@
 """The node's checkpoint parts (edge/state/checkpoint.py, `CheckpointPart`): one per
 stateful stage, each restoring itself at start and, for one camera moved here from a
-failed peer, at takeover (`MovablePart`, edge/state/takeover.py)."""
+failed peer, at takeover (`MovablePart`, edge/state/takeover.py). The rules stage
+(strata.edge.rules.stage.RulesStage, part `rules`) is its own part: its engine's lock
+guards the snapshot."""
 
 from __future__ import annotations
 
@@ -105,8 +107,9 @@ class CountersPart:
 
 
 class UplinkPart:
-    """Where the uplink's queue stood. The spool file keeps the queue itself; a failed
-    peer's spool is drained into this uplink once."""
+    """Where the uplink's queue stood (crops and track events). The spool file keeps the
+    queue itself; a failed peer's spool (its events first) is drained into this uplink
+    once."""
 
     name = "uplink"
 
@@ -121,11 +124,21 @@ class UplinkPart:
         if up is None:
             return UplinkCheckpoint()
         spool = str(Path(self.cfg.spool_path).resolve()) if self.cfg.spool_path else ""
-        return UplinkCheckpoint(spool_path=spool, spooled=up.spooled, buffered=up.buffered)
+        return UplinkCheckpoint(
+            spool_path=spool,
+            spooled=up.spooled,
+            buffered=up.buffered,
+            events_spooled=up.events_spooled,
+            events_buffered=up.events_buffered,
+        )
 
     def restore(self, saved: UplinkCheckpoint) -> str:
-        now = self.uplink.spooled if self.uplink is not None else 0
-        return f"spool holds {now} crops ({saved.spooled} at the checkpoint)"
+        up = self.uplink
+        crops, events = (up.spooled, up.events_spooled) if up is not None else (0, 0)
+        return (
+            f"spool holds {crops} crops and {events} track events ({saved.spooled} and "
+            f"{saved.events_spooled} at the checkpoint)"
+        )
 
     def take_over(self, saved: UplinkCheckpoint, camera: str, peer: str) -> int:
         if not saved.spool_path or self.uplink is None or peer in self._drained:

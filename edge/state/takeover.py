@@ -2,8 +2,9 @@
 means its camera moved here (that peer failed, or the ring was rebalanced). Before the
 frame is checked, every `MovablePart` restores what the peer's checkpoint and journal
 hold for the camera: settled frames (their resends get their final status), its tracker,
-its per-camera counters; and the peer's uplink spool is drained here once. The camera is
-then marked handed over beside the peer's checkpoint (edge/state/checkpoint.py).
+its per-camera counters, its rules' state (tracks' rule state, counts, event sequence);
+and the peer's uplink spool is drained here once. The camera is then marked handed over
+beside the peer's checkpoint (edge/state/checkpoint.py).
 
 Ingest thread only.
 """

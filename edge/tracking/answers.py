@@ -268,18 +268,22 @@ def interpolate(a: TrackedBoxes, b: TrackedBoxes, w: float) -> TrackedBoxes:
     parts_score = [a.scores[rows_a] * (1 - w) + b.scores[rows_b] * w]
     parts_cls = [a.class_ids[rows_a]]
     parts_id = [a.track_ids[rows_a]]
+    conf_a, conf_b = a.confirmed_mask(), b.confirmed_mask()
+    parts_conf = [conf_b[rows_b]]
     if w < 0.5:
         gone = np.array([ia[t] for t in ia if t not in ib], np.int64)
         parts_box.append(a.boxes[gone])
         parts_score.append(a.scores[gone])
         parts_cls.append(a.class_ids[gone])
         parts_id.append(a.track_ids[gone])
+        parts_conf.append(conf_a[gone])
     else:
         new = np.array([ib[t] for t in ib if t not in ia], np.int64)
         parts_box.append(b.boxes[new])
         parts_score.append(b.scores[new])
         parts_cls.append(b.class_ids[new])
         parts_id.append(b.track_ids[new])
+        parts_conf.append(conf_b[new])
     n = sum(len(x) for x in parts_id)
     return TrackedBoxes(
         np.concatenate(parts_box).astype(np.float32).reshape(-1, 4),
@@ -288,4 +292,5 @@ def interpolate(a: TrackedBoxes, b: TrackedBoxes, w: float) -> TrackedBoxes:
         np.concatenate(parts_id).astype(np.uint64),
         np.full(n, min(w, 1 - w), np.float32),
         True,
+        np.concatenate(parts_conf).astype(bool),
     )

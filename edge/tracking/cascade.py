@@ -7,8 +7,9 @@
 - H.264 payloads decode per (session, camera) in order (`h264`); a stream that lost a
   reference makes the next ack of that camera ask for a keyframe.
 - Calibration bursts are replayed at every gap (`calibration`); the result, and
-  `send_next` when the tracker's prediction for the camera is uncertain, ride on that
-  camera's next ack (CascadeFeedback).
+  `send_next` when the tracker's prediction for the camera is uncertain or a rule is about
+  to be decided (`ask_next`, the rules stage), ride on that camera's next ack
+  (CascadeFeedback).
 - The acks carry the detector's input size (EdgeInfo) so agents scale frames to it.
 
 Every answer is counted by how it was made; every lost H.264 frame by reason.
@@ -17,6 +18,7 @@ Every answer is counted by how it was made; every lost H.264 frame by reason.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -60,6 +62,13 @@ class CascadeMetrics:
             "strata_edge_calibrations", "Calibration bursts measured.", registry=r
         )
         self.tracks = Counter("strata_edge_tracks_started", "Tracks started.", registry=r)
+        self.send_next = Counter(
+            "strata_edge_send_next",
+            "Times the edge asked a camera's device for its next frames, by why (line, zone, "
+            "dwell: a rule is about to be decided).",
+            ["reason"],
+            registry=r,
+        )
         self.held = Gauge(
             "strata_edge_skipped_held", "Skipped frames waiting for their answer.", registry=r
         )
@@ -121,6 +130,13 @@ class EdgeCascade:
             ack.feedback.tracked_objects = len(tracker)
 
     # -- worker thread ---------------------------------------------------------------------
+
+    def ask_next(self, session_id: int, camera_id: str, why: Iterable[str]) -> None:
+        """Ask the camera's device for its next frames on its next ack (`why`: counted)."""
+        for reason in why:
+            self.metrics.send_next.labels(reason).inc()
+        with self._lock:
+            self._send_next.add((session_id, camera_id))
 
     def lost_h264(self, h: frame_pb2.FrameHeader, reason: str) -> None:
         """An H.264 frame did not decode: count it, and ask for a keyframe on the next ack."""

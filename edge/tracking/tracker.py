@@ -39,6 +39,9 @@ class TrackedBoxes:
 
     `uncertainty` is per box: the predicted position's standard deviation over the box
     height (0 for a detected box); `predicted` says no detector ran on this frame.
+    `confirmed` per box: its track has `min_hits` hits (None: every tracked box is, as
+    `predict` shows only confirmed tracks); `ended`: ids the tracker retired at this frame
+    (the rules stage ends their tracks).
     """
 
     boxes: np.ndarray
@@ -47,9 +50,16 @@ class TrackedBoxes:
     track_ids: np.ndarray
     uncertainty: np.ndarray
     predicted: bool
+    confirmed: np.ndarray | None = None
+    ended: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])
+
+    def confirmed_mask(self) -> np.ndarray:
+        """Per box: its track is confirmed (track id 0: never)."""
+        tracked: np.ndarray = self.track_ids != 0
+        return tracked if self.confirmed is None else tracked & self.confirmed
 
     def as_frame_boxes(self) -> FrameBoxes:
         """The boxes without track data."""
@@ -230,6 +240,7 @@ class Tracker:
         )
         m = np.where(ok, dist - ov, _FORBIDDEN)
         free = np.ones(len(self), bool)
+        confirmed = np.zeros(n_det, bool)
         matched_t: list[np.ndarray] = []
         matched_d: list[np.ndarray] = []
         for group in (high, low):
@@ -247,14 +258,16 @@ class Tracker:
             self._hits[t] += 1
             self._score[t] = scores[d]
             det_ids[d] = self._ids[t]
+            confirmed[d] = self._hits[t] >= cfg.min_hits
         self._x, self._p = x, p
         self._frame = np.full(len(self), frame, np.int64)
         # Tracks unseen for too long go; then unmatched confident detections start tracks.
-        self._retire(frame)
+        ended = self._retire(frame)
         new = high[det_ids[high] == 0]
         new = new[scores[new] >= cfg.new_track_score]
         if new.size:
             det_ids[new] = self._start(frame, dets, new)
+            confirmed[new] = cfg.min_hits <= 1
         # A detected frame answers with the detector's own boxes: only ids are added.
         return TrackedBoxes(
             dets.boxes,
@@ -263,6 +276,8 @@ class Tracker:
             det_ids,
             np.zeros(n_det, np.float32),
             False,
+            confirmed,
+            ended,
         )
 
     def predict(self, frame: int, width: int = 0, height: int = 0) -> TrackedBoxes:
@@ -358,11 +373,14 @@ class Tracker:
         self._score = np.concatenate([self._score, dets.scores[idx].astype(np.float32)])
         return ids
 
-    def _retire(self, frame: int) -> None:
+    def _retire(self, frame: int) -> tuple[int, ...]:
+        """Drop the tracks unseen for more than `max_lost` frames; their ids."""
         keep = frame - self._seen <= self.cfg.max_lost
         if keep.all():
-            return
+            return ()
+        gone = tuple(int(i) for i in self._ids[~keep].tolist())
         self._x, self._p = self._x[keep], self._p[keep]
         self._frame, self._seen = self._frame[keep], self._seen[keep]
         self._hits, self._ids = self._hits[keep], self._ids[keep]
         self._cls, self._score = self._cls[keep], self._score[keep]
+        return gone

@@ -1,10 +1,18 @@
-"""The uplink's on-disk crop queue: a FIFO in one SQLite file, bounded in bytes.
+"""The uplink's on-disk queue: crops and track events in one SQLite file, bounded in bytes
+together.
 
-Crops the memory buffer cannot hold while the cloud is away wait here, in order, and survive a
-restart of the edge. Rows are keyed by a sequence number; pushing to the front (crops that
-came back unacked) takes numbers below the smallest, so the order stays oldest first. Beyond
-the byte bound the oldest rows go, and the caller counts them. WAL with synchronous=NORMAL: a
-killed process loses nothing; a power cut may lose the last commits.
+Crops the memory buffer cannot hold while the cloud is away wait here, in order, and survive
+a restart of the edge: a FIFO keyed by a sequence number; pushing to the front (crops that
+came back unacked) takes numbers below the smallest, so the order stays oldest first.
+
+Track events are promised (an `end` is the only one of its track), so every one is written
+here when offered, before its frame is settled, and its row goes only when the cloud's ack
+is final: a `kill -9` at any point leaves every unacked event on disk, in order (rows are
+appended with increasing numbers and read without removing them; `delete_events` removes
+them). When the bound is reached the oldest crops make room; an event is refused (the
+newest, counted by the caller) only when no crop is left, and a crop never pushes an event
+out. WAL with synchronous=NORMAL: a killed process loses nothing; a power cut may lose the
+last commits.
 """
 
 from __future__ import annotations
@@ -13,15 +21,18 @@ import fcntl
 import logging
 import sqlite3
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from google.protobuf.message import DecodeError
-from strata.shared.contracts import analytics_pb2
+from google.protobuf.message import DecodeError, Message
+from strata.shared.contracts import analytics_pb2, events_pb2
 
 log = logging.getLogger(__name__)
 
+_TABLES = ("crops", "events")
 _SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS crops "
+    "CREATE TABLE IF NOT EXISTS {} "
     "(seq INTEGER PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL)"
 )
 
@@ -30,8 +41,30 @@ class SpoolError(RuntimeError):
     """The spool file cannot be opened or is not a crop spool."""
 
 
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What `append_events` did: the row numbers of the events written (a prefix of those
+    given, in order), the oldest crops dropped to make room, and the events refused."""
+
+    rows: tuple[int, ...] = ()
+    crops_dropped: int = 0
+    refused: int = 0
+
+
+@dataclass(slots=True)
+class _Fifo:
+    """One table's bookkeeping: its row count, bytes and the head and tail sequence."""
+
+    table: str
+    count: int = 0
+    bytes: int = 0
+    head: int = 0
+    tail: int = -1
+
+
 class CropSpool:
-    """FIFO of crops on disk; push and pop are thread-safe, each one transaction."""
+    """FIFOs of crops and of track events on disk; push and pop are thread-safe, each one
+    transaction."""
 
     def __init__(self, path: str, max_bytes: int) -> None:
         self.path = path
@@ -51,101 +84,214 @@ class CropSpool:
             self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(_SCHEMA)
-            row = self._conn.execute(
-                "SELECT count(*), coalesce(sum(size), 0), min(seq), max(seq) FROM crops"
-            ).fetchone()
+            self._fifos: dict[str, _Fifo] = {}
+            for table in _TABLES:
+                # A spool written before events rode the uplink gets the events table here.
+                self._conn.execute(_SCHEMA.format(table))
+                row = self._conn.execute(
+                    f"SELECT count(*), coalesce(sum(size), 0), min(seq), max(seq) FROM {table}"
+                ).fetchone()
+                self._fifos[table] = _Fifo(
+                    table,
+                    int(row[0]),
+                    int(row[1]),
+                    int(row[2]) if row[2] is not None else 0,
+                    int(row[3]) if row[3] is not None else -1,
+                )
         except (OSError, sqlite3.Error) as exc:
             raise SpoolError(f"cannot open the uplink spool {path}: {exc}") from exc
         self._lock = threading.Lock()
-        self._count, self._bytes = int(row[0]), int(row[1])
-        self._head = int(row[2]) if row[2] is not None else 0
-        self._tail = int(row[3]) if row[3] is not None else -1
-        if self._count:
+        self._crops, self._events = self._fifos["crops"], self._fifos["events"]
+        if self._crops.count or self._events.count:
             log.info(
-                "uplink spool %s holds %d crops from before; sending them first", path, self._count
+                "uplink spool %s holds %d crops and %d track events from before; sending "
+                "them first",
+                path,
+                self._crops.count,
+                self._events.count,
             )
 
     def __len__(self) -> int:
+        """Crops waiting."""
         with self._lock:
-            return self._count
+            return self._crops.count
+
+    @property
+    def events(self) -> int:
+        """Track events waiting."""
+        with self._lock:
+            return self._events.count
 
     @property
     def bytes(self) -> int:
+        """Bytes of every row, crops and events: what the bound applies to."""
         with self._lock:
-            return self._bytes
+            return self._crops.bytes + self._events.bytes
 
     def push(self, crops: list[analytics_pb2.Crop], front: bool = False) -> int:
         """Append crops (or put them before the head, in order); returns how many of the oldest
-        were dropped to stay within max_bytes."""
+        crops were dropped to stay within max_bytes (never an event)."""
+        fifo = self._crops
         if not crops:
             return 0
-        blobs = [c.SerializeToString() for c in crops]
+        blobs = [m.SerializeToString() for m in crops]
         with self._lock:
             if front:
-                first = self._head - len(blobs)
-                seqs = range(first, self._head)
+                first = fifo.head - len(blobs)
+                seqs = range(first, fifo.head)
             else:
-                first = self._tail + 1
+                first = fifo.tail + 1
                 seqs = range(first, first + len(blobs))
             rows = [(s, len(b), b) for s, b in zip(seqs, blobs, strict=True)]
             with self._conn:
                 self._conn.execute("BEGIN")
-                self._conn.executemany("INSERT INTO crops (seq, size, data) VALUES (?, ?, ?)", rows)
-                if front or self._count == 0:
-                    self._head = first
-                if not front or self._count == 0:
-                    self._tail = first + len(blobs) - 1
-                self._count += len(rows)
-                self._bytes += sum(r[1] for r in rows)
-                return self._trim()
+                self._conn.executemany(
+                    f"INSERT INTO {fifo.table} (seq, size, data) VALUES (?, ?, ?)", rows
+                )
+                if front or fifo.count == 0:
+                    fifo.head = first
+                if not front or fifo.count == 0:
+                    fifo.tail = first + len(blobs) - 1
+                fifo.count += len(rows)
+                fifo.bytes += sum(r[1] for r in rows)
+                return self._trim(self._crops)
 
-    def _trim(self) -> int:
-        """Delete the oldest rows until within max_bytes (inside the caller's transaction)."""
+    def append_events(self, events: list[events_pb2.TrackEvent]) -> Appended:
+        """Write track events at the tail, in one transaction; the oldest crops make room
+        first. Those that still do not fit are refused (the newest), never an older event."""
+        if not events:
+            return Appended()
+        blobs = [m.SerializeToString() for m in events]
+        need = sum(len(b) for b in blobs)
+        fifo = self._events
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
+            dropped = self._trim(self._crops, need)
+            room = self.max_bytes - self._crops.bytes - fifo.bytes
+            n = 0
+            for b in blobs:
+                if len(b) > room:
+                    break
+                room -= len(b)
+                n += 1
+            first = fifo.tail + 1
+            rows = [(first + i, len(b), b) for i, b in enumerate(blobs[:n])]
+            if rows:
+                self._conn.executemany(
+                    "INSERT INTO events (seq, size, data) VALUES (?, ?, ?)", rows
+                )
+                if fifo.count == 0:
+                    fifo.head = first
+                fifo.tail = first + n - 1
+                fifo.count += n
+                fifo.bytes += sum(r[1] for r in rows)
+            return Appended(tuple(r[0] for r in rows), dropped, len(blobs) - n)
+
+    def load_events(
+        self, after: int, n: int
+    ) -> tuple[list[tuple[int, events_pb2.TrackEvent]], int]:
+        """Up to n events with row numbers above `after`, oldest first, left on disk (each
+        goes with `delete_events` once final); and how many unreadable rows were removed."""
+        with self._lock:
+            if n <= 0 or not self._events.count:
+                return [], 0
+            rows = self._conn.execute(
+                "SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, n)
+            ).fetchall()
+        out: list[tuple[int, events_pb2.TrackEvent]] = []
+        bad: list[int] = []
+        for seq, data in rows:
+            try:
+                out.append((int(seq), events_pb2.TrackEvent.FromString(data)))
+            except DecodeError:
+                bad.append(int(seq))
+                log.warning("uplink spool row %d of events is unreadable; dropped", seq)
+        self.delete_events(bad)
+        return out, len(bad)
+
+    def delete_events(self, rows: list[int]) -> None:
+        """Remove events whose ack was final (row numbers from append_events or load_events;
+        numbers not there are ignored). Row numbers are never reused."""
+        if not rows:
+            return
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
+            gone = 0
+            size = 0
+            for i in range(0, len(rows), 500):
+                chunk = rows[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                got = self._conn.execute(
+                    f"SELECT count(*), coalesce(sum(size), 0) FROM events WHERE seq IN ({marks})",
+                    chunk,
+                ).fetchone()
+                gone += int(got[0])
+                size += int(got[1])
+                self._conn.execute(f"DELETE FROM events WHERE seq IN ({marks})", chunk)
+            self._events.count -= gone
+            self._events.bytes -= size
+
+    def _trim(self, fifo: _Fifo, extra: int = 0) -> int:
+        """Delete the table's oldest rows until `extra` more bytes fit within max_bytes
+        (inside the caller's transaction); how many went."""
         dropped = 0
-        while self._bytes > self.max_bytes and self._count:
-            cur = self._conn.execute("SELECT seq, size FROM crops ORDER BY seq LIMIT 64").fetchall()
+
+        def over() -> int:
+            return self._crops.bytes + self._events.bytes + extra - self.max_bytes
+
+        while over() > 0 and fifo.count:
+            cur = self._conn.execute(
+                f"SELECT seq, size FROM {fifo.table} ORDER BY seq LIMIT 64"
+            ).fetchall()
             cut = None
             for seq, size in cur:
-                if self._bytes <= self.max_bytes:
+                if over() <= 0:
                     break
-                self._bytes -= int(size)
-                self._count -= 1
+                fifo.bytes -= int(size)
+                fifo.count -= 1
                 dropped += 1
                 cut = int(seq)
             if cut is None:
                 break
-            self._conn.execute("DELETE FROM crops WHERE seq <= ?", (cut,))
-            self._head = cut + 1
+            self._conn.execute(f"DELETE FROM {fifo.table} WHERE seq <= ?", (cut,))
+            fifo.head = cut + 1
         return dropped
 
     def pop(self, n: int) -> tuple[list[analytics_pb2.Crop], int]:
         """Up to n crops from the head, removed; and how many rows were unreadable (dropped)."""
+        return self._pop(self._crops, n, analytics_pb2.Crop)
+
+    def pop_events(self, n: int) -> tuple[list[events_pb2.TrackEvent], int]:
+        """Up to n track events from the head, removed (a failed peer's spool, taken over);
+        and how many rows were unreadable."""
+        return self._pop(self._events, n, events_pb2.TrackEvent)
+
+    def _pop(self, fifo: _Fifo, n: int, kind: type[Any]) -> tuple[list[Any], int]:
         with self._lock:
-            if not self._count or n <= 0:
+            if not fifo.count or n <= 0:
                 return [], 0
             rows = self._conn.execute(
-                "SELECT seq, size, data FROM crops ORDER BY seq LIMIT ?", (n,)
+                f"SELECT seq, size, data FROM {fifo.table} ORDER BY seq LIMIT ?", (n,)
             ).fetchall()
             if not rows:
                 return [], 0
             last = int(rows[-1][0])
             with self._conn:
                 self._conn.execute("BEGIN")
-                self._conn.execute("DELETE FROM crops WHERE seq <= ?", (last,))
-            self._count -= len(rows)
-            self._bytes -= sum(int(r[1]) for r in rows)
-            self._head = last + 1
-            if not self._count:
-                self._head, self._tail = 0, -1
-        out: list[analytics_pb2.Crop] = []
+                self._conn.execute(f"DELETE FROM {fifo.table} WHERE seq <= ?", (last,))
+            fifo.count -= len(rows)
+            fifo.bytes -= sum(int(r[1]) for r in rows)
+            fifo.head = last + 1
+            if not fifo.count:
+                fifo.head, fifo.tail = 0, -1
+        out: list[Message] = []
         bad = 0
         for seq, _size, data in rows:
             try:
-                out.append(analytics_pb2.Crop.FromString(data))
+                out.append(kind.FromString(data))
             except DecodeError:
                 bad += 1
-                log.warning("uplink spool row %d is not a crop; dropped", seq)
+                log.warning("uplink spool row %d of %s is unreadable; dropped", seq, fifo.table)
         return out, bad
 
     def close(self) -> None:

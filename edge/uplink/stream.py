@@ -1,9 +1,21 @@
-"""Crops to the cloud over bidirectional Uplink streams, behind a circuit breaker.
+"""Crops and track events to the cloud over bidirectional Uplink streams, behind a circuit
+breaker.
 
 Crops wait in a bounded memory buffer; beyond it they spill, in order, to a bounded on-disk
 spool (edge/uplink/spool.py) that drains back through the buffer when the cloud returns,
 so an outage the spool can hold loses nothing. Beyond the spool's bound the oldest are
 dropped and counted.
+
+Track events (docs/events.md) ride the same CropBatch (`events`). They are promised, so
+with a spool each is written to it when offered (before its frame is settled) and its row
+goes only when the cloud's ack is final: a `kill -9` loses none, the next start sends them
+again (the cloud acks a copy DUPLICATE). Memory holds a window of them, read from the spool
+in order; the spool drops crops before any event. A camera's events keep their order: at
+most one batch of a camera's events is in flight at a time, on one stream, so the cloud
+hands them to its store in order; a RETRY (or a stream break, an ack timeout) puts the
+camera's unacked events back at the front and holds its later ones until they are taken.
+STORED and DUPLICATE are final, INVALID is final (counted, logged, never resent), RETRY
+waits `retry_after_ms`. Without a spool, events wait in memory only.
 
 One thread sends batches over up to `streams` streams while the breaker allows; each stream
 has a thread reading its acks. On a target with several addresses (a DNS name or a list) the
@@ -30,9 +42,9 @@ from typing import Any
 import grpc
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.uplink.breaker import BreakerState, CircuitBreaker
-from strata.edge.uplink.spool import CropSpool, SpoolError
+from strata.edge.uplink.spool import Appended, CropSpool, SpoolError
 from strata.shared.config.edge import UplinkConfig, cloud_target
-from strata.shared.contracts import analytics_pb2, check_version, current_version
+from strata.shared.contracts import analytics_pb2, check_version, current_version, events_pb2
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +52,15 @@ _CLOSE = object()
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 # Statuses of the connect check that still prove the cloud is there and talks to us.
 _REACHABLE = (grpc.StatusCode.OK, grpc.StatusCode.UNIMPLEMENTED)
+# Most track events per CropBatch (the cloud refuses more than its max_events_per_batch,
+# 256 by default).
+EVENTS_PER_BATCH = 128
+# A cloud older than protocol 2.1 acks no event: events wait this long before trying again.
+OLD_CLOUD_PAUSE_S = 30.0
+_FINAL = {
+    events_pb2.TRACK_EVENT_STATUS_STORED: "stored",
+    events_pb2.TRACK_EVENT_STATUS_DUPLICATE: "duplicate",
+}
 
 
 class UplinkSetupError(ValueError):
@@ -60,17 +81,36 @@ class _Pending:
     probe: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Ev:
+    """A track event waiting for its final ack, and its place: its spool row (with a
+    spool; increasing in the order offered), else a counter."""
+
+    event: events_pb2.TrackEvent
+    order: int
+
+
+@dataclass(slots=True)
+class _EventPending:
+    ev: _Ev
+    sent: float
+    probe: bool
+
+
 @dataclass(eq=False)
 class _Stream:
     call: Any
     requests: queue.SimpleQueue[Any]
     opened: float
     pending: dict[str, _Pending] = field(default_factory=dict)
+    # Track events in flight by idempotency key (a replayed event may be there twice).
+    events: dict[str, list[_EventPending]] = field(default_factory=dict)
     draining: bool = False  # past its age: no new batches; closed once its acks are in
 
 
 class Uplink:
-    """Owns the gRPC channel, the streams, the crop buffer and spool, and the breaker."""
+    """Owns the gRPC channel, the streams, the crop and event buffers and spool, and the
+    breaker."""
 
     def __init__(self, target: str | list[str], cfg: UplinkConfig, metrics: EdgeMetrics) -> None:
         self.target = cloud_target(target)
@@ -101,6 +141,16 @@ class Uplink:
             else None
         )
         self._buf: deque[analytics_pb2.Crop] = deque()
+        # Track events in the order offered (each camera's in its order). With a spool every
+        # one is on disk; memory holds the rows up to _ev_loaded (and in flight), the
+        # _ev_unloaded rows after them wait on disk only.
+        self._evbuf: deque[_Ev] = deque()
+        self._ev_loaded = -(2**62)
+        self._ev_unloaded = self._spool.events if self._spool is not None else 0
+        self._ev_order = 0  # without a spool
+        self._ev_in_hand = 0  # taken by the sender, not yet in flight
+        self._ev_hold: dict[str, float] = {}  # camera -> monotonic time its RETRY ends
+        self._events_paused_until = 0.0  # an old cloud that acks no event
         self._cond = threading.Condition()
         self._streams: list[_Stream] = []
         self._stop = threading.Event()
@@ -157,6 +207,52 @@ class Uplink:
         if dropped:
             self._dropped("crop_buffer_full", dropped)
 
+    def offer_events(self, events: list[events_pb2.TrackEvent]) -> None:
+        """Hand track events to the cloud, in order (each camera's in its `sequence` order).
+        With a spool they are on disk when this returns (one transaction), so a kill loses
+        none; memory takes them while it has room and nothing older waits on disk. Without
+        a spool, beyond the memory bound the oldest drop, counted."""
+        if not events:
+            return
+        self.metrics.uplink_events.labels("offered").inc(len(events))
+        dropped = 0
+        with self._cond:
+            if self._spool is not None:
+                try:
+                    done = self._spool.append_events(events)
+                except sqlite3.Error as exc:
+                    log.error("uplink spool %s failed: %s", self._spool.path, exc)
+                    self._events_dropped("uplink_spool_error", len(events))
+                    return
+                self._appended(events, done)
+            else:
+                for ev in events:
+                    if len(self._evbuf) >= self.cfg.queue:
+                        self._evbuf.popleft()
+                        dropped += 1
+                    self._ev_order += 1
+                    self._evbuf.append(_Ev(ev, self._ev_order))
+            self._gauges()
+            self._cond.notify()
+        if dropped:
+            self._events_dropped("event_buffer_full", dropped)
+
+    def _appended(self, events: list[events_pb2.TrackEvent], done: Appended) -> None:
+        """Events written to the spool: into memory too while it has room and no older row
+        waits on disk only (lock held); what the spool dropped or refused, counted."""
+        self.metrics.uplink_events.labels("spooled").inc(len(done.rows))
+        for ev, row in zip(events, done.rows, strict=False):
+            if self._ev_unloaded or len(self._evbuf) >= self.cfg.queue:
+                self._ev_unloaded += 1
+            else:
+                self._evbuf.append(_Ev(ev, row))
+                self._ev_loaded = row
+        if done.crops_dropped:
+            # Said apart from uplink_spool_full: these crops made room for track events.
+            self._dropped("uplink_spool_full_events", done.crops_dropped)
+        if done.refused:
+            self._events_dropped("uplink_spool_full", done.refused)
+
     def adopt_spool(self, path: str, peer: str, counter: Any) -> threading.Thread | None:
         """Move a failed peer's spooled crops into this uplink, in order, in the
         background (a thread; returned). Only with a spool of our own, so nothing the
@@ -186,8 +282,19 @@ class Uplink:
         except SpoolError as exc:
             log.info("uplink spool of edge %s not taken over: %s", peer, exc)
             return
-        moved = lost = 0
+        moved = lost = events = 0
         try:
+            # Events first: small, and a moved camera's events should precede what its
+            # restored rules emit here.
+            while not self._stop.is_set():
+                evs, bad = other.pop_events(self.cfg.queue)
+                if bad:
+                    self._events_dropped("uplink_spool_corrupt", bad)
+                if not evs:
+                    break
+                self.offer_events(evs)
+                self.metrics.uplink_events.labels("adopted").inc(len(evs))
+                events += len(evs)
             while not self._stop.is_set():
                 crops, bad = other.pop(self.cfg.queue)
                 lost += bad
@@ -202,7 +309,13 @@ class Uplink:
             other.close()
         if lost:
             self._dropped("uplink_spool_corrupt", lost)
-        log.warning("took over %d crop(s) of edge %s from its spool %s", moved, peer, path)
+        log.warning(
+            "took over %d crop(s) and %d track event(s) of edge %s from its spool %s",
+            moved,
+            events,
+            peer,
+            path,
+        )
 
     def _to_spool(self, crops: list[analytics_pb2.Crop], front: bool) -> None:
         """Write crops to the spool (caller holds the lock); failures and overflow counted."""
@@ -216,10 +329,10 @@ class Uplink:
         if over:
             self._dropped("uplink_spool_full", over)
 
-    def _dropped(self, reason: str, n: int) -> None:
-        self.metrics.drops.labels(reason).inc(n)
+    def _events_dropped(self, reason: str, n: int) -> None:
+        self.metrics.uplink_event_drops.labels(reason).inc(n)
         log.warning(
-            "dropped %d crops (%s): memory %d, spool %s; breaker %s",
+            "dropped %d track events (%s): memory %d, spool %s; breaker %s",
             n,
             reason,
             self.cfg.queue,
@@ -227,10 +340,24 @@ class Uplink:
             self.breaker.state.name,
         )
 
+    def _dropped(self, reason: str, n: int) -> None:
+        self.metrics.drops.labels(reason).inc(n)
+        log.warning(
+            "dropped %d crops (%s%s): memory %d, spool %s; breaker %s",
+            n,
+            reason,
+            ", to keep track events" if reason == "uplink_spool_full_events" else "",
+            self.cfg.queue,
+            f"{self.cfg.spool_max_mib:g} MiB" if self._spool is not None else "off",
+            self.breaker.state.name,
+        )
+
     def _gauges(self) -> None:
         self.metrics.crop_queue.set(len(self._buf))
+        self.metrics.uplink_event_queue.set(len(self._evbuf))
         if self._spool is not None:
             self.metrics.spool_crops.set(len(self._spool))
+            self.metrics.spool_events.set(self._spool.events)
             self.metrics.spool_bytes.set(self._spool.bytes)
 
     @property
@@ -252,6 +379,25 @@ class Uplink:
         with self._cond:
             return len(self._spool) if self._spool is not None else 0
 
+    @property
+    def events_buffered(self) -> int:
+        """Track events waiting to be sent: in memory and on disk only (not in flight)."""
+        with self._cond:
+            return len(self._evbuf) + self._ev_unloaded + self._ev_in_hand
+
+    @property
+    def events_waiting(self) -> int:
+        """Track events not yet acked final: waiting to be sent and in flight."""
+        with self._cond:
+            flying = sum(len(v) for s in self._streams for v in s.events.values())
+            return flying + len(self._evbuf) + self._ev_unloaded + self._ev_in_hand
+
+    @property
+    def events_spooled(self) -> int:
+        """Track events on disk (every one not yet acked final, with a spool)."""
+        with self._cond:
+            return self._spool.events if self._spool is not None else 0
+
     def stop(self) -> None:
         """Stop sending; what is still unacked or buffered goes to the spool for next time."""
         self._stop.set()
@@ -261,10 +407,17 @@ class Uplink:
         with self._cond:
             streams, self._streams = self._streams, []
             unacked = sorted((p for s in streams for p in s.pending.values()), key=lambda p: p.sent)
+            ev_left = len(self._unacked_events(streams)) + len(self._evbuf) + self._ev_unloaded
             for s in streams:
                 s.pending.clear()
+                s.events.clear()
             left = [p.crop for p in unacked] + list(self._buf)
             self._buf.clear()
+            self._evbuf.clear()
+            if ev_left and self._spool is not None:  # each one's row is there already
+                log.info("uplink: %d unacked track events kept in %s", ev_left, self._spool.path)
+            elif ev_left:
+                self._events_dropped("uplink_shutdown", ev_left)
             if left and self._spool is not None:
                 self._to_spool(left, front=True)
                 log.info("uplink: %d unsent crops kept in %s", len(left), self._spool.path)
@@ -281,15 +434,52 @@ class Uplink:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _take(self, n: int, timeout: float) -> list[analytics_pb2.Crop]:
+    def _take(self, n: int, timeout: float) -> tuple[list[analytics_pb2.Crop], list[_Ev]]:
+        """Up to n crops and the track events that may go now (see _take_events)."""
         with self._cond:
             self._refill()
-            if not self._buf:
+            self._refill_events()
+            events = self._take_events()
+            if not self._buf and not events:
                 self._cond.wait(timeout)
                 self._refill()
+                self._refill_events()
+                events = self._take_events()
             out = [self._buf.popleft() for _ in range(min(n, len(self._buf)))]
+            self._ev_in_hand = len(events)  # neither buffered nor in flight until sent
             self._gauges()
-            return out
+            return out, events
+
+    def _take_events(self) -> list[_Ev]:
+        """Events of cameras with none in flight and no RETRY pause, each camera's a prefix
+        of its queue, at most EVENTS_PER_BATCH (lock held). A camera left out for any reason
+        has all its later events left too, so none overtakes another."""
+        now = time.monotonic()
+        if not self._evbuf or now < self._events_paused_until:
+            return []
+        self._ev_hold = {c: t for c, t in self._ev_hold.items() if t > now}
+        blocked = set(self._ev_hold)
+        for st in self._streams:
+            for plist in st.events.values():
+                blocked.update(p.ev.event.camera_id for p in plist)
+        taken: list[_Ev] = []
+        keep: deque[_Ev] = deque()
+        for e in self._evbuf:
+            if len(taken) < EVENTS_PER_BATCH and e.event.camera_id not in blocked:
+                taken.append(e)
+            else:
+                keep.append(e)
+                blocked.add(e.event.camera_id)
+        if taken:
+            self._evbuf = keep
+        return taken
+
+    def _unacked_events(self, streams: list[_Stream]) -> list[_EventPending]:
+        """The streams' events in flight, in the order they were offered."""
+        return sorted(
+            (p for s in streams for plist in s.events.values() for p in plist),
+            key=lambda p: p.ev.order,
+        )
 
     def _refill(self) -> None:
         """Move crops from the spool's head into memory when memory runs low (lock held)."""
@@ -303,6 +493,25 @@ class Uplink:
         self._buf.extend(crops)
         if bad:
             self._dropped("uplink_spool_corrupt", bad)
+
+    def _refill_events(self) -> None:
+        """Read the next track events from the spool into memory when it runs low (lock
+        held); their rows stay until final."""
+        if self._spool is None or not self._ev_unloaded:
+            return
+        if len(self._evbuf) > self.cfg.queue // 2:
+            return
+        try:
+            rows, bad = self._spool.load_events(self._ev_loaded, self.cfg.queue - len(self._evbuf))
+        except sqlite3.Error as exc:
+            log.error("uplink spool %s unreadable: %s", self._spool.path, exc)
+            return
+        for row, ev in rows:
+            self._evbuf.append(_Ev(ev, row))
+            self._ev_loaded = row
+        self._ev_unloaded = max(0, self._ev_unloaded - len(rows) - bad)
+        if bad:
+            self._events_dropped("uplink_spool_corrupt", bad)
 
     def _requeue(self, crops: list[analytics_pb2.Crop]) -> None:
         """Back to the front, oldest first. Over the memory bound, the newest in memory move
@@ -323,6 +532,16 @@ class Uplink:
             self._gauges()
         if over > 0:
             self._dropped("crop_buffer_full", over)
+
+    def _requeue_events(self, events: list[_Ev]) -> None:
+        """Back to the front, in the order offered: each camera's unacked events are its
+        oldest. Memory may pass its bound by what was in flight (one batch per camera)."""
+        if not events:
+            return
+        with self._cond:
+            self._evbuf.extendleft(reversed(events))
+            self._gauges()
+            self._cond.notify()
 
     def _connect(self) -> str:
         """Make the channel if needed and check the cloud answers; '' or why not."""
@@ -387,7 +606,7 @@ class Uplink:
             for s in self._streams:
                 if not s.draining and now - s.opened > self.cfg.stream_max_age_s:
                     s.draining = True
-                if s.draining and not s.pending:
+                if s.draining and not s.pending and not s.events:
                     done.append(s)
             for s in done:
                 self._streams.remove(s)
@@ -403,7 +622,7 @@ class Uplink:
             opened = self._open_stream()
             if isinstance(opened, _Stream) or not streams:
                 return opened
-        return min(streams, key=lambda s: len(s.pending))
+        return min(streams, key=lambda s: len(s.pending) + len(s.events))
 
     @staticmethod
     def _end(stream: _Stream) -> None:
@@ -418,13 +637,20 @@ class Uplink:
             self._streams.remove(stream)
             pending = sorted(stream.pending.values(), key=lambda p: p.sent)
             stream.pending.clear()
+            events = self._unacked_events([stream])
+            stream.events.clear()
         self._end(stream)
         self._requeue([p.crop for p in pending])
-        self.breaker.failure(why, probe=any(p.probe for p in pending))
+        self._requeue_events([p.ev for p in events])
+        probe = any(p.probe for p in pending) or any(p.probe for p in events)
+        self.breaker.failure(why, probe=probe)
 
-    def _inflight(self) -> int:
+    def _inflight(self) -> tuple[int, int]:
+        """(crops, track events) in flight on all streams."""
         with self._cond:
-            return sum(len(s.pending) for s in self._streams)
+            crops = sum(len(s.pending) for s in self._streams)
+            events = sum(len(v) for s in self._streams for v in s.events.values())
+            return crops, events
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -439,42 +665,67 @@ class Uplink:
                 continue
             # In half-open state only the probe batch is out; wait for its verdict. Otherwise a
             # window bounds what is in flight (and so how far a resend can reorder crops).
-            inflight = self._inflight()
-            if inflight and (
-                self.breaker.state is not BreakerState.CLOSED or inflight >= self.cfg.max_inflight
+            # Track events count for the half-open rule; the window is the crops' (a
+            # camera's events are one batch in flight at most).
+            crops_out, events_out = self._inflight()
+            if (crops_out or events_out) and (
+                self.breaker.state is not BreakerState.CLOSED or crops_out >= self.cfg.max_inflight
             ):
                 self._stop.wait(0.005 if self.breaker.state is BreakerState.CLOSED else 0.05)
                 continue
-            crops = self._take(self.cfg.batch, 0.1)
-            if not crops:
+            crops, events = self._take(self.cfg.batch, 0.1)
+            if not crops and not events:
                 continue
-            if not self.breaker.allow():
-                self._requeue(crops)
-                self._stop.wait(0.05)
-                continue
-            probe = self.breaker.state is not BreakerState.CLOSED
-            stream = self._pick()
-            if isinstance(stream, str):
-                self._requeue(crops)
-                log.warning("uplink: %s", stream)
-                self.breaker.failure(stream, probe=probe)
-                continue
-            now = time.monotonic()
-            with self._cond:
-                # The stream may already have failed (a refused call ends at once); then
-                # its failure requeued nothing of these, so they go back here.
-                live = stream in self._streams
-                if live:
-                    for c in crops:
-                        stream.pending[c.crop_id] = _Pending(c, now, probe)
-            if not live:
-                self._requeue(crops)
-                if probe:
-                    self.breaker.failure("stream ended before the probe went out", probe=True)
-                continue
-            stream.requests.put(analytics_pb2.CropBatch(version=current_version(), crops=crops))
+            try:
+                self._send(crops, events)
+            finally:
+                if events:
+                    with self._cond:
+                        self._ev_in_hand = 0
+
+    def _send(self, crops: list[analytics_pb2.Crop], events: list[_Ev]) -> None:
+        """One batch out on a stream, or back to the buffers (breaker, no stream)."""
+        if not self.breaker.allow():
+            self._requeue(crops)
+            self._requeue_events(events)
+            self._stop.wait(0.05)
+            return
+        probe = self.breaker.state is not BreakerState.CLOSED
+        stream = self._pick()
+        if isinstance(stream, str):
+            self._requeue(crops)
+            self._requeue_events(events)
+            log.warning("uplink: %s", stream)
+            self.breaker.failure(stream, probe=probe)
+            return
+        now = time.monotonic()
+        with self._cond:
+            # The stream may already have failed (a refused call ends at once); then
+            # its failure requeued nothing of these, so they go back here.
+            live = stream in self._streams
+            if live:
+                for c in crops:
+                    stream.pending[c.crop_id] = _Pending(c, now, probe)
+                for e in events:
+                    stream.events.setdefault(e.event.idempotency_key, []).append(
+                        _EventPending(e, now, probe)
+                    )
+        if not live:
+            self._requeue(crops)
+            self._requeue_events(events)
+            if probe:
+                self.breaker.failure("stream ended before the probe went out", probe=True)
+            return
+        stream.requests.put(
+            analytics_pb2.CropBatch(
+                version=current_version(), crops=crops, events=[e.event for e in events]
+            )
+        )
+        if crops:
             self.metrics.crops.labels("sent").inc(len(crops))
             self.metrics.uplink_bytes.inc(sum(len(c.image) for c in crops))
+        if events:
+            self.metrics.uplink_events.labels("sent").inc(len(events))
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -483,11 +734,21 @@ class Uplink:
                 s
                 for s in self._streams
                 if any(now - p.sent > self.cfg.ack_timeout_s for p in s.pending.values())
+                or any(now - p.sent > self.cfg.ack_timeout_s for v in s.events.values() for p in v)
             ]
             n = sum(len(s.pending) for s in late)
-        if late:
+            n_events = sum(len(v) for s in late for v in s.events.values())
+        if n:
             self.metrics.crops.labels("timeout").inc(n)
-            log.warning("%d crops unacked after %.1f s", n, self.cfg.ack_timeout_s)
+        if n_events:
+            self.metrics.uplink_events.labels("timeout").inc(n_events)
+        if late:
+            log.warning(
+                "%d crops and %d track events unacked after %.1f s",
+                n,
+                n_events,
+                self.cfg.ack_timeout_s,
+            )
         for s in late:
             self._stream_failed(s, "ack timeout")
 
@@ -536,3 +797,86 @@ class Uplink:
                 self.breaker.failure(f"cloud busy: {ack.reason or 'retry'}", probe=p.probe)
         if retry:
             self._requeue(retry)
+        self._on_event_acks(stream, resp, now)
+
+    def _on_event_acks(
+        self, stream: _Stream, resp: analytics_pb2.UplinkResponse, now: float
+    ) -> None:
+        """Settle the stream's track events the response acks: final, or back to the front
+        of their camera's queue with the camera held for the cloud's retry_after_ms."""
+        if resp.version.minor < 1:
+            self._old_cloud(stream, resp)
+            return
+        retry: list[_EventPending] = []
+        final: list[_EventPending] = []
+        for ack in resp.event_acks:
+            with self._cond:
+                plist = stream.events.get(ack.idempotency_key)
+                p = plist.pop(0) if plist else None
+                if plist is not None and not plist:
+                    del stream.events[ack.idempotency_key]
+            if p is None:
+                continue
+            status = _FINAL.get(ack.status)
+            if status is not None:
+                self.metrics.uplink_events.labels(status).inc()
+                final.append(p)
+            elif ack.status == events_pb2.TRACK_EVENT_STATUS_INVALID:
+                self.metrics.uplink_events.labels("invalid").inc()
+                self.metrics.uplink_event_drops.labels("event_invalid").inc()
+                log.warning("cloud rejected track event %s: %s", ack.idempotency_key, ack.reason)
+                final.append(p)
+            else:  # RETRY, or a status this build does not know: keep it
+                self.metrics.uplink_events.labels("retry").inc()
+                retry.append(p)
+                camera = p.ev.event.camera_id
+                until = now + ack.retry_after_ms / 1e3
+                with self._cond:
+                    self._ev_hold[camera] = max(self._ev_hold.get(camera, 0.0), until)
+        if final:
+            self._forget([p.ev for p in final])
+            p = final[0]
+            self.breaker.success(now - p.sent, probe=any(q.probe for q in final))
+        if retry:
+            self.breaker.failure(
+                "cloud busy: track events got RETRY", probe=any(q.probe for q in retry)
+            )
+            self._requeue_events([p.ev for p in sorted(retry, key=lambda q: q.ev.order)])
+        elif final:
+            with self._cond:
+                self._cond.notify()  # the cameras may send their next events now
+
+    def _forget(self, done: list[_Ev]) -> None:
+        """Final events leave the spool (their rows); a failure there only means they are
+        sent again after a restart, and the cloud acks those DUPLICATE."""
+        if self._spool is None:
+            return
+        try:
+            self._spool.delete_events([e.order for e in done])
+        except sqlite3.Error as exc:
+            log.error("uplink spool %s: acked track events not removed: %s", self._spool.path, exc)
+        with self._cond:
+            self._gauges()
+
+    def _old_cloud(self, stream: _Stream, resp: analytics_pb2.UplinkResponse) -> None:
+        """A cloud older than protocol 2.1 ignores track events: they go back and wait, and
+        none go out for OLD_CLOUD_PAUSE_S after its last answer. (An events-only batch gets
+        no answer from it at all: the ack timeout puts those back.)"""
+        now = time.monotonic()
+        with self._cond:
+            events = self._unacked_events([stream])
+            stream.events.clear()
+        was_paused = now < self._events_paused_until
+        self._events_paused_until = now + OLD_CLOUD_PAUSE_S
+        if not events and was_paused:
+            return
+        log.warning(
+            "cloud %s speaks protocol %d.%d, before track events (2.1): %d event(s) wait "
+            "for a newer cloud (tried again %.0f s after its last answer)",
+            self.target,
+            resp.version.major,
+            resp.version.minor,
+            len(events),
+            OLD_CLOUD_PAUSE_S,
+        )
+        self._requeue_events([p.ev for p in events])

@@ -551,13 +551,15 @@ class IngestConfig(StrictModel):
 
 
 class CurveServerConfig(StrictModel):
-    """ZeroMQ CURVE encryption and client authentication of the frame socket."""
+    """ZeroMQ CURVE encryption and client authentication of the frame and results sockets."""
 
     secret_key: str = Field(
         "", description="The node's key pair (a `strata keys` .key_secret file); empty: off."
     )
     clients_dir: str = Field(
-        "", description="Folder of allowed client public keys (*.key); others are refused."
+        "",
+        description="Folder of allowed client public keys (*.key: agents and subscribers); "
+        "others are refused.",
     )
 
     @model_validator(mode="after")
@@ -619,7 +621,13 @@ class EdgeConfig(StrictModel):
     )
     ingest: IngestConfig = Field(default_factory=IngestConfig, description="Input limits.")
     curve: CurveServerConfig = Field(
-        default_factory=CurveServerConfig, description="CURVE encryption and authentication."
+        default_factory=CurveServerConfig,
+        description="CURVE encryption and authentication of both sockets (frames and results).",
+    )
+    allow_insecure: bool = Field(
+        False,
+        description="Allow listen or publish off loopback without CURVE (plaintext, anyone "
+        "who reaches the port); the node refuses to start otherwise.",
     )
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."

@@ -17,7 +17,7 @@ from outbox_helpers import crop_event, fill, sample, wait_for
 from strata.cloud.event_rows import INSERT_COLUMNS, insert_row, placeholders
 from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.outbox.db import open_database
+from strata.cloud.outbox.connect import open_database
 from strata.cloud.outbox.events import OutboxEvent
 from strata.cloud.outbox.ledger import Ledger
 from strata.cloud.outbox.sink import DeliveryError

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 import zmq
-from strata.shared.contracts import common_pb2, frame_pb2
-from strata.shared.wire import detections_topic, pack_frame
+from strata.shared.contracts import common_pb2, events_pb2, frame_pb2
+from strata.shared.curve import ClientKeys, connect_curve
+from strata.shared.wire import detections_topic, is_events_topic, pack_frame
 
 MODEL_SIZE = 256
 
@@ -136,12 +137,19 @@ def deliver(
 class Listener:
     """A SUB socket on the node's results."""
 
-    def __init__(self, ctx: Any, address: str, camera: str = "") -> None:
+    def __init__(
+        self, ctx: Any, address: str, camera: str = "", curve: ClientKeys | None = None
+    ) -> None:
         self.sock = ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:  # a node with edge.curve on admits keyed subscribers only
+            connect_curve(self.sock, curve.secret_key, curve.server_key)
         # One camera's results, or (empty) every camera's.
         self.sock.setsockopt(zmq.SUBSCRIBE, detections_topic(camera) if camera else b"")
         self.sock.connect(address)
+
+        # Track events (their own topics) that came with the results: `collect` keeps them.
+        self.events: list[events_pb2.TrackEvent] = []
 
     def collect(self, n: int, timeout_s: float = 20.0) -> list[frame_pb2.FrameDetections]:
         out = []
@@ -149,6 +157,9 @@ class Listener:
         while len(out) < n and time.monotonic() < deadline:
             if self.sock.poll(100):
                 topic, body = self.sock.recv_multipart()
+                if is_events_topic(topic):
+                    self.events.append(events_pb2.TrackEvent.FromString(body))
+                    continue
                 msg = frame_pb2.FrameDetections()
                 msg.ParseFromString(body)
                 assert topic == detections_topic(msg.camera_id)

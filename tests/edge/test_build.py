@@ -12,7 +12,7 @@ from typing import Any
 
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from strata.edge.build import NodeOptions, build_node
-from strata.edge.tracking.handoff import TrackedFrame
+from strata.edge.tracking.handoff import AnsweredFrame, TrackedFrame
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.vision import FrameBoxes
@@ -38,7 +38,9 @@ def test_the_stages_share_their_collaborators(colour_model: Path) -> None:
         assert limits.gpu is node.gpu_pressure and limits.policy is node.scheduler  # type: ignore[attr-defined]
         assert node.delivery.model_name == "colour"
         names = [p.name for p in node.checkpointer.parts]
-        assert names == ["streams", "trackers", "counters", "uplink"]
+        assert names == ["streams", "trackers", "counters", "uplink", "rules"]
+        # The rules stage runs first after tracking, and is the rules checkpoint part.
+        assert node.stages.worker.s.after_tracking[0] is node.rules is node.checkpointer.parts[4]
     finally:
         node.stop()
 
@@ -53,6 +55,9 @@ class DropBoxes:
         h = frame.decoded.header
         self.seen.append((h.camera_id, h.sequence, len(frame.boxes)))
         return replace(frame, boxes=FrameBoxes.empty(), tracked=None)
+
+    def answered(self, frame: AnsweredFrame) -> AnsweredFrame:
+        return frame
 
 
 def test_stages_after_tracking_see_each_frame_before_publish(

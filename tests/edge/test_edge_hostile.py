@@ -16,7 +16,7 @@ from strata.edge.build import build_node
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
-from strata.shared.curve import connect_curve, make_key_pair
+from strata.shared.curve import ClientKeys, connect_curve, make_key_pair
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 
@@ -154,7 +154,9 @@ def test_curve_admits_allowed_keys_only(
     assert sample(reg, "strata_edge_frames_total", {"status": "accepted"}) == 0
 
     friend = CurveAgent(zctx, node.endpoints.listen, allowed_secret, server_pub)
-    sub = Listener(zctx, node.endpoints.publish)
+    sub = Listener(
+        zctx, node.endpoints.publish, curve=ClientKeys(str(allowed_secret), str(server_pub))
+    )
     wait_until_subscribed(friend, sub, image)
     friend.send_image("cam", 1, image, session_id=3)
     assert statuses(friend.acks(1)) == [QUEUED]
@@ -176,7 +178,8 @@ def test_device_agent_over_curve_with_keys_from_strata_keys(
     node = node_factory(
         curve={"secret_key": str(keys / "edge.key_secret"), "clients_dir": str(clients)}
     )
-    sub = Listener(zctx, node.endpoints.publish)
+    agent_keys = ClientKeys(str(keys / "cam-host.key_secret"), str(keys / "edge.key"))
+    sub = Listener(zctx, node.endpoints.publish, curve=agent_keys)
     probe = CurveAgent(zctx, node.endpoints.listen, keys / "cam-host.key_secret", keys / "edge.key")
     wait_until_subscribed(probe, sub, synthetic_clip.frame(0).image)
     clip = "synthetic://?frames=10&seed=1&width=320&height=240&objects=3&fps=10&realtime=0"

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from edge_colour_model import build_colour_detector
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, deliver, wait_until_subscribed
 from strata.edge.build import NodeOptions, build_node
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.metrics import sample
@@ -59,11 +59,24 @@ def test_a_fixed_batch_1_model_lowers_max_batch_says_so_and_serves(
         wait_until_subscribed(agents[0], sub, synthetic_clip.frame(0).image)
         # A burst from two cameras: the queues hold several frames, so the batcher would
         # form batches of 4 if max_batch had not been lowered (ORT: INVALID_ARGUMENT).
-        sent = 0
+        # Each agent resends what the credits answer BUSY, as a device agent does: on a
+        # loaded machine the measured capacity of a batch-1 model cuts the credits to one
+        # frame per camera, and a frame sent once and refused would never be published.
+        frames: list[list[tuple[str, int, np.ndarray]]] = [[], []]
         for i in range(12):
-            agents[i % 2].send_image(f"cam{i % 2}", 100 + i, synthetic_clip.frame(20 + i).image)
-            sent += 1
+            frames[i % 2].append((f"cam{i % 2}", 100 + i, synthetic_clip.frame(20 + i).image))
+        sent = sum(len(f) for f in frames)
+        finals: list[dict[tuple[str, int], Any]] = [{}, {}]
+
+        def send(k: int) -> None:
+            finals[k] = deliver(agents[k], frames[k], timeout_s=30)
+
+        senders = [threading.Thread(target=send, args=(k,)) for k in range(2)]
+        for t in senders:
+            t.start()
         got = sub.collect(sent, timeout_s=30)
+        for t in senders:
+            t.join(35)
         assert len(got) == sent
         assert node.error is None
         reg = node.metrics.registry

@@ -47,3 +47,19 @@ def test_outside_the_band_or_over_the_frame_limit_is_not_recorded_as_sent() -> N
     assert len(first) == len(second) == 1 and first != second
     # Without track data: the per-frame rule.
     assert sel.select(fb).size == 1
+
+
+def test_a_track_the_rules_call_stationary_gets_no_look_until_it_moves() -> None:
+    still: set[tuple[str, int]] = {("cam", 1)}
+    sel = CropSelector(
+        CropsConfig(track_interval_s=0.0, track_change_iou=1.0),
+        ["person"],
+        "e",
+        stationary=lambda cam, tid: (cam, tid) in still,
+    )
+    fb, tb = frame([10.0, 200.0], [1, 2])
+    assert tb.track_ids[sel.select(fb, tb, header(1.0))].tolist() == [2]
+    assert sel.looks.skipped_stationary == 1
+    still.clear()  # it moved (the rules said active)
+    fb, tb = frame([60.0, 250.0], [1, 2])
+    assert sorted(tb.track_ids[sel.select(fb, tb, header(2.0))].tolist()) == [1, 2]

@@ -92,13 +92,16 @@ def test_kill_9_of_an_edge_moves_its_cameras_and_loses_no_frame(
         res.close()
 
 
+@pytest.mark.timeout(180)  # 32 paced cameras over four edges on a shared machine
 def test_a_fourth_edge_joins_progressively_within_its_warm_up_share(
     fleet: list[EdgeProc], tmp_path: Path
 ) -> None:
     for e in fleet[:3]:
         e.start()
     res = Results([e.publish for e in fleet])
-    n = 16
+    # 32 cameras: enough that where the random ports hash on the ring cannot leave the
+    # newcomer without the cameras that prefer it (a quarter is 8).
+    n = 32
     cams = {f"c{i}": synthetic_source(i, 2, 100000) for i in range(n)}
     warmup_s, ramp_s = 8.0, 4.0
     routing = {"warmup_s": warmup_s, "ramp_s": ramp_s, "moves_per_s": 1.0}
@@ -139,22 +142,24 @@ def test_a_fourth_edge_joins_progressively_within_its_warm_up_share(
             on_new = [c for c, e in res.placement(now - 1.2).items() if e == newcomer.name]
             counts.append((now - up_at, len(on_new)))
         after = res.placement(time.monotonic() - 1.2)
-        # Warm-up: at most half a fair share (16 / 4 = 4), with a second's margin for the
-        # results window at its end.
+        # Warm-up: at most half a fair share (floor(0.5 x 32 / 4) = 4, the ring's cap of a
+        # warming edge), with a second's margin for the results window at its end.
         warm = [k for t, k in counts if t < warmup_s - 1.0]
-        assert max(warm, default=0) <= 2, counts
+        assert max(warm, default=0) <= n // 8, counts
         # Progressive: the count grows a little at a time, never all at once.
         steps = [b[1] - a[1] for a, b in itertools.pairwise(counts)]
         assert max(steps) <= 2, counts
-        # After the ramp the newcomer holds cameras; how many depends on where the random
-        # ports hash on a 16-camera ring (sticky, bounded placement pulls only the cameras
-        # that prefer it). The 60-camera routing benchmark measures the share itself.
-        assert counts[-1][1] >= 1, counts
-        # 16 cameras: a quarter is 4, and the bounds (ceil(1.15 x 4) = 5 per edge) make the
-        # old edges shed one or two more; 60 cameras in the benchmark measure the 1/4 + 5%.
+        # Settled (2 s after the ramp, for the last moves at 1/s and the results window):
+        # the newcomer holds at least half its fair share at every count, not just once.
+        # The 60-camera routing benchmark measures the share itself (1/4 + 5%).
+        settled_counts = [k for t, k in counts if t >= warmup_s + ramp_s + 2.0]
+        assert len(settled_counts) >= 4, counts
+        assert min(settled_counts) >= math.ceil(0.5 * n / 4), counts
+        # A quarter moves to the newcomer, and the bounds (ceil(1.15 x 8) = 10 per edge)
+        # make the old edges shed a few more: at most 7 in 16, as with 16 cameras.
         assert len(after) == n, after
         moved = sum(1 for c in before if after[c] != before[c])
-        assert moved <= 7, (before, after)
+        assert moved <= math.ceil(7 * n / 16), (before, after)
         assert dev.stop() == 0
         time.sleep(0.5)
         _no_loss(dev, res, list(cams))

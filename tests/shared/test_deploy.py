@@ -450,3 +450,54 @@ def test_an_unverified_gpu_backend_in_an_example_says_so(path: Path) -> None:
             row = next(r for r in readme_text.split("| ") if r.startswith(f"`{m.group(1)}`"))
             assert "not yet run on a gpu" in readme_text[readme_text.index(row) :][:200].lower()
             assert "not yet run on a gpu" in lines[i - 1].lower(), f"{path.name}:{i + 1}"
+
+
+EXAMPLE_EDGES = {
+    "strata.yaml": lambda: load_config(DEPLOY / "config" / "strata.yaml").edge,
+    "edge-1.yaml": lambda: load_config(DEPLOY / "config" / "edge-1.yaml").edge,
+    "configmap.yaml": lambda: embedded_config().edge,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLE_EDGES))
+def test_example_edges_bind_off_loopback_with_curve(name: str) -> None:
+    """The examples bind as a real site does: reachable from other hosts, so CURVE on both
+    sockets and no allow_insecure; the edge's own check accepts them and would refuse them
+    without CURVE."""
+    from strata.edge.security import EdgeSecurityError, check_binds, is_local
+
+    edge = EXAMPLE_EDGES[name]()
+    assert not is_local(edge.listen) and not is_local(edge.publish)
+    assert edge.curve.secret_key.endswith(".key_secret") and edge.curve.clients_dir
+    assert not edge.allow_insecure
+    check_binds(edge)
+    plain = edge.model_copy(update={"curve": type(edge.curve)()})
+    with pytest.raises(EdgeSecurityError):
+        check_binds(plain)
+
+
+def test_example_agent_speaks_curve_to_the_example_edge() -> None:
+    cfg = load_config(DEPLOY / "config" / "strata.yaml")
+    agent, edge = cfg.device.sender.curve, cfg.edge.curve
+    assert agent.secret_key.endswith(f"/{cfg.device.agent_id}.key_secret")
+    # The edge's public half (`strata keys` writes NAME.key beside NAME.key_secret).
+    assert agent.server_key == edge.secret_key.removesuffix("_secret")
+
+
+def test_k8s_edge_mounts_its_curve_keys() -> None:
+    curve = embedded_config().edge.curve
+    edge = by_kind(k8s_docs()["edge.yaml"], "DaemonSet")
+    spec = pod_spec(edge)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in spec["containers"][0]["volumeMounts"]}
+    folder, _, filename = curve.secret_key.rpartition("/")
+    secret = volumes[mounts[folder]["name"]]["secret"]
+    assert {"key": filename, "path": filename} in secret["items"]
+    # Not readable by others (the pod's fsGroup reads it).
+    assert secret["defaultMode"] & 0o007 == 0
+    clients = volumes[mounts[curve.clients_dir]["name"]]["configMap"]["name"]
+    # The README says how to make both, under the names the pod mounts.
+    text = (DEPLOY / "k8s" / "README.md").read_text()
+    assert f"create secret generic {secret['secretName']}" in text
+    assert f"--from-file={filename}=" in text
+    assert f"create configmap {clients}" in text

@@ -56,6 +56,9 @@ PARTS: dict[str, Part] = {
     "store": Part("strata.tools.bench.store", "event-store writes/s: SQLite, PostgreSQL x1 and x2"),
     "placement": Part("strata.tools.bench.placement", "where kept frames go at a fixed budget"),
     "hostile": Part("strata.tools.bench.hostile", "daemons under hostile input: memory, latency"),
+    "rules": Part(
+        "strata.tools.bench.rules", "lines, zones, dwell: cascade and uniform against every frame"
+    ),
     "cameras": Part(
         "strata.tools.bench.cameras", "cameras per core at their frame rate, against bare decode"
     ),

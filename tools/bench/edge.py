@@ -30,7 +30,7 @@ from strata.shared.machine import cpu_line, gpus
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.vision import LetterboxWriter
-from strata.shared.wire import pack_frame
+from strata.shared.wire import is_events_topic, pack_frame
 from strata.tools.bench.nodes import start_edge_node
 
 
@@ -221,7 +221,9 @@ class NodeHarness:
         while received < total and time.monotonic() < deadline:
             if not self.sub.poll(200):
                 continue
-            _topic, body = self.sub.recv_multipart()
+            topic, body = self.sub.recv_multipart()
+            if is_events_topic(topic):  # track events: not a frame's result
+                continue
             now = time.perf_counter()
             msg = frame_pb2.FrameDetections()
             msg.ParseFromString(body)

@@ -29,7 +29,7 @@ from strata.shared.contracts import analytics_pb2, common_pb2, current_version, 
 from strata.shared.imagecheck import jpeg_size
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_line
-from strata.shared.wire import pack_frame
+from strata.shared.wire import is_events_topic, pack_frame
 
 MB = 1 << 20
 BOMB_SIDE = 23170
@@ -82,6 +82,15 @@ def _frame(seq: int, payload: Any, width: int, height: int) -> list[Any]:
     return pack_frame(header, payload)
 
 
+def _result(sub: Any, timeout: float) -> bool:
+    """A frame's result arrived within `timeout` (track events on the same socket skipped)."""
+    end = time.monotonic() + timeout
+    while sub.poll(max(0, int((end - time.monotonic()) * 1000))):
+        if not is_events_topic(sub.recv_multipart()[0]):
+            return True
+    return False
+
+
 def edge_probe(tmp: Path, model: str, rounds: int) -> dict[str, Any]:
     """Bomb + legitimate frame rounds and a 200 MB part against `strata edge`."""
     import cv2
@@ -115,21 +124,15 @@ def edge_probe(tmp: Path, model: str, rounds: int) -> dict[str, Any]:
             dealer.send_multipart(_frame(seq, legit, 768, 576), copy=False)
             return t
 
-        def result(timeout: float) -> bool:
-            if sub.poll(int(timeout * 1000)):
-                sub.recv_multipart()
-                return True
-            return False
-
         end = time.monotonic() + 120
         while True:  # until the node is up and results reach us
             send_legit()
-            if result(1.0) or time.monotonic() > end:
+            if _result(sub, 1.0) or time.monotonic() > end:
                 break
         for _ in range(5):
             send_legit()
-            result(5.0)
-        while result(0.2):
+            _result(sub, 5.0)
+        while _result(sub, 0.2):
             pass
         bomb = decode_bomb()
         growth, latency = [], []
@@ -139,7 +142,7 @@ def edge_probe(tmp: Path, model: str, rounds: int) -> dict[str, Any]:
             dealer.send_multipart(_frame(seq, bomb, 768, 576), copy=False)
             time.sleep(0.01)
             t = send_legit()
-            got = result(10.0)
+            got = _result(sub, 10.0)
             latency.append((time.monotonic() - t) * 1e3 if got else float("inf"))
             growth.append(peak())
         while dealer.poll(100):
@@ -152,7 +155,7 @@ def edge_probe(tmp: Path, model: str, rounds: int) -> dict[str, Any]:
         big = peak()
         flood.close(0)
         after = send_legit()
-        alive = result(10.0)
+        alive = _result(sub, 10.0)
         return {
             "bomb_bytes": len(bomb),
             "rounds": rounds,

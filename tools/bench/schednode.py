@@ -23,7 +23,7 @@ from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.metrics import sample
 from strata.shared.models import ModelRepository
 from strata.shared.synthetic import SyntheticClip
-from strata.shared.wire import pack_frame
+from strata.shared.wire import is_events_topic, pack_frame
 from strata.tools.bench.nodes import start_edge_node
 from strata.tools.bench.schedsim import Trace, make_trace
 
@@ -155,7 +155,9 @@ def run_policy(
                 last_reward_n = n
             if not sub.poll(200):
                 continue
-            _topic, body = sub.recv_multipart()
+            topic, body = sub.recv_multipart()
+            if is_events_topic(topic):  # track events: not a frame's result
+                continue
             now = time.perf_counter()
             msg = frame_pb2.FrameDetections()
             msg.ParseFromString(body)

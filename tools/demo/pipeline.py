@@ -10,13 +10,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from strata.shared.config import load_config
 from strata.shared.config.base import merge
 from strata.shared.contracts import analytics_pb2
 from strata.tools.demo import summary
 from strata.tools.demo.cameras import CameraView, camera_views
 from strata.tools.demo.names import COUNTS
 from strata.tools.demo.procs import TierExitedError
-from strata.tools.demo.results import DetectionCollector, Received, query_events
+from strata.tools.demo.results import (
+    DetectionCollector,
+    Received,
+    query_events,
+    subscriber_keys,
+)
 from strata.tools.demo.scrape import Samples
 from strata.tools.demo.stack import Camera, Stack
 
@@ -94,7 +100,8 @@ class PipelineRun:
         try:
             self.say(f"starting cloud and edge (logs in {stack.workdir})")
             stack.start_servers(self.options.startup_timeout_s)
-            collector = DetectionCollector(stack.publish_address)
+            keys = subscriber_keys(load_config(None, stack.config()))
+            collector = DetectionCollector(stack.publish_address, keys)
             collector.start()
             time.sleep(0.3)  # let the subscription reach the publisher before frames flow
             if not self.interrupted:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from strata.shared.config.root import StrataConfig
 from strata.shared.contracts import analytics_pb2, current_version, frame_pb2
+from strata.shared.curve import ClientKeys
 from strata.tools.subscriber import ResultSubscriber
 
 
@@ -20,11 +22,11 @@ class Received:
 class DetectionCollector(ResultSubscriber):
     """Keeps the latest message of every (camera, frame) an edge node publishes."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, curve: ClientKeys | None = None) -> None:
         self.address = address
         # (camera id, frame index) -> the latest message for that frame.
         self._frames: dict[tuple[str, int], Received] = {}
-        super().__init__([address], start=False, name="demo-sub")
+        super().__init__([address], start=False, name="demo-sub", curve=curve)
 
     def on_result(self, msg: frame_pb2.FrameDetections, received_ns: int) -> None:
         kept = frame_pb2.FrameDetections()
@@ -40,6 +42,15 @@ class DetectionCollector(ResultSubscriber):
         """A snapshot of every frame's results."""
         with self.lock:
             return dict(self._frames)
+
+
+def subscriber_keys(cfg: StrataConfig) -> ClientKeys | None:
+    """The collector's CURVE keys when the edge's CURVE is on: the agent's own pair, which
+    the edge admits already (its public key is in edge.curve.clients_dir)."""
+    agent = cfg.device.sender.curve
+    if not cfg.edge.curve.secret_key or not agent.secret_key:
+        return None
+    return ClientKeys(agent.secret_key, agent.server_key)
 
 
 def query_events(

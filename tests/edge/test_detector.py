@@ -1,0 +1,134 @@
+"""The detector on real ONNX Runtime sessions: the colour model (whose right answer is the
+synthetic clip's ground truth) and the starter YOLO; labels from config or model metadata."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from edge_testkit import MODEL_SIZE
+from strata.edge.inference.detector import Detector, model_labels, open_staged
+from strata.edge.ingest.frames import DecodedFrame, QueuedFrame
+from strata.shared.config.edge import DetectionConfig, EdgeConfig
+from strata.shared.contracts import frame_pb2
+from strata.shared.runtime import ModelLoadError, create_runner
+from strata.shared.runtime.staging import HostStagedRunner
+from strata.shared.synthetic import CLASSES, GroundTruthBox, SyntheticClip
+from strata.shared.vision import COCO80, FrameBoxes, iou
+
+STARTER_YOLO = Path(__file__).parents[2] / "shared/starter_models/yolov8n/model.onnx"
+
+
+def decoded(seq: int, image: np.ndarray) -> DecodedFrame:
+    h = frame_pb2.FrameHeader(
+        camera_id="cam", sequence=seq, width=image.shape[1], height=image.shape[0]
+    )
+    return DecodedFrame(QueuedFrame(h, memoryview(b""), time.time_ns(), time.monotonic()), image)
+
+
+def cfg(**runtime: object) -> EdgeConfig:
+    return EdgeConfig.model_validate({"model": {"input_size": MODEL_SIZE}, "runtime": runtime})
+
+
+def matches_truth(
+    found: FrameBoxes, truth: tuple[GroundTruthBox, ...], min_iou: float = 0.9
+) -> bool:
+    """Every ground-truth box found once, of its class, in source pixels."""
+    if len(found) != len(truth):
+        return False
+    for gt in truth:
+        want = np.array([[gt.x1, gt.y1, gt.x2, gt.y2]], np.float32)
+        same = found.class_ids == gt.class_id
+        if not same.any() or float(iou(want, found.boxes[same]).max()) < min_iou:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batch_is_letterboxed_launched_and_decoded_in_source_pixels(
+    colour_model: Path, threads: int
+) -> None:
+    # Frames of two sizes in one batch: each keeps its own letterbox.
+    clips = [
+        SyntheticClip(width=320, height=240, frames=4, objects=3, seed=1),
+        SyntheticClip(width=200, height=300, frames=4, objects=2, seed=2),
+    ]
+    frames = [c.frame(i) for c in clips for i in range(2)]
+    runner = open_staged(colour_model, cfg(), 4)
+    det = Detector(runner, [c[0] for c in CLASSES], DetectionConfig(), threads)
+    try:
+        assert (det.max_batch, det.input_size, det.classes) == (4, MODEL_SIZE, len(CLASSES))
+        start = time.time_ns()
+        job = det.launch([decoded(i, f.image) for i, f in enumerate(frames)], start)
+        assert job.start_ns == start and len(job.letterboxes) == 4
+        assert [lb.width for lb in job.letterboxes] == [320, 320, 200, 200]
+        assert job.elapsed() >= 0.0
+        boxes = det.finish(job)
+        assert len(boxes) == 4
+        for f, found in zip(frames, boxes, strict=True):
+            assert f.boxes, "the clip must show objects for the test to mean anything"
+            assert matches_truth(found, f.boxes)
+    finally:
+        det.close()
+        runner.close()
+
+
+def test_the_detection_config_filters_scores_and_caps_boxes(colour_model: Path) -> None:
+    frame = SyntheticClip(width=320, height=240, frames=2, objects=3, seed=1).frame(0)
+    assert len(frame.boxes) >= 2
+    runner = open_staged(colour_model, cfg(), 1)
+    try:
+        few = Detector(runner, [], DetectionConfig(max_detections=1))
+        assert len(few.finish(few.launch([decoded(1, frame.image)], 0))[0]) == 1
+        # The colour model scores 0.9: a higher threshold leaves nothing.
+        none = Detector(runner, [], DetectionConfig(score_threshold=0.95))
+        assert len(none.finish(none.launch([decoded(2, frame.image)], 0))[0]) == 0
+    finally:
+        runner.close()
+
+
+def test_a_non_square_input_is_refused(colour_model: Path) -> None:
+    runner = HostStagedRunner(create_runner(colour_model), 2, (3, MODEL_SIZE, MODEL_SIZE // 2))
+    try:
+        with pytest.raises(ModelLoadError, match="square input"):
+            Detector(runner, [], DetectionConfig())
+    finally:
+        runner.close()
+
+
+def test_open_staged_takes_the_fixed_input_of_the_model_over_the_config() -> None:
+    # The starter YOLO is exported at 320 x 320; the config says 256.
+    runner = open_staged(STARTER_YOLO, cfg(threads=1), 2)
+    try:
+        assert runner.host_input(0).shape == (2, 3, 320, 320)
+        det = Detector(runner, model_labels(STARTER_YOLO, 1, []), DetectionConfig())
+        assert det.labels == ("person",) and det.input_size == 320
+        grey = np.full((240, 320, 3), 114, np.uint8)
+        assert det.finish(det.launch([decoded(1, grey)], 0))[0].class_ids.tolist() == []
+    finally:
+        runner.close()
+    standby = open_staged(STARTER_YOLO, cfg(), 2, allocate=False)
+    try:
+        assert not standby.allocated  # type: ignore[attr-defined]
+    finally:
+        standby.close()
+
+
+def test_labels_come_from_config_then_metadata_then_coco_or_numbers(
+    colour_model: Path, tmp_path: Path
+) -> None:
+    names = tuple(c[0] for c in CLASSES)
+    assert model_labels(colour_model, 3, ["a", "b", "c"]) == ("a", "b", "c")
+    with pytest.raises(ModelLoadError, match="2 labels given for a model with 3 classes"):
+        model_labels(colour_model, 3, ["a", "b"])
+    assert model_labels(colour_model, 3, []) == names
+    # The metadata's names do not fit a model of another class count: numbered.
+    assert model_labels(colour_model, 4, []) == ("class0", "class1", "class2", "class3")
+    bare = onnx.load(str(colour_model))
+    del bare.metadata_props[:]
+    onnx.save(bare, str(tmp_path / "bare.onnx"))
+    assert model_labels(tmp_path / "bare.onnx", 3, []) == ("class0", "class1", "class2")
+    assert model_labels(tmp_path / "bare.onnx", 80, []) == COCO80
