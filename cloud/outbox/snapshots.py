@@ -11,7 +11,8 @@ from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import events_pb2
 
 from ..snapshot_rows import latest_jpeg_sql
-from .db import Database, LedgerError, open_database
+from .connect import open_database
+from .db import Database, LedgerError
 from .events import OutboxEvent
 from .sink import DeliveryError
 
