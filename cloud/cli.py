@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = prune({"cloud": {"listen": args.listen, "store": {"path": args.db}}})
     cfg = load_or_exit(args, overrides, "cloud")
     try:
-        server = CloudServer(cfg.cloud, repository=cfg.models.repository)
+        server = CloudServer(cfg.cloud, repository=cfg.models.repository, rules=cfg.rules)
         server.start()
     except (SecurityError, MetricsSecurityError, ModelLoadError, StoreError, OSError) as exc:
         print(f"strata cloud: {exc}", file=sys.stderr)
@@ -140,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGHUP, _hup)
     print(f"strata cloud: listening on {server.address}", flush=True)
+    if server.console is not None:
+        print(f"strata cloud: console on {server.console.url}", flush=True)
     done.wait()
     server.stop()
     return 0

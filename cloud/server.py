@@ -25,6 +25,7 @@ from strata.shared.metrics_web import check_bind as check_metrics_bind
 
 from .batcher import DynamicBatcher, batch_limit
 from .classifier import load_classifier
+from .console.security import ConsoleSecurity, console_security
 from .drops import Drops
 from .metrics import CloudMetrics
 from .parsing import ParseGuard
@@ -44,6 +45,9 @@ from .versions import ClassifierSwitcher, cloud_version_metrics
 from .watch import WatchHub
 
 if TYPE_CHECKING:
+    from strata.shared.config.rules import RulesConfig
+
+    from .console.server import ConsoleServer
     from .outbox.runner import Outbox
 
 log = logging.getLogger(__name__)
@@ -57,9 +61,14 @@ class CloudServer:
     """Everything `strata cloud` runs; start() binds, stop() drains and closes."""
 
     def __init__(
-        self, cfg: CloudConfig, metrics: CloudMetrics | None = None, repository: str = ""
+        self,
+        cfg: CloudConfig,
+        metrics: CloudMetrics | None = None,
+        repository: str = "",
+        rules: RulesConfig | None = None,
     ) -> None:
         self.cfg = cfg
+        self.rules = rules  # drawn on the console's detail pages
         self.metrics = metrics or CloudMetrics()
         # The classifier's GPU under DCGM exporter names (absent without NVML).
         self.metrics.registry.register(DcgmCollector(GpuTelemetry(open_nvml())))
@@ -67,6 +76,9 @@ class CloudServer:
         self.tls = creds is not None
         check_bind(cfg.listen, self.tls, cfg.allow_insecure)
         check_metrics_bind(cfg.metrics, "cloud.metrics")
+        # The web console (cloud.http): checked now, served from start() on the same loop.
+        self.console_security = console_security(cfg)
+        self.console: ConsoleServer | None = None
         token = load_token(cfg.auth)
         self.drops = Drops(self.metrics)
         # Delivery to MQTT and webhooks from the store (cloud/outbox); imported only when used.
@@ -208,6 +220,8 @@ class CloudServer:
             self.outbox.start()
         self.batcher.start()
         self._call(self._start())
+        if self.console_security is not None:
+            self._call(self._start_console(self.console_security))
         log.info(
             "serving %s on %s (%s%s), model %s, store %s",
             SERVICE_NAME,
@@ -223,8 +237,20 @@ class CloudServer:
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
+    async def _start_console(self, security: ConsoleSecurity) -> None:
+        from .console.app import ConsoleParts
+        from .console.server import ConsoleServer
+
+        parts = ConsoleParts(
+            self.store, self.hub, self.executor, self.cfg.http, self.rules, self.metrics.registry
+        )
+        self.console = ConsoleServer(parts, security)
+        await self.console.start()
+
     async def _stop(self, grace: float) -> None:
         await self.health.enter_graceful_shutdown()
+        if self.console is not None:
+            await self.console.stop()
         self.hub.close()
         await self._server.stop(grace)
 

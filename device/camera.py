@@ -23,7 +23,15 @@ from .frames import Frame
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DropLog
 from .motion import MotionDecision, MotionGate
-from .sources import DecoderChoice, Source, SourceError, error_kind, is_live, open_source
+from .sources import (
+    DecoderChoice,
+    PacketTap,
+    Source,
+    SourceError,
+    error_kind,
+    is_live,
+    open_source,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +98,7 @@ class CameraWorker:
         cascade: CascadeConfig | None = None,
         cascade_metrics: CascadeMetrics | None = None,
         degrader: SourceDegrader | None = None,
+        ring: PacketTap | None = None,
     ) -> None:
         self.camera_id = camera_id
         self.source = source
@@ -105,12 +114,15 @@ class CameraWorker:
             self.policy = CascadePolicy(cascade, cascade_metrics, camera_id)
             self.send_skipped = cascade.send_skipped
         self._calibrating = False
+        self._scene_change = False
         self.inbox = inbox
         self.m = metrics
         self._source_events = _SourceMetrics(metrics)
         self._state = CameraState.STARTING
         # What the edge asks this camera to give up under overload (None: nothing).
         self.degrader = degrader
+        # Hears every packet the source reads (the clip ring; None: clips off).
+        self.ring = ring
         self._degrade_log = DropLog(log, camera_id, "edge overloaded, degraded at the source")
         self.state = CameraState.STARTING
         self.error = ""
@@ -168,7 +180,9 @@ class CameraWorker:
         try:
             while not self._stop.is_set():
                 try:
-                    src = open_source(self.source, self.cfg, self.decoder, self._source_events)
+                    src = open_source(
+                        self.source, self.cfg, self.decoder, self._source_events, self.ring
+                    )
                 except SourceError as exc:
                     if not self._failed(exc, failures := failures + 1):
                         return
@@ -252,6 +266,7 @@ class CameraWorker:
         index = self.frames - 1
         policy = self.policy
         self._calibrating = False
+        self._scene_change = False
         pre = policy.before_motion(index) if policy is not None else None
         if policy is not None and pre is not None and pre.block:
             policy.count("dropped", "min_gap")
@@ -278,7 +293,12 @@ class CameraWorker:
                 policy.count("dropped", "motion")
             return False, "motion", verdict.score
         forced = bool(pre is not None and pre.force)
-        if self.degrader is not None and not forced and not self.degrader.keep_by_rate():
+        if (
+            self.degrader is not None
+            and not forced
+            and not verdict.scene_change
+            and not self.degrader.keep_by_rate()
+        ):
             self.m.dropped(REASON_RATE).inc()
             self._degrade_log.add(1, f"frame rate capped at {self.degrader.rate_cap():.1f}/s")
             if policy is not None:
@@ -288,6 +308,11 @@ class CameraWorker:
             policy.kept(index)
             policy.count("kept", verdict.why)
             self._calibrating = bool(pre and pre.calibration)
+        self._scene_change = verdict.scene_change
+        if verdict.scene_change:
+            self.m.scene_changes.inc()
+            if policy is not None:
+                policy.scene_changed()
         return True, verdict.why, verdict.score
 
     def _read(self, src: Source) -> int:
@@ -317,6 +342,7 @@ class CameraWorker:
                 time.monotonic(),
                 "" if keep else reason,
                 self._calibrating,
+                keep and self._scene_change,
             )
             dropped = self.inbox.put(item, wait, self._stop)
             if dropped is item:

@@ -146,6 +146,14 @@ class CascadePolicy:
             if self._burst_due >= 0 and self.cfg.burst_frames:
                 self._burst_due = 0
 
+    def scene_changed(self) -> None:
+        """A cut or a pan: what was measured on the old scene says nothing of the new one;
+        forget it and calibrate from the next frame on."""
+        with self._lock:
+            self._by_gap = None
+            if self._burst_due >= 0 and self.cfg.burst_frames:
+                self._burst_due = 0
+
     def feedback(self, fb: frame_pb2.CascadeFeedback) -> None:
         """Apply what the edge measured (from an ack)."""
         with self._lock:

@@ -30,6 +30,8 @@ class GateItem:
     skip_reason: str = ""
     # Part of a calibration burst (the relevance gate does not drop it either).
     calibration: bool = False
+    # The motion gate saw a cut or a pan (device/motion.py); the header says so.
+    scene_change: bool = False
 
 
 class GateInbox:

@@ -25,6 +25,9 @@ class DeviceMetrics:
         self.decoded = counter("frames_decoded", "Frames decoded from the source.")
         self.dropped_motion = counter("frames_dropped_motion", "Frames the motion gate dropped.")
         self.dropped_gate = counter("frames_dropped_gate", "Frames the relevance gate dropped.")
+        self.scene_changes = counter(
+            "scene_changes", "Frames the motion gate kept as a scene change (a cut, a pan)."
+        )
         self.dropped_overload = counter(
             "frames_dropped_overload", "Live frames dropped because the gate queue was full."
         )
@@ -161,9 +164,57 @@ class DeviceMetrics:
             registry=r,
         )
 
+        # Clips (device/packet_ring.py, device/clip_cutter.py).
+        self.ring_bytes = Gauge(
+            "strata_device_clip_ring_bytes",
+            "Compressed packet bytes the camera's clip ring holds.",
+            cam,
+            registry=r,
+        )
+        self.ring_seconds = Gauge(
+            "strata_device_clip_ring_seconds",
+            "Seconds of stream the camera's clip ring holds, from its first keyframe.",
+            cam,
+            registry=r,
+        )
+        self.ring_dropped = Counter(
+            "strata_device_clip_ring_dropped_packets",
+            "Packets the clip ring let go before their time: cap (ring_mib reached, oldest "
+            "GOP freed), no_keyframe (a GOP larger than the ring), no_timestamp.",
+            ["camera", "reason"],
+            registry=r,
+        )
+        self.clips = Counter(
+            "strata_device_clips",
+            "Clips finished, by outcome: complete, disconnected (the source went mid-clip), "
+            "no_keyframe, codec (cannot be stream-copied into MP4), error.",
+            ["camera", "outcome"],
+            registry=r,
+        )
+        self.clip_bytes = counter("clip_bytes", "Bytes of clips written.")
+
     def camera(self, camera_id: str) -> CameraMetrics:
         """The metric children of one camera (cached by the caller: lookups cost)."""
         return CameraMetrics(self, camera_id)
+
+
+class ClipMetrics:
+    """One camera's clip metrics, resolved once (the ring updates them per packet)."""
+
+    def __init__(self, m: DeviceMetrics, camera_id: str) -> None:
+        c = camera_id
+        self.ring_bytes = m.ring_bytes.labels(c)
+        self.ring_seconds = m.ring_seconds.labels(c)
+        self.clip_bytes = m.clip_bytes.labels(c)
+        self._m, self._camera = m, c
+
+    def dropped(self, reason: str, packets: int) -> None:
+        """`packets` packets left the ring early for `reason`."""
+        self._m.ring_dropped.labels(self._camera, reason).inc(packets)
+
+    def clip(self, outcome: str) -> None:
+        """A clip finished with `outcome`."""
+        self._m.clips.labels(self._camera, outcome).inc()
 
 
 class CameraMetrics:
@@ -173,6 +224,7 @@ class CameraMetrics:
         c = camera_id
         self.decoded = m.decoded.labels(c)
         self.dropped_motion = m.dropped_motion.labels(c)
+        self.scene_changes = m.scene_changes.labels(c)
         self.dropped_gate = m.dropped_gate.labels(c)
         self.dropped_overload = m.dropped_overload.labels(c)
         self.sent = m.sent.labels(c)

@@ -8,6 +8,12 @@ one makes slow drifts add up until they are reported. All buffers are allocated 
 A decoded frame reaches the gate already small (`score_input`: FFmpeg scales its luma
 plane, device/frames.py `GreyScaler`); an array of any other size (the synthetic clip's
 BGR, tests) is scaled here with cv2's area interpolation, which gives the same grey.
+
+A scene change (a cut, a pan: nearly every pixel moves) is told apart from ordinary motion
+by the share of 8x8 cells of the grey frame whose mean absolute difference to the last kept
+frame passes a level: objects moving over a still scene change a few cells, a cut or a pan
+most of them. A scene change is kept whatever the thresholds and flagged, so the edge
+re-seeds its tracks instead of predicting across it.
 """
 
 from __future__ import annotations
@@ -28,8 +34,18 @@ class MotionDecision:
 
     keep: bool
     score: float
-    # Why it was kept: "first", "motion", "interval" (max interval passed); "" if dropped.
+    # Why it was kept: "first", "motion", "interval" (max interval passed), "scene_change",
+    # or the cascade's forced reason; "" if dropped.
     why: str
+    # Most of the frame changed against the last kept one (a cut or a pan).
+    scene_change: bool = False
+
+
+# Side of a scene-change cell in pixels of the gate's grey frame.
+_CELL = 8
+# A cell changed when its mean absolute grey difference reaches this: well above sensor noise
+# (averaged over a cell) and a slow change of light, below what a cut or a shifted texture gives.
+_CELL_LEVEL = 12
 
 
 class MotionGate:
@@ -55,6 +71,16 @@ class MotionGate:
             pixels = int(np.count_nonzero(self._mask))
         # A mask that hides everything leaves only the max interval to keep frames.
         self._scale = 1.0 / math.sqrt(pixels) if pixels else 0.0
+        cells = (max(1, w // _CELL), max(1, h // _CELL))
+        self._diff = np.empty((h, w), np.uint8)
+        self._cells = np.empty((cells[1], cells[0]), np.uint8)
+        # Cells wholly inside ignored regions take no part in the scene-change share.
+        self._cell_on: np.ndarray | None = None
+        self._cells_counted = cells[0] * cells[1]
+        if self._mask is not None:
+            on = cv2.resize(self._mask, cells, interpolation=cv2.INTER_AREA)
+            self._cell_on = np.where(on > 0, 255, 0).astype(np.uint8)
+            self._cells_counted = int(np.count_nonzero(self._cell_on))
 
     def score_input(self, frame: Frame) -> np.ndarray:
         """What `check` should score for `frame`: a decoded frame scaled to the gate's size
@@ -80,6 +106,9 @@ class MotionGate:
             score = float(norm) * self._scale
         else:
             score = 0.0
+        # A scene change is kept under any raised threshold: tracks across it are wrong.
+        if score >= self.cfg.threshold and self._scene_changed():
+            return self._keep(ts, score, "scene_change", True)
         if score >= (self.cfg.threshold if threshold is None else threshold):
             return self._keep(ts, score, "motion")
         if self.cfg.max_interval_s > 0 and ts - self._kept_ts >= self.cfg.max_interval_s:
@@ -91,9 +120,29 @@ class MotionGate:
         it: a calibration burst, the edge asked, the longest gap passed)."""
         self._load(image)
         score = 0.0
+        scene = False
         if self._have_kept and self._scale:
             score = float(cv2.norm(self._grey, self._kept, cv2.NORM_L2, self._mask)) * self._scale
-        return self._keep(ts, score, why)
+            scene = score >= self.cfg.threshold and self._scene_changed()
+        return self._keep(ts, score, why, scene)
+
+    def changed_share(self) -> float:
+        """Share of cells (outside ignored regions) whose grey changed against the last
+        kept frame, for the frame last loaded."""
+        if not self._cells_counted:
+            return 0.0
+        cv2.absdiff(self._grey, self._kept, dst=self._diff)
+        h, w = self._cells.shape
+        cv2.resize(self._diff, (w, h), dst=self._cells, interpolation=cv2.INTER_AREA)
+        cells = self._cells
+        cv2.threshold(cells, _CELL_LEVEL - 1, 255, cv2.THRESH_BINARY, dst=cells)
+        if self._cell_on is not None:
+            cv2.bitwise_and(cells, self._cell_on, dst=cells)
+        return cv2.countNonZero(cells) / self._cells_counted
+
+    def _scene_changed(self) -> bool:
+        share = self.cfg.scene_change
+        return share > 0 and self.changed_share() >= share
 
     def _load(self, image: np.ndarray) -> None:
         """Put `image`'s grey at the gate's size into the working buffer."""
@@ -107,9 +156,9 @@ class MotionGate:
             cv2.resize(image, size, dst=self._small_bgr, interpolation=cv2.INTER_AREA)
             cv2.cvtColor(self._small_bgr, cv2.COLOR_BGR2GRAY, dst=self._grey)
 
-    def _keep(self, ts: float, score: float, why: str) -> MotionDecision:
+    def _keep(self, ts: float, score: float, why: str, scene: bool = False) -> MotionDecision:
         # Swap buffers instead of copying: the new grey becomes the reference.
         self._grey, self._kept = self._kept, self._grey
         self._have_kept = True
         self._kept_ts = ts
-        return MotionDecision(True, score, why)
+        return MotionDecision(True, score, why, scene)

@@ -13,6 +13,9 @@ Decoding (device.source): in software, or on the host's hardware (`hwaccel`, cho
 per camera by `DecoderChoice`, software when the host has none: never a failed camera);
 at most `max_fps` frames a second are delivered (`RateGate`), and with `skip_frame` the
 non-reference frames it would pass over are not decoded at all.
+
+Clips (device.clips): a `PacketTap` hears every packet demuxed, before it is decoded, and
+the stream's parameters once per open; the camera's clip ring is one (device/packet_ring.py).
 """
 
 from __future__ import annotations
@@ -78,6 +81,24 @@ class SourceEvents(Protocol):
 
     def lag(self, seconds: float) -> None:
         """A file played at its frame rate delivers its frames this far behind schedule."""
+
+
+class PacketTap(Protocol):
+    """What hears a source's compressed stream (the camera's clip ring), in this order:
+    `begin` once per open, then `packet` for every packet demuxed and `frame` for every
+    frame delivered, then `end` once, when the source is closed."""
+
+    def begin(self, stream: Any) -> None:
+        """The source opened `stream` (a PyAV video stream): its codec parameters."""
+
+    def packet(self, packet: Any) -> None:
+        """A packet demuxed (a PyAV packet), before it is decoded."""
+
+    def frame(self, ts: float, capture_ns: int) -> None:
+        """A frame delivered: its stream time and capture clock (the Frame's)."""
+
+    def end(self, reason: str) -> None:
+        """The source is closed; `reason` says why (its error, or that it ended)."""
 
 
 class RateGate:
@@ -214,6 +235,7 @@ class AvSource(Source):
         cfg: SourceConfig,
         choice: DecoderChoice | None = None,
         events: SourceEvents | None = None,
+        tap: PacketTap | None = None,
     ) -> None:
         self.spec = spec
         self.live = is_live(spec)
@@ -245,6 +267,10 @@ class AvSource(Source):
         self._skip = bool(
             self._rate is not None and cfg.skip_frame and (not self._fps or self._fps > cfg.max_fps)
         )
+        self.tap = tap
+        self._end = "source closed"  # what the tap hears at close
+        if tap is not None:
+            tap.begin(self.stream)
 
     def _open(self, cfg: SourceConfig, hwaccel: Any = None) -> Any:
         import av
@@ -310,8 +336,21 @@ class AvSource(Source):
         self.kind = kind
 
     def frames(self) -> Iterator[Frame]:
+        tap = self.tap
+        try:
+            for frame in self._decode():
+                if tap is not None:
+                    tap.frame(frame.ts, frame.capture_ns)
+                yield frame
+        except SourceError as exc:
+            self._end = str(exc)
+            raise
+        self._end = "source ended"
+
+    def _decode(self) -> Iterator[Frame]:
         import av
 
+        tap = self.tap
         decoded_n = 0  # frames out of the decoder (timestamps without pts count them)
         index = 0  # frames delivered
         last_frame_t = time.monotonic()
@@ -321,6 +360,8 @@ class AvSource(Source):
         skipper = _NonRefSkipper(ctx, rate, self._report) if self._skip and rate else None
         try:
             for packet in self.container.demux(self.stream):
+                if tap is not None:
+                    tap.packet(packet)
                 if skipper is not None:
                     skipper.before(packet.pts, self._packet_ts(packet))
                 try:
@@ -389,6 +430,9 @@ class AvSource(Source):
             self.container.close()
         except Exception:  # closing a dead stream may raise; nothing to recover
             pass
+        if self.tap is not None:
+            tap, self.tap = self.tap, None
+            tap.end(self._end)
 
 
 class _NonRefSkipper:
@@ -487,12 +531,14 @@ def open_source(
     cfg: SourceConfig,
     choice: DecoderChoice | None = None,
     events: SourceEvents | None = None,
+    tap: PacketTap | None = None,
 ) -> Source:
     """Open a source string (see the module docstring); `choice` keeps a camera's decoder
-    from one open to the next, `events` hears what the source reports."""
+    from one open to the next, `events` hears what the source reports, `tap` its packets
+    (the synthetic clip has none)."""
     if spec.startswith(SYNTHETIC_SCHEME):
         return SyntheticSource(spec, cfg.max_fps, events)
-    return AvSource(spec, cfg, choice, events)
+    return AvSource(spec, cfg, choice, events, tap)
 
 
 # Kinds of source error, as the camera's state metric labels them.

@@ -114,6 +114,7 @@ class PayloadWorker:
             gate_score=kept.gate_score,
             frame_index=item.index,
             calibration=item.calibration,
+            scene_change=item.scene_change,
             source_width=src_w,
             source_height=src_h,
         )
@@ -289,7 +290,8 @@ class GateWorker:
             if scores is not None and keep is not None:
                 m.gate_latency.observe(now - item.queued_at)
                 gate_score = float(scores[i])
-                if not keep[i] and not item.calibration:
+                # A scene change is kept: the edge must see the new scene to re-seed.
+                if not keep[i] and not item.calibration and not item.scene_change:
                     m.dropped_gate.inc()
                     drop_log.add(1, f"score {gate_score:.3f} < {self.gate_cfg.threshold:g}")
                     if self.send_skipped:

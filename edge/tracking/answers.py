@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from strata.edge.tracking.tracker import TrackedBoxes, Tracker, TrackerState
@@ -153,10 +153,13 @@ class Answers:
                 # where a box matches; the tracker's state is not rewound.
                 tracked = _ids_from(c.tracker.predict(idx), boxes)
             else:
+                gone = self._cut(c, idx, out) if h.scene_change else ()
                 # Prediction-mode frames before this one are answered from the state
                 # before it is corrected.
                 self._answer(c, now, out, before=idx)
                 tracked = c.tracker.update(idx, boxes)
+                if gone:
+                    tracked = replace(tracked, ended=(*gone, *tracked.ended))
             # Interpolation: the frames held between the last detected frame and this one.
             end = (idx, tracked)
             while c.held and c.held[0].header.frame_index < idx:
@@ -176,6 +179,20 @@ class Answers:
             for c in self._cams.values():
                 self._answer(c, now, out)
         return out
+
+    def _cut(self, c: _Camera, idx: int, out: list[Answer]) -> tuple[int, ...]:
+        """A scene change at `idx`: the frames held before it are answered from the old
+        scene's tracks (nothing is interpolated across the cut), then every track is
+        dropped (their ids returned, to end them) so the new scene seeds its own."""
+        while c.held and c.held[0].header.frame_index < idx:
+            held = c.held.popleft()
+            i = held.header.frame_index
+            boxes = c.tracker.predict(i, c.width, c.height) if self.cfg.enabled else _none()
+            out.append(
+                Answer(held.header, boxes, held.received, held.receive_ns, "predicted", held.token)
+            )
+        c.last = None
+        return c.tracker.clear()
 
     def _answer(self, c: _Camera, now: float, out: list[Answer], before: int = -1) -> None:
         interpolate = self.cfg.answer == "interpolate" and before < 0

@@ -141,6 +141,10 @@ class Calibration:
         """A detected frame (worker thread); when it ends a burst, the measurement's future."""
         key = (h.session_id, h.camera_id)
         with self._lock:
+            if h.scene_change:
+                # Measured on the scene before the cut: says nothing of this one.
+                self._bursts.pop(key, None)
+                self._feedback.pop(key, None)
             burst = self._bursts.get(key)
             if h.calibration:
                 if burst is None or (burst.frames and h.frame_index != burst.frames[-1][0] + 1):

@@ -11,6 +11,8 @@
   to be decided (`ask_next`, the rules stage), ride on that camera's next ack
   (CascadeFeedback).
 - The acks carry the detector's input size (EdgeInfo) so agents scale frames to it.
+- A frame flagged `scene_change` (a cut, a pan, seen by the device's motion gate) ends the
+  camera's tracks and its calibration burst: nothing is predicted across the cut.
 
 Every answer is counted by how it was made; every lost H.264 frame by reason.
 """
@@ -62,6 +64,12 @@ class CascadeMetrics:
             "strata_edge_calibrations", "Calibration bursts measured.", registry=r
         )
         self.tracks = Counter("strata_edge_tracks_started", "Tracks started.", registry=r)
+        self.scene_changes = Counter(
+            "strata_edge_scene_changes",
+            "Kept frames flagged a scene change (a cut, a pan): tracks re-seeded, the "
+            "camera's calibration restarted.",
+            registry=r,
+        )
         self.send_next = Counter(
             "strata_edge_send_next",
             "Times the edge asked a camera's device for its next frames, by why (line, zone, "
@@ -150,6 +158,8 @@ class EdgeCascade:
         """A kept frame's boxes (payload pixels): them in source pixels with track ids, and
         the skipped frames this completes."""
         src = to_source(h, boxes)
+        if h.scene_change:
+            self.metrics.scene_changes.inc()
         tracker = self.answers.tracker(h.session_id, h.camera_id)
         started = tracker.started if tracker is not None else 0
         tracked, done = self.answers.detected(h, src)

@@ -373,11 +373,19 @@ class Tracker:
         self._score = np.concatenate([self._score, dets.scores[idx].astype(np.float32)])
         return ids
 
+    def clear(self) -> tuple[int, ...]:
+        """Drop every track (a scene change: the scene they were in is gone); their ids.
+        Ids keep counting, so a new track never reuses an old one's id."""
+        return self._drop(np.zeros(len(self), bool))
+
     def _retire(self, frame: int) -> tuple[int, ...]:
         """Drop the tracks unseen for more than `max_lost` frames; their ids."""
         keep = frame - self._seen <= self.cfg.max_lost
         if keep.all():
             return ()
+        return self._drop(keep)
+
+    def _drop(self, keep: np.ndarray) -> tuple[int, ...]:
         gone = tuple(int(i) for i in self._ids[~keep].tolist())
         self._x, self._p = self._x[keep], self._p[keep]
         self._frame, self._seen = self._frame[keep], self._seen[keep]

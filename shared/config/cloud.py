@@ -238,6 +238,45 @@ class CloudVersionsConfig(StrictModel):
     )
 
 
+class CloudHttpConfig(StrictModel):
+    """The web console (cloud/console, docs/console.md): pages and JSON over the event store.
+
+    Off loopback the same rules as the gRPC server: TLS, and the bearer token (or the session
+    cookie a login with it sets); anything else is refused at start unless allow_insecure."""
+
+    enabled: bool = Field(False, description="Serve the console beside the gRPC server.")
+    listen: str = Field("127.0.0.1:8080", description="HOST:PORT the console binds to.")
+    allow_insecure: bool = Field(
+        False,
+        description="Allow a non-loopback address without TLS or token (a trusted network only).",
+    )
+    tls: CloudTlsConfig = Field(
+        default_factory=CloudTlsConfig,
+        description="TLS of the console; empty cert_file and key_file: those of cloud.tls.",
+    )
+    token_file: str = Field(
+        "",
+        description="File holding the token pages and API need; empty: cloud.auth.token_file.",
+    )
+    session_hours: float = Field(
+        12.0, gt=0, le=24 * 90, description="How long a login's session cookie is valid."
+    )
+    page_size: int = Field(50, ge=1, le=1000, description="Events on one page of the list.")
+    max_page_size: int = Field(
+        500, ge=1, le=10000, description="Largest `limit` the events API accepts."
+    )
+    thumbnail_max_age_s: int = Field(
+        300, ge=0, description="Cache-Control max-age of snapshot images (ETag revalidates)."
+    )
+    scrape: list[str] = Field(
+        default_factory=list,
+        description="URLs of the daemons' /metrics read for camera state and rates; empty: none.",
+    )
+    scrape_timeout_s: float = Field(
+        2.0, gt=0, le=60, description="How long one /metrics scrape may take."
+    )
+
+
 class CloudConfig(StrictModel):
     """Options of `strata cloud`."""
 
@@ -284,4 +323,7 @@ class CloudConfig(StrictModel):
     )
     sinks: SinksConfig = Field(
         default_factory=SinksConfig, description="Event delivery to MQTT and webhooks (outbox)."
+    )
+    http: CloudHttpConfig = Field(
+        default_factory=CloudHttpConfig, description="The web console (docs/console.md)."
     )

@@ -111,6 +111,14 @@ class MotionConfig(StrictModel):
     ignore: list[IgnoreRect] = Field(
         default_factory=list, description="Regions left out of the difference (e.g. a clock)."
     )
+    scene_change: float = Field(
+        0.6,
+        ge=0,
+        le=1,
+        description="A frame whose grey differs from the last kept one in at least this "
+        "share of 8x8 cells (a cut, a pan) is a scene change: kept, flagged, the edge "
+        "re-seeds tracking; 0: off.",
+    )
 
 
 class GateConfig(StrictModel):
@@ -361,6 +369,38 @@ class RoutingConfig(StrictModel):
     )
 
 
+class ClipsConfig(StrictModel):
+    """Event clips cut on the device from the camera's own compressed stream (no re-encode)."""
+
+    enabled: bool = Field(
+        False, description="Keep a ring of each camera's compressed packets to cut clips from."
+    )
+    dir: str = Field("clips", description="Folder the clips are written to (fragmented MP4).")
+    pre_roll_s: float = Field(
+        5.0, ge=0, description="A clip starts at the keyframe at or before its start minus this."
+    )
+    post_roll_s: float = Field(5.0, ge=0, description="A clip runs this long past its end.")
+    max_s: float = Field(120.0, gt=0, description="Longest clip, from its first keyframe.")
+    ring_s: float = Field(
+        15.0,
+        gt=0,
+        description="Seconds of packets each camera keeps: at least pre_roll_s plus one "
+        "keyframe interval plus the delay before a clip is asked for.",
+    )
+    ring_mib: float = Field(
+        64.0, gt=0, description="Most packet bytes (MiB) a camera's ring holds, oldest GOP freed."
+    )
+
+    @model_validator(mode="after")
+    def _ring_covers_pre_roll(self) -> ClipsConfig:
+        if self.ring_s <= self.pre_roll_s:
+            raise ValueError(
+                f"clips: ring_s ({self.ring_s:g}) must exceed pre_roll_s ({self.pre_roll_s:g}) "
+                "by at least one keyframe interval"
+            )
+        return self
+
+
 class DeviceConfig(StrictModel):
     """Options of `strata device`."""
 
@@ -396,6 +436,9 @@ class DeviceConfig(StrictModel):
     sender: SenderConfig = Field(default_factory=SenderConfig, description="Sender.")
     degrade: DegradeConfig = Field(
         default_factory=DegradeConfig, description="Degradation at the source under overload."
+    )
+    clips: ClipsConfig = Field(
+        default_factory=ClipsConfig, description="Event clips from the camera's own stream."
     )
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."

@@ -59,3 +59,16 @@ def test_min_gap_is_capped() -> None:
     p = CascadePolicy(CascadeConfig(max_min_gap=4))
     p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0] * 10))
     assert p.min_gap == 4
+
+
+def test_a_scene_change_forgets_the_old_scene_and_calibrates_now() -> None:
+    cfg = CascadeConfig(calibrate_every=1000, burst_frames=2, smoothing=0.5, target=0.9)
+    p = CascadePolicy(cfg)
+    run(p, range(0, 10))
+    p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0, 1.0, 1.0, 1.0]))
+    assert p.min_gap == 4
+    p.scene_changed()
+    assert run(p, range(10, 13))[:2] == ["calibration", "calibration"]
+    # The new scene's measure alone decides (the old one is not averaged in).
+    p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0, 0.85, 0.85, 0.85]))
+    assert p.min_gap == 1

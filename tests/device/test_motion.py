@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from strata.device.motion import MotionGate
 from strata.shared.config.device import IgnoreRect, MotionConfig
+from strata.shared.synthetic import SyntheticClip
 
 
 def _scene(h: int = 144, w: int = 192) -> np.ndarray:
@@ -113,3 +114,50 @@ def test_decoded_frames_score_from_their_luma_as_before(vtest_mp4: Path) -> None
             assert a.keep == b.keep
             assert a.score == pytest.approx(b.score, abs=0.05)
             assert frame.decoded  # scoring converted nothing to BGR
+
+
+def _cut_clip(frames: int = 20) -> list[np.ndarray]:
+    """Two synthetic scenes (different seeds) back to back: a cut at `frames`."""
+    a = SyntheticClip(width=320, height=240, frames=frames, objects=4, seed=1)
+    b = SyntheticClip(width=320, height=240, frames=frames, objects=4, seed=2)
+    return [f.image for f in a] + [f.image for f in b]
+
+
+def test_a_cut_is_a_scene_change_exactly_at_the_cut() -> None:
+    gate = MotionGate(MotionConfig(threshold=4.0, max_interval_s=0))
+    decisions = [gate.check(img, i / 10) for i, img in enumerate(_cut_clip())]
+    scenes = [i for i, d in enumerate(decisions) if d.scene_change]
+    assert scenes == [20]
+    assert decisions[20].keep and decisions[20].why == "scene_change"
+
+
+def test_moving_objects_and_light_are_not_scene_changes() -> None:
+    gate = MotionGate(MotionConfig(threshold=2.0, max_interval_s=0))
+    clip = SyntheticClip(width=320, height=240, frames=60, objects=6, seed=3)
+    decisions = [gate.check(f.image, f.index / 10) for f in clip]
+    assert sum(d.keep and d.why == "motion" for d in decisions) > 5  # it does move
+    assert not any(d.scene_change for d in decisions)
+    base = _scene().astype(np.int16)
+    gate = MotionGate(MotionConfig(threshold=2.0, max_interval_s=0))
+    lit = [gate.check(np.clip(base + s, 0, 255).astype(np.uint8), s) for s in range(0, 20, 4)]
+    assert not any(d.scene_change for d in lit)
+
+
+def test_a_pan_is_a_scene_change_even_under_a_raised_threshold() -> None:
+    clip = SyntheticClip(width=320, height=240, frames=1, objects=0, seed=4)
+    wide = np.concatenate([clip.background, clip.background[:, ::-1]], axis=1)
+    gate = MotionGate(MotionConfig(threshold=4.0, max_interval_s=0))
+    gate.check(wide[:, :320], 0.0)
+    d = gate.check(wide[:, 40:360], 0.1, threshold=1000.0)
+    assert d.keep and d.scene_change
+
+
+def test_scene_change_off_and_forced_keeps_still_flag_it() -> None:
+    a, b = _cut_clip(2)[1], _cut_clip(2)[2]
+    off = MotionGate(MotionConfig(threshold=4.0, max_interval_s=0, scene_change=0))
+    off.check(a, 0.0)
+    assert off.check(b, 0.1).why == "motion"
+    gate = MotionGate(MotionConfig(threshold=4.0, max_interval_s=0))
+    gate.check(a, 0.0)
+    d = gate.keep_now(b, 0.1, "calibration")
+    assert d.why == "calibration" and d.scene_change

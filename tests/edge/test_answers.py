@@ -120,3 +120,28 @@ def test_a_track_missed_in_the_next_detection_is_held_for_the_first_half() -> No
     assert counts == {1: 2, 2: 2, 3: 1, 4: 1, 5: 1}
     first = done[0].boxes
     assert np.allclose(first.boxes[1], [400.0, 100.0, 430.0, 190.0])
+
+
+def test_a_scene_change_ends_the_tracks_and_is_not_interpolated_across() -> None:
+    a = Answers(TrackingConfig(answer="interpolate", min_hits=1))
+    for i in (0, 1, 2):
+        a.expect(header(i))
+        a.detected(header(i), walker(i))
+    for i in (3, 4):
+        a.skipped(header(i), 0.0, 0)
+    cut = header(5)
+    cut.scene_change = True
+    elsewhere = FrameBoxes(
+        np.array([[500.0, 50.0, 540.0, 120.0]], np.float32),
+        np.array([0.9], np.float32),
+        np.array([0], np.int32),
+    )
+    a.expect(cut)
+    tracked, done = a.detected(cut, elsewhere)
+    # The frames before the cut are the old scene's, predicted from its tracks.
+    assert [(x.header.frame_index, x.how) for x in done] == [(3, "predicted"), (4, "predicted")]
+    assert done[0].boxes.track_ids.tolist() == [1]
+    # The new scene's object gets a new track; the old one ends at the cut.
+    assert tracked.track_ids.tolist() == [2] and tracked.ended == (1,)
+    tracker = a.tracker(7, "cam")
+    assert tracker is not None and len(tracker) == 1

@@ -63,3 +63,26 @@ def test_burst_end_produces_feedback_once() -> None:
         assert short is not None and short.result(timeout=30) is None
     finally:
         cal.close()
+
+
+def test_a_scene_change_drops_the_old_scenes_burst_and_feedback() -> None:
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        for i in range(30):
+            cal.detected(head(i, True), scene(i, 4.0))
+        future = cal.detected(head(30, False), scene(30, 4.0))
+        assert future is not None and future.result(timeout=30) is not None
+        # A burst under way when the cut comes is dropped, and so is the feedback waiting.
+        for i in range(40, 50):
+            cal.detected(head(i, True), scene(i, 4.0))
+        cut = head(50, True)
+        cut.scene_change = True
+        assert cal.detected(cut, scene(50, 4.0)) is None
+        assert cal.take_feedback(3, "cam") is None
+        # The new burst starts at the cut: 1 frame + 3 is too short to measure.
+        for i in range(51, 54):
+            cal.detected(head(i, True), scene(i, 4.0))
+        short = cal.detected(head(60, False), scene(60, 4.0))
+        assert short is not None and short.result(timeout=30) is None
+    finally:
+        cal.close()

@@ -21,8 +21,6 @@ ALLOWED: dict[str, str] = {
     "shared/runtime/tensorrt_runner.py::TensorRTRunner.__init__": (
         "engine load, profile and buffer plan; splitting it needs a GPU run to check"
     ),
-    "tools/bench/cascade.py::measure_clip": "benchmark driver; regrouped with tools/bench",
-    "tools/bench/hostile.py::edge_probe": "benchmark driver; regrouped with tools/bench",
     "tools/bench/routing.py::measure": "benchmark driver; regrouped with tools/bench",
     "tools/bench/schednode.py::run_policy": "simulation driver; regrouped with tools/bench",
     "tools/bench/schedsim.py::simulate": "simulation driver; regrouped with tools/bench",

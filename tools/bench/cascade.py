@@ -1,14 +1,16 @@
 """The cascade's cost and accuracy on one clip: two real pipeline runs, compared.
 
 Reference: the device's gates and cascade off, full-resolution raw frames, so the edge's
-YOLO sees every original frame. Cascade: as shipped (accuracy target, H.264 at the model's
-input size, the edge's tracker answering dropped frames). Both runs are the real daemons
-over loopback (`strata.tools.demo.pipeline`), the clip played at its frame rate. Every
-frame is scored with what the edge published for it; beside it, the uniform baseline at
-the same share of frames with the same tracker, the stale-copy baseline, and object-level
-recall. On the synthetic clip the ground truth is known, so the cascade is also scored
-against it (a dropped frame reuses the truth of the last kept frame).
-"""
+YOLO sees every original frame, whatever its speed: the file is read unpaced, source
+degradation is off, credits and the spool are sized for the whole clip, and a reference
+with a frame left unanswered is refused (`ReferenceHolesError`), never scored. Cascade: as
+shipped (accuracy target, H.264 at the model's input size, the edge's tracker answering
+dropped frames), the clip played at its frame rate. Both runs are the real daemons over
+loopback (`strata.tools.demo.pipeline`). Every frame is scored with what the edge published
+for it; beside it, the uniform baseline at the same share of frames with the same tracker,
+the stale-copy baseline, and object-level recall. On the synthetic clip the ground truth is
+known, so the cascade is also scored against it (a dropped frame reuses the truth of the
+last kept frame)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from strata.tools.demo.names import BYTES, COUNTS
 from strata.tools.demo.pipeline import Outcome, PipelineRun, RunOptions
 from strata.tools.demo.results import Received
 from strata.tools.demo.stack import Camera
-from strata.tools.demo.summary import edge_latency_ns, value
+from strata.tools.demo.summary import drops, edge_latency_ns, value
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,53 @@ GATES_OFF: dict[str, Any] = {
     # The reference needs only the detector; no crops for the cloud.
     "edge": {"crops": {"max_per_frame": 0}},
 }
+# The reference answers every frame whatever the detector's speed: the file is read as fast
+# as the edge takes it (not at its frame rate), the edge's degradation levels cannot make
+# the device drop, and credits never hold the window under its size. What waits for the
+# edge waits in the spool, sized for the whole clip by `reference_overrides`.
+REFERENCE_PACE: dict[str, Any] = {
+    "device": {"source": {"realtime": False}, "degrade": {"enabled": False}},
+    "edge": {"flow": {"initial_credits": 64, "min_credits": 64}},
+}
+# Spool headroom over the clip's frames (resends, the end-of-file header).
+_SPOOL_SLACK_FRAMES = 64
+
+
+def reference_overrides(frames: int, width: int, height: int) -> dict[str, Any]:
+    """REFERENCE_PACE with a spool holding every raw frame of a `frames`-frame clip: the
+    file is read faster than the edge detects, so the whole clip may wait at once."""
+    mib = (frames + _SPOOL_SLACK_FRAMES) * width * height * 3 / 2**20
+    spool = {"spool_frames": frames + _SPOOL_SLACK_FRAMES, "spool_mb": max(256.0, mib * 1.1)}
+    return merge(REFERENCE_PACE, {"device": {"sender": {"window": 64, **spool}}})
+
+
+class ReferenceHolesError(RuntimeError):
+    """The reference left frames without an answer: every figure against it would score
+    the cascade against empty frames, so none is given."""
+
+    def __init__(self, clip: str, missing: int, total: int, why: Mapping[str, float]) -> None:
+        self.clip, self.missing, self.total, self.why = clip, missing, total, dict(why)
+        reasons = ", ".join(f"{k} {v:g}" for k, v in self.why.items()) or "no drop counted"
+        super().__init__(
+            f"{clip}: {missing} of {total} reference frames have no answer (drops by reason: "
+            f"{reasons}); no agreement figure is given against a reference with holes"
+        )
+
+
+def reference_frames(
+    clip: str,
+    boxes: Mapping[int, FrameBoxes],
+    total: int,
+    why: Mapping[str, float],
+) -> list[FrameBoxes]:
+    """The reference's boxes of frames 0..total-1; raises ReferenceHolesError when any is
+    missing (`why`: the run's drops by reason, for the message)."""
+    missing = sum(1 for i in range(total) if i not in boxes)
+    if missing:
+        raise ReferenceHolesError(clip, missing, total, why)
+    return [boxes[i] for i in range(total)]
+
+
 # The cascade as shipped for the bench: H.264 at the model's input size, relevance gate
 # off (the starter gate keeps nearly every vtest frame), answers interpolated.
 CASCADE: dict[str, Any] = {
@@ -169,16 +218,15 @@ def measure_clip(
     """Reference and cascade runs over `clip`, compared."""
     labels = truth_labels or Labels()
     extra = merge(NO_SHEDDING, overrides or {})
-    ref = run_once(workdir / "reference", clip, merge(extra, GATES_OFF), timeout_s)
-    cas = run_once(workdir / "cascade", clip, merge(CASCADE, extra), timeout_s)
+    paced = merge(merge(extra, GATES_OFF), reference_overrides(*clip_shape(clip)))
+    ref = run_once(workdir / "reference", clip, paced, timeout_s)
     decoded = int(value(ref.scrapes, COUNTS["decoded"]))
     ref_boxes = boxes_of(ref.results, labels)
-    cas_boxes = boxes_of(cas.results, labels)
     total = decoded or (max(ref_boxes, default=-1) + 1)
-    missing = sum(1 for i in range(total) if i not in ref_boxes)
-    # A reference frame without an answer would count against the cascade; treat it as
-    # empty and say how many there were.
-    reference = [ref_boxes.get(i, FrameBoxes.empty()) for i in range(total)]
+    # Refused before the cascade runs: its figures would be scored against holes.
+    reference = reference_frames(clip.name, ref_boxes, total, drops(ref.scrapes))
+    cas = run_once(workdir / "cascade", clip, merge(CASCADE, extra), timeout_s)
+    cas_boxes = boxes_of(cas.results, labels)
     # Every frame is scored with what the edge published for it (detected or answered by
     # its tracker); a frame without any result counts as empty, and is counted.
     ours = [cas_boxes.get(i, FrameBoxes.empty()) for i in range(total)]
@@ -213,13 +261,10 @@ def measure_clip(
             reference, [class_boxes(o) for o in uniform_out], second
         ),
         stale=agreement(reference, propagate(kept, total)),
-        reference_missing=missing,
         edge_latency_ms=sorted((edge_latency_ns(cas.results) / 1e6).tolist()),
         reference_fps=len(ref.results) / ref.processing_s if ref.processing_s > 0 else 0.0,
         notes=[*ref.notes, *cas.notes],
     )
-    if missing:
-        result.notes.append(f"{missing} reference frames had no result (counted as empty)")
     if unanswered:
         result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")
     per_track: dict[tuple[str, str, int], int] = {}
@@ -254,6 +299,19 @@ def bytes_curve(clip: Path, total: int, fractions: tuple[float, ...]) -> list[tu
 
     size = clip.stat().st_size
     return [(f, h264_bytes(clip, uniform(total, f), 320) / size) for f in fractions]
+
+
+def clip_shape(clip: Path) -> tuple[int, int, int]:
+    """(frames, width, height) of the clip's video stream (frames counted by demuxing when
+    the container does not say)."""
+    import av
+
+    with av.open(str(clip)) as f:
+        stream = f.streams.video[0]
+        width, height, frames = stream.width, stream.height, stream.frames
+        if not frames:
+            frames = sum(1 for p in f.demux(stream) if p.size)
+    return int(frames), int(width), int(height)
 
 
 def clip_fps(clip: Path) -> float:

@@ -1,0 +1,191 @@
+"""Helpers of the console tests: a real SQLite store with its commit feed, the console on a
+real loopback port, events written through the store API, and a small HTTP client."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cloud_helpers import jpeg, track_event
+from strata.cloud.console.app import ConsoleParts
+from strata.cloud.console.security import ConsoleSecurity, console_security
+from strata.cloud.console.server import ConsoleServer
+from strata.cloud.metrics import CloudMetrics
+from strata.cloud.sqlite_store import SQLiteStore
+from strata.cloud.watch import WatchHub
+from strata.shared.config.base import validate_model
+from strata.shared.config.cloud import CloudConfig
+from strata.shared.config.rules import RulesConfig
+from strata.shared.contracts import analytics_pb2, common_pb2
+
+RULES = {
+    "cameras": {
+        "door": {
+            "zones": [
+                {"name": "porch", "points": [[0.1, 0.5], [0.6, 0.5], [0.6, 0.95], [0.1, 0.95]]}
+            ],
+            "lines": [{"name": "gate", "points": [[0.0, 0.7], [1.0, 0.7]]}],
+        }
+    }
+}
+
+
+@dataclass
+class Running:
+    """A console over a store: its server, loop, store and base URL."""
+
+    server: ConsoleServer
+    store: SQLiteStore
+    hub: WatchHub
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+    executor: ThreadPoolExecutor
+    db: Path
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(30)
+        self.hub.close()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.store.close()
+
+
+def cloud_config(db: Path, **http: Any) -> CloudConfig:
+    """A CloudConfig whose console listens on 127.0.0.1:0 with `http` merged in."""
+    data: dict[str, Any] = {
+        "store": {"path": str(db), "write_delay_ms": 1.0},
+        "http": {"enabled": True, "listen": "127.0.0.1:0", **http},
+    }
+    return validate_model(CloudConfig, data)
+
+
+def start_console(cfg: CloudConfig, security: ConsoleSecurity | None = None) -> Running:
+    """Open the store, start the console on its own loop thread (as CloudServer's)."""
+    metrics = CloudMetrics()
+    hub = WatchHub(metrics, 16, 64)
+    store = SQLiteStore(cfg.store, metrics, hub)
+    store.start()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    executor = ThreadPoolExecutor(4)
+    sec = security or console_security(cfg)
+    assert sec is not None
+    rules = validate_model(RulesConfig, RULES)
+    parts = ConsoleParts(store, hub, executor, cfg.http, rules, metrics.registry)
+    server = ConsoleServer(parts, sec)
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(30)
+    return Running(server, store, hub, loop, thread, executor, Path(cfg.store.path))
+
+
+def crop(i: int, camera: str = "door", t: int = 0, track_id: int = 0, label: str = "car") -> Any:
+    """A classified crop as the service stores it."""
+    return analytics_pb2.Event(
+        edge_id="edge-a",
+        crop_id=f"c{i}",
+        camera_id=camera,
+        sequence=i,
+        capture_ns=t or 1_000_000 + i * 1000,
+        label=label,
+        score=0.87,
+        track_id=track_id,
+        edge_detection=common_pb2.Detection(
+            box=common_pb2.Box(x1=100, y1=200, x2=180, y2=400),
+            score=0.7,
+            label="person",
+            track_id=track_id,
+        ),
+    )
+
+
+def put_crop(run: Running, ev: Any) -> Any:
+    return run.store.submit(ev).result(10).event
+
+
+def put_track(run: Running, seq: int, **kw: Any) -> Any:
+    ev = track_event(seq, **kw)
+    return run.store.submit_track(ev).result(10).stored
+
+
+def put_snapshot(db: Path, camera: str, uid: str, kind: int) -> bytes:
+    """A snapshot row as schema 5 stores it (the table made here when the store has none)."""
+    from strata.shared.contracts import events_pb2
+
+    body = jpeg((30, 120, 200), 64, 48)
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(
+            """CREATE TABLE IF NOT EXISTS snapshots (
+            stored_id INTEGER PRIMARY KEY AUTOINCREMENT, snapshot_id TEXT NOT NULL UNIQUE,
+            camera_id TEXT NOT NULL, edge_id TEXT NOT NULL, track_id INTEGER NOT NULL,
+            track_uid TEXT NOT NULL, kind INTEGER NOT NULL, revision INTEGER NOT NULL,
+            label TEXT NOT NULL, capture_ns INTEGER NOT NULL, stored_ns INTEGER NOT NULL,
+            jpeg_bytes INTEGER NOT NULL, meta BLOB NOT NULL, jpeg BLOB NOT NULL,
+            UNIQUE (camera_id, track_uid, kind))"""
+        )
+        first, track = uid.split("-")
+        meta = events_pb2.TrackEvent().SerializeToString()  # any bytes: the console never reads it
+        conn.execute(
+            "INSERT INTO snapshots (snapshot_id, camera_id, edge_id, track_id, track_uid, kind, "
+            "revision, label, capture_ns, stored_ns, jpeg_bytes, meta, jpeg) "
+            "VALUES (?, ?, 'edge-a', ?, ?, ?, 1, 'person', ?, ?, ?, ?, ?)",
+            (
+                f"{camera}/{uid}/{kind}/1",
+                camera,
+                int(track),
+                uid,
+                kind,
+                int(first),
+                int(first),
+                len(body),
+                meta,
+                body,
+            ),
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    return body
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode()
+
+
+def get(
+    port: int,
+    path: str,
+    headers: dict[str, str] | None = None,
+    method: str = "GET",
+    body: bytes | None = None,
+) -> Reply:
+    """One HTTP request to the console on 127.0.0.1."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
+    finally:
+        conn.close()

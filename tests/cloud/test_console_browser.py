@@ -1,0 +1,179 @@
+"""The console in a real browser: Debian's chromium, headless, driven by Selenium through
+chromium-driver, against a real `strata cloud` server (CloudServer with cloud.http on).
+
+Events appear live, thumbnails load, a filter narrows the list, the detail page draws the
+path, the cameras page lists the camera, and the browser console has no errors. Screenshots
+of each page go to the test's tmp folder."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cloud_helpers import make_config, track_event
+from console_helpers import RULES, crop, put_snapshot
+from required_testkit import require_module, require_tool
+from strata.cloud.server import CloudServer
+from strata.shared.config.base import validate_model
+from strata.shared.config.rules import RulesConfig
+from strata.shared.contracts import events_pb2
+
+WAIT_S = 20.0
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    chromium = require_tool("chromium", "apt-get install chromium (.ci/system-deps)")
+    driver_path = require_tool("chromedriver", "apt-get install chromium-driver")
+    webdriver = require_module("selenium.webdriver", "pip install -e '.[test]' (selenium)")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+    ):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=opts, service=Service(driver_path))
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = WAIT_S) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def rows(driver: Any) -> list[Any]:
+    from selenium.webdriver.common.by import By
+
+    return list(driver.find_elements(By.CSS_SELECTOR, "#events tbody tr"))
+
+
+def seed(server: CloudServer, db: Path) -> None:
+    """Two cameras' crops, a door track that crosses the gate, and its snapshots."""
+    store = server.store
+    store.submit_track(track_event(1, kind="new")).result(10)
+    store.submit(crop(1, "door", t=1_001_500, track_id=7)).result(10)
+    crossing = track_event(
+        2,
+        kind="line_crossed",
+        line="gate",
+        rule="gate-count",
+        direction=events_pb2.CROSSING_DIRECTION_IN,
+    )
+    del crossing.path.points[:]
+    for i in range(8):  # walking down across the gate line
+        crossing.path.points.add(x=0.3 + 0.02 * i, y=0.4 + 0.06 * i, observed=i % 3 != 2)
+    crossing.after.box.x1, crossing.after.box.y1 = 150, 250
+    crossing.after.box.x2, crossing.after.box.y2 = 290, 420
+    store.submit_track(crossing).result(10)
+    store.submit(crop(2, "yard", t=1_002_500, label="dog")).result(10)
+    put_snapshot(db, "door", "1000-7", 1)
+    put_snapshot(db, "door", "1000-7", 2)
+
+
+def test_console_in_chromium(
+    browser: Any,
+    tmp_path: Path,
+    colour_model: tuple[Path, Path],
+    start_server: Callable[..., CloudServer],
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    model, labels = colour_model
+    db = tmp_path / "events.sqlite"
+    cfg = make_config(model, db, labels, http={"enabled": True, "listen": "127.0.0.1:0"})
+    server = CloudServer(cfg, rules=validate_model(RulesConfig, RULES))
+    server.start()
+    try:
+        assert server.console is not None
+        base = server.console.url
+        store = server.store
+        seed(server, db)
+
+        browser.get(base + "/")
+        wait_for("the first page", lambda: len(rows(browser)) == 4)
+        wait_for(
+            "the live stream", lambda: browser.find_element(By.ID, "live-status").text == "live"
+        )
+        # Live: stored after the page loaded, it appears without a reload.
+        fresh = store.submit_track(
+            track_event(3, track=(3000, 9), kind="new", label="bicycle", capture_ns=9_000_000)
+        ).result(10)
+        row_id = f"track-{fresh.stored.stored_id}"
+        wait_for(
+            "the live event",
+            lambda: browser.find_elements(By.CSS_SELECTOR, f'#events tr[data-id="{row_id}"]'),
+        )
+        assert rows(browser)[0].get_attribute("data-id") == row_id
+        assert "bicycle" in rows(browser)[0].text
+        imgs = browser.find_elements(By.CSS_SELECTOR, "#events img")
+        assert imgs, "the door track's rows show its snapshot"
+        wait_for(
+            "thumbnails to load",
+            lambda: all(
+                browser.execute_script(
+                    "return arguments[0].complete && arguments[0].naturalWidth", i
+                )
+                for i in imgs
+            ),
+        )
+        browser.save_screenshot(str(tmp_path / "events.png"))
+
+        # A filter narrows the list.
+        box = browser.find_element(By.CSS_SELECTOR, '#filters input[name="camera"]')
+        box.send_keys("yard")
+        browser.find_element(By.CSS_SELECTOR, '#filters button[type="submit"]').click()
+        wait_for("the filtered list", lambda: "camera=yard" in browser.current_url)
+        cams = [r.find_element(By.CLASS_NAME, "camera").text for r in rows(browser)]
+        assert cams == ["yard"]
+        browser.save_screenshot(str(tmp_path / "events-filtered.png"))
+
+        # The detail page draws the path over the snapshot, with the rules' geometry.
+        browser.get(base + "/?camera=door&type=line_crossed")
+        wait_for("the line crossing", lambda: len(rows(browser)) == 1)
+        rows(browser)[0].find_element(By.LINK_TEXT, "detail").click()
+        path = wait_for("the path", lambda: browser.find_elements(By.ID, "path"))[0]
+        assert len(path.get_attribute("points").split()) == 8
+        assert browser.find_elements(By.CSS_SELECTOR, "#drawing rect.box")
+        assert browser.find_elements(By.CSS_SELECTOR, "#drawing polygon.zone")
+        assert browser.find_elements(By.CSS_SELECTOR, "#drawing polyline.line")
+        assert browser.find_element(By.ID, "clip").text == "no clip"
+        bg = browser.find_element(By.CSS_SELECTOR, "#drawing image")
+        assert "kind=frame" in bg.get_attribute("href")
+        browser.save_screenshot(str(tmp_path / "track.png"))
+
+        browser.get(base + "/cameras")
+        cam_rows = browser.find_elements(By.CSS_SELECTOR, "#cameras tr.camera")
+        assert {r.get_attribute("data-camera") for r in cam_rows} == {"door", "yard"}
+        browser.save_screenshot(str(tmp_path / "cameras.png"))
+
+        browser.get(base + "/counts?period=week")
+        assert browser.find_element(By.ID, "counts")
+        browser.save_screenshot(str(tmp_path / "counts.png"))
+
+        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == []
+        for name in ("events", "events-filtered", "track", "cameras", "counts"):
+            assert (tmp_path / f"{name}.png").stat().st_size > 1000
+        print(f"console screenshots in {tmp_path}")
+    finally:
+        server.stop()

@@ -1,0 +1,227 @@
+"""device/clip_cutter.py on real media (H.264 and HEVC files from vtest, a real RTSP camera):
+clips cover their request with pre- and post-roll, are the source's own packets (no
+re-encode), decode from their first frame, play when cut short, and end with a reason."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from pathlib import Path
+
+import av
+import pytest
+from prometheus_client import CollectorRegistry
+from required_testkit import missing
+from strata.device.clip_cutter import Clip, ClipCutter, ClipRequest
+from strata.device.metrics import ClipMetrics, DeviceMetrics
+from strata.device.packet_ring import PacketRing
+from strata.device.sources import AvSource, SourceError
+from strata.shared.config.device import ClipsConfig, SourceConfig
+
+from .clip_media import FPS, Decoded, decode, encode_vtest, rtsp_missing, start_rtsp
+
+FRAME_S = 1 / FPS
+Plan = dict[int, list[tuple[int, int, str]]]
+
+
+@pytest.fixture(scope="module")
+def h264(vtest_mp4: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return encode_vtest(vtest_mp4, tmp_path_factory.mktemp("clips") / "gop10.mp4", "libx264", 10)
+
+
+@pytest.fixture(scope="module")
+def hevc(vtest_mp4: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if "libx265" not in av.codecs_available:
+        pytest.skip("this FFmpeg has no HEVC encoder (libx265) to make the HEVC file with")
+    return encode_vtest(vtest_mp4, tmp_path_factory.mktemp("clips") / "gop10.mkv", "libx265", 10)
+
+
+class Run:
+    """A file read through the real source with a ring and a cutter; clips asked for at
+    chosen frames, in the capture clock of the frames the source delivered."""
+
+    def __init__(self, path: Path, cfg: ClipsConfig) -> None:
+        self.registry = CollectorRegistry()
+        metrics = ClipMetrics(DeviceMetrics(self.registry), "cam")
+        self.ring = PacketRing("cam", cfg, metrics)
+        self.cutter = ClipCutter(self.ring, cfg, metrics)
+        self.path = path
+        self.capture: list[int] = []
+        self.times: list[float] = []
+
+    def play(self, plan: Plan, stop_at: int = 0) -> None:
+        src = AvSource(str(self.path), SourceConfig(), tap=self.ring)
+        try:
+            for frame in src.frames():
+                self.capture.append(frame.capture_ns)
+                self.times.append(frame.ts)
+                for start, end, key in plan.get(frame.index, []):
+                    self.cutter.request(ClipRequest(self.capture[start], self.capture[end], key))
+                if stop_at and frame.index == stop_at:
+                    break
+        finally:
+            src.close()
+
+    def outcome_count(self, outcome: str) -> float | None:
+        return self.registry.get_sample_value(
+            "strata_device_clips_total", {"camera": "cam", "outcome": outcome}
+        )
+
+
+def _check_clip(clip: Clip, source: Decoded, wanted: tuple[float, float], cfg: ClipsConfig) -> None:
+    """The clip is a run of the source's own frames, from a keyframe at or before the
+    wanted start minus the pre-roll to the wanted end plus the post-roll (within a frame),
+    and about as many bytes as the source spends on that time."""
+    assert clip.path is not None
+    got = decode(clip.path)
+    assert not got.broken and got.crcs, clip
+    assert got.keys[0], "the clip decodes from its first frame, a keyframe"
+    k = source.crcs.index(got.crcs[0])
+    assert got.crcs == source.crcs[k : k + len(got.crcs)], "the source's frames, bit for bit"
+    first, last = source.times[k], source.times[k + len(got.crcs) - 1]
+    assert first <= wanted[0] - cfg.pre_roll_s + 1e-6
+    assert last >= wanted[1] + cfg.post_roll_s - FRAME_S - 1e-6
+    assert clip.start_ts == pytest.approx(first) and clip.end_ts == pytest.approx(last)
+    seconds = len(got.crcs) * FRAME_S
+    bitrate = source.packet_bytes / (len(source.crcs) * FRAME_S)
+    assert clip.bytes == clip.path.stat().st_size
+    assert abs(clip.bytes - bitrate * seconds) <= 0.10 * bitrate * seconds, (clip.bytes, seconds)
+
+
+@pytest.mark.parametrize("media", ["h264", "hevc"])
+def test_clips_cover_their_request_with_the_sources_own_packets(
+    media: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    path: Path = request.getfixturevalue(media)
+    cfg = ClipsConfig(enabled=True, dir=str(tmp_path), pre_roll_s=1.55, post_roll_s=1.0, ring_s=12)
+    run = Run(path, cfg)
+    # Frame 100: a clip of frames 30-80, all in the past (cut from the ring at once);
+    # frame 170: a clip of frames 120-170 whose post-roll is still to come (fed live).
+    run.play({100: [(30, 80, "past")], 170: [(120, 170, "live")]})
+    source = decode(path)
+    past, live = run.cutter.finished
+    for clip, (start, end) in ((past, (30, 80)), (live, (120, 170))):
+        assert clip.outcome == "complete" and clip.reason == "" and clip.notes == (), clip
+        _check_clip(clip, source, (run.times[start], run.times[end]), cfg)
+        # Its times in the capture clock are those of the frames delivered.
+        assert clip.start_ns == run.capture[run.times.index(clip.start_ts)]
+    assert past.keys == ("past",) and live.keys == ("live",)
+    assert run.outcome_count("complete") == 2
+
+
+def test_overlapping_requests_share_one_clip_and_max_s_caps_it(h264: Path, tmp_path: Path) -> None:
+    cfg = ClipsConfig(
+        enabled=True, dir=str(tmp_path), pre_roll_s=1.5, post_roll_s=1.0, ring_s=8, max_s=7.0
+    )
+    run = Run(h264, cfg)
+    # Track a (frames 100-110) is still in its post-roll when track b starts (frame 114);
+    # b's end moves on with every frame until 130, as a live track's does.
+    plan: Plan = {112: [(100, 110, "a")]}
+    plan.update({i: [(114, i, "b")] for i in range(116, 131)})
+    run.play(plan)
+    (clip,) = run.cutter.finished
+    assert clip.outcome == "complete" and clip.keys == ("a", "b"), clip
+    _check_clip(clip, decode(h264), (run.times[100], run.times[130]), cfg)
+    # Then one longer than max_s: cut at max_s from its first keyframe, and said so.
+    capped = Run(h264, cfg)
+    capped.play({180: [(100, 170, "long")]})
+    (clip,) = capped.cutter.finished
+    assert clip.outcome == "complete" and "capped at max_s (7s)" in clip.notes
+    assert cfg.max_s - FRAME_S <= clip.end_ts - clip.start_ts <= cfg.max_s + 3 * FRAME_S
+
+
+def test_a_clip_cut_short_still_decodes_its_first_fragments(h264: Path, tmp_path: Path) -> None:
+    cfg = ClipsConfig(enabled=True, dir=str(tmp_path), pre_roll_s=1.0, post_roll_s=1.0, ring_s=8)
+    run = Run(h264, cfg)
+    run.play({190: [(100, 180, "t")]})
+    (clip,) = run.cutter.finished
+    assert clip.path is not None
+    whole = decode(clip.path)
+    data = clip.path.read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[: len(data) * 6 // 10])  # a crash mid-write
+    part = decode(cut)
+    assert len(whole.crcs) // 2 <= len(part.crcs) < len(whole.crcs)
+    assert part.crcs == whole.crcs[: len(part.crcs)]
+
+
+def test_a_codec_mp4_cannot_carry_ends_the_clip_with_a_reason(
+    vtest_mp4: Path, tmp_path: Path
+) -> None:
+    if "libvpx" not in av.codecs_available:
+        pytest.skip("this FFmpeg has no VP8 encoder (libvpx) to make the file with")
+    vp8 = encode_vtest(vtest_mp4, tmp_path / "vp8.webm", "libvpx", 10, frames=40)
+    run = Run(vp8, ClipsConfig(enabled=True, dir=str(tmp_path / "clips"), pre_roll_s=1))
+    run.play({30: [(10, 20, "t")]})
+    assert len(run.capture) == 40  # the camera reads on
+    (clip,) = run.cutter.finished
+    assert clip.outcome == "codec" and clip.path is None
+    assert "vp8 cannot be stream-copied into MP4" in clip.reason
+    assert run.outcome_count("codec") == 1
+    assert run.ring.packet_count == 0  # nothing held for clips that cannot be cut
+
+
+def test_bad_requests_are_refused_clearly() -> None:
+    with pytest.raises(ValueError, match=r"ends .* before it starts"):
+        ClipRequest(10, 5)
+
+
+_RTSP = rtsp_missing()
+
+
+@pytest.mark.rtsp
+def test_rtsp_camera_clips_live_and_a_disconnect_ends_the_open_one(
+    h264: Path, port: int, tmp_path: Path
+) -> None:
+    if _RTSP:
+        missing(f"GStreamer RTSP server unavailable ({_RTSP}); .ci/system-deps installs it")
+    cfg = ClipsConfig(enabled=True, dir=str(tmp_path), pre_roll_s=1.55, post_roll_s=1.0, ring_s=8)
+    registry = CollectorRegistry()
+    metrics = ClipMetrics(DeviceMetrics(registry), "cam")
+    ring = PacketRing("cam", cfg, metrics)
+    cutter = ClipCutter(ring, cfg, metrics)
+    server = start_rtsp(port, h264)
+    source = decode(h264)
+    delivered: dict[int, tuple[int, float]] = {}  # crc -> (capture_ns, ts)
+    capture: list[int] = []
+    url = f"rtsp://127.0.0.1:{port}/cam"
+    src = AvSource(url, SourceConfig(open_timeout_s=5, read_timeout_s=2), tap=ring)
+    deadline = time.monotonic() + 30
+    try:
+        for frame in src.frames():
+            assert time.monotonic() < deadline
+            capture.append(frame.capture_ns)
+            delivered[zlib.crc32(frame.bgr().tobytes())] = (frame.capture_ns, frame.ts)
+            if frame.index == 90:  # frames 50-90, the post-roll still to come
+                cutter.request(ClipRequest(capture[50], capture[90], "live"))
+            if frame.index == 120:  # a clip that will never see its end
+                cutter.request(ClipRequest(capture[120], capture[120] + 60 * 10**9, "cut"))
+            if frame.index == 130:
+                server.kill()  # mid-clip, no goodbye
+    except SourceError:
+        pass  # the camera's read fails (or the stream just ends): either way, it is gone
+    finally:
+        src.close()
+        server.kill()
+        server.wait(5)
+    live, cut = cutter.finished
+    assert live.outcome == "complete" and live.notes == (), live
+    assert live.path is not None
+    got = decode(live.path)
+    assert got.keys[0] and not got.broken
+    k = source.crcs.index(got.crcs[0])
+    assert got.crcs == source.crcs[k : k + len(got.crcs)], "the camera's frames, bit for bit"
+    first_ns = delivered[got.crcs[0]][0]
+    last_ns = delivered[got.crcs[-1]][0]
+    assert first_ns <= capture[50] - cfg.pre_roll_s * 1e9
+    assert last_ns >= capture[90] + (cfg.post_roll_s - FRAME_S) * 1e9
+    seconds = len(got.crcs) * FRAME_S
+    bitrate = source.packet_bytes / (len(source.crcs) * FRAME_S)
+    assert abs(live.bytes - bitrate * seconds) <= 0.10 * bitrate * seconds
+    # The camera went mid-clip: the clip ends, says why, and what was written plays.
+    assert cut.outcome == "disconnected" and cut.keys == ("cut",)
+    assert cut.reason.startswith("the source closed mid-clip: ")
+    assert cut.path is not None and decode(cut.path).crcs
+    value = registry.get_sample_value
+    assert value("strata_device_clips_total", {"camera": "cam", "outcome": "disconnected"}) == 1
+    assert cutter.open_clips == 0
