@@ -95,9 +95,7 @@ class CloudServer:
             self.classifier.close()
             raise
         # Retention of tracks, their events and snapshots (cloud.snapshots.retention).
-        self.pruner: Pruner | None = None
-        if cfg.snapshots.retention.active:
-            self.pruner = Pruner(self.store, cfg.snapshots.retention, self.metrics)
+        self.pruner = self._pruner()
         # Run-time version switches of a repository classifier (cloud/versions.py).
         self.switcher: ClassifierSwitcher | None = None
         if not cfg.model.path:
@@ -142,6 +140,11 @@ class CloudServer:
         self.metrics_port: int | None = None
         self.metrics_server: MetricsServer | None = None
         self._stopped = False
+
+    def _pruner(self) -> Pruner | None:
+        """The background pruner, when some track can expire."""
+        retention = self.cfg.snapshots.retention
+        return Pruner(self.store, retention, self.metrics) if retention.active else None
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
         """Run a coroutine on the server's loop and wait for its result."""

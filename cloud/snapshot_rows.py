@@ -51,8 +51,12 @@ def table_sql(ident: str, blob: str, big: str) -> str:
     )"""
 
 
-# A uid without its camera (GetSnapshot by track_uid alone).
-INDEXES = ("CREATE INDEX snapshots_uid ON snapshots (track_uid)",)
+# A uid without its camera (GetSnapshot by track_uid alone); a camera's latest of a kind
+# (the console's camera view).
+INDEXES = (
+    "CREATE INDEX snapshots_uid ON snapshots (track_uid)",
+    "CREATE INDEX snapshots_camera_kind_time ON snapshots (camera_id, kind, capture_ns)",
+)
 
 _COLUMNS = (
     "snapshot_id, camera_id, edge_id, track_id, track_uid, kind, revision, label, capture_ns, "
