@@ -16,7 +16,7 @@ from strata.edge.metrics import EdgeMetrics
 from strata.edge.uplink.spool import CropSpool
 from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import UplinkConfig
-from strata.shared.contracts import analytics_pb2, events_pb2
+from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, events_pb2
 from strata.shared.metrics import sample
 
 _CLOUD_TESTS = str(Path(__file__).resolve().parents[1] / "cloud")
@@ -152,3 +152,43 @@ def test_a_full_spool_drops_crops_then_snapshots_never_events(tmp_path: Path) ->
         assert [s.track_id for s in left[:-1]] == list(range(30 - len(left) + 1, 30))
     finally:
         spool.close()
+
+
+class _OldCloud(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[misc]
+    """A cloud of protocol 2.1: acks crops, ignores snapshots (answers minor 1)."""
+
+    def Uplink(self, request_iterator: Any, context: Any) -> Any:
+        for batch in request_iterator:
+            yield analytics_pb2.UplinkResponse(
+                version=common_pb2.ProtocolVersion(major=2, minor=1),
+                acks=[
+                    analytics_pb2.CropAck(
+                        crop_id=c.crop_id, status=analytics_pb2.CROP_STATUS_STORED
+                    )
+                    for c in batch.crops
+                ],
+            )
+
+
+def test_a_cloud_before_2_2_gets_no_snapshot_and_they_do_not_pile_up(
+    port: int, tmp_path: Path
+) -> None:
+    from concurrent import futures
+
+    import grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    analytics_pb2_grpc.add_AnalyticsServicer_to_server(_OldCloud(), server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    up, m = make(port, tmp_path)
+    try:
+        crop = analytics_pb2.Crop(crop_id="c1", camera_id="door", image=b"x")
+        up.offer([crop])
+        up.offer_snapshots([snapshot(track=(1_000, 1))])
+        assert wait_for(lambda: drops(m, "cloud_too_old") == 1)
+        up.offer_snapshots([snapshot(track=(1_000, 2))])  # while it answers: dropped at once
+        assert drops(m, "cloud_too_old") == 2 and up.snapshots_waiting == 0
+    finally:
+        up.stop()
+        server.stop(0)
