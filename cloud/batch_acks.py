@@ -1,4 +1,5 @@
-"""The answer to one CropBatch: one ack per crop and one per track event, sent together.
+"""The answer to one CropBatch: one ack per crop, per track event and per snapshot, sent
+together.
 
 Acks are set from the batcher's, the store's and the request threads in any order; the
 UplinkResponse goes out when the last one is in, and the batch's place in the stream's
@@ -22,10 +23,12 @@ class BatchAcks:
         events: int,
         send: Callable[[analytics_pb2.UplinkResponse], None],
         release: Callable[[], None],
+        snapshots: int = 0,
     ) -> None:
         self._acks: list[analytics_pb2.CropAck | None] = [None] * crops
         self._event_acks: list[events_pb2.TrackEventAck | None] = [None] * events
-        self._left = crops + events
+        self._snapshot_acks: list[events_pb2.SnapshotAck | None] = [None] * snapshots
+        self._left = crops + events + snapshots
         self._lock = threading.Lock()
         self._send = send
         self._release = release
@@ -52,12 +55,24 @@ class BatchAcks:
         if done:
             self._finish()
 
+    def set_snapshot(self, k: int, ack: events_pb2.SnapshotAck) -> None:
+        """The ack of snapshot k."""
+        with self._lock:
+            if self._snapshot_acks[k] is not None:
+                return
+            self._snapshot_acks[k] = ack
+            self._left -= 1
+            done = self._left == 0
+        if done:
+            self._finish()
+
     def _finish(self) -> None:
         self._send(
             analytics_pb2.UplinkResponse(
                 version=current_version(),
                 acks=[a for a in self._acks if a is not None],
                 event_acks=[a for a in self._event_acks if a is not None],
+                snapshot_acks=[a for a in self._snapshot_acks if a is not None],
             )
         )
         self._release()

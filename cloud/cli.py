@@ -1,5 +1,6 @@
 """`strata cloud`: run the gRPC endpoint; `strata cloud query`: list stored events (classified
-crops, or with --tracks or a track-event filter the track lifecycle and rule events)."""
+crops, or with --tracks or a track-event filter the track lifecycle and rule events);
+`strata cloud snapshot`: write a track's snapshot JPEG to a file."""
 
 from __future__ import annotations
 
@@ -71,12 +72,41 @@ def register(subparsers: Any) -> None:
         metavar="UID_OR_ID",
         help="only this track: its uid (<first_seen_ns>-<track_id>) or its tracker id",
     )
-    q.add_argument("--token-file", default="", help="file with the bearer token")
-    q.add_argument("--ca-file", default="", help="PEM CA of the server (turns on TLS)")
-    q.add_argument("--cert-file", default="", help="client certificate (mTLS)")
-    q.add_argument("--key-file", default="", help="client key (mTLS)")
+    _add_client_flags(q)
     q.add_argument("--json", action="store_true", help="one JSON object per event")
     q.set_defaults(func=run_query)
+    _register_snapshot(sub)
+
+
+def _add_client_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--token-file", default="", help="file with the bearer token")
+    p.add_argument("--ca-file", default="", help="PEM CA of the server (turns on TLS)")
+    p.add_argument("--cert-file", default="", help="client certificate (mTLS)")
+    p.add_argument("--key-file", default="", help="client key (mTLS)")
+
+
+def _register_snapshot(sub: Any) -> None:
+    s = sub.add_parser(
+        "snapshot",
+        help="write a track's snapshot JPEG (best crop or full frame) to a file",
+        description="Fetch a track's stored snapshot (GetSnapshot) and write its JPEG. "
+        "EVENT_OR_TRACK is a track event's idempotency key (camera/track_uid/seq/type), a "
+        "snapshot id (camera/track_uid/best_crop|full_frame/revision), CAMERA/TRACK_UID, or "
+        "a TRACK_UID (with --camera when several cameras have it).",
+    )
+    add_config_flag(s)
+    s.add_argument("ref", metavar="EVENT_OR_TRACK", help="event key, snapshot id or track uid")
+    s.add_argument("-o", "--output", required=True, metavar="FILE", help="JPEG file to write")
+    s.add_argument(
+        "--kind",
+        default="",
+        help="best_crop (the default) or full_frame; a snapshot id names its own",
+    )
+    s.add_argument("--camera", default="", help="the track's camera (with a bare TRACK_UID)")
+    s.add_argument("--target", default="127.0.0.1:50051", help="HOST:PORT of the endpoint")
+    s.add_argument("--db", metavar="PATH", help="read this SQLite event store directly instead")
+    _add_client_flags(s)
+    s.set_defaults(func=run_snapshot)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -272,10 +302,30 @@ def _print_file_tracks(store: Any, args: argparse.Namespace) -> None:
             break
 
 
-def run_query(args: argparse.Namespace) -> int:
-    """Print events from QueryEvents (or a store file), oldest first."""
+def _open_channel(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]]:
+    """The channel and call metadata the client flags name. Raises OSError."""
     from pathlib import Path
 
+    import grpc
+
+    if args.ca_file:
+        creds = grpc.ssl_channel_credentials(
+            Path(args.ca_file).read_bytes(),
+            Path(args.key_file).read_bytes() if args.key_file else None,
+            Path(args.cert_file).read_bytes() if args.cert_file else None,
+        )
+        channel = grpc.secure_channel(args.target, creds)
+    else:
+        channel = grpc.insecure_channel(args.target)
+    metadata = []
+    if args.token_file:
+        token = Path(args.token_file).read_text().strip()
+        metadata.append(("authorization", f"Bearer {token}"))
+    return channel, metadata
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """Print events from QueryEvents (or a store file), oldest first."""
     import grpc
     from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
 
@@ -283,19 +333,7 @@ def run_query(args: argparse.Namespace) -> int:
     if args.db:
         return _query_file(args)
     try:
-        if args.ca_file:
-            creds = grpc.ssl_channel_credentials(
-                Path(args.ca_file).read_bytes(),
-                Path(args.key_file).read_bytes() if args.key_file else None,
-                Path(args.cert_file).read_bytes() if args.cert_file else None,
-            )
-            channel = grpc.secure_channel(args.target, creds)
-        else:
-            channel = grpc.insecure_channel(args.target)
-        metadata = []
-        if args.token_file:
-            token = Path(args.token_file).read_text().strip()
-            metadata.append(("authorization", f"Bearer {token}"))
+        channel, metadata = _open_channel(args)
     except OSError as exc:
         print(f"strata cloud query: {exc}", file=sys.stderr)
         return 2
@@ -334,4 +372,112 @@ def run_query(args: argparse.Namespace) -> int:
         return 1
     finally:
         channel.close()
+    return 0
+
+
+def snapshot_query(ref: str, camera: str = "", kind: str = "") -> Any:
+    """The SnapshotQuery a command-line reference names (see `strata cloud snapshot -h`);
+    ValueError for a bad kind."""
+    from strata.shared.snapshot_ids import parse_kind, parse_snapshot_id
+
+    from .snapshot_rows import SnapshotQuery
+
+    k = parse_kind(kind) if kind else 0
+    try:
+        parse_snapshot_id(ref)
+        return SnapshotQuery(snapshot_id=ref, kind=k)
+    except ValueError:
+        pass
+    head, _, kind_or_type = ref.rpartition("/")
+    _, _, seq = head.rpartition("/")
+    if ref.count("/") >= 3 and seq.isdigit() and kind_or_type:
+        return SnapshotQuery(event_key=ref, kind=k)
+    cam, _, uid = ref.rpartition("/")
+    return SnapshotQuery(camera_id=cam or camera, track_uid=uid, kind=k)
+
+
+def _fetch_file(args: argparse.Namespace, q: Any) -> Any:
+    """The SnapshotRow from a SQLite store file; raises the store's errors."""
+    from pathlib import Path
+
+    from strata.shared.config.cloud import CloudStoreConfig
+
+    from .metrics import CloudMetrics
+    from .sqlite_store import SQLiteStore
+
+    if not Path(args.db).is_file():
+        raise LookupError(f"no such event store: {args.db}")
+    store = SQLiteStore(CloudStoreConfig(path=args.db), CloudMetrics())
+    try:
+        return store.find_snapshot(q)
+    finally:
+        store.close()
+
+
+def _fetch_remote(args: argparse.Namespace, q: Any) -> Any:
+    """The GetSnapshotResponse from an endpoint (None: NOT_FOUND); raises grpc.RpcError."""
+    import grpc
+    from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
+
+    channel, metadata = _open_channel(args)
+    try:
+        stub = analytics_pb2_grpc.AnalyticsStub(channel)  # type: ignore[no-untyped-call]
+        req = analytics_pb2.GetSnapshotRequest(
+            version=current_version(),
+            event_key=q.event_key,
+            snapshot_id=q.snapshot_id,
+            camera_id=q.camera_id,
+            track_uid=q.track_uid,
+            kind=q.kind,
+        )
+        try:
+            return stub.GetSnapshot(req, metadata=metadata, timeout=30)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise LookupError(exc.details()) from None
+            raise
+    finally:
+        channel.close()
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    """Write a track's snapshot JPEG to --output; 1 when none is stored, 2 on bad input."""
+    from pathlib import Path
+
+    import grpc
+    from strata.shared.snapshot_ids import kind_name
+
+    from .store import StoreError
+
+    load_or_exit(args, {}, "cloud snapshot")
+    name = "strata cloud snapshot"
+    try:
+        q = snapshot_query(args.ref, args.camera, args.kind)
+    except ValueError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        got = _fetch_file(args, q) if args.db else _fetch_remote(args, q)
+    except LookupError as exc:  # unknown event or track, or NOT_FOUND
+        print(f"{name}: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 1
+    except (StoreError, ValueError, OSError) as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as exc:
+        print(f"{name}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    if got is None:
+        print(f"{name}: no snapshot stored for {args.ref}", file=sys.stderr)
+        return 1
+    snap = got.snapshot
+    try:
+        Path(args.output).write_bytes(snap.jpeg)
+    except OSError as exc:
+        print(f"{name}: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+        return 2
+    print(
+        f"{args.output}\t{snap.snapshot_id}\t{kind_name(snap.kind)}\t{snap.width}x{snap.height}"
+        f"\t{snap.label}\t{snap.score:.3f}\t{len(snap.jpeg)} bytes"
+    )
     return 0

@@ -17,23 +17,27 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, events_pb2
 
-from . import track_rows
+from . import snapshot_rows, track_rows
 from .gather import gather
 from .metrics import CloudMetrics
+from .snapshot_rows import Run, SnapshotQuery, SnapshotRow, StoredSnapshot
 from .track_filter import TrackPageKey, TrackQuery
 
 log = logging.getLogger(__name__)
 
 # Every back end migrates its schema to this version (its MIGRATIONS has this many entries);
 # a new version adds one migration to each back end.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+
+T = TypeVar("T")
 
 
 class CommitListener(Protocol):
@@ -80,8 +84,8 @@ class StoredTrack:
 
 
 # What the writer takes, and what it answers for each.
-Writable = analytics_pb2.Event | events_pb2.TrackEvent
-Outcome = Stored | StoredTrack
+Writable = analytics_pb2.Event | events_pb2.TrackEvent | events_pb2.Snapshot
+Outcome = Stored | StoredTrack | StoredSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +139,9 @@ def check_schema(found: int, where: str) -> None:
 @dataclass(slots=True)
 class _Pending:
     item: Writable
-    future: Future[Any]  # Future[Stored] for an Event, Future[StoredTrack] for a TrackEvent
+    # Future[Stored] for an Event, Future[StoredTrack] for a TrackEvent, Future[StoredSnapshot]
+    # for a Snapshot.
+    future: Future[Any]
     queued: float
 
 
@@ -174,9 +180,14 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def _commit(self, items: list[Writable]) -> list[Outcome]:
-        """Insert events and track events in one transaction, in order, and commit it; one
-        outcome per item (Stored for an Event, StoredTrack for a TrackEvent). Raise
-        StoreError on failure."""
+        """Insert events, track events and snapshots in one transaction, in order, and commit
+        it; one outcome per item (Stored for an Event, StoredTrack for a TrackEvent,
+        StoredSnapshot for a Snapshot). Raise StoreError on failure."""
+
+    @abc.abstractmethod
+    def _in_transaction(self, work: Callable[[Run], T]) -> T:
+        """Run `work` in one write transaction on a connection of its own (not the writer's),
+        commit, and return its result; raise StoreError on failure (rolled back)."""
 
     @abc.abstractmethod
     def _read(self, sql: str, args: Any) -> list[tuple[Any, ...]]:
@@ -240,6 +251,26 @@ class EventStore(abc.ABC):
         """Number of stored track events."""
         return int(self._read("SELECT COUNT(*) FROM track_events", ())[0][0])
 
+    # snapshots (shared SQL: snapshot_rows)
+
+    def find_snapshot(self, q: SnapshotQuery) -> SnapshotRow | None:
+        """The stored snapshot the query names (None: none stored). Raises StoreError,
+        SnapshotLookupError (names no single track), LookupError (unknown event or track)."""
+        return snapshot_rows.find(q, self._read, self.placeholder)
+
+    def count_snapshots(self) -> int:
+        """Number of stored snapshots."""
+        return int(self._read("SELECT COUNT(*) FROM snapshots", ())[0][0])
+
+    def select(self, sql: str, args: Any) -> list[tuple[Any, ...]]:
+        """Rows of one SELECT in the back end's placeholder style (retention). Raises
+        StoreError."""
+        return self._read(sql, args)
+
+    def transaction(self, work: Callable[[Run], T]) -> T:
+        """Run `work(execute)` in one write transaction beside the writer (retention)."""
+        return self._in_transaction(work)
+
     # lifecycle
 
     def start(self) -> None:
@@ -266,6 +297,14 @@ class EventStore(abc.ABC):
         committed. Events submitted in order are stored in that order. Raises StoreBusyError."""
         fut: Future[StoredTrack] = Future()
         self._queue(event, fut)
+        return fut
+
+    def submit_snapshot(self, snap: events_pb2.Snapshot) -> Future[StoredSnapshot]:
+        """Queue a checked snapshot (snapshot_checks); the future completes after it is
+        committed. Submitted before an event, it commits no later than the event does.
+        Raises StoreBusyError."""
+        fut: Future[StoredSnapshot] = Future()
+        self._queue(snap, fut)
         return fut
 
     def _queue(self, item: Writable, fut: Future[Any]) -> None:

@@ -125,6 +125,57 @@ class CloudMetrics:
             ["type"],
             registry=r,
         )
+        # Track snapshots (events.proto Snapshot), by kind (`best_crop`, `full_frame`):
+        # received = stored + duplicate + invalid + answered RETRY.
+        self.snapshots_received = Counter(
+            "strata_cloud_snapshots_received",
+            "Snapshots received on Uplink streams, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.snapshots_stored = Counter(
+            "strata_cloud_snapshots_stored",
+            "Snapshots newly stored (acked STORED), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.snapshots_duplicate = Counter(
+            "strata_cloud_snapshots_duplicate",
+            "Snapshots whose id or a higher revision was stored before (DUPLICATE), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.snapshots_invalid = Counter(
+            "strata_cloud_snapshots_invalid",
+            "Snapshots refused (acked INVALID: too large, not a JPEG that decodes, ...), by "
+            "kind and reason; never stored.",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.snapshots_retry = Counter(
+            "strata_cloud_snapshots_retry",
+            "Snapshots not stored now (acked RETRY: store busy or down), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.snapshot_bytes = Counter(
+            "strata_cloud_snapshot_bytes",
+            "JPEG bytes of snapshots newly stored, by camera.",
+            ["camera"],
+            registry=r,
+        )
+        # Retention (cloud.snapshots.retention): what the background pruner deleted.
+        self.retention_pruned = Counter(
+            "strata_cloud_retention_pruned",
+            "Rows deleted by retention, by what: tracks, track_events, snapshots.",
+            ["what"],
+            registry=r,
+        )
+        self.retention_failures = Counter(
+            "strata_cloud_retention_failures",
+            "Prune passes that failed (the store could not be written); retried next pass.",
+            registry=r,
+        )
         # Cost accounting per camera (strata cost).
         self.camera_gpu_seconds = Counter(
             "strata_cloud_camera_gpu_seconds",

@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, events_pb2
 
-from . import track_rows
+from . import snapshot_rows, track_rows
 from .event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
@@ -44,11 +44,13 @@ from .event_store import (
     Stored,
     StoredTrack,
     StoreError,
+    T,
     Writable,
     check_schema,
 )
 from .metrics import CloudMetrics
 from .postgres_feed import CHANNEL, TRACK_CHANNEL, EventFeed, payloads
+from .snapshot_rows import Run
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         *track_rows.INDEXES,
         track_rows.TRACKS_VIEW,
+    ),
+    # 5: track snapshots (JPEGs in the row, so every replica serves every one), one per
+    # track and kind.
+    (
+        snapshot_rows.table_sql(
+            "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BYTEA", "BIGINT"
+        ),
+        *snapshot_rows.INDEXES,
     ),
 )
 # pg_advisory_xact_lock key that serialises migrations of replicas starting together.
@@ -242,17 +252,32 @@ class PostgresStore(EventStore):
     def _commit(self, items: list[Writable]) -> list[Outcome]:
         events = [it for it in items if isinstance(it, analytics_pb2.Event)]
         tracks = [it for it in items if isinstance(it, events_pb2.TrackEvent)]
+        snaps = [it for it in items if isinstance(it, events_pb2.Snapshot)]
         try:
             with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                # Snapshots first: an event naming one commits with or after it.
+                stored_snaps = iter([snapshot_rows.write(cur.execute, s, "%s") for s in snaps])
                 stored = iter(self._insert_events(cur, events))
                 # Track events in submission order (the order of their stored ids).
                 stored_tracks = iter(self._insert_tracks(cur, tracks))
+        except (psycopg.Error, RuntimeError) as exc:
+            raise StoreError(f"event store write failed: {_why(exc)}") from None
+        out: list[Outcome] = []
+        for it in items:
+            if isinstance(it, analytics_pb2.Event):
+                out.append(next(stored))
+            elif isinstance(it, events_pb2.TrackEvent):
+                out.append(next(stored_tracks))
+            else:
+                out.append(next(stored_snaps))
+        return out
+
+    def _in_transaction(self, work: Callable[[Run], T]) -> T:
+        try:
+            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                return work(cur.execute)
         except psycopg.Error as exc:
             raise StoreError(f"event store write failed: {_why(exc)}") from None
-        return [
-            next(stored) if isinstance(it, analytics_pb2.Event) else next(stored_tracks)
-            for it in items
-        ]
 
     @staticmethod
     def _inserted(cur: psycopg.Cursor[Any], sql: str, rows: list[tuple[Any, ...]]) -> list[Any]:

@@ -29,6 +29,7 @@ from .console.security import ConsoleSecurity, console_security
 from .drops import Drops
 from .metrics import CloudMetrics
 from .parsing import ParseGuard
+from .retention import Pruner
 from .security import (
     SecurityError,
     TokenInterceptor,
@@ -93,6 +94,8 @@ class CloudServer:
         except Exception:
             self.classifier.close()
             raise
+        # Retention of tracks, their events and snapshots (cloud.snapshots.retention).
+        self.pruner = self._pruner()
         # Run-time version switches of a repository classifier (cloud/versions.py).
         self.switcher: ClassifierSwitcher | None = None
         if not cfg.model.path:
@@ -137,6 +140,11 @@ class CloudServer:
         self.metrics_port: int | None = None
         self.metrics_server: MetricsServer | None = None
         self._stopped = False
+
+    def _pruner(self) -> Pruner | None:
+        """The background pruner, when some track can expire."""
+        retention = self.cfg.snapshots.retention
+        return Pruner(self.store, retention, self.metrics) if retention.active else None
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
         """Run a coroutine on the server's loop and wait for its result."""
@@ -209,6 +217,8 @@ class CloudServer:
         self.metrics_server = serve(self.metrics.registry, self.cfg.metrics, "cloud.metrics")
         self.metrics_port = None if self.metrics_server is None else self.metrics_server.port
         self.store.start()
+        if self.pruner is not None:
+            self.pruner.start()
         if self.outbox is not None:
             self.outbox.start()
         self.batcher.start()
@@ -275,6 +285,8 @@ class CloudServer:
         self.batcher.stop()
         if self.outbox is not None:
             self.outbox.stop()
+        if self.pruner is not None:
+            self.pruner.stop()
         self.store.close()
         # The classifier serving now (a version switch replaces the first one).
         self.batcher.classifier.close()

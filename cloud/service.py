@@ -1,5 +1,6 @@
 """The Analytics gRPC service: Uplink, Classify, QueryEvents, WatchEvents (on grpc.aio); the
-track events of Uplink, QueryTrackEvents and WatchTrackEvents are track_service's.
+track events of Uplink, QueryTrackEvents and WatchTrackEvents are track_service's, the
+snapshots of Uplink and GetSnapshot snapshot_service's.
 
 Handlers are coroutines on the server's one event loop, so an idle or slow stream costs a
 suspended coroutine, not a thread, and cannot starve other calls. Anything that blocks (the
@@ -40,6 +41,7 @@ from .event_store import EventQuery, PageKey, StoreBusyError, Stored, StoreError
 from .images import ImageLimits, InvalidImageError, decode, to_model_size
 from .metrics import CloudMetrics
 from .service_parts import ServiceParts
+from .snapshot_service import Snapshots
 from .track_filter import parse_track_uid
 from .track_service import TrackEvents
 from .watch import WatchUnavailableError
@@ -93,6 +95,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         )
         self.retry_ms = cfg.batcher.retry_after_ms
         self.tracks = TrackEvents(cfg, parts, metrics)
+        self.snapshots = Snapshots(cfg, parts, metrics)
 
     # helpers
 
@@ -182,11 +185,13 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             release()
             return _Abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         n = len(batch.crops)
-        if n == 0 and not batch.events:
+        if n == 0 and not batch.events and not batch.snapshots:
             release()
             return None
-        acks = BatchAcks(n, len(batch.events), send, release)
-        # Handed to the store now, on this thread: the next batch waits, so order holds.
+        acks = BatchAcks(n, len(batch.events), send, release, len(batch.snapshots))
+        # Handed to the store now, on this thread: the next batch waits, so order holds;
+        # snapshots first, so an event naming one commits with or after it.
+        self.snapshots.start(list(batch.snapshots), acks)
         self.tracks.start(list(batch.events), acks)
         limit = self.cfg.limits.max_crops_per_batch
         if n > limit:
@@ -528,3 +533,13 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         """New track events as they are committed, until the client goes away."""
         async for ev in self.tracks.watch(request, context):
             yield ev
+
+    # snapshots (snapshot_service)
+
+    async def GetSnapshot(  # noqa: N802
+        self,
+        request: analytics_pb2.GetSnapshotRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> analytics_pb2.GetSnapshotResponse:
+        """A track's stored snapshot JPEG."""
+        return await self.snapshots.get(request, context)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, events_pb2
 
-from . import track_rows
+from . import snapshot_rows, track_rows
 from .event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
@@ -34,10 +35,12 @@ from .event_store import (
     Stored,
     StoredTrack,
     StoreError,
+    T,
     Writable,
     check_schema,
 )
 from .metrics import CloudMetrics
+from .snapshot_rows import Run
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +97,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         *track_rows.INDEXES,
         track_rows.TRACKS_VIEW,
+    ),
+    # 5: track snapshots (JPEGs in the row), one per track and kind.
+    (
+        snapshot_rows.table_sql("INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "INTEGER"),
+        *snapshot_rows.INDEXES,
     ),
 )
 
@@ -181,18 +189,37 @@ class SQLiteStore(EventStore):
         conn = self._writer
         try:
             conn.execute("BEGIN IMMEDIATE")
-            results = [
-                self._insert(conn, it)
-                if isinstance(it, analytics_pb2.Event)
-                else self._insert_track(conn, it)
-                for it in items
-            ]
+            results = [self._insert_one(conn, it) for it in items]
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, RuntimeError) as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise StoreError(f"event store write failed: {exc}") from exc
         return results
+
+    def _insert_one(self, conn: sqlite3.Connection, it: Writable) -> Outcome:
+        if isinstance(it, analytics_pb2.Event):
+            return self._insert(conn, it)
+        if isinstance(it, events_pb2.TrackEvent):
+            return self._insert_track(conn, it)
+        return snapshot_rows.write(conn.execute, it, "?")
+
+    def _in_transaction(self, work: Callable[[Run], T]) -> T:
+        try:
+            conn = _connect(self.path, self.cfg.synchronous)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open event store {self.path}: {exc}") from exc
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            out = work(conn.execute)
+            conn.execute("COMMIT")
+            return out
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise StoreError(f"event store write failed: {exc}") from exc
+        finally:
+            conn.close()
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, ev: analytics_pb2.Event) -> Stored:

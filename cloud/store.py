@@ -25,6 +25,7 @@ from .event_store import (
     StoreError,
 )
 from .metrics import CloudMetrics
+from .snapshot_rows import SnapshotLookupError, SnapshotQuery, SnapshotRow, StoredSnapshot
 from .track_filter import TrackPageKey, TrackQuery
 
 # URL scheme ("" for no URL: the SQLite file at cloud.store.path) -> "module:Class".
@@ -88,9 +89,13 @@ __all__ = [
     "EventQuery",
     "EventStore",
     "PageKey",
+    "SnapshotLookupError",
+    "SnapshotQuery",
+    "SnapshotRow",
     "StoreBusyError",
     "StoreError",
     "Stored",
+    "StoredSnapshot",
     "StoredTrack",
     "TrackPageKey",
     "TrackQuery",

@@ -8,8 +8,8 @@ Inference's InferencePipeline.init() builds and __init__ stores).
     state      checkpointer (restored once every stateful part is built), takeover
     ingest     checks, then the ingest thread
     tracking   tracking and answers (EdgeCascade)
-    rules      the rules stage (labels checked against the model first), then any other
-               `after_tracking` stage
+    rules      the rules stage (labels checked against the model first), the snapshot
+               stage (with a cloud), then any other `after_tracking` stage
     publish    results, crops and track events to the uplink
     uplink     the cloud stream
 """
@@ -50,6 +50,7 @@ from strata.edge.overload.gpu_pressure import GpuPressure
 from strata.edge.overload.limits import OverloadLimits
 from strata.edge.publish.crops import CropSelector
 from strata.edge.publish.results import Results
+from strata.edge.publish.snapshots import SnapshotStage
 from strata.edge.publish.to_cloud import CropsToCloud
 from strata.edge.rules.engine import RulesEngine
 from strata.edge.rules.stage import RulesStage
@@ -165,7 +166,11 @@ def build_node(
         rules, uplink, results,
     )  # fmt: skip
     _restore(built)
-    return _node(built, (rules, *opts.after_tracking))
+    # Snapshots follow the rules (they name them on the events) and need the uplink.
+    snaps: tuple[TrackedStage, ...] = ()
+    if uplink is not None and cfg.snapshots.enabled:
+        snaps = (SnapshotStage(cfg.snapshots, serving.labels, cfg.edge_id, metrics),)
+    return _node(built, (rules, *snaps, *opts.after_tracking))
 
 
 def _rules(

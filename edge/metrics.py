@@ -139,7 +139,7 @@ class EdgeMetrics:
         )
         self.spool_bytes = Gauge(
             "strata_edge_uplink_spool_bytes",
-            "Bytes of crops and track events in the uplink's disk spool.",
+            "Bytes of crops, track snapshots and events in the uplink's disk spool.",
             registry=r,
         )
         # Track events on the uplink (edge/uplink/stream.py): offered = stored + duplicate +
@@ -165,6 +165,38 @@ class EdgeMetrics:
         self.spool_events = Gauge(
             "strata_edge_uplink_spool_events",
             "Track events waiting in the uplink's disk spool.",
+            registry=r,
+        )
+        # Track snapshots on the uplink (edge/publish/snapshots.py, edge/uplink/stream.py):
+        # offered = stored + duplicate + invalid + dropped (by reason) + still waiting.
+        self.uplink_snapshots = Counter(
+            "strata_edge_uplink_snapshots",
+            "Track snapshots on the uplink by outcome: offered, sent, stored, duplicate, "
+            "invalid, retry, timeout (resent).",
+            ["status"],
+            registry=r,
+        )
+        self.uplink_snapshot_drops = Counter(
+            "strata_edge_uplink_snapshot_drops",
+            "Track snapshots the uplink dropped, by reason (dropped before track events).",
+            ["reason"],
+            registry=r,
+        )
+        self.snapshot_queue = Gauge(
+            "strata_edge_uplink_snapshot_queue_depth",
+            "Track snapshots waiting for the cloud in memory.",
+            registry=r,
+        )
+        self.spool_snapshots = Gauge(
+            "strata_edge_uplink_spool_snapshots",
+            "Track snapshots waiting in the uplink's disk spool.",
+            registry=r,
+        )
+        self.snapshots_chosen = Counter(
+            "strata_edge_snapshots_chosen",
+            "Snapshots the edge made (best crop and full frame JPEGs), by reason: first, "
+            "better, final.",
+            ["reason"],
             registry=r,
         )
         self.uplink_latency = Histogram(

@@ -30,6 +30,8 @@ class ObjectState:
     frame_time: float = 0.0
     # A second opinion on the label (the cloud classifier's, for a track event).
     sub_label: str | None = None
+    # The track has a snapshot (Frigate's has_snapshot).
+    has_snapshot: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,10 @@ class OutboxEvent:
     # A track lifecycle or rule event (occupancy counts follow these; a classified crop
     # says nothing about when its object leaves).
     lifecycle: bool = False
+    # Ids of the track's best crop and full-frame snapshots when the event was emitted
+    # (strata cloud snapshot / GetSnapshot fetch them); "" when none.
+    snapshot_id: str = ""
+    frame_snapshot_id: str = ""
     # Source-specific fields rendered under "strata" in the JSON (scalars only).
     extra: tuple[tuple[str, str | int | float | bool], ...] = field(default=())
 

@@ -4,8 +4,9 @@
   means the broker acked it (QoS 1/2), so a broker outage keeps the event in the store;
 - `<prefix>/<camera>/event`: the camera's latest event, retained (the last-event sensor);
 - `<prefix>/<camera>/<label>` and `<prefix>/<camera>/<zone>/<label>`: occupancy, retained;
-- `<prefix>/<camera>/<label>/snapshot`: the latest snapshot JPEG, retained, once the store
-  holds snapshots (the `snapshots` hook);
+- `<prefix>/<camera>/<label>/snapshot`: the latest snapshot JPEG (the track's best crop),
+  retained, published with a track event that names a snapshot the sink has not published
+  yet (the `snapshots` reader);
 - `<prefix>/available`: `online` (retained) on connect, `offline` as the last will.
 
 paho runs the connection in its own thread and reconnects with backoff; a refused login
@@ -19,7 +20,6 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from .metrics import SinkMetrics
 from .occupancy import Occupancy
 from .payload import event_bytes
 from .sink import DeliveryError
+from .snapshots import SnapshotJpeg, SnapshotReader
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +43,6 @@ log = logging.getLogger(__name__)
 FIRST_CONNECT_WAIT_S = 3.0
 # CONNACK reasons that mean the login itself was refused (MQTT 3.1.1 codes 4 and 5).
 _AUTH_REASONS = ("bad user name or password", "not authorized")
-
-# The snapshot hook: the latest JPEG for an event's camera and label, or None.
-SnapshotLookup = Callable[[OutboxEvent], bytes | None]
-
-
-def _no_snapshots(_ev: OutboxEvent) -> bytes | None:
-    return None
 
 
 class MqttSink:
@@ -58,7 +52,7 @@ class MqttSink:
         self,
         cfg: MqttSinkConfig,
         metrics: SinkMetrics,
-        snapshots: SnapshotLookup = _no_snapshots,
+        snapshots: SnapshotReader | None = None,
     ) -> None:
         self.cfg = cfg
         self.name = cfg.name
@@ -68,6 +62,8 @@ class MqttSink:
         self._filter = EventFilter(cfg.filter)
         self.occupancy = Occupancy()
         self._announced: set[tuple[str, str, str]] = set()
+        # Snapshot topic -> the snapshot id the broker acked there (one per camera and label).
+        self._snapshot_sent: dict[str, str] = {}
         self._answered = threading.Event()
         self._last_error = ""
         self._connected = metrics.connected.labels(sink=cfg.name)
@@ -125,6 +121,8 @@ class MqttSink:
                 pass
         self.client.disconnect()
         self.client.loop_stop()
+        if self.snapshots is not None:
+            self.snapshots.close()
 
     def _trouble(self, reason: str, text: str) -> None:
         self._connected.set(0)
@@ -148,7 +146,9 @@ class MqttSink:
             self._trouble(kind, f"MQTT broker {self.where} refused the connection: {reason}")
             return
         self._last_error = ""
-        self._announced.clear()  # the broker may have lost retained configs: publish again
+        # The broker may have lost retained configs and snapshots: publish again.
+        self._announced.clear()
+        self._snapshot_sent.clear()
         client.publish(self.topics.available, "online", qos=1, retain=True)
         self._connected.set(1)
         log.info("sink %s: connected to MQTT broker %s", self.name, self.where)
@@ -185,10 +185,27 @@ class MqttSink:
         for c in self.occupancy.apply(ev):
             topic = self.topics.count(c.camera, c.label, c.zone)
             pending.append(self._publish(topic, str(c.value).encode(), retain=True))
-        jpeg = self.snapshots(ev)
-        if jpeg is not None:
-            topic = self.topics.snapshot(ev.camera_id, ev.label)
-            pending.append(self._publish(topic, jpeg, retain=True))
+        snap = self._snapshot_for(ev)
+        if snap is not None:
+            pending.append(self._publish(snap[0], snap[1].jpeg, retain=True))
+        self._wait(pending)
+        if snap is not None:
+            self._snapshot_sent[snap[0]] = snap[1].snapshot_id
+
+    def _snapshot_for(self, ev: OutboxEvent) -> tuple[str, SnapshotJpeg] | None:
+        """(topic, snapshot) to publish with `ev`: its track's, unless published already."""
+        if self.snapshots is None:
+            return None
+        snap = self.snapshots(ev)
+        if snap is None:
+            return None
+        topic = self.topics.snapshot(ev.camera_id, ev.label)
+        if self._snapshot_sent.get(topic) == snap.snapshot_id:
+            return None
+        return topic, snap
+
+    def _wait(self, pending: list[paho.MQTTMessageInfo]) -> None:
+        """Return once the broker acked every message. Raises DeliveryError."""
         for info in pending:
             try:
                 info.wait_for_publish(self.cfg.publish_timeout_s)

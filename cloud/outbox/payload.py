@@ -25,6 +25,7 @@ def object_json(o: ObjectState) -> dict[str, Any]:
         "start_time": o.start_time,
         "end_time": o.end_time,
         "frame_time": o.frame_time,
+        "has_snapshot": o.has_snapshot,
     }
 
 
@@ -38,7 +39,7 @@ def event_json(ev: OutboxEvent) -> dict[str, Any]:
         "stored_ns": ev.stored_ns,
         "capture_ns": ev.capture_ns,
     }
-    for name in ("rule", "zone", "line", "direction"):
+    for name in ("rule", "zone", "line", "direction", "snapshot_id", "frame_snapshot_id"):
         value = getattr(ev, name)
         if value:
             strata[name] = value

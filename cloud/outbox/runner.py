@@ -15,6 +15,7 @@ from ..security import SecurityError
 from .metrics import SinkMetrics
 from .mqtt import MqttSink
 from .sink import Sink
+from .snapshots import SnapshotReader
 from .webhook import WebhookSink
 from .worker import SinkWorker, WorkerParts
 
@@ -36,7 +37,8 @@ class Outbox:
     def __init__(self, cfg: SinksConfig, store: CloudStoreConfig, metrics: SinkMetrics) -> None:
         sinks: list[Sink] = []
         try:
-            sinks += [MqttSink(c, metrics) for c in cfg.mqtt]
+            # Each MQTT sink reads the snapshots it publishes on its own connection.
+            sinks += [MqttSink(c, metrics, SnapshotReader(store)) for c in cfg.mqtt]
             sinks += [WebhookSink(c, metrics) for c in cfg.webhooks]
         except ValueError as exc:
             raise SinkConfigError(str(exc)) from None

@@ -111,7 +111,9 @@ CROPS = TableSource(
 )
 
 
-def _state(ev: events_pb2.TrackEvent, s: events_pb2.TrackState) -> ObjectState:
+def _state(
+    ev: events_pb2.TrackEvent, s: events_pb2.TrackState, has_snapshot: bool = False
+) -> ObjectState:
     box = (s.box.x1, s.box.y1, s.box.x2, s.box.y2) if s.HasField("box") else None
     return ObjectState(
         id=ev.track_uid,
@@ -127,6 +129,7 @@ def _state(ev: events_pb2.TrackEvent, s: events_pb2.TrackState) -> ObjectState:
         end_time=s.end_time or None,
         frame_time=s.frame_time,
         sub_label=ev.verdict.label or None,
+        has_snapshot=has_snapshot,
     )
 
 
@@ -160,7 +163,7 @@ def track_event(row: tuple[Any, ...]) -> OutboxEvent:
         type=type_name(ev.type),
         camera_id=ev.camera_id,
         edge_id=ev.edge_id,
-        after=_state(ev, ev.after),
+        after=_state(ev, ev.after, bool(ev.crop_snapshot_id or ev.frame_snapshot_id)),
         before=_state(ev, ev.before) if ev.HasField("before") else None,
         track=ev.track_uid,
         rule=ev.rule,
@@ -168,6 +171,8 @@ def track_event(row: tuple[Any, ...]) -> OutboxEvent:
         line=ev.line,
         direction=_DIRECTIONS.get(ev.direction, ""),
         lifecycle=True,
+        snapshot_id=ev.crop_snapshot_id,
+        frame_snapshot_id=ev.frame_snapshot_id,
         extra=tuple(extra),
     )
 

@@ -188,7 +188,7 @@ class Worker:
             af = AnsweredFrame(a)
             for stage in self.s.after_tracking:
                 af = stage.answered(af)
-            self.s.results.answer(af.answer, af.events)
+            self.s.results.answer(af.answer, af.events, af.snapshots)
 
     def _tick(self) -> None:
         t = self.t

@@ -103,11 +103,18 @@ class Results:
             self.last[h.camera_id] = Cached(tf.boxes, tf.tracked)
         if self.to_cloud is not None:
             self.to_cloud.send(tf, msg)
-        self.events(tf.events)
+        self.events(tf.events, tf.snapshots)
         self.acks.send(frame, frame_pb2.ACK_STATUS_PROCESSED)
 
-    def events(self, events: Sequence[events_pb2.TrackEvent]) -> None:
-        """Track events: a copy on the PUB socket, the durable copy to the uplink."""
+    def events(
+        self,
+        events: Sequence[events_pb2.TrackEvent],
+        snapshots: Sequence[events_pb2.Snapshot] = (),
+    ) -> None:
+        """Track events: a copy on the PUB socket, the durable copy to the uplink; the
+        snapshots they name go to the uplink first."""
+        if snapshots and self.to_cloud is not None:
+            self.to_cloud.snapshots(snapshots)
         if not events:
             return
         for ev in events:
@@ -129,9 +136,14 @@ class Results:
         if msg.timing.capture_ns:
             m.e2e.observe(max(0.0, (msg.timing.edge_send_ns - msg.timing.capture_ns) / 1e9))
 
-    def answer(self, a: Answer, events: Sequence[events_pb2.TrackEvent] = ()) -> None:
+    def answer(
+        self,
+        a: Answer,
+        events: Sequence[events_pb2.TrackEvent] = (),
+        snapshots: Sequence[events_pb2.Snapshot] = (),
+    ) -> None:
         """A skipped frame's result, from the tracker (flagged predicted; no crops), and
-        the track events it caused."""
+        the track events (and snapshots) it caused."""
         h = a.header
         msg = self._result(h, True, f"skipped:{h.skip_reason or 'unspecified'}:{a.how}")
         self._add_detections(msg, a.boxes, a.boxes.track_ids.tolist())
@@ -140,7 +152,7 @@ class Results:
         t.edge_send_ns = time.time_ns()
         self._pub.send_multipart([detections_topic(h.camera_id), msg.SerializeToString()])
         self.metrics.camera_frames.labels(h.camera_id).inc()
-        self.events(events)
+        self.events(events, snapshots)
         if isinstance(a.token, QueuedFrame):  # the skipped notice is settled: published
             self.acks.send(a.token, frame_pb2.ACK_STATUS_PROCESSED)
 

@@ -1,7 +1,8 @@
 """To the cloud: the boxes of a published result that need a second opinion are cut from
 the decoded image and offered to the uplink (strata.edge.uplink.stream), unless GPU
-pressure level 1+ stopped cloud crops (counted); track events are offered always (the
-uplink acks, spools and keeps them in order per camera)."""
+pressure level 1+ stopped cloud crops (counted); track events, and the track snapshots
+before them, are offered always (the uplink acks, spools and keeps events in order per
+camera)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ class CropsToCloud:
             sum(len(c.image) for c in crops)
         )
         self.uplink.offer(crops)
+
+    def snapshots(self, snaps: Sequence[events_pb2.Snapshot]) -> None:
+        """Track snapshots (before the events naming them), to the uplink."""
+        self.uplink.offer_snapshots(list(snaps))
 
     def events(self, events: Sequence[events_pb2.TrackEvent]) -> None:
         """Track events of a published frame, to the durable uplink."""

@@ -27,7 +27,8 @@ class TrackedFrame:
 
     `image_boxes` are the same boxes in the decoded image's pixels (what crops are cut
     with); `predicted`: not detected but answered (from cache), so no crops; `events`:
-    what the stages after tracking caused, for publish to send on."""
+    what the stages after tracking caused, for publish to send on; `snapshots`: track
+    snapshots (edge/publish/snapshots.py) publish hands the uplink before the events."""
 
     decoded: DecodedFrame
     boxes: FrameBoxes
@@ -37,14 +38,17 @@ class TrackedFrame:
     image_boxes: FrameBoxes | None = None
     predicted: bool = False
     events: tuple[events_pb2.TrackEvent, ...] = ()
+    snapshots: tuple[events_pb2.Snapshot, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class AnsweredFrame:
-    """A frame the device dropped, answered by tracking, and the events it caused."""
+    """A frame the device dropped, answered by tracking, and the events (and snapshots of
+    ending tracks) it caused."""
 
     answer: Answer
     events: tuple[events_pb2.TrackEvent, ...] = ()
+    snapshots: tuple[events_pb2.Snapshot, ...] = ()
 
 
 class TrackedStage(Protocol):

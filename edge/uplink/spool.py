@@ -1,5 +1,5 @@
-"""The uplink's on-disk queue: crops and track events in one SQLite file, bounded in bytes
-together.
+"""The uplink's on-disk queue: crops, track snapshots and track events in one SQLite file,
+bounded in bytes together.
 
 Crops the memory buffer cannot hold while the cloud is away wait here, in order, and survive
 a restart of the edge: a FIFO keyed by a sequence number; pushing to the front (crops that
@@ -11,8 +11,11 @@ is final: a `kill -9` at any point leaves every unacked event on disk, in order 
 appended with increasing numbers and read without removing them; `delete_events` removes
 them). When the bound is reached the oldest crops make room; an event is refused (the
 newest, counted by the caller) only when no crop is left, and a crop never pushes an event
-out. WAL with synchronous=NORMAL: a killed process loses nothing; a power cut may lose the
-last commits.
+out. Track snapshots (JPEGs) wait here like crops (a FIFO the memory buffer spills to) and
+go before any event: the oldest crops make room for them first, then the oldest snapshots;
+a snapshot never pushes an event out, and an event pushes crops out, then snapshots.
+WAL with synchronous=NORMAL: a killed process loses nothing; a power cut may lose the last
+commits.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from strata.shared.contracts import analytics_pb2, events_pb2
 
 log = logging.getLogger(__name__)
 
-_TABLES = ("crops", "events")
+_TABLES = ("crops", "events", "snapshots")
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS {} "
     "(seq INTEGER PRIMARY KEY, size INTEGER NOT NULL, data BLOB NOT NULL)"
@@ -49,6 +52,7 @@ class Appended:
     rows: tuple[int, ...] = ()
     crops_dropped: int = 0
     refused: int = 0
+    snapshots_dropped: int = 0
 
 
 @dataclass(slots=True)
@@ -102,6 +106,7 @@ class CropSpool:
             raise SpoolError(f"cannot open the uplink spool {path}: {exc}") from exc
         self._lock = threading.Lock()
         self._crops, self._events = self._fifos["crops"], self._fifos["events"]
+        self._snaps = self._fifos["snapshots"]
         if self._crops.count or self._events.count:
             log.info(
                 "uplink spool %s holds %d crops and %d track events from before; sending "
@@ -123,18 +128,38 @@ class CropSpool:
             return self._events.count
 
     @property
-    def bytes(self) -> int:
-        """Bytes of every row, crops and events: what the bound applies to."""
+    def snapshots(self) -> int:
+        """Track snapshots waiting."""
         with self._lock:
-            return self._crops.bytes + self._events.bytes
+            return self._snaps.count
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of every row, crops, snapshots and events: what the bound applies to."""
+        with self._lock:
+            return self._crops.bytes + self._events.bytes + self._snaps.bytes
 
     def push(self, crops: list[analytics_pb2.Crop], front: bool = False) -> int:
         """Append crops (or put them before the head, in order); returns how many of the oldest
-        crops were dropped to stay within max_bytes (never an event)."""
-        fifo = self._crops
-        if not crops:
-            return 0
-        blobs = [m.SerializeToString() for m in crops]
+        crops were dropped to stay within max_bytes (never a snapshot or an event)."""
+        return self._push(self._crops, list(crops), front)[1]
+
+    def push_snapshots(
+        self, snaps: list[events_pb2.Snapshot], front: bool = False
+    ) -> tuple[int, int]:
+        """Append track snapshots (or put them before the head, in order), in one
+        transaction; returns how many of the oldest crops, then of the oldest snapshots,
+        were dropped to stay within max_bytes (never an event)."""
+        return self._push(self._snaps, list(snaps), front, make_room=self._crops)
+
+    def _push(
+        self, fifo: _Fifo, items: list[Message], front: bool, make_room: _Fifo | None = None
+    ) -> tuple[int, int]:
+        """Insert rows at the tail (or before the head); the oldest rows of `make_room`, then
+        of `fifo` itself, go to stay within the bound. (dropped from each.)"""
+        if not items:
+            return 0, 0
+        blobs = [m.SerializeToString() for m in items]
         with self._lock:
             if front:
                 first = fifo.head - len(blobs)
@@ -145,6 +170,9 @@ class CropSpool:
             rows = [(s, len(b), b) for s, b in zip(seqs, blobs, strict=True)]
             with self._conn:
                 self._conn.execute("BEGIN")
+                other = 0
+                if make_room is not None:
+                    other = self._trim(make_room, sum(r[1] for r in rows))
                 self._conn.executemany(
                     f"INSERT INTO {fifo.table} (seq, size, data) VALUES (?, ?, ?)", rows
                 )
@@ -154,7 +182,7 @@ class CropSpool:
                     fifo.tail = first + len(blobs) - 1
                 fifo.count += len(rows)
                 fifo.bytes += sum(r[1] for r in rows)
-                return self._trim(self._crops)
+                return other, self._trim(fifo)
 
     def append_events(self, events: list[events_pb2.TrackEvent]) -> Appended:
         """Write track events at the tail, in one transaction; the oldest crops make room
@@ -167,7 +195,8 @@ class CropSpool:
         with self._lock, self._conn:
             self._conn.execute("BEGIN")
             dropped = self._trim(self._crops, need)
-            room = self.max_bytes - self._crops.bytes - fifo.bytes
+            snaps_dropped = self._trim(self._snaps, need)
+            room = self.max_bytes - self._crops.bytes - self._snaps.bytes - fifo.bytes
             n = 0
             for b in blobs:
                 if len(b) > room:
@@ -185,7 +214,7 @@ class CropSpool:
                 fifo.tail = first + n - 1
                 fifo.count += n
                 fifo.bytes += sum(r[1] for r in rows)
-            return Appended(tuple(r[0] for r in rows), dropped, len(blobs) - n)
+            return Appended(tuple(r[0] for r in rows), dropped, len(blobs) - n, snaps_dropped)
 
     def load_events(
         self, after: int, n: int
@@ -237,7 +266,8 @@ class CropSpool:
         dropped = 0
 
         def over() -> int:
-            return self._crops.bytes + self._events.bytes + extra - self.max_bytes
+            used = self._crops.bytes + self._events.bytes + self._snaps.bytes
+            return used + extra - self.max_bytes
 
         while over() > 0 and fifo.count:
             cur = self._conn.execute(
@@ -260,6 +290,10 @@ class CropSpool:
     def pop(self, n: int) -> tuple[list[analytics_pb2.Crop], int]:
         """Up to n crops from the head, removed; and how many rows were unreadable (dropped)."""
         return self._pop(self._crops, n, analytics_pb2.Crop)
+
+    def pop_snapshots(self, n: int) -> tuple[list[events_pb2.Snapshot], int]:
+        """Up to n track snapshots from the head, removed; and how many rows were unreadable."""
+        return self._pop(self._snaps, n, events_pb2.Snapshot)
 
     def pop_events(self, n: int) -> tuple[list[events_pb2.TrackEvent], int]:
         """Up to n track events from the head, removed (a failed peer's spool, taken over);

@@ -1,5 +1,5 @@
-"""Crops and track events to the cloud over bidirectional Uplink streams, behind a circuit
-breaker.
+"""Crops, track events and track snapshots to the cloud over bidirectional Uplink streams,
+behind a circuit breaker.
 
 Crops wait in a bounded memory buffer; beyond it they spill, in order, to a bounded on-disk
 spool (edge/uplink/spool.py) that drains back through the buffer when the cloud returns,
@@ -16,6 +16,10 @@ hands them to its store in order; a RETRY (or a stream break, an ack timeout) pu
 camera's unacked events back at the front and holds its later ones until they are taken.
 STORED and DUPLICATE are final, INVALID is final (counted, logged, never resent), RETRY
 waits `retry_after_ms`. Without a spool, events wait in memory only.
+
+Track snapshots (JPEGs of a track's best crop and full frame) ride the same batches
+(`snapshots`), queued by edge/uplink/snapshots.py: spilled to the spool like crops, dropped
+there before any event, acked one by one, put back on RETRY or a broken stream.
 
 One thread sends batches over up to `streams` streams while the breaker allows; each stream
 has a thread reading its acks. On a target with several addresses (a DNS name or a list) the
@@ -42,6 +46,7 @@ from typing import Any
 import grpc
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.uplink.breaker import BreakerState, CircuitBreaker
+from strata.edge.uplink.snapshots import SnapshotQueue
 from strata.edge.uplink.spool import Appended, CropSpool, SpoolError
 from strata.shared.config.edge import UplinkConfig, cloud_target
 from strata.shared.contracts import analytics_pb2, check_version, current_version, events_pb2
@@ -61,6 +66,19 @@ _FINAL = {
     events_pb2.TRACK_EVENT_STATUS_STORED: "stored",
     events_pb2.TRACK_EVENT_STATUS_DUPLICATE: "duplicate",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """What one CropBatch carries out."""
+
+    crops: list[analytics_pb2.Crop]
+    events: list[_Ev]
+    snapshots: list[events_pb2.Snapshot]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.crops or self.events or self.snapshots)
 
 
 class UplinkSetupError(ValueError):
@@ -97,6 +115,13 @@ class _EventPending:
     probe: bool
 
 
+@dataclass(slots=True)
+class _SnapPending:
+    snap: events_pb2.Snapshot
+    sent: float
+    probe: bool
+
+
 @dataclass(eq=False)
 class _Stream:
     call: Any
@@ -105,6 +130,8 @@ class _Stream:
     pending: dict[str, _Pending] = field(default_factory=dict)
     # Track events in flight by idempotency key (a replayed event may be there twice).
     events: dict[str, list[_EventPending]] = field(default_factory=dict)
+    # Track snapshots in flight by snapshot id.
+    snapshots: dict[str, _SnapPending] = field(default_factory=dict)
     draining: bool = False  # past its age: no new batches; closed once its acks are in
 
 
@@ -141,6 +168,7 @@ class Uplink:
             else None
         )
         self._buf: deque[analytics_pb2.Crop] = deque()
+        self._snaps = SnapshotQueue(cfg.snapshot_queue, self._spool, metrics, self._dropped)
         # Track events in the order offered (each camera's in its order). With a spool every
         # one is on disk; memory holds the rows up to _ev_loaded (and in flight), the
         # _ev_unloaded rows after them wait on disk only.
@@ -237,6 +265,22 @@ class Uplink:
         if dropped:
             self._events_dropped("event_buffer_full", dropped)
 
+    def offer_snapshots(self, snaps: list[events_pb2.Snapshot]) -> None:
+        """Hand track snapshots to the cloud; never waits for the network. Beyond memory
+        they spill to the spool, where they drop before any event (counted)."""
+        if not snaps:
+            return
+        self._snaps.offer(snaps)
+        with self._cond:
+            self._cond.notify()
+
+    @property
+    def snapshots_waiting(self) -> int:
+        """Track snapshots not yet acked final: waiting (memory, disk) and in flight."""
+        with self._cond:
+            flying = sum(len(s.snapshots) for s in self._streams)
+        return flying + len(self._snaps)
+
     def _appended(self, events: list[events_pb2.TrackEvent], done: Appended) -> None:
         """Events written to the spool: into memory too while it has room and no older row
         waits on disk only (lock held); what the spool dropped or refused, counted."""
@@ -250,6 +294,8 @@ class Uplink:
         if done.crops_dropped:
             # Said apart from uplink_spool_full: these crops made room for track events.
             self._dropped("uplink_spool_full_events", done.crops_dropped)
+        if done.snapshots_dropped:
+            self._snaps.dropped("uplink_spool_full_events", done.snapshots_dropped)
         if done.refused:
             self._events_dropped("uplink_spool_full", done.refused)
 
@@ -407,10 +453,13 @@ class Uplink:
         with self._cond:
             streams, self._streams = self._streams, []
             unacked = sorted((p for s in streams for p in s.pending.values()), key=lambda p: p.sent)
+            snaps = sorted((p for s in streams for p in s.snapshots.values()), key=lambda p: p.sent)
             ev_left = len(self._unacked_events(streams)) + len(self._evbuf) + self._ev_unloaded
             for s in streams:
                 s.pending.clear()
                 s.events.clear()
+                s.snapshots.clear()
+            self._snaps.park([p.snap for p in snaps])
             left = [p.crop for p in unacked] + list(self._buf)
             self._buf.clear()
             self._evbuf.clear()
@@ -434,21 +483,24 @@ class Uplink:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _take(self, n: int, timeout: float) -> tuple[list[analytics_pb2.Crop], list[_Ev]]:
-        """Up to n crops and the track events that may go now (see _take_events)."""
+    def _take(self, n: int, timeout: float) -> _Batch:
+        """Up to n crops, the track events that may go now (see _take_events) and the next
+        snapshots."""
         with self._cond:
             self._refill()
             self._refill_events()
             events = self._take_events()
-            if not self._buf and not events:
+            snaps = self._snaps.take()
+            if not self._buf and not events and not snaps:
                 self._cond.wait(timeout)
                 self._refill()
                 self._refill_events()
                 events = self._take_events()
+                snaps = self._snaps.take()
             out = [self._buf.popleft() for _ in range(min(n, len(self._buf)))]
             self._ev_in_hand = len(events)  # neither buffered nor in flight until sent
             self._gauges()
-            return out, events
+            return _Batch(out, events, snaps)
 
     def _take_events(self) -> list[_Ev]:
         """Events of cameras with none in flight and no RETRY pause, each camera's a prefix
@@ -606,7 +658,7 @@ class Uplink:
             for s in self._streams:
                 if not s.draining and now - s.opened > self.cfg.stream_max_age_s:
                     s.draining = True
-                if s.draining and not s.pending and not s.events:
+                if s.draining and not s.pending and not s.events and not s.snapshots:
                     done.append(s)
             for s in done:
                 self._streams.remove(s)
@@ -622,7 +674,7 @@ class Uplink:
             opened = self._open_stream()
             if isinstance(opened, _Stream) or not streams:
                 return opened
-        return min(streams, key=lambda s: len(s.pending) + len(s.events))
+        return min(streams, key=lambda s: len(s.pending) + len(s.events) + len(s.snapshots))
 
     @staticmethod
     def _end(stream: _Stream) -> None:
@@ -639,18 +691,22 @@ class Uplink:
             stream.pending.clear()
             events = self._unacked_events([stream])
             stream.events.clear()
+            snaps = sorted(stream.snapshots.values(), key=lambda p: p.sent)
+            stream.snapshots.clear()
         self._end(stream)
         self._requeue([p.crop for p in pending])
         self._requeue_events([p.ev for p in events])
+        self._snaps.requeue([p.snap for p in snaps])
         probe = any(p.probe for p in pending) or any(p.probe for p in events)
+        probe = probe or any(p.probe for p in snaps)
         self.breaker.failure(why, probe=probe)
 
     def _inflight(self) -> tuple[int, int]:
-        """(crops, track events) in flight on all streams."""
+        """(crops, track events and snapshots) in flight on all streams."""
         with self._cond:
             crops = sum(len(s.pending) for s in self._streams)
             events = sum(len(v) for s in self._streams for v in s.events.values())
-            return crops, events
+            return crops, events + sum(len(s.snapshots) for s in self._streams)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -673,28 +729,33 @@ class Uplink:
             ):
                 self._stop.wait(0.005 if self.breaker.state is BreakerState.CLOSED else 0.05)
                 continue
-            crops, events = self._take(self.cfg.batch, 0.1)
-            if not crops and not events:
+            batch = self._take(self.cfg.batch, 0.1)
+            if batch.empty:
                 continue
             try:
-                self._send(crops, events)
+                self._send(batch)
             finally:
-                if events:
+                if batch.events:
                     with self._cond:
                         self._ev_in_hand = 0
 
-    def _send(self, crops: list[analytics_pb2.Crop], events: list[_Ev]) -> None:
+    def _back(self, b: _Batch) -> None:
+        """A batch that did not go out, back to its buffers."""
+        self._requeue(b.crops)
+        self._requeue_events(b.events)
+        self._snaps.requeue(b.snapshots)
+
+    def _send(self, b: _Batch) -> None:
         """One batch out on a stream, or back to the buffers (breaker, no stream)."""
+        crops, events = b.crops, b.events
         if not self.breaker.allow():
-            self._requeue(crops)
-            self._requeue_events(events)
+            self._back(b)
             self._stop.wait(0.05)
             return
         probe = self.breaker.state is not BreakerState.CLOSED
         stream = self._pick()
         if isinstance(stream, str):
-            self._requeue(crops)
-            self._requeue_events(events)
+            self._back(b)
             log.warning("uplink: %s", stream)
             self.breaker.failure(stream, probe=probe)
             return
@@ -710,17 +771,23 @@ class Uplink:
                     stream.events.setdefault(e.event.idempotency_key, []).append(
                         _EventPending(e, now, probe)
                     )
+                for sn in b.snapshots:
+                    stream.snapshots[sn.snapshot_id] = _SnapPending(sn, now, probe)
         if not live:
-            self._requeue(crops)
-            self._requeue_events(events)
+            self._back(b)
             if probe:
                 self.breaker.failure("stream ended before the probe went out", probe=True)
             return
         stream.requests.put(
             analytics_pb2.CropBatch(
-                version=current_version(), crops=crops, events=[e.event for e in events]
+                version=current_version(),
+                crops=crops,
+                events=[e.event for e in events],
+                snapshots=b.snapshots,
             )
         )
+        if b.snapshots:
+            self.metrics.uplink_snapshots.labels("sent").inc(len(b.snapshots))
         if crops:
             self.metrics.crops.labels("sent").inc(len(crops))
             self.metrics.uplink_bytes.inc(sum(len(c.image) for c in crops))
@@ -735,9 +802,13 @@ class Uplink:
                 for s in self._streams
                 if any(now - p.sent > self.cfg.ack_timeout_s for p in s.pending.values())
                 or any(now - p.sent > self.cfg.ack_timeout_s for v in s.events.values() for p in v)
+                or any(now - p.sent > self.cfg.ack_timeout_s for p in s.snapshots.values())
             ]
             n = sum(len(s.pending) for s in late)
             n_events = sum(len(v) for s in late for v in s.events.values())
+            n_snaps = sum(len(s.snapshots) for s in late)
+        if n_snaps:
+            self.metrics.uplink_snapshots.labels("timeout").inc(n_snaps)
         if n:
             self.metrics.crops.labels("timeout").inc(n)
         if n_events:
@@ -798,6 +869,36 @@ class Uplink:
         if retry:
             self._requeue(retry)
         self._on_event_acks(stream, resp, now)
+        self._on_snapshot_acks(stream, resp, now)
+
+    def _on_snapshot_acks(
+        self, stream: _Stream, resp: analytics_pb2.UplinkResponse, now: float
+    ) -> None:
+        """Settle the stream's snapshots the response acks: final, or back to the front with
+        the cloud's retry_after_ms. A cloud before 2.2 stores none (SnapshotQueue.old_cloud)."""
+        if resp.version.minor < 2:
+            with self._cond:
+                flying = [p.snap for p in stream.snapshots.values()]
+                stream.snapshots.clear()
+            if flying or resp.snapshot_acks:
+                self._snaps.old_cloud(flying, resp.version.minor)
+            return
+        retry: list[_SnapPending] = []
+        for ack in resp.snapshot_acks:
+            with self._cond:
+                p = stream.snapshots.pop(ack.snapshot_id, None)
+            if p is None:
+                continue
+            if self._snaps.acked(ack):
+                self.breaker.success(now - p.sent, probe=p.probe)
+            else:
+                retry.append(p)
+                self._retry_until = max(self._retry_until, now + ack.retry_after_ms / 1e3)
+        if retry:
+            self.breaker.failure(
+                "cloud busy: snapshots got RETRY", probe=any(p.probe for p in retry)
+            )
+            self._snaps.requeue([p.snap for p in sorted(retry, key=lambda q: q.sent)])
 
     def _on_event_acks(
         self, stream: _Stream, resp: analytics_pb2.UplinkResponse, now: float

@@ -165,6 +165,55 @@ class CloudStoreConfig(StrictModel):
         return self
 
 
+class CloudRetentionConfig(StrictModel):
+    """How long tracks (their track events and snapshots) are kept, in days since the track's
+    last event; 0: forever. A track is kept as long as the longest that applies to it: its
+    labels' days (`labels`, else `days`) and the days of every rule it fired (`rules`)."""
+
+    days: float = Field(0.0, ge=0, description="Days a track is kept; 0: forever.")
+    labels: dict[str, float] = Field(
+        default_factory=dict,
+        description="Days per edge label (e.g. {car: 7}) instead of `days`; 0: forever.",
+    )
+    rules: dict[str, float] = Field(
+        default_factory=dict,
+        description="Days per rule name: a track that fired the rule is kept at least so long.",
+    )
+    prune_every_s: float = Field(
+        3600.0, gt=0, description="Seconds between background prune passes (each replica)."
+    )
+    prune_batch: int = Field(
+        500, ge=1, le=100_000, description="Tracks deleted per transaction while pruning."
+    )
+
+    @field_validator("labels", "rules")
+    @classmethod
+    def _days(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, days in v.items():
+            if days < 0:
+                raise ValueError(f"{name}: days must be >= 0 (0: forever)")
+        return v
+
+    @property
+    def active(self) -> bool:
+        """Some track can expire."""
+        return bool(self.days or any(self.labels.values()) or any(self.rules.values()))
+
+
+class CloudSnapshotsConfig(StrictModel):
+    """Track snapshots from edges (best crop and full frame JPEGs; docs/events.md)."""
+
+    max_bytes: int = Field(
+        2 * 1024 * 1024,
+        ge=1024,
+        description="Largest snapshot JPEG accepted; a larger one is acked INVALID (too_large).",
+    )
+    retention: CloudRetentionConfig = Field(
+        default_factory=CloudRetentionConfig,
+        description="How long tracks, their events and snapshots are kept (pruned in background).",
+    )
+
+
 class CloudVersionsConfig(StrictModel):
     """Run-time classifier version switches (cloud/versions.py; docs/cloud.md).
 
@@ -267,6 +316,10 @@ class CloudConfig(StrictModel):
     store: CloudStoreConfig = Field(default_factory=CloudStoreConfig, description="Event store.")
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Prometheus endpoint of this daemon."
+    )
+    snapshots: CloudSnapshotsConfig = Field(
+        default_factory=CloudSnapshotsConfig,
+        description="Track snapshots: size limit and retention of tracks.",
     )
     sinks: SinksConfig = Field(
         default_factory=SinksConfig, description="Event delivery to MQTT and webhooks (outbox)."

@@ -372,6 +372,44 @@ class CropsConfig(StrictModel):
     )
 
 
+class SnapshotsConfig(StrictModel):
+    """Track snapshots: each track's best crop and a full-frame JPEG of that moment, sent
+    to the cloud with the track's events (edge/publish/snapshots.py; docs/events.md)."""
+
+    enabled: bool = Field(True, description="Make snapshots of tracks (needs a cloud).")
+    max_width: int = Field(
+        1280, ge=32, le=8192, description="Full frames wider than this are scaled down to it."
+    )
+    jpeg_quality: int = Field(85, ge=1, le=100, description="JPEG quality of snapshots.")
+    crop_pad: float = Field(
+        0.15, ge=0.0, le=1.0, description="Margin added around the box of a best crop, by its size."
+    )
+    edge_margin: float = Field(
+        0.005,
+        ge=0.0,
+        le=0.2,
+        description="A box side this close to the frame's border (share of the frame) touches it.",
+    )
+    edge_penalty: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="Quality lost per box side touching the border (score x (1 - this)^sides).",
+    )
+    min_gain: float = Field(
+        0.05, ge=0.0, description="A new best must beat the last one's quality by this share."
+    )
+    update_every_s: float = Field(
+        10.0,
+        ge=0.0,
+        description="A better snapshot is sent at most this often while the track lives "
+        "(capture time); 0: only the first (with `new`) and the final (with `end`).",
+    )
+    max_tracks: int = Field(
+        4096, ge=1, description="Tracks whose best snapshot is held at once (all cameras)."
+    )
+
+
 class TrackingConfig(StrictModel):
     """The per-camera tracker (ids, and boxes for frames the device did not send)."""
 
@@ -462,6 +500,11 @@ class UplinkConfig(StrictModel):
         512.0, gt=0, description="Spool size bound (MiB); beyond it the oldest crops drop."
     )
     batch: int = Field(8, ge=1, description="Most crops per CropBatch.")
+    snapshot_queue: int = Field(
+        32,
+        ge=1,
+        description="Track snapshots held in memory; more spill to the spool (or drop).",
+    )
     max_inflight: int = Field(
         64, ge=1, description="Crops sent and not yet acked, all streams together."
     )
@@ -602,6 +645,9 @@ class EdgeConfig(StrictModel):
     flow: FlowConfig = Field(default_factory=FlowConfig, description="Credits and delivery.")
     detection: DetectionConfig = Field(default_factory=DetectionConfig, description="NMS.")
     crops: CropsConfig = Field(default_factory=CropsConfig, description="Second opinions.")
+    snapshots: SnapshotsConfig = Field(
+        default_factory=SnapshotsConfig, description="Track snapshots to the cloud."
+    )
     tracking: TrackingConfig = Field(
         default_factory=TrackingConfig, description="Per-camera tracker."
     )

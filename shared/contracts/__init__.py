@@ -6,7 +6,9 @@ from . import analytics_pb2, analytics_pb2_grpc, common_pb2, events_pb2, frame_p
 
 PROTOCOL_MAJOR = 2
 # Minor 1: track lifecycle and rule events (events.proto) on the uplink and in queries.
-PROTOCOL_MINOR = 1
+# Minor 2: track snapshots (Snapshot) on the uplink, their references in TrackEvent, and
+# GetSnapshot.
+PROTOCOL_MINOR = 2
 
 
 class ProtocolVersionError(ValueError):

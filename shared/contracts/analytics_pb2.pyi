@@ -47,14 +47,16 @@ class Crop(_message.Message):
     def __init__(self, crop_id: _Optional[str] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., image: _Optional[bytes] = ..., timing: _Optional[_Union[_common_pb2.Timing, _Mapping]] = ..., track_id: _Optional[int] = ...) -> None: ...
 
 class CropBatch(_message.Message):
-    __slots__ = ("version", "crops", "events")
+    __slots__ = ("version", "crops", "events", "snapshots")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CROPS_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     crops: _containers.RepeatedCompositeFieldContainer[Crop]
     events: _containers.RepeatedCompositeFieldContainer[_events_pb2.TrackEvent]
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., crops: _Optional[_Iterable[_Union[Crop, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[_events_pb2.TrackEvent, _Mapping]]] = ...) -> None: ...
+    snapshots: _containers.RepeatedCompositeFieldContainer[_events_pb2.Snapshot]
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., crops: _Optional[_Iterable[_Union[Crop, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[_events_pb2.TrackEvent, _Mapping]]] = ..., snapshots: _Optional[_Iterable[_Union[_events_pb2.Snapshot, _Mapping]]] = ...) -> None: ...
 
 class LabelScore(_message.Message):
     __slots__ = ("class_id", "label", "score")
@@ -85,14 +87,16 @@ class CropAck(_message.Message):
     def __init__(self, crop_id: _Optional[str] = ..., status: _Optional[_Union[CropStatus, str]] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., retry_after_ms: _Optional[int] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class UplinkResponse(_message.Message):
-    __slots__ = ("version", "acks", "event_acks")
+    __slots__ = ("version", "acks", "event_acks", "snapshot_acks")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
     EVENT_ACKS_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ACKS_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     acks: _containers.RepeatedCompositeFieldContainer[CropAck]
     event_acks: _containers.RepeatedCompositeFieldContainer[_events_pb2.TrackEventAck]
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., acks: _Optional[_Iterable[_Union[CropAck, _Mapping]]] = ..., event_acks: _Optional[_Iterable[_Union[_events_pb2.TrackEventAck, _Mapping]]] = ...) -> None: ...
+    snapshot_acks: _containers.RepeatedCompositeFieldContainer[_events_pb2.SnapshotAck]
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., acks: _Optional[_Iterable[_Union[CropAck, _Mapping]]] = ..., event_acks: _Optional[_Iterable[_Union[_events_pb2.TrackEventAck, _Mapping]]] = ..., snapshot_acks: _Optional[_Iterable[_Union[_events_pb2.SnapshotAck, _Mapping]]] = ...) -> None: ...
 
 class ClassifyRequest(_message.Message):
     __slots__ = ("version", "encoding", "width", "height", "image", "top_k")
@@ -215,3 +219,29 @@ class WatchEventsRequest(_message.Message):
     track_id: int
     track_uid: str
     def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., label: _Optional[str] = ..., types: _Optional[_Iterable[_Union[_events_pb2.TrackEventType, str]]] = ..., zone: _Optional[str] = ..., line: _Optional[str] = ..., rule: _Optional[str] = ..., track_id: _Optional[int] = ..., track_uid: _Optional[str] = ...) -> None: ...
+
+class GetSnapshotRequest(_message.Message):
+    __slots__ = ("version", "event_key", "snapshot_id", "camera_id", "track_uid", "kind")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    EVENT_KEY_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_UID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    event_key: str
+    snapshot_id: str
+    camera_id: str
+    track_uid: str
+    kind: _events_pb2.SnapshotKind
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., event_key: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., track_uid: _Optional[str] = ..., kind: _Optional[_Union[_events_pb2.SnapshotKind, str]] = ...) -> None: ...
+
+class GetSnapshotResponse(_message.Message):
+    __slots__ = ("version", "snapshot", "stored_ns")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    STORED_NS_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    snapshot: _events_pb2.Snapshot
+    stored_ns: int
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., snapshot: _Optional[_Union[_events_pb2.Snapshot, _Mapping]] = ..., stored_ns: _Optional[int] = ...) -> None: ...

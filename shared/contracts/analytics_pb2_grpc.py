@@ -65,6 +65,11 @@ class AnalyticsStub:
                 request_serializer=strata_dot_v1_dot_analytics__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_events__pb2.StoredTrackEvent.FromString,
                 _registered_method=True)
+        self.GetSnapshot = channel.unary_unary(
+                '/strata.v1.Analytics/GetSnapshot',
+                request_serializer=strata_dot_v1_dot_analytics__pb2.GetSnapshotRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_analytics__pb2.GetSnapshotResponse.FromString,
+                _registered_method=True)
 
 
 class AnalyticsServicer:
@@ -113,6 +118,13 @@ class AnalyticsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSnapshot(self, request, context):
+        """A track's snapshot JPEG (protocol 2.2): NOT_FOUND when the store holds none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalyticsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -145,6 +157,11 @@ def add_AnalyticsServicer_to_server(servicer, server):
                     servicer.WatchTrackEvents,
                     request_deserializer=strata_dot_v1_dot_analytics__pb2.WatchEventsRequest.FromString,
                     response_serializer=strata_dot_v1_dot_events__pb2.StoredTrackEvent.SerializeToString,
+            ),
+            'GetSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSnapshot,
+                    request_deserializer=strata_dot_v1_dot_analytics__pb2.GetSnapshotRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_analytics__pb2.GetSnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -309,6 +326,33 @@ class Analytics:
             '/strata.v1.Analytics/WatchTrackEvents',
             strata_dot_v1_dot_analytics__pb2.WatchEventsRequest.SerializeToString,
             strata_dot_v1_dot_events__pb2.StoredTrackEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.Analytics/GetSnapshot',
+            strata_dot_v1_dot_analytics__pb2.GetSnapshotRequest.SerializeToString,
+            strata_dot_v1_dot_analytics__pb2.GetSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -34,6 +34,27 @@ class TrackEventStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRACK_EVENT_STATUS_DUPLICATE: _ClassVar[TrackEventStatus]
     TRACK_EVENT_STATUS_INVALID: _ClassVar[TrackEventStatus]
     TRACK_EVENT_STATUS_RETRY: _ClassVar[TrackEventStatus]
+
+class SnapshotKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SNAPSHOT_KIND_UNSPECIFIED: _ClassVar[SnapshotKind]
+    SNAPSHOT_KIND_BEST_CROP: _ClassVar[SnapshotKind]
+    SNAPSHOT_KIND_FULL_FRAME: _ClassVar[SnapshotKind]
+
+class SnapshotReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SNAPSHOT_REASON_UNSPECIFIED: _ClassVar[SnapshotReason]
+    SNAPSHOT_REASON_FIRST: _ClassVar[SnapshotReason]
+    SNAPSHOT_REASON_BETTER: _ClassVar[SnapshotReason]
+    SNAPSHOT_REASON_FINAL: _ClassVar[SnapshotReason]
+
+class SnapshotStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SNAPSHOT_STATUS_UNSPECIFIED: _ClassVar[SnapshotStatus]
+    SNAPSHOT_STATUS_STORED: _ClassVar[SnapshotStatus]
+    SNAPSHOT_STATUS_DUPLICATE: _ClassVar[SnapshotStatus]
+    SNAPSHOT_STATUS_INVALID: _ClassVar[SnapshotStatus]
+    SNAPSHOT_STATUS_RETRY: _ClassVar[SnapshotStatus]
 TRACK_EVENT_TYPE_UNSPECIFIED: TrackEventType
 TRACK_EVENT_TYPE_NEW: TrackEventType
 TRACK_EVENT_TYPE_UPDATE: TrackEventType
@@ -52,6 +73,18 @@ TRACK_EVENT_STATUS_STORED: TrackEventStatus
 TRACK_EVENT_STATUS_DUPLICATE: TrackEventStatus
 TRACK_EVENT_STATUS_INVALID: TrackEventStatus
 TRACK_EVENT_STATUS_RETRY: TrackEventStatus
+SNAPSHOT_KIND_UNSPECIFIED: SnapshotKind
+SNAPSHOT_KIND_BEST_CROP: SnapshotKind
+SNAPSHOT_KIND_FULL_FRAME: SnapshotKind
+SNAPSHOT_REASON_UNSPECIFIED: SnapshotReason
+SNAPSHOT_REASON_FIRST: SnapshotReason
+SNAPSHOT_REASON_BETTER: SnapshotReason
+SNAPSHOT_REASON_FINAL: SnapshotReason
+SNAPSHOT_STATUS_UNSPECIFIED: SnapshotStatus
+SNAPSHOT_STATUS_STORED: SnapshotStatus
+SNAPSHOT_STATUS_DUPLICATE: SnapshotStatus
+SNAPSHOT_STATUS_INVALID: SnapshotStatus
+SNAPSHOT_STATUS_RETRY: SnapshotStatus
 
 class CloudVerdict(_message.Message):
     __slots__ = ("label", "score", "model_version", "event_id")
@@ -120,7 +153,7 @@ class TrackState(_message.Message):
     def __init__(self, label: _Optional[str] = ..., class_id: _Optional[int] = ..., score: _Optional[float] = ..., top_score: _Optional[float] = ..., box: _Optional[_Union[_common_pb2.Box, _Mapping]] = ..., current_zones: _Optional[_Iterable[str]] = ..., entered_zones: _Optional[_Iterable[str]] = ..., stationary: _Optional[bool] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., frame_time: _Optional[float] = ..., observed: _Optional[bool] = ...) -> None: ...
 
 class TrackEvent(_message.Message):
-    __slots__ = ("version", "idempotency_key", "type", "camera_id", "track_id", "track_uid", "sequence", "track_sequence", "capture_ns", "edge_id", "frame_width", "frame_height", "before", "after", "rule", "zone", "line", "direction", "dwell_s", "observed", "positions", "observed_positions", "path", "verdict")
+    __slots__ = ("version", "idempotency_key", "type", "camera_id", "track_id", "track_uid", "sequence", "track_sequence", "capture_ns", "edge_id", "frame_width", "frame_height", "before", "after", "rule", "zone", "line", "direction", "dwell_s", "observed", "positions", "observed_positions", "path", "verdict", "crop_snapshot_id", "frame_snapshot_id")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +178,8 @@ class TrackEvent(_message.Message):
     OBSERVED_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
+    CROP_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    FRAME_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     idempotency_key: str
     type: TrackEventType
@@ -169,7 +204,9 @@ class TrackEvent(_message.Message):
     observed_positions: int
     path: TrackPath
     verdict: CloudVerdict
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., type: _Optional[_Union[TrackEventType, str]] = ..., camera_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_uid: _Optional[str] = ..., sequence: _Optional[int] = ..., track_sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_id: _Optional[str] = ..., frame_width: _Optional[int] = ..., frame_height: _Optional[int] = ..., before: _Optional[_Union[TrackState, _Mapping]] = ..., after: _Optional[_Union[TrackState, _Mapping]] = ..., rule: _Optional[str] = ..., zone: _Optional[str] = ..., line: _Optional[str] = ..., direction: _Optional[_Union[CrossingDirection, str]] = ..., dwell_s: _Optional[float] = ..., observed: _Optional[bool] = ..., positions: _Optional[int] = ..., observed_positions: _Optional[int] = ..., path: _Optional[_Union[TrackPath, _Mapping]] = ..., verdict: _Optional[_Union[CloudVerdict, _Mapping]] = ...) -> None: ...
+    crop_snapshot_id: str
+    frame_snapshot_id: str
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., type: _Optional[_Union[TrackEventType, str]] = ..., camera_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_uid: _Optional[str] = ..., sequence: _Optional[int] = ..., track_sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_id: _Optional[str] = ..., frame_width: _Optional[int] = ..., frame_height: _Optional[int] = ..., before: _Optional[_Union[TrackState, _Mapping]] = ..., after: _Optional[_Union[TrackState, _Mapping]] = ..., rule: _Optional[str] = ..., zone: _Optional[str] = ..., line: _Optional[str] = ..., direction: _Optional[_Union[CrossingDirection, str]] = ..., dwell_s: _Optional[float] = ..., observed: _Optional[bool] = ..., positions: _Optional[int] = ..., observed_positions: _Optional[int] = ..., path: _Optional[_Union[TrackPath, _Mapping]] = ..., verdict: _Optional[_Union[CloudVerdict, _Mapping]] = ..., crop_snapshot_id: _Optional[str] = ..., frame_snapshot_id: _Optional[str] = ...) -> None: ...
 
 class StoredTrackEvent(_message.Message):
     __slots__ = ("event", "stored_id", "stored_ns")
@@ -204,3 +241,61 @@ class QueryTrackEventsResponse(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[StoredTrackEvent]
     next_page_token: str
     def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., events: _Optional[_Iterable[_Union[StoredTrackEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class Snapshot(_message.Message):
+    __slots__ = ("version", "snapshot_id", "camera_id", "track_uid", "track_id", "kind", "revision", "edge_id", "jpeg", "width", "height", "box", "frame_box", "frame_width", "frame_height", "label", "score", "quality", "touches_edge", "capture_ns", "reason")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_UID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    EDGE_ID_FIELD_NUMBER: _ClassVar[int]
+    JPEG_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    BOX_FIELD_NUMBER: _ClassVar[int]
+    FRAME_BOX_FIELD_NUMBER: _ClassVar[int]
+    FRAME_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    FRAME_HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    QUALITY_FIELD_NUMBER: _ClassVar[int]
+    TOUCHES_EDGE_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_NS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    snapshot_id: str
+    camera_id: str
+    track_uid: str
+    track_id: int
+    kind: SnapshotKind
+    revision: int
+    edge_id: str
+    jpeg: bytes
+    width: int
+    height: int
+    box: _common_pb2.Box
+    frame_box: _common_pb2.Box
+    frame_width: int
+    frame_height: int
+    label: str
+    score: float
+    quality: float
+    touches_edge: bool
+    capture_ns: int
+    reason: SnapshotReason
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., snapshot_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., track_uid: _Optional[str] = ..., track_id: _Optional[int] = ..., kind: _Optional[_Union[SnapshotKind, str]] = ..., revision: _Optional[int] = ..., edge_id: _Optional[str] = ..., jpeg: _Optional[bytes] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., box: _Optional[_Union[_common_pb2.Box, _Mapping]] = ..., frame_box: _Optional[_Union[_common_pb2.Box, _Mapping]] = ..., frame_width: _Optional[int] = ..., frame_height: _Optional[int] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., quality: _Optional[float] = ..., touches_edge: _Optional[bool] = ..., capture_ns: _Optional[int] = ..., reason: _Optional[_Union[SnapshotReason, str]] = ...) -> None: ...
+
+class SnapshotAck(_message.Message):
+    __slots__ = ("snapshot_id", "status", "reason", "retry_after_ms")
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    snapshot_id: str
+    status: SnapshotStatus
+    reason: str
+    retry_after_ms: int
+    def __init__(self, snapshot_id: _Optional[str] = ..., status: _Optional[_Union[SnapshotStatus, str]] = ..., reason: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...

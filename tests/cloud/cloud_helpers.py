@@ -144,3 +144,65 @@ def track_event(
     ev.path.points.add(x=0.5, y=0.9, capture_ns=ev.capture_ns, observed=True)
     ev.idempotency_key = idempotency_key(ev)
     return ev
+
+
+def picture(w: int = 64, h: int = 48, seed: int = 0) -> bytes:
+    """A JPEG with detail in it (a gradient and a block), `w` x `h`."""
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([(x * 255 // max(w, 1)), (y * 255 // max(h, 1)), (x + y + seed) % 256], -1)
+    img = img.astype(np.uint8)
+    img[h // 4 : h // 2, w // 4 : w // 2] = (seed * 37 % 256, 200, 30)
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
+    assert ok
+    return bytes(buf)
+
+
+def snapshot(
+    camera: str = "door",
+    track: tuple[int, int] = (1_000, 7),
+    kind: str = "best_crop",
+    revision: int = 0,
+    **fields: Any,
+) -> Any:
+    """A valid Snapshot (events.proto) of a track with a real JPEG; `fields` override."""
+    from strata.shared.contracts import current_version, events_pb2
+    from strata.shared.snapshot_ids import parse_kind, snapshot_id
+
+    first_seen, track_id = track
+    k = parse_kind(kind)
+    w, h = fields.pop("size", (64, 48) if kind == "best_crop" else (160, 120))
+    data = fields.pop("jpeg", None)
+    if data is None:
+        data = picture(w, h, revision)
+    snap = events_pb2.Snapshot(
+        version=current_version(),
+        snapshot_id=snapshot_id(camera, f"{first_seen}-{track_id}", k, revision),
+        camera_id=camera,
+        track_uid=f"{first_seen}-{track_id}",
+        track_id=track_id,
+        kind=k,  # type: ignore[arg-type]
+        revision=revision,
+        edge_id="edge-a",
+        jpeg=data,
+        width=w,
+        height=h,
+        frame_width=640,
+        frame_height=480,
+        label=fields.pop("label", "person"),
+        score=0.8,
+        quality=0.8,
+        capture_ns=fields.pop("capture_ns", 1_000_000 + revision),
+        reason=events_pb2.SNAPSHOT_REASON_FIRST
+        if revision == 0
+        else events_pb2.SNAPSHOT_REASON_BETTER,
+        **fields,
+    )
+    snap.box.x1, snap.box.y1, snap.box.x2, snap.box.y2 = 4, 4, w - 4, h - 4
+    return snap
+
+
+def decodes(data: bytes) -> tuple[int, int]:
+    """(width, height) of a JPEG that decodes; fails the test otherwise."""
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    assert img is not None, "the JPEG does not decode"
+    return int(img.shape[1]), int(img.shape[0])

@@ -185,8 +185,8 @@ def exercise(store: EventStore) -> list[tuple[Any, ...]]:
     return observed
 
 
-def test_both_back_ends_are_at_schema_4() -> None:
-    assert SCHEMA_VERSION == 4 == len(SQLITE_MIGRATIONS) == len(PG_MIGRATIONS)
+def test_both_back_ends_are_at_schema_5() -> None:
+    assert SCHEMA_VERSION == 5 == len(SQLITE_MIGRATIONS) == len(PG_MIGRATIONS)
 
 
 def test_sqlite_stores_filters_and_attaches_verdicts(tmp_path: Path) -> None:
@@ -265,7 +265,7 @@ def test_schema_3_sqlite_store_migrates_in_place(tmp_path: Path) -> None:
     conn.close()
     _after_migration(open_store(CloudStoreConfig(path=str(path)), CloudMetrics()))
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 def test_schema_3_postgres_store_migrates_in_place(pg_url: str) -> None:
@@ -278,7 +278,7 @@ def test_schema_3_postgres_store_migrates_in_place(pg_url: str) -> None:
         conn.execute(_old_crop_sql("%s"), (A[0] + 5, A[0] + 5))
     _after_migration(open_store(pg_config(pg_url), CloudMetrics()))
     with psycopg.connect(pg_url) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 def test_replicas_store_a_key_once_and_every_replica_watches_it(pg_url: str) -> None:

@@ -1,0 +1,171 @@
+"""Track snapshots on the Analytics service: taken from Uplink batches, served by GetSnapshot.
+
+A snapshot from an edge is checked (snapshot_checks: size, a JPEG that decodes, its id),
+handed to the store's writer before the batch's events (an event naming it commits with or
+after it) and acked only from the writer's answer: STORED after its transaction committed,
+DUPLICATE when this id or a higher revision of the track's snapshot of that kind is stored,
+INVALID (final, with the reason; counted and logged; never stored) for bad input, RETRY
+with a hint when the store is busy or down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+from strata.shared.config.cloud import CloudConfig
+from strata.shared.contracts import (
+    ProtocolVersionError,
+    analytics_pb2,
+    check_version,
+    current_version,
+    events_pb2,
+)
+from strata.shared.imagecheck import ImageLimits
+from strata.shared.snapshot_ids import kind_name
+
+from .batch_acks import BatchAcks
+from .event_store import StoreBusyError, StoreError
+from .metrics import CloudMetrics
+from .service_parts import ServiceParts
+from .snapshot_checks import check_snapshot
+from .snapshot_rows import SnapshotLookupError, SnapshotQuery, StoredSnapshot
+
+log = logging.getLogger(__name__)
+
+UPLINK, GET_SNAPSHOT = "Uplink", "GetSnapshot"
+_S = events_pb2
+
+
+def _ack(sid: str, status: int, reason: str = "", after_ms: int = 0) -> events_pb2.SnapshotAck:
+    return events_pb2.SnapshotAck(
+        snapshot_id=sid,
+        status=status,  # type: ignore[arg-type]
+        reason=reason,
+        retry_after_ms=after_ms,
+    )
+
+
+class Snapshots:
+    """The snapshot part of the service (crops: service.AnalyticsService; track events:
+    track_service.TrackEvents)."""
+
+    def __init__(self, cfg: CloudConfig, parts: ServiceParts, metrics: CloudMetrics) -> None:
+        self.cfg = cfg
+        self.store = parts.store
+        self.drops = parts.drops
+        self.executor = parts.executor
+        self.metrics = metrics
+        self.retry_ms = cfg.batcher.retry_after_ms
+        lim = cfg.limits
+        self.limits = ImageLimits(lim.max_image_width, lim.max_image_height, lim.max_image_pixels)
+
+    # Uplink
+
+    def start(self, snaps: list[events_pb2.Snapshot], acks: BatchAcks) -> None:
+        """Check and hand over a batch's snapshots (on a request thread); each is acked
+        through `acks` when its fate is known."""
+        for k, snap in enumerate(snaps):
+            try:
+                self._start_one(k, snap, acks)
+            except Exception as exc:
+                log.exception("uplink snapshot %s failed", snap.snapshot_id)
+                self._retry(k, snap, acks, "internal", f"internal: {exc}")
+
+    def _start_one(self, k: int, snap: events_pb2.Snapshot, acks: BatchAcks) -> None:
+        self.metrics.snapshots_received.labels(kind_name(snap.kind)).inc()
+        bad = check_snapshot(snap, self.cfg.snapshots.max_bytes, self.limits)
+        if bad is not None:
+            self.metrics.snapshots_invalid.labels(kind_name(snap.kind), bad.code).inc()
+            self.drops(
+                UPLINK,
+                f"snapshot_{bad.code}",
+                f"snapshot {snap.snapshot_id!r} of camera {snap.camera_id!r} from edge "
+                f"{snap.edge_id!r}: {bad}",
+            )
+            acks.set_snapshot(k, _ack(snap.snapshot_id, _S.SNAPSHOT_STATUS_INVALID, str(bad)))
+            return
+        try:
+            fut = self.store.submit_snapshot(snap)
+        except StoreBusyError as exc:
+            self._retry(k, snap, acks, "store_busy", f"store_busy: {exc}")
+            return
+        fut.add_done_callback(lambda f: self._stored(k, snap, acks, f))
+
+    def _stored(
+        self, k: int, snap: events_pb2.Snapshot, acks: BatchAcks, fut: Future[StoredSnapshot]
+    ) -> None:
+        try:
+            exc = fut.exception()
+            if exc is not None:
+                self._retry(k, snap, acks, "store_error", f"store_error: {exc}")
+                return
+            got = fut.result()
+            kind = kind_name(snap.kind)
+            if got.duplicate:
+                self.metrics.snapshots_duplicate.labels(kind).inc()
+                status = _S.SNAPSHOT_STATUS_DUPLICATE
+            else:
+                self.metrics.snapshots_stored.labels(kind).inc()
+                self.metrics.snapshot_bytes.labels(snap.camera_id).inc(len(snap.jpeg))
+                status = _S.SNAPSHOT_STATUS_STORED
+            self.metrics.ok(UPLINK)
+            reason = "" if got.snapshot_id == snap.snapshot_id else f"kept {got.snapshot_id}"
+            acks.set_snapshot(k, _ack(snap.snapshot_id, status, reason))
+        except Exception as exc:  # a bug still answers the snapshot instead of hanging
+            log.exception("uplink snapshot %s failed", snap.snapshot_id)
+            self._retry(k, snap, acks, "internal", f"internal: {exc}")
+
+    def _retry(
+        self, k: int, snap: events_pb2.Snapshot, acks: BatchAcks, code: str, reason: str
+    ) -> None:
+        self.metrics.snapshots_retry.labels(kind_name(snap.kind)).inc()
+        self.drops(UPLINK, code, f"snapshot {snap.snapshot_id!r}: {reason}")
+        acks.set_snapshot(
+            k, _ack(snap.snapshot_id, _S.SNAPSHOT_STATUS_RETRY, reason, self.retry_ms)
+        )
+
+    # GetSnapshot
+
+    async def get(
+        self,
+        request: analytics_pb2.GetSnapshotRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> analytics_pb2.GetSnapshotResponse:
+        """The snapshot the request names, JPEG included; NOT_FOUND when none is stored."""
+        try:
+            check_version(request.version)
+        except ProtocolVersionError as exc:
+            self.drops(GET_SNAPSHOT, "protocol_version", str(exc))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        q = SnapshotQuery(
+            event_key=request.event_key,
+            snapshot_id=request.snapshot_id,
+            camera_id=request.camera_id,
+            track_uid=request.track_uid,
+            kind=int(request.kind),
+        )
+        loop = asyncio.get_running_loop()
+        status: tuple[grpc.StatusCode, str, str] | None = None
+        try:
+            found = await loop.run_in_executor(self.executor, self.store.find_snapshot, q)
+        except SnapshotLookupError as exc:
+            status = (grpc.StatusCode.INVALID_ARGUMENT, "bad_request", str(exc))
+        except LookupError as exc:
+            status = (grpc.StatusCode.NOT_FOUND, "not_found", str(exc.args[0]))
+        except StoreError as exc:
+            status = (grpc.StatusCode.UNAVAILABLE, "store_error", f"event store: {exc}")
+        if status is None and found is None:
+            what = kind_name(q.kind or _S.SNAPSHOT_KIND_BEST_CROP)
+            status = (grpc.StatusCode.NOT_FOUND, "not_found", f"no {what} snapshot stored")
+        if status is not None:
+            self.drops(GET_SNAPSHOT, status[1], status[2])
+            await context.abort(status[0], status[2])
+        assert found is not None
+        self.metrics.ok(GET_SNAPSHOT)
+        return analytics_pb2.GetSnapshotResponse(
+            version=current_version(), snapshot=found.snapshot, stored_ns=found.stored_ns
+        )
