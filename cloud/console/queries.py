@@ -145,11 +145,13 @@ def _before(cursor: Cursor | None, kind: int, time_col: str, id_col: str, ph: st
     if cursor is None:
         return None
     if kind == cursor.kind:
-        return f"({time_col} < {ph} OR ({time_col} = {ph} AND {id_col} < {ph}))", [
-            cursor.time_ns,
-            cursor.time_ns,
-            cursor.row_id,
-        ]
+        # The leading bound alone is what an index range can use (an OR is not): without
+        # it a deep page scans every newer row of the time index before reaching its own.
+        return (
+            f"{time_col} <= {ph} AND ({time_col} < {ph} OR ({time_col} = {ph} "
+            f"AND {id_col} < {ph}))",
+            [cursor.time_ns, cursor.time_ns, cursor.time_ns, cursor.row_id],
+        )
     op = "<=" if kind < cursor.kind else "<"
     return f"{time_col} {op} {ph}", [cursor.time_ns]
 
