@@ -145,8 +145,8 @@ def _before(cursor: Cursor | None, kind: int, time_col: str, id_col: str, ph: st
     if cursor is None:
         return None
     if kind == cursor.kind:
-        # The leading bound alone is what an index range can use (an OR is not): without
-        # it a deep page scans every newer row of the time index before reaching its own.
+        # The leading bound makes it one range of the time index, read in order; with the
+        # OR alone SQLite reads two ranges and sorts every older row to keep 50.
         return (
             f"{time_col} <= {ph} AND ({time_col} < {ph} OR ({time_col} = {ph} "
             f"AND {id_col} < {ph}))",
