@@ -145,11 +145,13 @@ def _before(cursor: Cursor | None, kind: int, time_col: str, id_col: str, ph: st
     if cursor is None:
         return None
     if kind == cursor.kind:
-        return f"({time_col} < {ph} OR ({time_col} = {ph} AND {id_col} < {ph}))", [
-            cursor.time_ns,
-            cursor.time_ns,
-            cursor.row_id,
-        ]
+        # The leading bound makes it one range of the time index, read in order; with the
+        # OR alone SQLite reads two ranges and sorts every older row to keep 50.
+        return (
+            f"{time_col} <= {ph} AND ({time_col} < {ph} OR ({time_col} = {ph} "
+            f"AND {id_col} < {ph}))",
+            [cursor.time_ns, cursor.time_ns, cursor.time_ns, cursor.row_id],
+        )
     op = "<=" if kind < cursor.kind else "<"
     return f"{time_col} {op} {ph}", [cursor.time_ns]
 

@@ -1,5 +1,6 @@
-"""Helpers of the console tests: a real SQLite store with its commit feed, the console on a
-real loopback port, events written through the store API, and a small HTTP client."""
+"""Helpers of the console tests: a real store (a SQLite file or a real PostgreSQL database)
+with its commit feed, the console on a real loopback port, events written through the store
+API, and a small HTTP client."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from strata.cloud.console.app import ConsoleParts
 from strata.cloud.console.security import ConsoleSecurity, console_security
 from strata.cloud.console.server import ConsoleServer
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.sqlite_store import SQLiteStore
+from strata.cloud.store import EventStore, open_store
 from strata.cloud.watch import WatchHub
 from strata.shared.config.base import validate_model
 from strata.shared.config.cloud import CloudConfig
@@ -39,15 +40,16 @@ RULES = {
 
 @dataclass
 class Running:
-    """A console over a store: its server, loop, store and base URL."""
+    """A console over a store: its server, loop and store; `db` is the SQLite file or the
+    PostgreSQL URL."""
 
     server: ConsoleServer
-    store: SQLiteStore
+    store: EventStore
     hub: WatchHub
     loop: asyncio.AbstractEventLoop
     thread: threading.Thread
     executor: ThreadPoolExecutor
-    db: Path
+    db: Path | str
 
     @property
     def port(self) -> int:
@@ -62,10 +64,12 @@ class Running:
         self.store.close()
 
 
-def cloud_config(db: Path, **http: Any) -> CloudConfig:
-    """A CloudConfig whose console listens on 127.0.0.1:0 with `http` merged in."""
+def cloud_config(db: Path | str, **http: Any) -> CloudConfig:
+    """A CloudConfig over the SQLite file or PostgreSQL URL `db` whose console listens on
+    127.0.0.1:0 with `http` merged in."""
+    where = {"url": db, "connect_timeout_s": 5.0} if isinstance(db, str) else {"path": str(db)}
     data: dict[str, Any] = {
-        "store": {"path": str(db), "write_delay_ms": 1.0},
+        "store": {**where, "write_delay_ms": 1.0},
         "http": {"enabled": True, "listen": "127.0.0.1:0", **http},
     }
     return validate_model(CloudConfig, data)
@@ -75,7 +79,7 @@ def start_console(cfg: CloudConfig, security: ConsoleSecurity | None = None) -> 
     """Open the store, start the console on its own loop thread (as CloudServer's)."""
     metrics = CloudMetrics()
     hub = WatchHub(metrics, 16, 64)
-    store = SQLiteStore(cfg.store, metrics, hub)
+    store = open_store(cfg.store, metrics, hub)
     store.start()
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -87,7 +91,8 @@ def start_console(cfg: CloudConfig, security: ConsoleSecurity | None = None) -> 
     parts = ConsoleParts(store, hub, executor, cfg.http, rules, metrics.registry)
     server = ConsoleServer(parts, sec)
     asyncio.run_coroutine_threadsafe(server.start(), loop).result(30)
-    return Running(server, store, hub, loop, thread, executor, Path(cfg.store.path))
+    db = cfg.store.url or Path(cfg.store.path)
+    return Running(server, store, hub, loop, thread, executor, db)
 
 
 def crop(i: int, camera: str = "door", t: int = 0, track_id: int = 0, label: str = "car") -> Any:
@@ -119,44 +124,75 @@ def put_track(run: Running, seq: int, **kw: Any) -> Any:
     return run.store.submit_track(ev).result(10).stored
 
 
-def put_snapshot(db: Path, camera: str, uid: str, kind: int) -> bytes:
-    """A snapshot row as schema 5 stores it (the table made here when the store has none)."""
-    from strata.shared.contracts import events_pb2
+_SNAPSHOTS = {
+    "sqlite": """CREATE TABLE IF NOT EXISTS snapshots (
+        stored_id INTEGER PRIMARY KEY AUTOINCREMENT, snapshot_id TEXT NOT NULL UNIQUE,
+        camera_id TEXT NOT NULL, edge_id TEXT NOT NULL, track_id INTEGER NOT NULL,
+        track_uid TEXT NOT NULL, kind INTEGER NOT NULL, revision INTEGER NOT NULL,
+        label TEXT NOT NULL, capture_ns INTEGER NOT NULL, stored_ns INTEGER NOT NULL,
+        jpeg_bytes INTEGER NOT NULL, meta BLOB NOT NULL, jpeg BLOB NOT NULL,
+        UNIQUE (camera_id, track_uid, kind))""",
+    "postgres": """CREATE TABLE IF NOT EXISTS snapshots (
+        stored_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        snapshot_id TEXT NOT NULL UNIQUE,
+        camera_id TEXT NOT NULL, edge_id TEXT NOT NULL, track_id BIGINT NOT NULL,
+        track_uid TEXT NOT NULL, kind INTEGER NOT NULL, revision BIGINT NOT NULL,
+        label TEXT NOT NULL, capture_ns BIGINT NOT NULL, stored_ns BIGINT NOT NULL,
+        jpeg_bytes BIGINT NOT NULL, meta BYTEA NOT NULL, jpeg BYTEA NOT NULL,
+        UNIQUE (camera_id, track_uid, kind))""",
+}
 
-    body = jpeg((30, 120, 200), 64, 48)
+
+def execute(db: Path | str, statements: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+    """Run SQL with `?` placeholders on the SQLite file or PostgreSQL URL `db` in one
+    transaction; the first row of each statement (None when it returns none)."""
+    out: list[Any] = []
+    if isinstance(db, str):
+        import psycopg
+
+        with psycopg.connect(db) as pg:
+            for sql, args in statements:
+                cur = pg.execute(sql.replace("?", "%s"), args)
+                out.append(cur.fetchone() if cur.description else None)
+        return out
     conn = sqlite3.connect(db)
     try:
-        conn.execute(
-            """CREATE TABLE IF NOT EXISTS snapshots (
-            stored_id INTEGER PRIMARY KEY AUTOINCREMENT, snapshot_id TEXT NOT NULL UNIQUE,
-            camera_id TEXT NOT NULL, edge_id TEXT NOT NULL, track_id INTEGER NOT NULL,
-            track_uid TEXT NOT NULL, kind INTEGER NOT NULL, revision INTEGER NOT NULL,
-            label TEXT NOT NULL, capture_ns INTEGER NOT NULL, stored_ns INTEGER NOT NULL,
-            jpeg_bytes INTEGER NOT NULL, meta BLOB NOT NULL, jpeg BLOB NOT NULL,
-            UNIQUE (camera_id, track_uid, kind))"""
-        )
-        first, track = uid.split("-")
-        meta = events_pb2.TrackEvent().SerializeToString()  # any bytes: the console never reads it
-        conn.execute(
-            "INSERT INTO snapshots (snapshot_id, camera_id, edge_id, track_id, track_uid, kind, "
-            "revision, label, capture_ns, stored_ns, jpeg_bytes, meta, jpeg) "
-            "VALUES (?, ?, 'edge-a', ?, ?, ?, 1, 'person', ?, ?, ?, ?, ?)",
-            (
-                f"{camera}/{uid}/{kind}/1",
-                camera,
-                int(track),
-                uid,
-                kind,
-                int(first),
-                int(first),
-                len(body),
-                meta,
-                body,
-            ),
-        )
+        for sql, args in statements:
+            cur = conn.execute(sql, args)
+            out.append(cur.fetchone() if cur.description else None)
         conn.commit()
     finally:
         conn.close()
+    return out
+
+
+def put_snapshot(db: Path | str, camera: str, uid: str, kind: int) -> bytes:
+    """A snapshot row as schema 5 stores it (the table made here when the store has none),
+    in the SQLite file or PostgreSQL URL `db`."""
+    from strata.shared.contracts import events_pb2
+
+    body = jpeg((30, 120, 200), 64, 48)
+    first, track = uid.split("-")
+    meta = events_pb2.TrackEvent().SerializeToString()  # any bytes: the console never reads it
+    insert = (
+        "INSERT INTO snapshots (snapshot_id, camera_id, edge_id, track_id, track_uid, kind, "
+        "revision, label, capture_ns, stored_ns, jpeg_bytes, meta, jpeg) "
+        "VALUES (?, ?, 'edge-a', ?, ?, ?, 1, 'person', ?, ?, ?, ?, ?)"
+    )
+    values = (
+        f"{camera}/{uid}/{kind}/1",
+        camera,
+        int(track),
+        uid,
+        kind,
+        int(first),
+        int(first),
+        len(body),
+        meta,
+        body,
+    )
+    table = _SNAPSHOTS["postgres" if isinstance(db, str) else "sqlite"]
+    execute(db, [(table, ()), (insert, values)])
     return body
 
 

@@ -1,12 +1,11 @@
-"""The console over a real SQLite store, served on a real loopback port: the list (newest
-first, filters, keyset pages), live events, track detail, snapshots, cameras, counts, and
-hostile filter values."""
+"""The console over a real store, SQLite and a real PostgreSQL alike, served on a real
+loopback port: the list (newest first, filters, keyset pages), live events, track detail,
+snapshots, cameras, counts, and hostile filter values."""
 
 from __future__ import annotations
 
 import http.client
 import re
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from console_helpers import (
     Running,
     cloud_config,
     crop,
+    execute,
     get,
     put_crop,
     put_snapshot,
@@ -29,9 +29,13 @@ from strata.shared.contracts import events_pb2
 UID = "1000-7"
 
 
-@pytest.fixture
-def console(tmp_path: Path) -> Iterator[Running]:
-    run = start_console(cloud_config(tmp_path / "events.sqlite"))
+@pytest.fixture(params=["sqlite", "postgres"])
+def console(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Running]:
+    """The console over a SQLite file, then over a fresh PostgreSQL database."""
+    db: Path | str = tmp_path / "events.sqlite"
+    if request.param == "postgres":
+        db = request.getfixturevalue("pg_url")
+    run = start_console(cloud_config(db))
     yield run
     run.stop()
 
@@ -141,10 +145,11 @@ def test_hostile_filter_values_are_data(console: Running, value: str) -> None:
         assert value not in page.text  # only ever escaped
         assert "<script>alert" not in page.text and "<img src=x" not in page.text
     # The tables are all still there, with every row.
-    conn = sqlite3.connect(console.db)
-    assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 2
-    assert conn.execute("SELECT COUNT(*) FROM track_events").fetchone()[0] == 3
-    conn.close()
+    counted = execute(
+        console.db,
+        [("SELECT COUNT(*) FROM events", ()), ("SELECT COUNT(*) FROM track_events", ())],
+    )
+    assert [c[0] for c in counted] == [2, 3]
 
 
 def test_hostile_stored_values_are_escaped(console: Running) -> None:

@@ -54,6 +54,9 @@ PARTS: dict[str, Part] = {
         "strata.tools.bench.standby", "standby take-over and memory against cold start"
     ),
     "store": Part("strata.tools.bench.store", "event-store writes/s: SQLite, PostgreSQL x1 and x2"),
+    "console": Part(
+        "strata.tools.bench.console", "web console server time over 100,000 stored events"
+    ),
     "placement": Part("strata.tools.bench.placement", "where kept frames go at a fixed budget"),
     "hostile": Part("strata.tools.bench.hostile", "daemons under hostile input: memory, latency"),
     "rules": Part(
