@@ -31,3 +31,5 @@ def test_the_edges_estimate_from_its_metrics_beside_the_measured_f1() -> None:
     )
     clip = ClipResult("vtest.mp4", 10, 3, 1, 100, 10.0, 1.0, a, estimated_f1=got)
     assert report.cascade_keys(clip)["cascade.estimated_f1"] == pytest.approx(0.88)
+    (row,) = report._estimate_rows(clip)
+    assert row.endswith("| | | 0.880 |") and "measured 0.900, off by -0.020" in row

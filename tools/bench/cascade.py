@@ -211,6 +211,20 @@ def run_once(workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: fl
     return outcome
 
 
+def _count_crops(result: ClipResult, cas: Outcome) -> None:
+    """Cloud looks per tracked object, and crops without a track."""
+    per_track: dict[tuple[str, str, int], int] = {}
+    for e in cas.events:
+        if e.track_id:
+            key = (e.edge_id, e.camera_id, e.track_id)
+            per_track[key] = per_track.get(key, 0) + 1
+        else:
+            result.untracked_crops += 1
+    if per_track:
+        result.crops_per_track_max = max(per_track.values())
+        result.crops_per_track_mean = sum(per_track.values()) / len(per_track)
+
+
 ESTIMATE = "strata_edge_estimated_accuracy"
 
 
@@ -283,16 +297,7 @@ def measure_clip(
     )
     if unanswered:
         result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")
-    per_track: dict[tuple[str, str, int], int] = {}
-    for e in cas.events:
-        if e.track_id:
-            key = (e.edge_id, e.camera_id, e.track_id)
-            per_track[key] = per_track.get(key, 0) + 1
-        else:
-            result.untracked_crops += 1
-    if per_track:
-        result.crops_per_track_max = max(per_track.values())
-        result.crops_per_track_mean = sum(per_track.values()) / len(per_track)
+    _count_crops(result, cas)
     if curve:
         result.curve = uniform_curve(reference, CURVE_FRACTIONS, tracking, *size)
         result.bytes_curve = bytes_curve(clip, total, CURVE_FRACTIONS)
