@@ -10,6 +10,15 @@ is kept once `min_gap` frames have passed since the last kept one. A quiet scene
 under the threshold) is kept only every `max_gap` frames. The edge can also ask for the
 next frame (`send_next`: its prediction is uncertain).
 
+A target that holds or says so: the edge also estimates, after each burst, the accuracy
+the spacing the camera actually used over the last calibration window achieved
+(`estimated_accuracy`, `estimated_counting`). While that estimate is under the target, each
+feedback halves both gaps once more (`boost`: min_gap and max_gap are shifted right by it,
+never under 1), so the camera moves towards uniform spacing at a higher rate, the full rate
+at worst; once the estimate is `recover_margin` above the target, each feedback undoes one
+halving. In between, nothing changes (no flapping around the target). The estimate is a
+gauge per camera, and every change is logged.
+
 Each decision has a reason, counted per camera: kept first/motion/max_gap/calibration/
 uncertain; dropped motion (nothing changed) or min_gap (changed, but the target allows
 the wait).
@@ -24,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.shared.config.device import CascadeConfig
 from strata.shared.contracts import frame_pb2
 
@@ -47,6 +56,20 @@ class CascadeMetrics:
         self.recalibrations = Counter(
             "strata_device_cascade_recalibrations",
             "Times calibration feedback changed a camera's gap.",
+            ["camera"],
+            registry=registry,
+        )
+        self.estimated = Gauge(
+            "strata_device_estimated_accuracy",
+            "The edge's estimate of the accuracy (device.cascade.metric) the camera's spacing "
+            "achieved over its last calibration window.",
+            ["camera"],
+            registry=registry,
+        )
+        self.boost = Gauge(
+            "strata_device_cascade_boost",
+            "Times the camera's gaps are halved because the edge's estimate fell under the "
+            "target (0: the calibrated spacing).",
             ["camera"],
             registry=registry,
         )
@@ -96,6 +119,10 @@ class CascadePolicy:
         self.estimated = 0.0
         self.calibrations = 0
         self._by_gap: np.ndarray | None = None
+        # The min_gap calibration chose, before any boost.
+        self._calibrated_gap = cfg.min_gap
+        self.boost = 0
+        self.edge_estimate: float | None = None
 
     def before_motion(self, index: int) -> PreDecision:
         """What to do with source frame `index` before its motion is scored."""
@@ -170,25 +197,66 @@ class CascadePolicy:
                     new = prev + self.cfg.smoothing * (new - prev)
                 self._by_gap = new
                 by_gap = new.tolist()
-                old = self.min_gap
-                gap = choose_gap(list(by_gap), self.cfg.target, self.min_gap)
-                self.min_gap = max(1, min(gap, self.cfg.max_min_gap))
-                self.estimated = float(by_gap[self.min_gap - 1])
-                if self.min_gap != old:
+                old = self._calibrated_gap
+                gap = choose_gap(list(by_gap), self.cfg.target, self._calibrated_gap)
+                self._calibrated_gap = max(1, min(gap, self.cfg.max_min_gap))
+                self.estimated = float(by_gap[self._calibrated_gap - 1])
+                if self._calibrated_gap != old:
                     if self._metrics is not None:
                         self._metrics.recalibrations.labels(self.camera_id).inc()
                     log.info(
                         "camera %s: keep 1 frame in %d with motion (was %d), estimated %s %.3f "
                         "against the target %.3f",
                         self.camera_id,
-                        self.min_gap,
+                        self._calibrated_gap,
                         old,
                         self.cfg.metric,
                         self.estimated,
                         self.cfg.target,
                     )
             elif fb.max_gap_frames:
-                self.min_gap = max(1, min(int(fb.max_gap_frames), self.cfg.max_min_gap))
+                self._calibrated_gap = max(1, min(int(fb.max_gap_frames), self.cfg.max_min_gap))
+            field = "estimated_accuracy" if self.cfg.metric == "f1" else "estimated_counting"
+            if fb.HasField(field):
+                self._estimate(float(getattr(fb, field)))
+            self.min_gap = max(1, self._calibrated_gap >> self.boost)
+            self.max_gap = max(1, self.cfg.max_gap >> self.boost)
+
+    def _estimate(self, est: float) -> None:
+        """The edge's estimate of the last window's accuracy: boost or recover (locked)."""
+        self.edge_estimate = est
+        old = self.boost
+        if est < self.cfg.target:
+            # Past this, both gaps are 1 already: every frame is kept.
+            self.boost = min(
+                self.boost + 1, max(self.cfg.max_gap, self._calibrated_gap).bit_length()
+            )
+        elif est >= self.cfg.target + self.cfg.recover_margin:
+            self.boost = max(self.boost - 1, 0)
+        if self._metrics is not None:
+            self._metrics.estimated.labels(self.camera_id).set(est)
+            self._metrics.boost.labels(self.camera_id).set(self.boost)
+        if self.boost > old:
+            log.warning(
+                "camera %s: the edge estimates %s %.3f, under the target %.3f: keeping more "
+                "frames (gaps halved %d times)",
+                self.camera_id,
+                self.cfg.metric,
+                est,
+                self.cfg.target,
+                self.boost,
+            )
+        elif self.boost < old:
+            log.info(
+                "camera %s: the edge estimates %s %.3f against the target %.3f: gaps halved "
+                "%d times (was %d)",
+                self.camera_id,
+                self.cfg.metric,
+                est,
+                self.cfg.target,
+                self.boost,
+                old,
+            )
 
 
 class EdgeLink:

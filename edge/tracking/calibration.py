@@ -8,13 +8,24 @@ of the burst: box F1 and counting agreement per gap. That goes back in the acks'
 CascadeFeedback; the agent picks the longest gap meeting its target. The first `warmup`
 frames of a burst are all kept (the live tracker has velocities; a cold one would not)
 and not scored.
+
+The estimate of what the camera's current spacing achieves (`estimate`): the node notes
+the gap before each kept frame that is not part of a burst (frames since the camera's
+previous kept frame). When a burst starts, the gaps seen since the previous burst are the
+spacing the device used over that calibration window; when the burst ends, each gap g is
+scored with the accuracy at g of the mean curve over the camera's last `window` bursts
+(gaps past `max_gap` at `max_gap`), weighted by the g frames it spans: the share of frames
+the detector would agree with. It rides in the feedback (`estimated_accuracy`, box F1, and
+`estimated_counting`); a window without a kept frame outside bursts has no estimate. A
+scene change forgets the camera's curves and gaps (they describe the old scene).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -111,11 +122,57 @@ def measure_gaps(
     return GapAccuracy(tuple(f1), tuple(counting), len(ref))
 
 
+def estimate(curves: Sequence[Sequence[float]], gaps: Mapping[int, int]) -> float | None:
+    """Accuracy of a spacing: `gaps` (gap in frames -> times seen) scored on the mean of
+    `curves` (accuracy by gap, index g - 1), each gap weighted by the frames it spans."""
+    if not curves or not gaps:
+        return None
+    curve = np.mean(np.asarray(curves, np.float64), axis=0)
+    g = np.fromiter(gaps.keys(), np.int64, len(gaps))
+    frames = g * np.fromiter(gaps.values(), np.int64, len(gaps))
+    if frames.sum() <= 0:
+        return None
+    acc = curve[np.clip(g, 1, len(curve)) - 1]
+    return float((acc * frames).sum() / frames.sum())
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """What a camera's current spacing achieves, as estimated after a burst."""
+
+    camera_id: str
+    f1: float
+    counting: float
+
+
 @dataclass
 class _Burst:
     frames: list[tuple[int, FrameBoxes]] = field(default_factory=list)
     width: int = 0
     height: int = 0
+    # The gaps of the calibration window before this burst (gap -> times seen).
+    gaps: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Camera:
+    """One camera's spacing since its last burst and its recent bursts' curves."""
+
+    window: int
+    last_index: int = -1
+    gaps: dict[int, int] = field(default_factory=dict)
+    f1: deque[tuple[float, ...]] = field(init=False)
+    counting: deque[tuple[float, ...]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.f1 = deque(maxlen=self.window)
+        self.counting = deque(maxlen=self.window)
+
+    def saw(self, index: int, calibration: bool) -> None:
+        if not calibration and 0 <= self.last_index < index:
+            gap = index - self.last_index
+            self.gaps[gap] = self.gaps.get(gap, 0) + 1
+        self.last_index = max(self.last_index, index)
 
 
 class Calibration:
@@ -125,10 +182,20 @@ class Calibration:
     the detector's worker.
     """
 
-    def __init__(self, cfg: TrackingConfig, max_gap: int = 15, warmup: int = 5) -> None:
+    def __init__(
+        self,
+        cfg: TrackingConfig,
+        max_gap: int = 15,
+        warmup: int = 5,
+        window: int = 4,
+        on_estimate: Callable[[Estimate], None] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.max_gap = max_gap
         self.warmup = warmup
+        self.window = window
+        self.on_estimate = on_estimate
+        self._cameras: dict[tuple[int, str], _Camera] = {}
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="calibration")
         self._lock = threading.Lock()
         self._bursts: dict[tuple[int, str], _Burst] = {}
@@ -145,10 +212,16 @@ class Calibration:
                 # Measured on the scene before the cut: says nothing of this one.
                 self._bursts.pop(key, None)
                 self._feedback.pop(key, None)
+                self._cameras.pop(key, None)
+            cam = self._cameras.get(key)
+            if cam is None:
+                cam = self._cameras[key] = _Camera(self.window)
+            cam.saw(h.frame_index, h.calibration)
             burst = self._bursts.get(key)
             if h.calibration:
                 if burst is None or (burst.frames and h.frame_index != burst.frames[-1][0] + 1):
-                    burst = self._bursts[key] = _Burst()
+                    burst = self._bursts[key] = _Burst(gaps=cam.gaps)
+                    cam.gaps = {}
                 burst.frames.append((h.frame_index, boxes))
                 burst.width = h.source_width or h.width
                 burst.height = h.source_height or h.height
@@ -181,8 +254,28 @@ class Calibration:
         )
         fb = frame_pb2.CascadeFeedback(f1_by_gap=acc.f1, counting_by_gap=acc.counting)
         with self._lock:
+            cam = self._cameras.get(key)
+            if cam is None:  # a scene change while measuring: the new scene starts afresh
+                cam = self._cameras[key] = _Camera(self.window)
+            cam.f1.append(acc.f1)
+            cam.counting.append(acc.counting)
+            f1 = estimate(cam.f1, burst.gaps)
+            counting = estimate(cam.counting, burst.gaps)
+            if f1 is not None and counting is not None:
+                fb.estimated_accuracy = f1
+                fb.estimated_counting = counting
             self._feedback[key] = fb
             self.measured += 1
+        if f1 is not None and counting is not None:
+            log.info(
+                "camera %s: the spacing of the last calibration window is estimated at box F1 "
+                "%.3f, counting %.3f",
+                key[1],
+                f1,
+                counting,
+            )
+            if self.on_estimate is not None:
+                self.on_estimate(Estimate(key[1], f1, counting))
         log.info(
             "camera %s: calibration over %d frames: box F1 by gap %s",
             key[1],

@@ -6,7 +6,8 @@
   calibrated is in the source frame's pixels (`source_width` / `source_height`).
 - H.264 payloads decode per (session, camera) in order (`h264`); a stream that lost a
   reference makes the next ack of that camera ask for a keyframe.
-- Calibration bursts are replayed at every gap (`calibration`); the result, and
+- Calibration bursts are replayed at every gap (`calibration`); the result (with the
+  estimated accuracy of the camera's current spacing, also a gauge per camera), and
   `send_next` when the tracker's prediction for the camera is uncertain or a rule is about
   to be decided (`ask_next`, the rules stage), ride on that camera's next ack
   (CascadeFeedback).
@@ -26,7 +27,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.edge.inference.h264 import H264Decoders
 from strata.edge.tracking.answers import Answer, Answers
-from strata.edge.tracking.calibration import Calibration
+from strata.edge.tracking.calibration import Calibration, Estimate
 from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
@@ -80,6 +81,13 @@ class CascadeMetrics:
         self.held = Gauge(
             "strata_edge_skipped_held", "Skipped frames waiting for their answer.", registry=r
         )
+        self.estimated_accuracy = Gauge(
+            "strata_edge_estimated_accuracy",
+            "Box F1 against the detector on every frame that the camera's current spacing is "
+            "estimated to achieve (from its calibration bursts), after each burst.",
+            ["camera"],
+            registry=r,
+        )
 
 
 class EdgeCascade:
@@ -91,7 +99,12 @@ class EdgeCascade:
         self.metrics = CascadeMetrics(registry)
         self.answers = Answers(cfg.tracking)
         self.h264 = H264Decoders()
-        self.calibration = Calibration(cfg.tracking, cfg.tracking.calibration_max_gap)
+        self.calibration = Calibration(
+            cfg.tracking,
+            cfg.tracking.calibration_max_gap,
+            window=cfg.tracking.calibration_window,
+            on_estimate=self._estimated,
+        )
         self._lock = threading.Lock()
         self._send_next: set[tuple[int, str]] = set()
         self._keyframe: set[tuple[int, str]] = set()
@@ -174,6 +187,9 @@ class EdgeCascade:
             self.metrics.calibrations.inc()
         self._count(done)
         return tracked, done
+
+    def _estimated(self, e: Estimate) -> None:
+        self.metrics.estimated_accuracy.labels(e.camera_id).set(e.f1)
 
     def ready(self) -> list[Answer]:
         """Skipped frames that can be answered now (or have waited long enough)."""

@@ -228,6 +228,13 @@ class CascadeConfig(StrictModel):
         le=1,
         description="Weight of the newest burst in the running estimate (1: newest only).",
     )
+    recover_margin: float = Field(
+        0.02,
+        ge=0,
+        le=1,
+        description="Under the target, the edge's estimate halves the gaps each calibration "
+        "window; they double back once it is this far above the target.",
+    )
     send_skipped: bool = Field(
         True, description="Tell the edge about every dropped frame (it answers from tracking)."
     )

@@ -446,6 +446,12 @@ class TrackingConfig(StrictModel):
     calibration_max_gap: int = Field(
         15, ge=1, description="Calibration measures keeping 1 frame in g for g up to this."
     )
+    calibration_window: int = Field(
+        4,
+        ge=1,
+        description="The estimate of a camera's accuracy scores its spacing on the mean of "
+        "its last this many calibration bursts.",
+    )
     max_lost: int = Field(
         60, ge=0, description="Source frames a track lives on without a detection."
     )

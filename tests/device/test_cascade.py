@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from strata.device.cascade import CascadePolicy, choose_gap
+import itertools
+
+from prometheus_client import CollectorRegistry
+from pytest import approx
+from strata.device.cascade import CascadeMetrics, CascadePolicy, choose_gap
 from strata.shared.config.device import CascadeConfig
 from strata.shared.contracts import frame_pb2
 
@@ -72,3 +76,63 @@ def test_a_scene_change_forgets_the_old_scene_and_calibrates_now() -> None:
     # The new scene's measure alone decides (the old one is not averaged in).
     p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0, 0.85, 0.85, 0.85]))
     assert p.min_gap == 1
+
+
+def kept(policy: CascadePolicy, frames: range, motion: bool) -> int:
+    return sum(d != "-" for d in run(policy, frames, motion))
+
+
+def test_an_estimate_under_target_keeps_more_frames_until_it_recovers() -> None:
+    cfg = CascadeConfig(calibrate_every=0, target=0.9, max_gap=40, recover_margin=0.02)
+    registry = CollectorRegistry()
+    p = CascadePolicy(cfg, CascadeMetrics(registry), camera_id="cam")
+    p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0, 0.97, 0.95, 0.92, 0.93, 0.85]))
+    assert (p.min_gap, p.max_gap) == (5, 40)
+    window = 200
+    base = (kept(p, range(0, window), True), kept(p, range(window, 2 * window), False))
+    assert base == (40, 5)
+
+    def gauge(name: str) -> float | None:
+        return registry.get_sample_value(name, {"camera": "cam"})
+
+    # The edge says the last window's spacing reached 0.8: each such window halves the gaps.
+    seen = [base]
+    for n in range(1, 4):
+        p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.8))
+        assert p.boost == n and p.edge_estimate == approx(0.8)
+        start = 2 * n * window
+        seen.append(
+            (
+                kept(p, range(start, start + window), True),
+                kept(p, range(start + window, start + 2 * window), False),
+            )
+        )
+    assert all(b[0] >= a[0] and b[1] > a[1] for a, b in itertools.pairwise(seen))
+    assert seen[2][0] > seen[1][0] > seen[0][0] and seen[3][0] == window
+    assert (p.min_gap, p.max_gap) == (1, 5)
+    assert gauge("strata_device_estimated_accuracy") == approx(0.8)
+    assert gauge("strata_device_cascade_boost") == 3
+    # Under target still: towards every frame, and no further.
+    for _ in range(10):
+        p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.5))
+    assert (p.min_gap, p.max_gap) == (1, 1) and p.boost == 6
+    # Met, but within the margin: held. Above it: one halving undone per window.
+    p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.91))
+    assert p.boost == 6
+    p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.95))
+    assert p.boost == 5 and (p.min_gap, p.max_gap) == (1, 1)
+    for _ in range(5):
+        p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.95))
+    assert p.boost == 0 and (p.min_gap, p.max_gap) == (5, 40)
+    assert gauge("strata_device_cascade_boost") == 0
+
+
+def test_the_estimate_of_the_configured_metric_decides() -> None:
+    p = CascadePolicy(CascadeConfig(metric="counting", target=0.95, max_gap=8))
+    p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.5, estimated_counting=0.97))
+    assert p.boost == 0 and p.edge_estimate == approx(0.97)
+    p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.99, estimated_counting=0.9))
+    assert p.boost == 1 and p.max_gap == 4
+    # Feedback without an estimate (send_next, a first burst) changes nothing.
+    p.feedback(frame_pb2.CascadeFeedback(send_next=True))
+    assert p.boost == 1

@@ -163,3 +163,62 @@ def test_cascade_every_frame_answered_h264_scaled_to_the_model(
         )
         == 0
     )
+
+
+def test_an_estimate_under_target_makes_the_device_keep_more_frames(
+    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    """A motion gate blind to the objects (threshold out of reach) keeps 1 frame in 12; the
+    edge's bursts say that costs accuracy, so the estimate falls under the target and the
+    device keeps more frames in the following windows."""
+    from strata.shared.config.device import CascadeConfig
+
+    node = build_node(
+        EdgeConfig.model_validate(
+            {
+                "listen": "tcp://127.0.0.1:0",
+                "publish": "tcp://127.0.0.1:0",
+                "model": {"input_size": MODEL_SIZE},
+                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
+                "overload": {"gpu_pressure": {"enabled": False}},
+                "tracking": {"calibration_window": 1},
+                "flow": {"min_credits": 64},
+            }
+        ),
+        colour_model,
+    )
+    ep = node.start()
+    sub = Listener(zctx, ep.publish, "cam")
+    wait_until_subscribed(
+        RawAgent(zctx, ep.listen, "probe"), sub, synthetic_clip.frame(0).image, camera="cam"
+    )
+    registry = CollectorRegistry()
+    clip = "synthetic://?frames=240&seed=3&width=320&height=240&objects=6&fps=30&realtime=1"
+    agent = Agent(
+        DeviceConfig(
+            agent_id="agent-under-test",
+            edge=ep.listen,
+            cameras=[CameraConfig(id="cam", source=clip)],
+            motion=MotionConfig(threshold=1000.0, max_interval_s=0, scene_change=0),
+            gate=GateConfig(enabled=False),
+            cascade=CascadeConfig(target=1.0, max_gap=12, calibrate_every=60, burst_frames=30),
+        ),
+        registry=registry,
+    )
+    try:
+        agent.start()
+        results = [r for r in sub.collect(240, timeout_s=60.0) if r.session_id]
+        agent.stop(drain_timeout_s=5.0)
+    finally:
+        node.stop()
+    detected = {r.frame_index for r in results if not r.predicted}
+    # Bursts at 0, 60, 120, 180 (30 frames each); between them, what the policy kept.
+    windows = [sum(start <= i < start + 30 for i in detected) for start in (30, 90, 150, 210)]
+    assert windows[0] == 2  # 41, 53: one frame in 12
+    assert windows[-1] > windows[0] and max(windows) >= 5, windows
+    cam = {"camera": "cam"}
+    estimated = registry.get_sample_value("strata_device_estimated_accuracy", cam)
+    at_edge = node.metrics.registry.get_sample_value("strata_edge_estimated_accuracy", cam)
+    assert estimated is not None and at_edge is not None, "no estimate exported"
+    assert 0.0 < estimated < 1.0 and 0.0 < at_edge < 1.0, (windows, estimated, at_edge)
+    assert (sample(registry, "strata_device_cascade_boost", {"camera": "cam"}) or 0) >= 1

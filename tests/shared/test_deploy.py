@@ -368,10 +368,11 @@ def test_grafana_dashboard_uses_only_exported_metrics() -> None:
 
 
 def test_demo_reads_only_exported_metrics() -> None:
-    from strata.tools.demo.names import BYTES, COUNTS, DROPS, PLAIN_DROPS
+    from strata.tools.demo.names import BYTES, COUNTS, DROPS, PER_CAMERA, PLAIN_DROPS
 
     exported = exported_names()
     names = {m.name for m in (*COUNTS.values(), *BYTES.values(), *PLAIN_DROPS.values())}
+    names |= {m.name for m in PER_CAMERA.values()}
     names |= {name for _tier, name, _label in DROPS}
     assert names - exported == set()
 

@@ -284,3 +284,29 @@ def test_table_counts_the_cascade_policys_drops() -> None:
     assert s.per_camera["cam0"]["dropped_cascade"] == 5
     row = next(line for line in summary.table(s).splitlines() if "cascade policy" in line)
     assert row.split()[-1] == "5"
+
+
+def test_the_edges_estimate_per_camera_in_the_live_line_and_the_table() -> None:
+    import time
+
+    from prometheus_client import generate_latest
+    from strata.device.cascade import CascadeMetrics, CascadePolicy
+    from strata.device.metrics import DeviceMetrics
+    from strata.shared.config.device import CascadeConfig
+    from strata.shared.contracts import frame_pb2
+    from strata.tools.demo.cameras import camera_views
+    from strata.tools.demo.scrape import parse
+
+    m = DeviceMetrics()
+    m.camera("cam0").set_state("running")
+    m.camera("cam1").set_state("running")
+    policy = CascadePolicy(CascadeConfig(), CascadeMetrics(m.registry), "cam0")
+    policy.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.8125))
+    device = parse(generate_latest(m.registry).decode())
+    views = camera_views(device, time.time())
+    assert [v.describe() for v in views] == ["cam0 running, est. acc. 0.81", "cam1 running"]
+    s = summary.build([], {"device": device}, {}, [], {}, 1.0)
+    assert s.per_camera["cam0"]["estimated_accuracy"] == 0.8125
+    lines = summary.table(s).splitlines()
+    head = next(i for i, line in enumerate(lines) if "est. acc." in line)
+    assert lines[head + 1].split()[0] == "cam0" and lines[head + 1].split()[-1] == "0.812"

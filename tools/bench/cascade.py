@@ -36,6 +36,7 @@ from strata.tools.bench.sampling import (
 from strata.tools.demo.names import BYTES, COUNTS
 from strata.tools.demo.pipeline import Outcome, PipelineRun, RunOptions
 from strata.tools.demo.results import Received
+from strata.tools.demo.scrape import Samples
 from strata.tools.demo.stack import Camera
 from strata.tools.demo.summary import drops, edge_latency_ns, value
 
@@ -190,6 +191,10 @@ class ClipResult:
     curve: list[CurvePoint] = field(default_factory=list)
     # (share kept, bytes of an H.264 stream of those frames at the model's size / file).
     bytes_curve: list[tuple[float, float]] = field(default_factory=list)
+    # The edge's last online estimate of the box F1 the cascade's spacing achieves (the
+    # mean over cameras of strata_edge_estimated_accuracy), beside `vs_reference.f1`, the
+    # measured one; None when no calibration window was estimated.
+    estimated_f1: float | None = None
 
 
 def run_once(workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: float) -> Outcome:
@@ -204,6 +209,30 @@ def run_once(workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: fl
     if outcome.error is not None:
         raise RuntimeError(str(outcome.error))
     return outcome
+
+
+def _count_crops(result: ClipResult, cas: Outcome) -> None:
+    """Cloud looks per tracked object, and crops without a track."""
+    per_track: dict[tuple[str, str, int], int] = {}
+    for e in cas.events:
+        if e.track_id:
+            key = (e.edge_id, e.camera_id, e.track_id)
+            per_track[key] = per_track.get(key, 0) + 1
+        else:
+            result.untracked_crops += 1
+    if per_track:
+        result.crops_per_track_max = max(per_track.values())
+        result.crops_per_track_mean = sum(per_track.values()) / len(per_track)
+
+
+ESTIMATE = "strata_edge_estimated_accuracy"
+
+
+def estimated_f1(scrapes: Mapping[str, Samples]) -> float | None:
+    """The edge's last estimate of the cascade's box F1, averaged over its cameras."""
+    edge = scrapes.get("edge")
+    per_camera = edge.by_label(ESTIMATE, "camera") if edge is not None else {}
+    return float(np.mean(list(per_camera.values()))) if per_camera else None
 
 
 def measure_clip(
@@ -264,19 +293,11 @@ def measure_clip(
         edge_latency_ms=sorted((edge_latency_ns(cas.results) / 1e6).tolist()),
         reference_fps=len(ref.results) / ref.processing_s if ref.processing_s > 0 else 0.0,
         notes=[*ref.notes, *cas.notes],
+        estimated_f1=estimated_f1(cas.scrapes),
     )
     if unanswered:
         result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")
-    per_track: dict[tuple[str, str, int], int] = {}
-    for e in cas.events:
-        if e.track_id:
-            key = (e.edge_id, e.camera_id, e.track_id)
-            per_track[key] = per_track.get(key, 0) + 1
-        else:
-            result.untracked_crops += 1
-    if per_track:
-        result.crops_per_track_max = max(per_track.values())
-        result.crops_per_track_mean = sum(per_track.values()) / len(per_track)
+    _count_crops(result, cas)
     if curve:
         result.curve = uniform_curve(reference, CURVE_FRACTIONS, tracking, *size)
         result.bytes_curve = bytes_curve(clip, total, CURVE_FRACTIONS)

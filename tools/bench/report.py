@@ -58,6 +58,17 @@ def _num(v: float | None) -> float | None:
     return round(float(v), 4)
 
 
+def _estimate_rows(c: ClipResult) -> list[str]:
+    """The edge's estimate of the cascade's F1 beside the measured one (none: no row)."""
+    if c.estimated_f1 is None:
+        return []
+    off = c.estimated_f1 - c.vs_reference.f1
+    return [
+        f"| {c.clip}: the edge's estimate of the cascade's F1 (measured "
+        f"{c.vs_reference.f1:.3f}, off by {off:+.3f}) | | | {c.estimated_f1:.3f} |"
+    ]
+
+
 def cascade_keys(clip: ClipResult, prefix: str = "cascade") -> dict[str, float | None]:
     """The cascade.* keys of one clip (`prefix` replaces "cascade")."""
     a = clip.vs_reference
@@ -72,6 +83,8 @@ def cascade_keys(clip: ClipResult, prefix: str = "cascade") -> dict[str, float |
         "cascade.tagging": _num(a.tagging),
         "cascade.counting": _num(a.counting),
         "cascade.f1": _num(a.f1),
+        # The edge's own online estimate of that F1 (calibration), to read against it.
+        "cascade.estimated_f1": _num(clip.estimated_f1),
         # Frames whose pixels never reached the edge, as a share of the clip's.
         "cascade.frames_not_sent": _num(1.0 - clip.frames_to_edge / total),
         # Bytes to the edge over the clip file's size (vtest.mp4: its H.264 stream).
@@ -250,6 +263,7 @@ def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> s
     ]
     for c in clips:
         lines.append(_agreement_row(f"{c.clip}: cascade vs YOLO on every frame", c.vs_reference))
+        lines += _estimate_rows(c)
         if c.vs_truth is not None:
             lines.append(
                 _agreement_row(

@@ -61,6 +61,12 @@ PLAIN_DROPS: dict[str, Metric] = {
 # frames already sent once, so they are listed by reason, not in the frame table's sum).
 DEGRADED_BEFORE_SEND = ("device.degraded_motion", "device.degraded_rate")
 
+# Per camera, not summed: the accuracy the edge estimates the camera's spacing achieves (the
+# device.cascade.metric), as the device heard it.
+PER_CAMERA: dict[str, Metric] = {
+    "estimated_accuracy": Metric("device", "strata_device_estimated_accuracy"),
+}
+
 BYTES: dict[str, Metric] = {
     "to_edge": Metric("device", "strata_device_bytes_sent_total"),
     "to_cloud": Metric("edge", "strata_edge_uplink_bytes_total"),

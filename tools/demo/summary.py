@@ -15,6 +15,7 @@ from strata.tools.demo.names import (
     COUNTS,
     DEGRADED_BEFORE_SEND,
     DROPS,
+    PER_CAMERA,
     PLAIN_DROPS,
     Metric,
 )
@@ -105,6 +106,9 @@ def per_camera(
             m = COUNTS[key]
             for cam, n in device.by_label(m.name, "camera", **dict(m.labels)).items():
                 out.setdefault(cam, {})[key] = n
+        for key, m in PER_CAMERA.items():
+            for cam, v in device.by_label(m.name, "camera").items():
+                out.setdefault(cam, {})[key] = v
     for (cam, _index), r in results.items():
         row = out.setdefault(cam, {})
         row["results_received"] = row.get("results_received", 0.0) + 1
@@ -211,4 +215,11 @@ def table(s: Summary) -> str:
     )
     if s.drops:
         out.append("drops   " + ", ".join(f"{k} {_fmt(v)}" for k, v in s.drops.items()))
+    if s.per_camera:
+        out.append(f"{'camera':<16}{'decoded':>10}{'sent':>10}{'results':>10}{'est. acc.':>11}")
+        for cam, row in sorted(s.per_camera.items()):
+            est = row.get("estimated_accuracy")
+            n = [_fmt(row.get(k, 0.0)) for k in ("decoded", "sent_to_edge", "results_received")]
+            acc = "-" if est is None else f"{est:.3f}"
+            out.append(f"{cam:<16}{n[0]:>10}{n[1]:>10}{n[2]:>10}{acc:>11}")
     return "\n".join(out)
