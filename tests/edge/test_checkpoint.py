@@ -101,6 +101,9 @@ def test_checkpoint_written_node_killed_state_restored(
         "    queue_per_camera: 64\n    delay_target_ms: 60000\n"
         "  flow:\n    initial_credits: 64\n"  # the raw agent's burst fits its credit
         f"  checkpoint:\n    path: {ckpt}\n    interval_s: {interval_s}\n"
+        # Journal-only: no write for track events either (checkpoint.on_events), so the
+        # restore below rests on the journal alone.
+        f"    on_events: {str(interval_s < 60).lower()}\n"
         f"  metrics:\n    port: {mport}\n"
     )
     image = synthetic_clip.frame(30).image
