@@ -182,7 +182,8 @@ def _rules(
 ) -> RulesStage:
     """The rules stage: every camera's rules engine; it asks devices for their next frames
     through the cascade's feedback; its counts are on /metrics."""
-    stage = RulesStage(RulesEngine(rules, cfg.edge_id), serving.labels, cascade.ask_next)
+    engine = RulesEngine(rules, cfg.edge_id)
+    stage = RulesStage(engine, serving.labels, cascade.ask_next, cascade.ask_refused)
     metrics.registry.register(RulesCollector(stage.counts))
     if rules.cameras:
         log.info("rules for camera(s) %s", ", ".join(sorted(rules.cameras)))

@@ -39,6 +39,8 @@ AskNext = Callable[[int, str, Sequence[str]], None]
 
 # The horizon of `needs_frames`: the gap to the camera's previous kept frame, at most this.
 MAX_HORIZON_S = 2.0
+# The ask budget's bucket: a camera starts with this many asks and saves up to it.
+ASK_BURST = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +59,17 @@ class RulesStage:
 
     name = "rules"
 
-    def __init__(self, engine: RulesEngine, labels: Sequence[str], ask_next: AskNext) -> None:
+    def __init__(
+        self,
+        engine: RulesEngine,
+        labels: Sequence[str],
+        ask_next: AskNext,
+        refused: Callable[[str], None] = lambda _camera: None,
+    ) -> None:
         self.engine = engine
+        # Per camera, the asks it may still make (rules.ask_budget per answered frame).
+        self._tokens: dict[str, float] = {}
+        self.refused = refused
         # The model's labels, one tuple every frame shares (the engine caches by identity).
         self.labels = tuple(labels)
         self.ask_next = ask_next
@@ -87,7 +98,13 @@ class RulesStage:
         with self._lock:
             events = self.engine.process(f)
             need = self._need(f) if a.kept else None
-        if need:
+            tokens = self._tokens.get(f.camera_id, ASK_BURST) + self.engine.cfg.ask_budget
+            granted = bool(need) and tokens >= 1.0
+            self._tokens[f.camera_id] = min(ASK_BURST, tokens - 1.0 if granted else tokens)
+        if need and not granted:
+            # Over budget: the cascade's spacing decides (a rule result may be predicted).
+            self.refused(f.camera_id)
+        if granted:
             why = [k for k in ("line", "zone", "dwell") if getattr(need, k)]
             self.ask_next(a.header.session_id, f.camera_id, why)
         return tuple(events)

@@ -20,6 +20,7 @@ Every answer is counted by how it was made; every lost H.264 frame by reason.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 
@@ -31,7 +32,10 @@ from strata.edge.tracking.calibration import Calibration, Estimate
 from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
+from strata.shared.logs import RateLimitedLog
 from strata.shared.vision import FrameBoxes
+
+log = logging.getLogger(__name__)
 
 
 class CascadeMetrics:
@@ -78,6 +82,12 @@ class CascadeMetrics:
             ["reason"],
             registry=r,
         )
+        self.send_next_refused = Counter(
+            "strata_edge_send_next_refused",
+            "Asks for a camera's next frames the rules wanted and did not make: over "
+            "rules.ask_budget (the cascade's spacing decides those frames).",
+            registry=r,
+        )
         self.held = Gauge(
             "strata_edge_skipped_held", "Skipped frames waiting for their answer.", registry=r
         )
@@ -106,6 +116,7 @@ class EdgeCascade:
             on_estimate=self._estimated,
         )
         self._lock = threading.Lock()
+        self._refused_log = RateLimitedLog(log, 10.0, logging.INFO)
         self._send_next: set[tuple[int, str]] = set()
         self._keyframe: set[tuple[int, str]] = set()
 
@@ -158,6 +169,15 @@ class EdgeCascade:
             self.metrics.send_next.labels(reason).inc()
         with self._lock:
             self._send_next.add((session_id, camera_id))
+
+    def ask_refused(self, camera_id: str) -> None:
+        """The rules wanted a camera's next frames over their budget: counted, logged."""
+        self.metrics.send_next_refused.inc()
+        self._refused_log.warn(
+            camera_id,
+            "camera %s: rules wanted its next frames over rules.ask_budget; not asked",
+            camera_id,
+        )
 
     def lost_h264(self, h: frame_pb2.FrameHeader, reason: str) -> None:
         """An H.264 frame did not decode: count it, and ask for a keyframe on the next ack."""

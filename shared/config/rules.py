@@ -224,6 +224,13 @@ class RulesConfig(StrictModel):
     near_dwell_s: float = Field(
         1.0, ge=0, description="As near_margin, for a dwell timer this close to its limit."
     )
+    ask_budget: float = Field(
+        0.02,
+        ge=0,
+        le=1,
+        description="Most frames the rules may ask a camera for, as a share of its source "
+        "frames (a token bucket): what the cascade saves is not spent on boundaries.",
+    )
 
     @field_validator("cameras")
     @classmethod

@@ -175,7 +175,8 @@ def crossings(events: list[events_pb2.TrackEvent]) -> Counter[tuple[str, str, in
 
 
 def test_a_scene_is_counted_exactly_on_the_pub_copy_and_metrics(start: Any, zctx: Any) -> None:
-    node = start()
+    # A budget of one ask per answered frame: every ask the rules want is made.
+    node = start({**RULES, "ask_budget": 1.0})
     sub = run_clip(node, zctx, [("cam", i, scene(i)) for i in range(31)])
     events = [e for e in sub.events if e.camera_id == "cam"]
     # Person walks right (towards x+), car drives left: one crossing each, opposite ways.
@@ -413,3 +414,17 @@ def test_sighup_changes_the_rules_without_dropping_a_frame(
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
     assert proc.returncode == 0, "".join(out.lines)
+
+
+def test_asks_for_frames_stay_within_the_budget(start: Any, zctx: Any) -> None:
+    """rules.ask_budget 0: the bucket's first asks only; the rest refused and counted, so
+    boundaries never spend what the cascade saves."""
+    node = start({**RULES, "ask_budget": 0.0})
+    run_clip(node, zctx, [("cam", i, scene(i)) for i in range(31)])
+    reg = node.metrics.registry
+    asked = sum(
+        sample(reg, "strata_edge_send_next_total", {"reason": r}) or 0.0
+        for r in ("line", "zone", "dwell")
+    )
+    assert 1 <= asked <= 3 * 2  # at most 3 asks (ASK_BURST), each naming line and/or zone
+    assert (sample(reg, "strata_edge_send_next_refused_total") or 0) > 0
