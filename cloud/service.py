@@ -44,7 +44,7 @@ from .service_parts import ServiceParts
 from .snapshot_service import Snapshots
 from .track_filter import parse_track_uid
 from .track_service import TrackEvents
-from .watch import WatchUnavailableError
+from .watch import WatchUnavailableError, relay
 
 log = logging.getLogger(__name__)
 
@@ -496,22 +496,8 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             self.drops(WATCH, "too_many_watchers", f"limit {self.hub.max_watchers}")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many WatchEvents streams")
         assert sub is not None
-        # The header goes out now, so a client knows it is subscribed before events arrive.
-        await context.send_initial_metadata(())
-        try:
-            async for ev in sub.events():
-                yield ev
-        finally:
-            self.hub.unsubscribe(sub)
-        if sub.feed_lost:
-            self.drops(WATCH, "feed_lost", sub.feed_lost)
-            reason = f"events may have been missed; reconnect: {sub.feed_lost}"
-            await context.abort(grpc.StatusCode.UNAVAILABLE, reason)
-        if sub.dropped:
-            self.drops(WATCH, "watcher_behind", "stream fell behind and was closed")
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher fell behind; reconnect"
-            )
+        async for ev in relay(sub, self.hub, context, WATCH, self.drops):
+            yield ev
         self.metrics.ok(WATCH)
 
     # track events (track_service)

@@ -33,7 +33,7 @@ from .metrics import CloudMetrics
 from .service_parts import ServiceParts
 from .track_checks import check_event
 from .track_filter import TrackPageKey, TrackQuery, parse_track_uid, type_name
-from .watch import WatchUnavailableError
+from .watch import WatchUnavailableError, relay
 
 log = logging.getLogger(__name__)
 
@@ -244,20 +244,6 @@ class TrackEvents:
             self.drops(WATCH_TRACKS, "too_many_watchers", f"limit {self.hub.max_watchers}")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many watch streams")
         assert sub is not None
-        # The header goes out now, so a client knows it is subscribed before events arrive.
-        await context.send_initial_metadata(())
-        try:
-            async for ev in sub.events():
-                yield ev
-        finally:
-            self.hub.unsubscribe(sub)
-        if sub.feed_lost:
-            self.drops(WATCH_TRACKS, "feed_lost", sub.feed_lost)
-            reason = f"events may have been missed; reconnect: {sub.feed_lost}"
-            await context.abort(grpc.StatusCode.UNAVAILABLE, reason)
-        if sub.dropped:
-            self.drops(WATCH_TRACKS, "watcher_behind", "stream fell behind and was closed")
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher fell behind; reconnect"
-            )
+        async for ev in relay(sub, self.hub, context, WATCH_TRACKS, self.drops):
+            yield ev
         self.metrics.ok(WATCH_TRACKS)

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
+import grpc
 from strata.shared.contracts import analytics_pb2, events_pb2
 
 from .metrics import CloudMetrics
@@ -215,3 +216,32 @@ class WatchHub:
             loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # the loop is closed: the server stopped, nobody is watching
             pass
+
+
+# (method, reason, detail): a refused or ended watch, counted and logged by the service.
+Drops = Callable[[str, str, str], None]
+
+
+async def relay(
+    sub: Subscription[M],
+    hub: WatchHub,
+    context: grpc.aio.ServicerContext[Any, Any],
+    method: str,
+    drops: Drops,
+) -> AsyncIterator[M]:
+    """A subscription's events to its stream until the client goes; a stream the feed or
+    its own backlog ended is aborted with why (the client reconnects), counted."""
+    # The header goes out now, so a client knows it is subscribed before events arrive.
+    await context.send_initial_metadata(())
+    try:
+        async for ev in sub.events():
+            yield ev
+    finally:
+        hub.unsubscribe(sub)
+    if sub.feed_lost:
+        drops(method, "feed_lost", sub.feed_lost)
+        reason = f"events may have been missed; reconnect: {sub.feed_lost}"
+        await context.abort(grpc.StatusCode.UNAVAILABLE, reason)
+    if sub.dropped:
+        drops(method, "watcher_behind", "stream fell behind and was closed")
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher fell behind; reconnect")
