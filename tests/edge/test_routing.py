@@ -92,7 +92,7 @@ def test_kill_9_of_an_edge_moves_its_cameras_and_loses_no_frame(
         res.close()
 
 
-@pytest.mark.timeout(180)  # 32 paced cameras over four edges on a shared machine
+@pytest.mark.timeout(240)  # 32 paced cameras over four edges on a shared machine
 def test_a_fourth_edge_joins_progressively_within_its_warm_up_share(
     fleet: list[EdgeProc], tmp_path: Path
 ) -> None:
@@ -126,10 +126,10 @@ def test_a_fourth_edge_joins_progressively_within_its_warm_up_share(
                 and max(per_edge.values()) <= math.ceil(1.15 * n / 3)
             )
 
-        # Up to 45 s: on a loaded machine the three founding edges' warm-ups and the
-        # progressive moves (1/s) after them can take most of 30 s (a CI run beside other
-        # jobs missed it once); the figures asserted below are counted after this point.
-        assert wait_until(settled, 45), res.placement(time.monotonic() - 1.2)
+        # Up to 90 s: the three founding edges' warm-ups and the progressive moves (1/s)
+        # after them took over 45 s for 32 cameras in a CI run; the figures asserted below
+        # are counted after this point.
+        assert wait_until(settled, 90), res.placement(time.monotonic() - 1.2)
         before = res.placement(time.monotonic() - 1.2)
         assert newcomer.name not in before.values()
         newcomer.start()
