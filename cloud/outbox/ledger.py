@@ -28,6 +28,15 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
+class Cut:
+    """What a backlog cut dropped, and the camera's position after it."""
+
+    dropped: int
+    oldest_ns: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
 class Backlog:
     """What a camera has not delivered yet (up to the horizon)."""
 
@@ -156,9 +165,8 @@ class Ledger:
         )
         return [Backlog(str(c), int(n), int(t or 0)) for c, n, t in rows]
 
-    def cut(self, camera: str, keep: int, upto: int) -> tuple[int, int]:
-        """Drop the camera's oldest undelivered events beyond `keep` (lease holder only);
-        (how many were dropped, stored_ns of the oldest)."""
+    def cut(self, camera: str, keep: int, upto: int) -> Cut | None:
+        """Drop the camera's oldest undelivered events beyond `keep` (lease holder only)."""
         ph, s = self.db.dialect.ph, self.source
         with self.db.transaction():
             pos_rows = self.db.rows(
@@ -167,7 +175,7 @@ class Ledger:
                 (*self._args(camera), self.owner),
             )
             if not pos_rows:
-                return 0, 0
+                return None
             pos = int(pos_rows[0][0])
             where = f"{s.camera_column} = {ph} AND {s.id_column} > {ph} AND {s.id_column} <= {ph}"
             new = self.db.rows(
@@ -176,7 +184,7 @@ class Ledger:
                 (camera, pos, upto, keep),
             )
             if not new:
-                return 0, 0
+                return None
             cut_to = int(new[0][0])
             n, oldest = self.db.rows(
                 f"SELECT COUNT(*), MIN({s.stored_ns_column}) FROM {s.table} WHERE {where}",
@@ -187,7 +195,7 @@ class Ledger:
                 f"WHERE {self._key} AND camera_id = {ph} AND owner = {ph}",
                 (cut_to, int(n), *self._args(camera), self.owner),
             )
-        return int(n), int(oldest or 0)
+        return Cut(int(n), int(oldest or 0), cut_to)
 
     def release(self) -> None:
         """Give up this replica's leases now (a clean stop: another takes over at once)."""

@@ -132,7 +132,7 @@ class SinkWorker:
                     ledger.discover(upto)
                     claims = ledger.claim()
                     if measure:
-                        self._measure(ledger, claims, upto, lag)
+                        claims = self._measure(ledger, claims, upto, lag)
                     for claim in claims:
                         moved += self._drain(ledger, claim, upto)
                         if self._stop.is_set():
@@ -206,24 +206,28 @@ class SinkWorker:
         )
         self._stop.wait(wait)
 
-    def _measure(self, ledger: Ledger, claims: list[Claim], upto: int, lag: _Lag) -> None:
-        mine = {c.camera_id for c in claims}
+    def _measure(self, ledger: Ledger, claims: list[Claim], upto: int, lag: _Lag) -> list[Claim]:
+        """Publish the backlog and cut it; the claims, moved past what a cut dropped (a
+        dropped event must never be delivered too)."""
+        held = {c.camera_id: c for c in claims}
         m, name = self.parts.metrics, self.sink.name
         for b in ledger.backlog(upto):
             count, oldest_ns = b.count, b.oldest_ns
-            if count > self.cfg.max_backlog and b.camera_id in mine:
-                n, first_ns = ledger.cut(b.camera_id, self.cfg.max_backlog, upto)
-                if n:
-                    m.dropped.labels(sink=name).inc(n)
+            if count > self.cfg.max_backlog and b.camera_id in held:
+                cut = ledger.cut(b.camera_id, self.cfg.max_backlog, upto)
+                if cut is not None and cut.dropped:
+                    held[b.camera_id] = Claim(b.camera_id, cut.position)
+                    m.dropped.labels(sink=name).inc(cut.dropped)
                     log.error(
                         "sink %s: camera %s: backlog over cloud.sinks.max_backlog (%d): dropped "
                         "the %d oldest undelivered events, the oldest %.0f s old",
                         name,
                         b.camera_id,
                         self.cfg.max_backlog,
-                        n,
-                        time.time() - first_ns / 1e9,
+                        cut.dropped,
+                        time.time() - cut.oldest_ns / 1e9,
                     )
-                    count -= n
+                    count -= cut.dropped
                     oldest_ns = 0  # re-measured next time
             lag.add(count, oldest_ns)
+        return list(held.values())

@@ -201,6 +201,22 @@ def test_the_backlog_is_bounded_counted_and_logged(
     assert "dropped the 15 oldest" in line and "s old" in line
 
 
+def test_a_cut_backlog_is_never_delivered_as_well(sqlite_store: Stored) -> None:
+    # The first pass claims a camera, then cuts its backlog: the delivery that follows
+    # starts after the cut, not at the position claimed before it.
+    store, cfg = sqlite_store
+    sink, metrics = RecordingSink(), CloudMetrics()
+    ids = fill(store, interleaved(["a"], 20))
+    w = run_worker(sink, cfg, metrics, "r1", max_backlog=5)
+    try:
+        wait_for(lambda: len(sink.got) >= 5, 20, "the 5 kept events")
+        time.sleep(0.3)
+    finally:
+        w.stop()
+    assert [e.stored_id for e in sink.got] == ids[-5:]
+    assert sample(metrics.registry, "strata_cloud_sink_dropped_total", sink="rec") == 15
+
+
 # --- several replicas on PostgreSQL -------------------------------------------------------
 
 
