@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from . import analytics_pb2, analytics_pb2_grpc, common_pb2, events_pb2, frame_pb2
+from . import analytics_pb2, analytics_pb2_grpc, clips_pb2, common_pb2, events_pb2, frame_pb2
 
 PROTOCOL_MAJOR = 2
 # Minor 1: track lifecycle and rule events (events.proto) on the uplink and in queries.
 # Minor 2: track snapshots (Snapshot) on the uplink, their references in TrackEvent, and
 # GetSnapshot.
-PROTOCOL_MINOR = 2
+# Minor 3: event clips (clips.proto): ClipDemand on FrameAck, UploadClip and GetClip.
+PROTOCOL_MINOR = 3
 
 
 class ProtocolVersionError(ValueError):
@@ -36,6 +37,7 @@ __all__ = [
     "analytics_pb2",
     "analytics_pb2_grpc",
     "check_version",
+    "clips_pb2",
     "common_pb2",
     "current_version",
     "events_pb2",

@@ -23,44 +23,45 @@ _sym_db = _symbol_database.Default()
 
 
 from . import common_pb2 as strata_dot_v1_dot_common__pb2
+from . import clips_pb2 as strata_dot_v1_dot_clips__pb2
 from . import events_pb2 as strata_dot_v1_dot_events__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19strata/v1/analytics.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\x1a\x16strata/v1/events.proto\"\x80\x02\n\x04\x43rop\x12\x0f\n\x07\x63rop_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\t\x12\x11\n\tcamera_id\x18\x03 \x01(\t\x12\x10\n\x08sequence\x18\x04 \x01(\x04\x12\'\n\tdetection\x18\x05 \x01(\x0b\x32\x14.strata.v1.Detection\x12%\n\x08\x65ncoding\x18\x06 \x01(\x0e\x32\x13.strata.v1.Encoding\x12\r\n\x05width\x18\x07 \x01(\r\x12\x0e\n\x06height\x18\x08 \x01(\r\x12\r\n\x05image\x18\t \x01(\x0c\x12!\n\x06timing\x18\n \x01(\x0b\x32\x11.strata.v1.Timing\x12\x10\n\x08track_id\x18\x0b \x01(\x04\"\xa7\x01\n\tCropBatch\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x1e\n\x05\x63rops\x18\x02 \x03(\x0b\x32\x0f.strata.v1.Crop\x12%\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x15.strata.v1.TrackEvent\x12&\n\tsnapshots\x18\x04 \x03(\x0b\x32\x13.strata.v1.Snapshot\"<\n\nLabelScore\x12\x10\n\x08\x63lass_id\x18\x01 \x01(\x05\x12\r\n\x05label\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\"\xb9\x01\n\x07\x43ropAck\x12\x0f\n\x07\x63rop_id\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0e\x32\x15.strata.v1.CropStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\x03\x12%\n\x06labels\x18\x05 \x03(\x0b\x32\x15.strata.v1.LabelScore\x12\x16\n\x0eretry_after_ms\x18\x06 \x01(\r\x12\x15\n\rmodel_version\x18\x07 \x01(\r\"\xbc\x01\n\x0eUplinkResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12 \n\x04\x61\x63ks\x18\x02 \x03(\x0b\x32\x12.strata.v1.CropAck\x12,\n\nevent_acks\x18\x03 \x03(\x0b\x32\x18.strata.v1.TrackEventAck\x12-\n\rsnapshot_acks\x18\x04 \x03(\x0b\x32\x16.strata.v1.SnapshotAck\"\xa2\x01\n\x0f\x43lassifyRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12%\n\x08\x65ncoding\x18\x02 \x01(\x0e\x32\x13.strata.v1.Encoding\x12\r\n\x05width\x18\x03 \x01(\r\x12\x0e\n\x06height\x18\x04 \x01(\r\x12\r\n\x05image\x18\x05 \x01(\x0c\x12\r\n\x05top_k\x18\x06 \x01(\r\"\x8c\x01\n\x10\x43lassifyResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12%\n\x06labels\x18\x02 \x03(\x0b\x32\x15.strata.v1.LabelScore\x12\r\n\x05model\x18\x03 \x01(\t\x12\x15\n\rmodel_version\x18\x04 \x01(\r\"\xa9\x02\n\x05\x45vent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\t\x12\x11\n\tcamera_id\x18\x03 \x01(\t\x12\x10\n\x08sequence\x18\x04 \x01(\x04\x12\x12\n\ncapture_ns\x18\x05 \x01(\x03\x12,\n\x0e\x65\x64ge_detection\x18\x06 \x01(\x0b\x32\x14.strata.v1.Detection\x12\r\n\x05label\x18\x07 \x01(\t\x12\r\n\x05score\x18\x08 \x01(\x02\x12\x11\n\tstored_ns\x18\t \x01(\x03\x12\x0f\n\x07\x63rop_id\x18\n \x01(\t\x12\x10\n\x08track_id\x18\x0b \x01(\x04\x12\x14\n\x0ctrack_events\x18\x0c \x01(\r\x12\x1a\n\rmodel_version\x18\r \x01(\rH\x00\x88\x01\x01\x42\x10\n\x0e_model_version\"\xbd\x02\n\x12QueryEventsRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x11\n\tcamera_id\x18\x02 \x01(\t\x12\x10\n\x08start_ns\x18\x03 \x01(\x03\x12\x0e\n\x06\x65nd_ns\x18\x04 \x01(\x03\x12\r\n\x05label\x18\x05 \x01(\t\x12\x11\n\tpage_size\x18\x06 \x01(\r\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\x16\n\x0egroup_by_track\x18\x08 \x01(\x08\x12(\n\x05types\x18\t \x03(\x0e\x32\x19.strata.v1.TrackEventType\x12\x0c\n\x04zone\x18\n \x01(\t\x12\x0c\n\x04line\x18\x0b \x01(\t\x12\x0c\n\x04rule\x18\x0c \x01(\t\x12\x10\n\x08track_id\x18\r \x01(\x04\x12\x11\n\ttrack_uid\x18\x0e \x01(\t\"}\n\x13QueryEventsResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12 \n\x06\x65vents\x18\x02 \x03(\x0b\x32\x10.strata.v1.Event\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"\xdc\x01\n\x12WatchEventsRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x11\n\tcamera_id\x18\x02 \x01(\t\x12\r\n\x05label\x18\x03 \x01(\t\x12(\n\x05types\x18\x04 \x03(\x0e\x32\x19.strata.v1.TrackEventType\x12\x0c\n\x04zone\x18\x05 \x01(\t\x12\x0c\n\x04line\x18\x06 \x01(\t\x12\x0c\n\x04rule\x18\x07 \x01(\t\x12\x10\n\x08track_id\x18\x08 \x01(\x04\x12\x11\n\ttrack_uid\x18\t \x01(\t\"\xb6\x01\n\x12GetSnapshotRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x11\n\tevent_key\x18\x02 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x03 \x01(\t\x12\x11\n\tcamera_id\x18\x04 \x01(\t\x12\x11\n\ttrack_uid\x18\x05 \x01(\t\x12%\n\x04kind\x18\x06 \x01(\x0e\x32\x17.strata.v1.SnapshotKind\"|\n\x13GetSnapshotResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12%\n\x08snapshot\x18\x02 \x01(\x0b\x32\x13.strata.v1.Snapshot\x12\x11\n\tstored_ns\x18\x03 \x01(\x03*q\n\nCropStatus\x12\x1b\n\x17\x43ROP_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43ROP_STATUS_STORED\x10\x01\x12\x17\n\x13\x43ROP_STATUS_INVALID\x10\x02\x12\x15\n\x11\x43ROP_STATUS_RETRY\x10\x03\x32\x9b\x04\n\tAnalytics\x12=\n\x06Uplink\x12\x14.strata.v1.CropBatch\x1a\x19.strata.v1.UplinkResponse(\x01\x30\x01\x12\x43\n\x08\x43lassify\x12\x1a.strata.v1.ClassifyRequest\x1a\x1b.strata.v1.ClassifyResponse\x12N\n\x0bQueryEvents\x12\x1d.strata.v1.QueryEventsRequest\x1a\x1e.strata.v1.QueryEventsResponse0\x01\x12@\n\x0bWatchEvents\x12\x1d.strata.v1.WatchEventsRequest\x1a\x10.strata.v1.Event0\x01\x12X\n\x10QueryTrackEvents\x12\x1d.strata.v1.QueryEventsRequest\x1a#.strata.v1.QueryTrackEventsResponse0\x01\x12P\n\x10WatchTrackEvents\x12\x1d.strata.v1.WatchEventsRequest\x1a\x1b.strata.v1.StoredTrackEvent0\x01\x12L\n\x0bGetSnapshot\x12\x1d.strata.v1.GetSnapshotRequest\x1a\x1e.strata.v1.GetSnapshotResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19strata/v1/analytics.proto\x12\tstrata.v1\x1a\x16strata/v1/common.proto\x1a\x15strata/v1/clips.proto\x1a\x16strata/v1/events.proto\"\x80\x02\n\x04\x43rop\x12\x0f\n\x07\x63rop_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\t\x12\x11\n\tcamera_id\x18\x03 \x01(\t\x12\x10\n\x08sequence\x18\x04 \x01(\x04\x12\'\n\tdetection\x18\x05 \x01(\x0b\x32\x14.strata.v1.Detection\x12%\n\x08\x65ncoding\x18\x06 \x01(\x0e\x32\x13.strata.v1.Encoding\x12\r\n\x05width\x18\x07 \x01(\r\x12\x0e\n\x06height\x18\x08 \x01(\r\x12\r\n\x05image\x18\t \x01(\x0c\x12!\n\x06timing\x18\n \x01(\x0b\x32\x11.strata.v1.Timing\x12\x10\n\x08track_id\x18\x0b \x01(\x04\"\xa7\x01\n\tCropBatch\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x1e\n\x05\x63rops\x18\x02 \x03(\x0b\x32\x0f.strata.v1.Crop\x12%\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x15.strata.v1.TrackEvent\x12&\n\tsnapshots\x18\x04 \x03(\x0b\x32\x13.strata.v1.Snapshot\"<\n\nLabelScore\x12\x10\n\x08\x63lass_id\x18\x01 \x01(\x05\x12\r\n\x05label\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\"\xb9\x01\n\x07\x43ropAck\x12\x0f\n\x07\x63rop_id\x18\x01 \x01(\t\x12%\n\x06status\x18\x02 \x01(\x0e\x32\x15.strata.v1.CropStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\x03\x12%\n\x06labels\x18\x05 \x03(\x0b\x32\x15.strata.v1.LabelScore\x12\x16\n\x0eretry_after_ms\x18\x06 \x01(\r\x12\x15\n\rmodel_version\x18\x07 \x01(\r\"\xbc\x01\n\x0eUplinkResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12 \n\x04\x61\x63ks\x18\x02 \x03(\x0b\x32\x12.strata.v1.CropAck\x12,\n\nevent_acks\x18\x03 \x03(\x0b\x32\x18.strata.v1.TrackEventAck\x12-\n\rsnapshot_acks\x18\x04 \x03(\x0b\x32\x16.strata.v1.SnapshotAck\"\xa2\x01\n\x0f\x43lassifyRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12%\n\x08\x65ncoding\x18\x02 \x01(\x0e\x32\x13.strata.v1.Encoding\x12\r\n\x05width\x18\x03 \x01(\r\x12\x0e\n\x06height\x18\x04 \x01(\r\x12\r\n\x05image\x18\x05 \x01(\x0c\x12\r\n\x05top_k\x18\x06 \x01(\r\"\x8c\x01\n\x10\x43lassifyResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12%\n\x06labels\x18\x02 \x03(\x0b\x32\x15.strata.v1.LabelScore\x12\r\n\x05model\x18\x03 \x01(\t\x12\x15\n\rmodel_version\x18\x04 \x01(\r\"\xa9\x02\n\x05\x45vent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x65\x64ge_id\x18\x02 \x01(\t\x12\x11\n\tcamera_id\x18\x03 \x01(\t\x12\x10\n\x08sequence\x18\x04 \x01(\x04\x12\x12\n\ncapture_ns\x18\x05 \x01(\x03\x12,\n\x0e\x65\x64ge_detection\x18\x06 \x01(\x0b\x32\x14.strata.v1.Detection\x12\r\n\x05label\x18\x07 \x01(\t\x12\r\n\x05score\x18\x08 \x01(\x02\x12\x11\n\tstored_ns\x18\t \x01(\x03\x12\x0f\n\x07\x63rop_id\x18\n \x01(\t\x12\x10\n\x08track_id\x18\x0b \x01(\x04\x12\x14\n\x0ctrack_events\x18\x0c \x01(\r\x12\x1a\n\rmodel_version\x18\r \x01(\rH\x00\x88\x01\x01\x42\x10\n\x0e_model_version\"\xbd\x02\n\x12QueryEventsRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x11\n\tcamera_id\x18\x02 \x01(\t\x12\x10\n\x08start_ns\x18\x03 \x01(\x03\x12\x0e\n\x06\x65nd_ns\x18\x04 \x01(\x03\x12\r\n\x05label\x18\x05 \x01(\t\x12\x11\n\tpage_size\x18\x06 \x01(\r\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\x16\n\x0egroup_by_track\x18\x08 \x01(\x08\x12(\n\x05types\x18\t \x03(\x0e\x32\x19.strata.v1.TrackEventType\x12\x0c\n\x04zone\x18\n \x01(\t\x12\x0c\n\x04line\x18\x0b \x01(\t\x12\x0c\n\x04rule\x18\x0c \x01(\t\x12\x10\n\x08track_id\x18\r \x01(\x04\x12\x11\n\ttrack_uid\x18\x0e \x01(\t\"}\n\x13QueryEventsResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12 \n\x06\x65vents\x18\x02 \x03(\x0b\x32\x10.strata.v1.Event\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"\xdc\x01\n\x12WatchEventsRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x11\n\tcamera_id\x18\x02 \x01(\t\x12\r\n\x05label\x18\x03 \x01(\t\x12(\n\x05types\x18\x04 \x03(\x0e\x32\x19.strata.v1.TrackEventType\x12\x0c\n\x04zone\x18\x05 \x01(\t\x12\x0c\n\x04line\x18\x06 \x01(\t\x12\x0c\n\x04rule\x18\x07 \x01(\t\x12\x10\n\x08track_id\x18\x08 \x01(\x04\x12\x11\n\ttrack_uid\x18\t \x01(\t\"\xb6\x01\n\x12GetSnapshotRequest\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12\x11\n\tevent_key\x18\x02 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x03 \x01(\t\x12\x11\n\tcamera_id\x18\x04 \x01(\t\x12\x11\n\ttrack_uid\x18\x05 \x01(\t\x12%\n\x04kind\x18\x06 \x01(\x0e\x32\x17.strata.v1.SnapshotKind\"|\n\x13GetSnapshotResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.strata.v1.ProtocolVersion\x12%\n\x08snapshot\x18\x02 \x01(\x0b\x32\x13.strata.v1.Snapshot\x12\x11\n\tstored_ns\x18\x03 \x01(\x03*q\n\nCropStatus\x12\x1b\n\x17\x43ROP_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43ROP_STATUS_STORED\x10\x01\x12\x17\n\x13\x43ROP_STATUS_INVALID\x10\x02\x12\x15\n\x11\x43ROP_STATUS_RETRY\x10\x03\x32\x9a\x05\n\tAnalytics\x12=\n\x06Uplink\x12\x14.strata.v1.CropBatch\x1a\x19.strata.v1.UplinkResponse(\x01\x30\x01\x12\x43\n\x08\x43lassify\x12\x1a.strata.v1.ClassifyRequest\x1a\x1b.strata.v1.ClassifyResponse\x12N\n\x0bQueryEvents\x12\x1d.strata.v1.QueryEventsRequest\x1a\x1e.strata.v1.QueryEventsResponse0\x01\x12@\n\x0bWatchEvents\x12\x1d.strata.v1.WatchEventsRequest\x1a\x10.strata.v1.Event0\x01\x12X\n\x10QueryTrackEvents\x12\x1d.strata.v1.QueryEventsRequest\x1a#.strata.v1.QueryTrackEventsResponse0\x01\x12P\n\x10WatchTrackEvents\x12\x1d.strata.v1.WatchEventsRequest\x1a\x1b.strata.v1.StoredTrackEvent0\x01\x12L\n\x0bGetSnapshot\x12\x1d.strata.v1.GetSnapshotRequest\x1a\x1e.strata.v1.GetSnapshotResponse\x12?\n\nUploadClip\x12\x14.strata.v1.ClipChunk\x1a\x17.strata.v1.ClipChunkAck(\x01\x30\x01\x12<\n\x07GetClip\x12\x19.strata.v1.GetClipRequest\x1a\x14.strata.v1.ClipChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strata.v1.analytics_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CROPSTATUS']._serialized_start=2547
-  _globals['_CROPSTATUS']._serialized_end=2660
-  _globals['_CROP']._serialized_start=89
-  _globals['_CROP']._serialized_end=345
-  _globals['_CROPBATCH']._serialized_start=348
-  _globals['_CROPBATCH']._serialized_end=515
-  _globals['_LABELSCORE']._serialized_start=517
-  _globals['_LABELSCORE']._serialized_end=577
-  _globals['_CROPACK']._serialized_start=580
-  _globals['_CROPACK']._serialized_end=765
-  _globals['_UPLINKRESPONSE']._serialized_start=768
-  _globals['_UPLINKRESPONSE']._serialized_end=956
-  _globals['_CLASSIFYREQUEST']._serialized_start=959
-  _globals['_CLASSIFYREQUEST']._serialized_end=1121
-  _globals['_CLASSIFYRESPONSE']._serialized_start=1124
-  _globals['_CLASSIFYRESPONSE']._serialized_end=1264
-  _globals['_EVENT']._serialized_start=1267
-  _globals['_EVENT']._serialized_end=1564
-  _globals['_QUERYEVENTSREQUEST']._serialized_start=1567
-  _globals['_QUERYEVENTSREQUEST']._serialized_end=1884
-  _globals['_QUERYEVENTSRESPONSE']._serialized_start=1886
-  _globals['_QUERYEVENTSRESPONSE']._serialized_end=2011
-  _globals['_WATCHEVENTSREQUEST']._serialized_start=2014
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=2234
-  _globals['_GETSNAPSHOTREQUEST']._serialized_start=2237
-  _globals['_GETSNAPSHOTREQUEST']._serialized_end=2419
-  _globals['_GETSNAPSHOTRESPONSE']._serialized_start=2421
-  _globals['_GETSNAPSHOTRESPONSE']._serialized_end=2545
-  _globals['_ANALYTICS']._serialized_start=2663
-  _globals['_ANALYTICS']._serialized_end=3202
+  _globals['_CROPSTATUS']._serialized_start=2570
+  _globals['_CROPSTATUS']._serialized_end=2683
+  _globals['_CROP']._serialized_start=112
+  _globals['_CROP']._serialized_end=368
+  _globals['_CROPBATCH']._serialized_start=371
+  _globals['_CROPBATCH']._serialized_end=538
+  _globals['_LABELSCORE']._serialized_start=540
+  _globals['_LABELSCORE']._serialized_end=600
+  _globals['_CROPACK']._serialized_start=603
+  _globals['_CROPACK']._serialized_end=788
+  _globals['_UPLINKRESPONSE']._serialized_start=791
+  _globals['_UPLINKRESPONSE']._serialized_end=979
+  _globals['_CLASSIFYREQUEST']._serialized_start=982
+  _globals['_CLASSIFYREQUEST']._serialized_end=1144
+  _globals['_CLASSIFYRESPONSE']._serialized_start=1147
+  _globals['_CLASSIFYRESPONSE']._serialized_end=1287
+  _globals['_EVENT']._serialized_start=1290
+  _globals['_EVENT']._serialized_end=1587
+  _globals['_QUERYEVENTSREQUEST']._serialized_start=1590
+  _globals['_QUERYEVENTSREQUEST']._serialized_end=1907
+  _globals['_QUERYEVENTSRESPONSE']._serialized_start=1909
+  _globals['_QUERYEVENTSRESPONSE']._serialized_end=2034
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=2037
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=2257
+  _globals['_GETSNAPSHOTREQUEST']._serialized_start=2260
+  _globals['_GETSNAPSHOTREQUEST']._serialized_end=2442
+  _globals['_GETSNAPSHOTRESPONSE']._serialized_start=2444
+  _globals['_GETSNAPSHOTRESPONSE']._serialized_end=2568
+  _globals['_ANALYTICS']._serialized_start=2686
+  _globals['_ANALYTICS']._serialized_end=3352
 # @@protoc_insertion_point(module_scope)

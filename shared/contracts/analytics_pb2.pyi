@@ -1,4 +1,5 @@
 from . import common_pb2 as _common_pb2
+from . import clips_pb2 as _clips_pb2
 from . import events_pb2 as _events_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper

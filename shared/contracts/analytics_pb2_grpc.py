@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from . import analytics_pb2 as strata_dot_v1_dot_analytics__pb2
+from . import clips_pb2 as strata_dot_v1_dot_clips__pb2
 from . import events_pb2 as strata_dot_v1_dot_events__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -70,6 +71,16 @@ class AnalyticsStub:
                 request_serializer=strata_dot_v1_dot_analytics__pb2.GetSnapshotRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_analytics__pb2.GetSnapshotResponse.FromString,
                 _registered_method=True)
+        self.UploadClip = channel.stream_stream(
+                '/strata.v1.Analytics/UploadClip',
+                request_serializer=strata_dot_v1_dot_clips__pb2.ClipChunk.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_clips__pb2.ClipChunkAck.FromString,
+                _registered_method=True)
+        self.GetClip = channel.unary_stream(
+                '/strata.v1.Analytics/GetClip',
+                request_serializer=strata_dot_v1_dot_clips__pb2.GetClipRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_clips__pb2.ClipChunk.FromString,
+                _registered_method=True)
 
 
 class AnalyticsServicer:
@@ -125,6 +136,21 @@ class AnalyticsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadClip(self, request_iterator, context):
+        """Device agent clip upload (protocol 2.3): chunks in, one ack each out (clips.proto).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetClip(self, request, context):
+        """A clip's bytes (protocol 2.3): the first chunk carries its info, then its data in
+        order; NOT_FOUND when the store holds none for the request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalyticsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +188,16 @@ def add_AnalyticsServicer_to_server(servicer, server):
                     servicer.GetSnapshot,
                     request_deserializer=strata_dot_v1_dot_analytics__pb2.GetSnapshotRequest.FromString,
                     response_serializer=strata_dot_v1_dot_analytics__pb2.GetSnapshotResponse.SerializeToString,
+            ),
+            'UploadClip': grpc.stream_stream_rpc_method_handler(
+                    servicer.UploadClip,
+                    request_deserializer=strata_dot_v1_dot_clips__pb2.ClipChunk.FromString,
+                    response_serializer=strata_dot_v1_dot_clips__pb2.ClipChunkAck.SerializeToString,
+            ),
+            'GetClip': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetClip,
+                    request_deserializer=strata_dot_v1_dot_clips__pb2.GetClipRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_clips__pb2.ClipChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -353,6 +389,60 @@ class Analytics:
             '/strata.v1.Analytics/GetSnapshot',
             strata_dot_v1_dot_analytics__pb2.GetSnapshotRequest.SerializeToString,
             strata_dot_v1_dot_analytics__pb2.GetSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadClip(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/strata.v1.Analytics/UploadClip',
+            strata_dot_v1_dot_clips__pb2.ClipChunk.SerializeToString,
+            strata_dot_v1_dot_clips__pb2.ClipChunkAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClip(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/strata.v1.Analytics/GetClip',
+            strata_dot_v1_dot_clips__pb2.GetClipRequest.SerializeToString,
+            strata_dot_v1_dot_clips__pb2.ClipChunk.FromString,
             options,
             channel_credentials,
             insecure,

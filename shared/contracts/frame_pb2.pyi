@@ -139,7 +139,7 @@ class CascadeFeedback(_message.Message):
     def __init__(self, burst_frames: _Optional[int] = ..., motion_threshold: _Optional[float] = ..., max_interval_s: _Optional[float] = ..., estimated_accuracy: _Optional[float] = ..., tracked_objects: _Optional[int] = ..., max_gap_frames: _Optional[int] = ..., send_next: _Optional[bool] = ..., f1_by_gap: _Optional[_Iterable[float]] = ..., counting_by_gap: _Optional[_Iterable[float]] = ..., estimated_counting: _Optional[float] = ...) -> None: ...
 
 class FrameAck(_message.Message):
-    __slots__ = ("version", "camera_id", "sequence", "status", "reason", "session_id", "retry_after_ms", "credits", "pressure", "degrade_level", "edge", "keyframe_request", "feedback")
+    __slots__ = ("version", "camera_id", "sequence", "status", "reason", "session_id", "retry_after_ms", "credits", "pressure", "degrade_level", "edge", "keyframe_request", "feedback", "clips", "clips_set")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +153,8 @@ class FrameAck(_message.Message):
     EDGE_FIELD_NUMBER: _ClassVar[int]
     KEYFRAME_REQUEST_FIELD_NUMBER: _ClassVar[int]
     FEEDBACK_FIELD_NUMBER: _ClassVar[int]
+    CLIPS_FIELD_NUMBER: _ClassVar[int]
+    CLIPS_SET_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     camera_id: str
     sequence: int
@@ -166,7 +168,19 @@ class FrameAck(_message.Message):
     edge: EdgeInfo
     keyframe_request: bool
     feedback: CascadeFeedback
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., status: _Optional[_Union[AckStatus, str]] = ..., reason: _Optional[str] = ..., session_id: _Optional[int] = ..., retry_after_ms: _Optional[int] = ..., credits: _Optional[int] = ..., pressure: _Optional[float] = ..., degrade_level: _Optional[int] = ..., edge: _Optional[_Union[EdgeInfo, _Mapping]] = ..., keyframe_request: _Optional[bool] = ..., feedback: _Optional[_Union[CascadeFeedback, _Mapping]] = ...) -> None: ...
+    clips: _containers.RepeatedCompositeFieldContainer[ClipDemand]
+    clips_set: bool
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., status: _Optional[_Union[AckStatus, str]] = ..., reason: _Optional[str] = ..., session_id: _Optional[int] = ..., retry_after_ms: _Optional[int] = ..., credits: _Optional[int] = ..., pressure: _Optional[float] = ..., degrade_level: _Optional[int] = ..., edge: _Optional[_Union[EdgeInfo, _Mapping]] = ..., keyframe_request: _Optional[bool] = ..., feedback: _Optional[_Union[CascadeFeedback, _Mapping]] = ..., clips: _Optional[_Iterable[_Union[ClipDemand, _Mapping]]] = ..., clips_set: _Optional[bool] = ...) -> None: ...
+
+class ClipDemand(_message.Message):
+    __slots__ = ("track_uid", "start_ns", "end_ns")
+    TRACK_UID_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    track_uid: str
+    start_ns: int
+    end_ns: int
+    def __init__(self, track_uid: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ...) -> None: ...
 
 class FrameDetections(_message.Message):
     __slots__ = ("version", "edge_id", "camera_id", "sequence", "frame_index", "width", "height", "detections", "timing", "model", "session_id", "predicted", "redelivery", "note", "model_version")
