@@ -148,12 +148,10 @@ def test_bad_chunks_are_invalid_and_store_nothing(server: CloudServer) -> None:
     assert "cloud.clips.max_bytes" in acks[0].reason
     assert server.store.count_clips() == 0
     m = server.metrics.registry
-    assert sample(
-        m, "strata_cloud_clip_chunks_refused_total", {"status": "invalid", "reason": "too_large"}
-    ) == 1
-    assert sample(
-        m, "strata_cloud_request_failure_total", {"method": "UploadClip", "reason": "clip_too_large"}
-    ) == 1
+    refused = {"status": "invalid", "reason": "too_large"}
+    assert sample(m, "strata_cloud_clip_chunks_refused_total", refused) == 1
+    failed = {"method": "UploadClip", "reason": "clip_too_large"}
+    assert sample(m, "strata_cloud_request_failure_total", failed) == 1
 
 
 def test_a_clip_with_no_bytes_is_stored_with_its_reason(server: CloudServer) -> None:
