@@ -36,7 +36,10 @@ log = logging.getLogger(__name__)
 
 UPLOAD, GET_CLIP = "UploadClip", "GetClip"
 C = clips_pb2
-_STATUS = {C.CLIP_CHUNK_STATUS_INVALID: "invalid", C.CLIP_CHUNK_STATUS_RETRY: "retry"}
+_STATUS: dict[int, str] = {
+    C.CLIP_CHUNK_STATUS_INVALID: "invalid",
+    C.CLIP_CHUNK_STATUS_RETRY: "retry",
+}
 
 
 def outcome_name(outcome: int) -> str:
