@@ -20,6 +20,7 @@ from cloud_helpers import make_config, stub_for, track_event
 from strata.cloud.clip_cli import clip_query
 from strata.cloud.clip_rows import ClipQuery
 from strata.cloud.server import CloudServer
+from strata.shared.config.cloud import CloudClipsConfig
 from strata.shared.contracts import clips_pb2, current_version
 from strata.shared.metrics import sample
 
@@ -38,9 +39,13 @@ def clip() -> bytes:
     return make_clip(2.0)
 
 
+def make_clips(**kw: Any) -> CloudClipsConfig:
+    return CloudClipsConfig(**{"max_bytes": 2_000_000, **kw})
+
+
 def config(colour_model: tuple[Path, Path], db: Path | str, **extra: Any) -> Any:
     model, labels = colour_model
-    cfg = make_config(model, Path("unused.sqlite"), labels, clips={"max_bytes": 2_000_000})
+    cfg = make_config(model, Path("unused.sqlite"), labels, clips=make_clips().model_dump())
     store = {"url": db, "connect_timeout_s": 5.0} if isinstance(db, str) else {"path": str(db)}
     return cfg.model_copy(update={"store": cfg.store.model_copy(update=store), **extra})
 
@@ -292,3 +297,55 @@ def test_cli_reads_every_form_of_reference() -> None:
     assert clip_query("door/s1/4") == ClipQuery(clip_id="door/s1/4")
     with pytest.raises(ValueError):
         clip_query("nonsense")
+
+
+def test_a_busy_store_answers_retry_with_a_hint(
+    colour_model: tuple[Path, Path], tmp_path: Path, start_server: Callable[..., CloudServer]
+) -> None:
+    import sqlite3
+    import threading
+    import time
+
+    db = tmp_path / "events.sqlite"
+    server = start_server(config(colour_model, db, clips=make_clips(max_writers=1)))
+    channel, stub = stub_for(server)
+    m = server.metrics.registry
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")  # another writer holds the database: the chunk waits
+    first: list[C.ClipChunkAck] = []
+    writer = threading.Thread(
+        target=lambda: first.extend(send(stub, [chunk(b"a" * 9, 0, 9, info())]))
+    )
+    with channel:
+        writer.start()
+        deadline = time.monotonic() + 10
+        while sample(m, "strata_cloud_clip_chunks_received_total") < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.3)
+        other = chunk(b"b" * 5, 0, 5, info(clip_id="door/s2/1"))
+        (busy,) = send(stub, [other])
+        assert busy.status == RETRY and busy.reason.startswith("busy")
+        assert busy.retry_after_ms == server.cfg.batcher.retry_after_ms > 0
+        assert busy.committed_bytes == 0
+        lock.execute("ROLLBACK")
+        writer.join(20)
+        assert first[0].status == STORED and first[0].committed_bytes == 9
+        (ok,) = send(stub, [other])
+        assert ok.status == STORED
+    lock.close()
+    refused = {"status": "retry", "reason": "busy"}
+    assert sample(m, "strata_cloud_clip_chunks_refused_total", refused) == 1
+
+
+def test_garbage_is_invalid_argument(server: CloudServer) -> None:
+    channel = grpc.insecure_channel(server.address)
+    with channel:
+        get = channel.unary_stream("/strata.v1.Analytics/GetClip")
+        with pytest.raises(grpc.RpcError) as err:
+            list(get(b"\xff\xff\xff", timeout=10))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        up = channel.stream_stream("/strata.v1.Analytics/UploadClip")
+        with pytest.raises(grpc.RpcError) as err:
+            list(up(iter([b"\xff\xff\xff"]), timeout=10))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
