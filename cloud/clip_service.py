@@ -120,12 +120,12 @@ class Clips:
     def _stored(self, chunk: clips_pb2.ClipChunk, got: ClipWrite) -> None:
         m, camera = self.metrics, chunk.info.camera_id
         m.ok(UPLOAD)
-        if not got.appended and not got.finished:
+        if got.started:  # an empty first chunk (a device asking where to resume) too
+            m.clips_started.labels(camera).inc()
+        if not got.appended and not got.finished and not got.started:
             m.clip_chunks_resent.inc()
             return
         m.camera_clip_bytes.labels(camera).inc(got.appended)
-        if got.started:
-            m.clips_started.labels(camera).inc()
         if got.finished:
             m.clips_stored.labels(outcome_name(chunk.info.outcome)).inc()
             log.info(

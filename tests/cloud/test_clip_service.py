@@ -349,3 +349,32 @@ def test_garbage_is_invalid_argument(server: CloudServer) -> None:
         with pytest.raises(grpc.RpcError) as err:
             list(up(iter([b"\xff\xff\xff"]), timeout=10))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_clip_bytes_per_camera_in_strata_cost(
+    colour_model: tuple[Path, Path],
+    tmp_path: Path,
+    start_server: Callable[..., CloudServer],
+    clip: bytes,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from strata.shared.config.common import CostConfig, MetricsConfig
+    from strata.shared.cost import per_day, usage_by_camera
+    from strata.shared.loopback import free_port
+    from strata.tools.cli import main
+    from strata.tools.cost import scrape
+
+    metrics = MetricsConfig(port=free_port())
+    server = start_server(config(colour_model, tmp_path / "events.sqlite", metrics=metrics))
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    before = usage_by_camera(scrape([url])).get("door")
+    channel, stub = stub_for(server)
+    with channel:
+        send(stub, chunks(clip, 128 * KB, info()))
+    after = usage_by_camera(scrape([url]))["door"]
+    assert after.clip_bytes == len(clip) and (before is None or before.clip_bytes == 0)
+    cost = per_day(after, 86_400.0, CostConfig(egress_per_gb=1.0, storage_per_gb_month=1.0))
+    assert cost.egress == pytest.approx(len(clip) / 1e9) and cost.storage > 0
+    assert main(["cost", "--cloud", url, "--interval", "0.2"]) == 0
+    table = capsys.readouterr().out
+    assert "clips GB" in table and "door" in table
