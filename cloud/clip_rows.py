@@ -221,7 +221,7 @@ def append(run: Run, chunk: clips_pb2.ClipChunk, now_ns: int, ph: str, lock: str
         )
     if final or (end <= committed and not chunk.last):
         if end <= committed:  # a resend: nothing changes
-            return ClipWrite(C.CLIP_CHUNK_STATUS_STORED, committed, code="", complete=final)
+            return ClipWrite(C.CLIP_CHUNK_STATUS_STORED, committed, started=started, complete=final)
         return _refuse(
             C.CLIP_CHUNK_STATUS_INVALID, committed, "final", f"the clip ended at {committed} bytes"
         )
