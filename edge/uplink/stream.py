@@ -18,8 +18,9 @@ STORED and DUPLICATE are final, INVALID is final (counted, logged, never resent)
 waits `retry_after_ms`. Without a spool, events wait in memory only.
 
 Track snapshots (JPEGs of a track's best crop and full frame) ride the same batches
-(`snapshots`), queued by edge/uplink/snapshots.py: spilled to the spool like crops, dropped
-there before any event, acked one by one, put back on RETRY or a broken stream.
+(`snapshots`), queued by edge/uplink/snapshots.py: written through to the spool like events
+(a kill -9 loses none), dropped there before any event, acked one by one, put back on RETRY
+or a broken stream.
 
 One thread sends batches over up to `streams` streams while the breaker allows; each stream
 has a thread reading its acks. On a target with several addresses (a DNS name or a list) the
@@ -266,8 +267,9 @@ class Uplink:
             self._events_dropped("event_buffer_full", dropped)
 
     def offer_snapshots(self, snaps: list[events_pb2.Snapshot]) -> None:
-        """Hand track snapshots to the cloud; never waits for the network. Beyond memory
-        they spill to the spool, where they drop before any event (counted)."""
+        """Hand track snapshots to the cloud; never waits for the network. With a spool they
+        are on disk when this returns (one transaction), where they drop before any event
+        (counted)."""
         if not snaps:
             return
         self._snaps.offer(snaps)
@@ -295,7 +297,7 @@ class Uplink:
             # Said apart from uplink_spool_full: these crops made room for track events.
             self._dropped("uplink_spool_full_events", done.crops_dropped)
         if done.snapshots_dropped:
-            self._snaps.dropped("uplink_spool_full_events", done.snapshots_dropped)
+            self._snaps.trimmed("uplink_spool_full_events", done.snapshots_dropped)
         if done.refused:
             self._events_dropped("uplink_spool_full", done.refused)
 
