@@ -108,7 +108,7 @@ class MqttRecorder:
 
     def _on_message(self, _c: paho.Client, _u: Any, msg: paho.MQTTMessage) -> None:
         if msg.topic == self.topic:
-            self.log.add(msg.payload)
+            self.log.add(bytes(msg.payload))
 
     def receipts(self) -> list[Receipt]:
         """Every event received, in arrival order."""
