@@ -302,3 +302,32 @@ def test_events_pushing_snapshots_off_the_disk_drop_them_from_memory_too(
         up.stop()
     assert server.store.count_snapshots() == len(snaps) - lost
     assert snaps_total(m, "sent") == len(snaps) - lost
+
+
+def test_a_failed_edges_spooled_snapshots_are_taken_over(
+    cloud: Callable[..., CloudServer], port: int, tmp_path: Path
+) -> None:
+    from prometheus_client import CollectorRegistry, Counter
+
+    snaps = [snapshot(track=(1_000, k)) for k in range(1, 6)]
+    dead = tmp_path / "dead" / "spool.sqlite"
+    left = CropSpool(str(dead), 10 << 20)
+    left.append_snapshots(snaps)
+    left.close()  # what a kill -9 leaves: the rows, no lock holder
+    server = cloud()
+    up, m = make(port, tmp_path)
+    try:
+        t = up.adopt_spool(
+            str(dead), "edge-b", Counter("adopted", "c", registry=CollectorRegistry())
+        )
+        assert t is not None
+        t.join(10)
+        assert wait_for(lambda: snaps_total(m, "stored") == len(snaps))
+    finally:
+        up.stop()
+    assert server.store.count_snapshots() == len(snaps)
+    again = CropSpool(str(dead), 10 << 20)
+    try:
+        assert again.snapshots == 0
+    finally:
+        again.close()

@@ -155,6 +155,7 @@ class Run:
     timeline: Timeline = field(default_factory=Timeline)
     notes: list[str] = field(default_factory=list)
     killed_after_receipts: int = 0
+    backlog_at_kill: dict[str, float] = field(default_factory=dict)
     drained: bool = False
     sinks: dict[str, Any] = field(default_factory=dict)
 
@@ -178,10 +179,16 @@ def _phases(run: Run, args: argparse.Namespace) -> None:
     if not _wait(stack, args.kill_wait_s, lambda: len(run.mqtt.log) > before):
         run.notes.append(f"no event reached the broker {args.kill_wait_s:g} s after it came back")
     run.killed_after_receipts = len(run.mqtt.log) - before
+    got = stack.scrape_all().get("cloud")
+    if got is not None:  # the backlog gauge is measured every 2 s: roughly what was left
+        run.backlog_at_kill = got.by_label("strata_cloud_sink_backlog", "sink")
     pid = stack.procs["cloud"].pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     stack.procs["cloud"].stop()  # reaps it
+    log_path = stack.workdir / "cloud.log"
+    if log_path.exists():  # the restarted cloud writes its own
+        log_path.rename(stack.workdir / "cloud-killed.log")
     time.sleep(args.cloud_down_s)
     stack._start("cloud")  # the same store file and config
     stack.wait_metrics("cloud", args.startup_timeout_s)
@@ -282,6 +289,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "mqtt_subscriber_connects": mqtt.connects,
         "malformed": {"mqtt": mqtt.log.malformed, "webhook": hook.log.malformed},
         "cloud_killed_after_broker_receipts": run.killed_after_receipts,
+        "sink_backlog_at_kill": run.backlog_at_kill,
         "capture_to_broker_ms": {
             "all_well": asdict(latency(mqtt.receipts(), well)),
             "every_event": asdict(latency(mqtt.receipts(), [])),
