@@ -204,13 +204,14 @@ def _phases(run: Run, args: argparse.Namespace) -> None:
     stack.procs["device"].stop()
     run.drained = _drain(run, args)
     tl.end()
-    got = stack.scrape_all()
-    if "cloud" in got:
-        s = got["cloud"]
+    last = stack.scrape_all().get("cloud")
+    if last is not None:
         run.sinks = {
-            "delivered_since_restart": s.by_label("strata_cloud_sink_delivered_total", "sink"),
-            "failed_since_restart": s.by_label("strata_cloud_sink_failed_total", "reason"),
-            "dropped_since_restart": s.by_label("strata_cloud_sink_dropped_total", "sink"),
+            "delivered_since_restart": last.by_label("strata_cloud_sink_delivered_total", "sink"),
+            "failed_since_restart_by_reason": last.by_label(
+                "strata_cloud_sink_failed_total", "reason"
+            ),
+            "dropped_since_restart": last.by_label("strata_cloud_sink_dropped_total", "sink"),
         }
 
 
