@@ -509,7 +509,8 @@ class UplinkConfig(StrictModel):
     snapshot_queue: int = Field(
         32,
         ge=1,
-        description="Track snapshots held in memory; more spill to the spool (or drop).",
+        description="Track snapshots held in memory; with a spool all wait on disk too, "
+        "else the oldest drop.",
     )
     max_inflight: int = Field(
         64, ge=1, description="Crops sent and not yet acked, all streams together."
