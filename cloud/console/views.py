@@ -268,6 +268,18 @@ def window(period: str, now_ns: int) -> tuple[int, int, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class Bar:
+    """One bucket of a chart that counted something: a bar in a CHART_W x CHART_H box."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+    count: int
+    title: str  # the bucket's start and its count, shown on hover
+
+
+@dataclass(frozen=True, slots=True)
 class Series:
     """Counts of one (camera, what, name, direction, label) per bucket, and its chart."""
 
@@ -278,20 +290,32 @@ class Series:
     label: str
     counts: list[int]
     total: int
-    chart: str  # SVG polyline points in a CHART_W x CHART_H box
+    chart: list[Bar]  # the buckets that counted something
+    peak: int  # the largest bucket, the chart's full height
 
     def as_json(self) -> dict[str, Any]:
         """The record as the API returns it (without the chart)."""
         return {f: getattr(self, f) for f in self.__slots__ if f != "chart"}
 
 
-CHART_W, CHART_H = 240, 40
+CHART_W, CHART_H = 360, 48
 
 
-def _chart(counts: list[int]) -> str:
+def _chart(counts: list[int], start_ns: int, bucket_ns: int) -> list[Bar]:
     top = max(counts) or 1
-    step = CHART_W / max(1, len(counts) - 1)
-    return _points([(i * step, CHART_H - c * CHART_H / top) for i, c in enumerate(counts)])
+    step = CHART_W / max(1, len(counts))
+    return [
+        Bar(
+            x=round(i * step + step * 0.1, 1),
+            y=round(CHART_H - c * CHART_H / top, 1),
+            w=round(step * 0.8, 1),
+            h=round(c * CHART_H / top, 1),
+            count=c,
+            title=f"{iso(start_ns + i * bucket_ns)}: {c}",
+        )
+        for i, c in enumerate(counts)
+        if c
+    ]
 
 
 def series(rows: CountRows, start_ns: int, bucket_ns: int, buckets: int) -> list[Series]:
@@ -315,4 +339,7 @@ def series(rows: CountRows, start_ns: int, bucket_ns: int, buckets: int) -> list
             (int(capture_ns) - start_ns) // bucket_ns,
             1,
         )
-    return [Series(*key, counts=c, total=sum(c), chart=_chart(c)) for key, c in sorted(acc.items())]
+    return [
+        Series(*key, counts=c, total=sum(c), chart=_chart(c, start_ns, bucket_ns), peak=max(c))
+        for key, c in sorted(acc.items())
+    ]

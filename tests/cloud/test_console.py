@@ -313,8 +313,15 @@ def test_counts_per_zone_line_direction_and_label(console: Running) -> None:
             ("line", "gate", "out", "person"): 1,
         }, period
         assert len(body["buckets"]) == (7 if period == "week" else 24)
+        assert {s["peak"] for s in body["series"]} == {1, 2}, "all in one bucket"
     page = get(console.port, "/counts?period=week")
     assert page.status == 200 and page.text.count('<svg class="chart"') == 4
+    # One bar each (every count is in the same bucket), each chart scaled to its own peak.
+    bars = re.findall(
+        r'<rect class="bar" x="[\d.]+" y="([\d.]+)" width="[\d.]+" height="([\d.]+)"', page.text
+    )
+    assert len(bars) == 4 and all(float(y) + float(h) == 48 for y, h in bars)
+    assert [float(h) for _, h in bars] == [48.0] * 4
     assert get(console.port, "/api/counts?camera=yard").json()["series"] == []
 
 

@@ -154,7 +154,7 @@ def check_counts(driver: Any, base: str, out: Path) -> None:
     assert lines, [r.text for r in rows]
     totals = [int(r.find_element("css selector", "td.total").text) for r in lines]
     assert sum(totals) > 0
-    assert by_css(driver, "#counts svg.chart polyline")
+    assert by_css(driver, "#counts svg.chart rect.bar")
     screenshot(driver, out, "counts")
 
 
