@@ -35,7 +35,7 @@ from strata.shared.contracts import analytics_pb2
 from ..event_store import EventQuery, EventStore, StoreError
 from ..track_filter import TYPES, TrackQuery, parse_track_uid, type_name
 from ..watch import WatchHub, WatchUnavailableError
-from . import views
+from . import editor, views
 from .live import Item, LiveFeed
 from .queries import SNAPSHOT_KINDS, TRACK, ConsoleQueries, Cursor, EventFilter, Row, StoreReader
 from .scrape import Scraper
@@ -137,6 +137,7 @@ class Console:
             Route("/crop", self.crop_page),
             Route("/cameras", self.cameras_page),
             Route("/counts", self.counts_page),
+            Route("/editor", self.editor_page),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout),
             Route("/api/events", self.api_events),
@@ -146,6 +147,7 @@ class Console:
             Route("/api/cameras", self.api_cameras),
             Route("/api/counts", self.api_counts),
             Route("/api/snapshot", self.api_snapshot),
+            Route("/api/rules", self.api_rules),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
         self.app = Starlette(routes=routes, exception_handlers={BadRequestError: self._bad})
@@ -519,6 +521,44 @@ class Console:
             counts = await self._run(self._counts, period, camera)
             counts["series"] = [s.as_json() for s in counts["series"]]
             return JSONResponse(counts)
+
+        return await self._guard(work())
+
+    # the rule editor
+
+    def _editor(self, camera: str) -> editor.Editor:
+        uid = self.queries.latest_frame_snapshot(camera)
+        event = None
+        if uid:
+            events, _ = self.parts.store.query_tracks(
+                TrackQuery(camera_id=camera, track_uid=uid), None, 1
+            )
+            event = events[0].event if events else None
+        background = views.snapshot_url(camera, uid, "frame") if uid else ""
+        return editor.editor(camera, event, self._camera_rules(camera), background)
+
+    def _camera_arg(self, request: Request) -> str:
+        camera = _text(request, "camera")
+        if not camera:
+            raise BadRequestError("camera is required")
+        return camera
+
+    async def editor_page(self, request: Request) -> Response:
+        """Draw zones and lines on a camera's latest snapshot; get the YAML to paste."""
+        camera = self._camera_arg(request)
+
+        async def work() -> Response:
+            ed = await self._run(self._editor, camera)
+            return self.render("editor.html", title=f"Rules of {camera}", ed=ed)
+
+        return await self._guard(work())
+
+    async def api_rules(self, request: Request) -> Response:
+        """JSON: a camera's frame size, latest snapshot and rules in that frame's pixels."""
+        camera = self._camera_arg(request)
+
+        async def work() -> Response:
+            return JSONResponse((await self._run(self._editor, camera)).as_json())
 
         return await self._guard(work())
 
