@@ -162,6 +162,7 @@ def test_hostile_stored_values_are_escaped(console: Running) -> None:
         "/counts?period=week",
         "/crop?id=1",
         "/track?" + urlencode({"camera": bad, "uid": UID}),
+        "/editor?" + urlencode({"camera": bad}),
     ):
         page = get(console.port, path)
         assert page.status == 200, path
@@ -184,6 +185,8 @@ def test_hostile_stored_values_are_escaped(console: Running) -> None:
         "/api/crop?id=1%20OR%201",
         "/api/counts?period=year",
         "/api/snapshot?camera=door&uid=1000-7&kind=video",
+        "/api/rules",
+        "/api/rules?camera=" + "x" * 300,
     ],
 )
 def test_bad_parameters_get_400(console: Running, path: str) -> None:
