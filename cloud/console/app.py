@@ -492,7 +492,7 @@ class Console:
     def _counts_args(self, request: Request) -> tuple[str, str]:
         period = _text(request, "period") or "today"
         if period not in views.PERIODS:
-            raise BadRequestError("period must be today, day or week")
+            raise BadRequestError("period must be " + ", ".join(views.PERIODS))
         return period, _text(request, "camera")
 
     async def counts_page(self, request: Request) -> Response:
@@ -505,7 +505,7 @@ class Console:
                 "counts.html",
                 title="Counts",
                 camera=camera,
-                periods=["today", "day", "week"],
+                periods=views.PERIODS,
                 chart_w=views.CHART_W,
                 chart_h=views.CHART_H,
                 **counts,

@@ -247,14 +247,18 @@ def timing(what: str, capture_ns: int, stored_ns: int) -> Timing:
 
 # counts
 
-PERIODS = {"today", "day", "week"}
+PERIODS = ("hour", "today", "day", "week")
+_MINUTE = 60 * 10**9
 _HOUR = 3600 * 10**9
 _DAY = 24 * _HOUR
 
 
 def window(period: str, now_ns: int) -> tuple[int, int, int]:
-    """(start_ns, end_ns, bucket_ns) of a period: today (UTC, hourly), the last day (hourly)
-    or the last week (daily)."""
+    """(start_ns, end_ns, bucket_ns) of a period: the last hour (per minute), today (UTC,
+    hourly), the last day (hourly) or the last week (daily)."""
+    if period == "hour":
+        end = now_ns - now_ns % _MINUTE + _MINUTE
+        return end - _HOUR, end, _MINUTE
     if period == "today":
         start = now_ns - now_ns % _DAY
         return start, start + _DAY, _HOUR
@@ -264,7 +268,7 @@ def window(period: str, now_ns: int) -> tuple[int, int, int]:
     if period == "week":
         end = now_ns - now_ns % _DAY + _DAY
         return end - 7 * _DAY, end, _DAY
-    raise ValueError(f"unknown period {period!r}; known: {', '.join(sorted(PERIODS))}")
+    raise ValueError(f"unknown period {period!r}; known: {', '.join(PERIODS)}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,7 +148,7 @@ def check_cameras(driver: Any, base: str, out: Path) -> None:
 
 
 def check_counts(driver: Any, base: str, out: Path) -> None:
-    driver.get(base + "/counts?period=day")  # the last 24 hours: the run is in it
+    driver.get(base + "/counts?period=hour")  # per minute: the run is in the last ones
     rows = by_css(driver, "#counts tbody tr")
     lines = [r for r in rows if "west" in r.text]
     assert lines, [r.text for r in rows]
@@ -156,6 +156,21 @@ def check_counts(driver: Any, base: str, out: Path) -> None:
     assert sum(totals) > 0
     assert by_css(driver, "#counts svg.chart rect.bar")
     screenshot(driver, out, "counts")
+
+
+def check_editor(driver: Any, base: str, out: Path) -> None:
+    """The editor on vtest's latest frame: the configured zone and line restated in pixels."""
+    import yaml
+    from strata.shared.config.base import validate_model
+    from strata.shared.config.rules import CameraRules, RulesConfig
+
+    driver.get(base + "/cameras")
+    by_css(driver, "#cameras a.edit-rules")[0].click()
+    wait_for("the editor", lambda: by_css(driver, "#editor image"))
+    text = by_css(driver, "#yaml")[0].get_attribute("value")
+    rules = validate_model(RulesConfig, yaml.safe_load(text)["rules"]).cameras[CAMERA]
+    assert rules == validate_model(CameraRules, RULES), "configured in vtest's pixels already"
+    screenshot(driver, out, "editor")
 
 
 def test_console_over_the_three_daemons_on_vtest(stack: Stack, tmp_path: Path) -> None:
@@ -166,8 +181,9 @@ def test_console_over_the_three_daemons_on_vtest(stack: Stack, tmp_path: Path) -
         check_detail(driver, tmp_path)
         check_cameras(driver, base, tmp_path)
         check_counts(driver, base, tmp_path)
+        check_editor(driver, base, tmp_path)
         stack.check()
         assert console_errors(driver) == []
-    for name in ("events", "events-filtered", "track", "cameras", "counts"):
+    for name in ("events", "events-filtered", "track", "cameras", "counts", "editor"):
         assert (tmp_path / f"{name}.png").stat().st_size > 1000
     print(f"console screenshots in {tmp_path} after {time.monotonic() - started:.0f} s")
