@@ -31,6 +31,7 @@ PAGES = [
     "/api/counts",
     "/api/snapshot?camera=door&uid=1000-7&kind=crop",
     "/api/rules?camera=door",
+    "/api/clip?camera=door&uid=1000-7",
     "/logout",
     "/no-such-page",
 ]
