@@ -36,7 +36,7 @@ from ..clip_rows import ClipQuery
 from ..event_store import EventQuery, EventStore, StoreError
 from ..track_filter import TYPES, TrackQuery, parse_track_uid, type_name
 from ..watch import WatchHub, WatchUnavailableError
-from . import views
+from . import editor, views
 from .clip_http import ClipSource, clip_response
 from .live import Item, LiveFeed
 from .queries import SNAPSHOT_KINDS, TRACK, ConsoleQueries, Cursor, EventFilter, Row, StoreReader
@@ -143,11 +143,13 @@ class Console:
             Route("/counts", self.counts_page),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout),
+            Route("/editor", self.editor_page),
             Route("/api/events", self.api_events),
             Route("/api/events/stream", self.api_stream),
             Route("/api/track", self.api_track),
             Route("/api/crop", self.api_crop),
             Route("/api/cameras", self.api_cameras),
+            Route("/api/rules", self.api_rules),
             Route("/api/counts", self.api_counts),
             Route("/api/snapshot", self.api_snapshot),
             Route("/api/clip", self.api_clip),
@@ -511,7 +513,7 @@ class Console:
     def _counts_args(self, request: Request) -> tuple[str, str]:
         period = _text(request, "period") or "today"
         if period not in views.PERIODS:
-            raise BadRequestError("period must be today, day or week")
+            raise BadRequestError("period must be " + ", ".join(views.PERIODS))
         return period, _text(request, "camera")
 
     async def counts_page(self, request: Request) -> Response:
@@ -524,7 +526,7 @@ class Console:
                 "counts.html",
                 title="Counts",
                 camera=camera,
-                periods=["today", "day", "week"],
+                periods=views.PERIODS,
                 chart_w=views.CHART_W,
                 chart_h=views.CHART_H,
                 **counts,
@@ -540,6 +542,44 @@ class Console:
             counts = await self._run(self._counts, period, camera)
             counts["series"] = [s.as_json() for s in counts["series"]]
             return JSONResponse(counts)
+
+        return await self._guard(work())
+
+    # the rule editor
+
+    def _editor(self, camera: str) -> editor.Editor:
+        uid = self.queries.latest_frame_snapshot(camera)
+        event = None
+        if uid:
+            events, _ = self.parts.store.query_tracks(
+                TrackQuery(camera_id=camera, track_uid=uid), None, 1
+            )
+            event = events[0].event if events else None
+        background = views.snapshot_url(camera, uid, "frame") if uid else ""
+        return editor.editor(camera, event, self._camera_rules(camera), background)
+
+    def _camera_arg(self, request: Request) -> str:
+        camera = _text(request, "camera")
+        if not camera:
+            raise BadRequestError("camera is required")
+        return camera
+
+    async def editor_page(self, request: Request) -> Response:
+        """Draw zones and lines on a camera's latest snapshot; get the YAML to paste."""
+        camera = self._camera_arg(request)
+
+        async def work() -> Response:
+            ed = await self._run(self._editor, camera)
+            return self.render("editor.html", title=f"Rules of {camera}", ed=ed)
+
+        return await self._guard(work())
+
+    async def api_rules(self, request: Request) -> Response:
+        """JSON: a camera's frame size, latest snapshot and rules in that frame's pixels."""
+        camera = self._camera_arg(request)
+
+        async def work() -> Response:
+            return JSONResponse((await self._run(self._editor, camera)).as_json())
 
         return await self._guard(work())
 

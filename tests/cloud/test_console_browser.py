@@ -8,59 +8,25 @@ Screenshots of each page go to the test's tmp folder."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_testkit import chromium, wait_for
 from clip_helpers import chunks, info, make_clip
 from cloud_helpers import make_config, stub_for, track_event
 from console_helpers import RULES, crop, put_snapshot
-from required_testkit import require_module, require_tool
 from strata.cloud.server import CloudServer
 from strata.shared.config.base import validate_model
 from strata.shared.config.rules import RulesConfig
 from strata.shared.contracts import events_pb2
 
-WAIT_S = 20.0
-
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    chromium = require_tool("chromium", "apt-get install chromium (.ci/system-deps)")
-    driver_path = require_tool("chromedriver", "apt-get install chromium-driver")
-    webdriver = require_module("selenium.webdriver", "pip install -e '.[test]' (selenium)")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-        f"--user-data-dir={tmp_path / 'chromium'}",
-    ):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=opts, service=Service(driver_path))
-    driver.set_page_load_timeout(30)
-    try:
+    with chromium(tmp_path) as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def rows(driver: Any) -> list[Any]:
