@@ -73,6 +73,8 @@ class StreamTemplate:
     codec: str
     time_base: Fraction
     init: bytes
+    width: int = 0
+    height: int = 0
 
     @classmethod
     def of(cls, stream: Any) -> StreamTemplate:
@@ -89,7 +91,9 @@ class StreamTemplate:
                 out.start_encoding()
         except (av.FFmpegError, ValueError, NotImplementedError) as exc:
             raise CodecError(f"{codec} cannot be stream-copied into MP4: {exc}") from None
-        return cls(codec, Fraction(stream.time_base), buf.getvalue())
+        ctx = stream.codec_context
+        width, height = (ctx.width or 0, ctx.height or 0) if ctx else (0, 0)
+        return cls(codec, Fraction(stream.time_base), buf.getvalue(), width, height)
 
     @contextmanager
     def stream(self) -> Iterator[Any]:
@@ -126,6 +130,11 @@ class CaptureClock:
     def empty(self) -> bool:
         """No anchor yet: nothing to map with."""
         return not self._anchors
+
+    @property
+    def latest_ns(self) -> int:
+        """Capture time of the newest frame delivered (0: none yet)."""
+        return self._anchors[-1][0] if self._anchors else 0
 
     def to_stream(self, capture_ns: int) -> float:
         """Stream time of capture time `capture_ns` (an empty clock: ValueError)."""
