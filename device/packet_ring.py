@@ -44,8 +44,15 @@ from .metrics import ClipMetrics
 log = logging.getLogger(__name__)
 
 # Fragments end at each keyframe (a clip cut short still plays up to its last one) and at
-# 1 MiB, so a source with rare keyframes does not hold a whole GOP in the muxer.
-MP4_OPTIONS = {"movflags": "frag_keyframe+empty_moov+default_base_moof", "frag_size": "1048576"}
+# 1 MiB, so a source with rare keyframes does not hold a whole GOP in the muxer. Each
+# fragment reaches the file when it ends (flush_packets; else the IO layer held the whole
+# clip until close, and a crash left only the file type box); the file is only appended
+# to, so the uploader may send an open clip's bytes as they come.
+MP4_OPTIONS = {
+    "movflags": "frag_keyframe+empty_moov+default_base_moof",
+    "frag_size": "1048576",
+    "flush_packets": "1",
+}
 
 
 class CodecError(ValueError):
