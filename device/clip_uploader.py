@@ -137,7 +137,7 @@ class ClipUploader:
             reraise=True,
         )
         self._backoff = wait_exponential_jitter(
-            initial=cfg.backoff_initial_s, max=cfg.backoff_max_s
+            multiplier=cfg.backoff_initial_s, max=cfg.backoff_max_s
         )
 
     def start(self) -> None:
