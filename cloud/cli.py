@@ -1,6 +1,7 @@
 """`strata cloud`: run the gRPC endpoint; `strata cloud query`: list stored events (classified
 crops, or with --tracks or a track-event filter the track lifecycle and rule events);
-`strata cloud snapshot`: write a track's snapshot JPEG to a file."""
+`strata cloud snapshot`: write a track's snapshot JPEG to a file; `strata cloud clip`: a
+track's event clip (clip_cli)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 from typing import Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
+
+from .clip_cli import register_clip
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,9 @@ def register(subparsers: Any) -> None:
     q.add_argument("--json", action="store_true", help="one JSON object per event")
     q.set_defaults(func=run_query)
     _register_snapshot(sub)
+    clip = register_clip(sub)
+    add_config_flag(clip)
+    _add_client_flags(clip)
 
 
 def _add_client_flags(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode
@@ -28,14 +28,16 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from strata.shared.config.cloud import CloudHttpConfig
+from strata.shared.config.cloud import CloudClipsConfig, CloudHttpConfig
 from strata.shared.config.rules import RulesConfig
 from strata.shared.contracts import analytics_pb2
 
+from ..clip_rows import ClipQuery
 from ..event_store import EventQuery, EventStore, StoreError
 from ..track_filter import TYPES, TrackQuery, parse_track_uid, type_name
 from ..watch import WatchHub, WatchUnavailableError
 from . import views
+from .clip_http import ClipSource, clip_response
 from .live import Item, LiveFeed
 from .queries import SNAPSHOT_KINDS, TRACK, ConsoleQueries, Cursor, EventFilter, Row, StoreReader
 from .scrape import Scraper
@@ -50,7 +52,8 @@ MAX_VALUE = 256  # longest filter value accepted
 # escaping still could not run.
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    "media-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'"
 )
 OPEN_PATHS = ("/login", "/static/")
 
@@ -62,8 +65,8 @@ class BadRequestError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ConsoleParts:
     """What the console reads and where: the store, its commit feed, the threads for
-    blocking reads, its config section, the rules (drawn on detail pages) and the registry
-    its metrics go to."""
+    blocking reads, its config section, the rules (drawn on detail pages), the registry
+    its metrics go to and the clips' section (how clips are served)."""
 
     store: EventStore
     hub: WatchHub
@@ -71,6 +74,7 @@ class ConsoleParts:
     http: CloudHttpConfig
     rules: RulesConfig | None = None
     registry: CollectorRegistry | None = None
+    clips: CloudClipsConfig = field(default_factory=CloudClipsConfig)
 
 
 def _text(request: Request, name: str) -> str:
@@ -146,6 +150,7 @@ class Console:
             Route("/api/cameras", self.api_cameras),
             Route("/api/counts", self.api_counts),
             Route("/api/snapshot", self.api_snapshot),
+            Route("/api/clip", self.api_clip),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
         self.app = Starlette(routes=routes, exception_handlers={BadRequestError: self._bad})
@@ -301,9 +306,11 @@ class Console:
         frame = views.snapshot_url(camera, uid, "frame") if SNAPSHOT_KINDS["frame"] in kinds else ""
         crop = views.snapshot_url(camera, uid, "crop") if SNAPSHOT_KINDS["crop"] in kinds else ""
         last = events[-1].event
+        clip = store.find_clip(ClipQuery(camera_id=camera, track_uid=uid))
         return {
             "camera": camera,
             "track_uid": uid,
+            "clip": views.clip_url(camera, uid) if clip and clip.committed_bytes else "",
             "label": last.after.label,
             "verdict": last.verdict.label if last.HasField("verdict") else "",
             "verdict_score": round(last.verdict.score, 4) if last.HasField("verdict") else None,
@@ -422,6 +429,20 @@ class Console:
             if request.headers.get("if-none-match") == etag:
                 return Response(status_code=304, headers=headers)
             return Response(jpeg, media_type="image/jpeg", headers=headers)
+
+        return await self._guard(work())
+
+    async def api_clip(self, request: Request) -> Response:
+        """A track's event clip as video/mp4, with Range requests and caching headers."""
+        camera, uid = self._track_args(request)
+        q = ClipQuery(camera_id=camera, track_uid=uid)
+
+        async def work() -> Response:
+            found = await self._run(self.parts.store.find_clip, q)
+            if found is None or found.committed_bytes == 0:
+                return JSONResponse({"error": "no clip with bytes"}, status_code=404)
+            src = ClipSource(self.parts.store, self.parts.executor, self.parts.clips)
+            return clip_response(request, found, src)
 
         return await self._guard(work())
 

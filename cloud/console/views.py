@@ -36,6 +36,11 @@ def snapshot_url(camera: str, uid: str, kind: str) -> str:
     return "/api/snapshot?" + urlencode({"camera": camera, "uid": uid, "kind": kind})
 
 
+def clip_url(camera: str, uid: str) -> str:
+    """Where a track's event clip is served (video/mp4, ranges)."""
+    return "/api/clip?" + urlencode({"camera": camera, "uid": uid})
+
+
 def track_url(camera: str, uid: str) -> str:
     """The detail page of a track."""
     return "/track?" + urlencode({"camera": camera, "uid": uid})

@@ -2,8 +2,9 @@
 chromium-driver, against a real `strata cloud` server (CloudServer with cloud.http on).
 
 Events appear live, thumbnails load, a filter narrows the list, the detail page draws the
-path, the cameras page lists the camera, and the browser console has no errors. Screenshots
-of each page go to the test's tmp folder."""
+path, a track's event clip (a real fMP4 from vtest.mp4, uploaded through UploadClip) plays
+in its <video>, the cameras page lists the camera, and the browser console has no errors.
+Screenshots of each page go to the test's tmp folder."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cloud_helpers import make_config, track_event
+from clip_helpers import chunks, info, make_clip
+from cloud_helpers import make_config, stub_for, track_event
 from console_helpers import RULES, crop, put_snapshot
 from required_testkit import require_module, require_tool
 from strata.cloud.server import CloudServer
@@ -90,6 +92,29 @@ def seed(server: CloudServer, db: Path) -> None:
     put_snapshot(db, "door", "1000-7", 2)
 
 
+def upload_clip(server: CloudServer, uid: str) -> None:
+    """A 2 s fMP4 of vtest.mp4 for the door track `uid`, through the real UploadClip rpc."""
+    channel, stub = stub_for(server)
+    with channel:
+        acks = list(stub.UploadClip(iter(chunks(make_clip(2.0), 64 * 1024, info(tracks=(uid,))))))
+    assert acks[-1].complete
+
+
+def clip_plays(browser: Any, server: CloudServer, base: str, tmp_path: Path) -> None:
+    """A track with a clip plays it: the <video> gets to its current frame at least."""
+    from selenium.webdriver.common.by import By
+
+    upload_clip(server, "3000-9")
+    browser.get(base + "/track?camera=door&uid=3000-9")
+    video = browser.find_element(By.CSS_SELECTOR, "video#clip")
+    wait_for(
+        "the clip to load",
+        lambda: browser.execute_script("return arguments[0].readyState", video) >= 2,
+    )
+    assert browser.execute_script("return arguments[0].videoWidth", video) == 768
+    browser.save_screenshot(str(tmp_path / "clip.png"))
+
+
 def test_console_in_chromium(
     browser: Any,
     tmp_path: Path,
@@ -161,6 +186,8 @@ def test_console_in_chromium(
         assert "kind=frame" in bg.get_attribute("href")
         browser.save_screenshot(str(tmp_path / "track.png"))
 
+        clip_plays(browser, server, base, tmp_path)
+
         browser.get(base + "/cameras")
         cam_rows = browser.find_elements(By.CSS_SELECTOR, "#cameras tr.camera")
         assert {r.get_attribute("data-camera") for r in cam_rows} == {"door", "yard"}
@@ -172,7 +199,7 @@ def test_console_in_chromium(
 
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == []
-        for name in ("events", "events-filtered", "track", "cameras", "counts"):
+        for name in ("events", "events-filtered", "track", "clip", "cameras", "counts"):
             assert (tmp_path / f"{name}.png").stat().st_size > 1000
         print(f"console screenshots in {tmp_path}")
     finally:

@@ -29,6 +29,7 @@ PAGES = [
     "/api/cameras",
     "/api/counts",
     "/api/snapshot?camera=door&uid=1000-7&kind=crop",
+    "/api/clip?camera=door&uid=1000-7",
     "/logout",
     "/no-such-page",
 ]
