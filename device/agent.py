@@ -296,14 +296,15 @@ class Agent:
         self.clip_demands.stop()
         for cutter in self.clip_cutters.values():  # an open clip ends with its reason
             cutter.close("the agent stopped")
-        if self.clip_uploader is not None:  # what is not uploaded waits for the next run
-            self.clip_uploader.stop()
         self.inbox.close()
         if self.switcher is not None:
             self.switcher.stop()
         self.worker.finish()
         drain = self.cfg.sender.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
         self.sender.stop(drain)
+        if self.clip_uploader is not None:  # what is not uploaded waits for the next run
+            self.clip_uploader.drain(drain)
+            self.clip_uploader.stop()
         # The gate serving now (a version switch replaced and closed the first one).
         if self.worker.gate is not None:
             self.worker.gate.close()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,29 @@ class ClipUploader:
 
     def start(self) -> None:
         self._thread.start()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for every finished clip to reach the cloud (the agent's
+        stop: the cameras have ended their clips); True when none is left. Without a
+        target there is nothing to wait for."""
+        if not self.cfg.target or not self._thread.is_alive():
+            return not self.cfg.target
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = [
+                c for c in self.spool.pending() if c.info.final and c.clip_id not in self._refused
+            ]
+            if not left:
+                return True
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "%d clip(s) not uploaded within %.1fs: they wait on the device for its "
+                    "next run",
+                    len(left),
+                    timeout_s,
+                )
+                return False
+            time.sleep(0.05)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop after the chunk in flight (what is not acked is sent again next run)."""
