@@ -77,9 +77,9 @@ def _from_endpoint(
     import grpc
     from strata.shared.contracts import analytics_pb2_grpc, clips_pb2, current_version
 
-    from .cli import _open_channel
+    from .client_channel import open_channel
 
-    channel, metadata = _open_channel(args)
+    channel, metadata = open_channel(args)
     stub = analytics_pb2_grpc.AnalyticsStub(channel)  # type: ignore[no-untyped-call]
     req = clips_pb2.GetClipRequest(
         version=current_version(),
