@@ -142,6 +142,8 @@ class ClipSpool:
         found: list[SpooledClip] = []
         if not self.dir.is_dir():
             return found
+        for tmp in self.dir.glob(f"*/*{SIDECAR}.tmp"):  # a sidecar a crash left half-written
+            tmp.unlink(missing_ok=True)
         paths = {p.with_suffix(".mp4") for p in self.dir.glob(f"*/*{SIDECAR}")}
         paths |= set(self.dir.glob("*/*.mp4"))
         for path in sorted(paths):
