@@ -192,6 +192,35 @@ class DeviceMetrics:
             registry=r,
         )
         self.clip_bytes = counter("clip_bytes", "Bytes of clips written.")
+        # Clips to the cloud and the clips folder (device/clip_uploader.py, clip_spool.py).
+        self.clip_upload_bytes = Counter(
+            "strata_device_clip_upload_bytes",
+            "Clip bytes the cloud acked as stored (each byte once).",
+            registry=r,
+        )
+        self.clips_uploaded = Counter(
+            "strata_device_clips_uploaded",
+            "Clips the cloud holds whole (its ack said complete; the file was deleted).",
+            registry=r,
+        )
+        self.clips_spool_dropped = Counter(
+            "strata_device_clips_spool_dropped",
+            "Clip files deleted before upload to keep the clips folder under "
+            "clips.upload.spool_max_mib (the oldest first).",
+            registry=r,
+        )
+        self.clip_upload_failures = Counter(
+            "strata_device_clip_upload_failures",
+            "Failed clip uploads, by reason: unavailable (no cloud), timeout, refused "
+            "(INVALID: not resent), retry (the cloud asked to wait), error, io.",
+            ["reason"],
+            registry=r,
+        )
+        self.clip_spool_bytes = Gauge(
+            "strata_device_clip_spool_bytes",
+            "Bytes of clip files on the device (open clips included).",
+            registry=r,
+        )
 
     def camera(self, camera_id: str) -> CameraMetrics:
         """The metric children of one camera (cached by the caller: lookups cost)."""
