@@ -196,6 +196,7 @@ class CameraEngine:
         tb, r = self.table, self.rules
         rows = np.zeros(0, np.intp)
         newly = rows
+        relabelled = False
         if len(f):
             pts = reference_points(f.boxes, f.frame_size, r.reference)
             rows = tb.rows_of(f.track_ids)
@@ -206,9 +207,9 @@ class CameraEngine:
                     tb.lines[new, :, L_SIDE] = r.lines.side(pts[fresh])
             fr, ir = tb.F[rows], tb.I[rows]
             obs = f.observed.astype(bool, copy=False)
-            self._observe(f, rows, (fr, ir), obs)
+            relabelled = self._observe(f, rows, (fr, ir), obs)
             masks = self._label_masks(ir[:, LABEL])
-            due = np.zeros((0, 0), bool)
+            due = None
             if r.n_lines:
                 due = self._lines(rows, (fr, ir), (pts, obs), masks[0], now)
             zones = (
@@ -233,10 +234,11 @@ class CameraEngine:
             if r.cfg.stationary.enabled:
                 self._stationary(f, rows, (fr, ir), pts, fired)
             tb.F[rows], tb.I[rows] = fr, ir
-            for i, k in zip(*np.nonzero(due), strict=True):
-                self._commit(int(rows[i]), int(k), fired)
+            if due is not None and due.any():
+                for i, k in zip(*np.nonzero(due), strict=True):
+                    self._commit(int(rows[i]), int(k), fired)
             newly = rows[confirmed & ~reported]
-        out = self._emit(f, (rows, newly), fired)
+        out = self._emit(f, (rows, newly), fired, relabelled)
         out += self._ends(f)
         return out
 
@@ -246,20 +248,26 @@ class CameraEngine:
         rows: np.ndarray,
         fi: tuple[np.ndarray, np.ndarray],
         obs: np.ndarray,
-    ) -> None:
+    ) -> bool:
+        """Count, score and box of each track, and the label votes; whether any label
+        may have changed."""
         fr, ir = fi
         ir[:, COUNT] += 1
         ir[:, OBS] += obs
         fr[:, SCORE] = f.scores
         fr[:, TOP] = np.maximum(fr[:, TOP], f.scores * obs)
         fr[:, BOX : BOX + 4] = f.boxes
+        # Only detections vote: a predicted box repeats the tracker's class, so a frame
+        # without one changes no label (but a track's first frame sets its label).
+        if not (obs.any() or (ir[:, LABEL] < 0).any()):
+            return False
         cls = np.maximum(f.class_ids, 0)
-        if cls.size:
-            tb = self.table
-            tb.classes(int(cls.max()) + 1)
-            # Only detections vote: a predicted box repeats the tracker's class.
-            np.add.at(tb.votes, (rows, cls), f.scores * obs)
-            ir[:, LABEL] = np.argmax(tb.votes[rows], axis=1)
+        tb = self.table
+        tb.classes(int(cls.max()) + 1)
+        # Each track at most once a frame: a plain fancy-index add.
+        tb.votes[rows, cls] += f.scores * obs
+        ir[:, LABEL] = np.argmax(tb.votes[rows], axis=1)
+        return True
 
     def _label_masks(self, label: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per track: does its label pass each line's, zone's and dwell rule's filter."""
@@ -291,15 +299,41 @@ class CameraEngine:
         step: tuple[np.ndarray, np.ndarray],
         labels_ok: np.ndarray,
         now: int,
-    ) -> np.ndarray:
+    ) -> np.ndarray | None:
         """Update every (track, line) state for the step to `pts`; the pending crossings
-        now due (rows index x line) for `_commit`."""
+        now due (rows index x line) for `_commit`, None when there are none."""
         (fr, ir), (pts, obs) = fi, step
         r, tb = self.rules, self.table
         st = tb.lines[rows]
-        crossed, s0, s1 = r.lines.cross(fr[:, X : Y + 1], pts)
+        p0 = fr[:, X : Y + 1]
+        s0, s1 = r.lines.sides(p0, pts)
+        pend = st[:, :, L_PEND]
+        if (s0 != s1).any():
+            self._line_steps(
+                st,
+                (p0, pts, (s0, s1)),
+                labels_ok & (fr[:, TOP, None] >= r.line_min_score[None, :]),
+                (ir[:, POS_OBS] + obs, now),
+            )
+            tb.lines[rows] = st
+        # Most frames no track changes side of any line: nothing to update, only the
+        # pending crossings to look at.
+        elif not pend.any():
+            return None
+        return np.asarray((pend != 0) & (now - st[:, :, L_PEND_NS] >= r.line_debounce_ns))
+
+    def _line_steps(
+        self,
+        st: np.ndarray,
+        step: tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]],
+        ok: np.ndarray,
+        when: tuple[np.ndarray, int],
+    ) -> None:
+        """The (track, line) states `st` after steps of which some changed side."""
+        p0, pts, (s0, s1) = step
+        obs_ends, now = when
+        crossed = self.rules.lines.crossed(p0, pts, (s0, s1))
         counted, pend = st[:, :, L_SIDE], st[:, :, L_PEND]
-        ok = labels_ok & (fr[:, TOP, None] >= r.line_min_score[None, :])
         # The invariant: the actual side is the pending one when there is one, else the
         # counted one. A side changed round a line's end (no crossing) or by a track the
         # line does not count for moves the counted side; crossing back cancels.
@@ -311,9 +345,7 @@ class CameraEngine:
         if start.any():
             np.copyto(pend, s1, where=start)
             np.copyto(st[:, :, L_PEND_NS], now, where=start)
-            np.copyto(st[:, :, L_PEND_OBS], (ir[:, POS_OBS] + obs)[:, None], where=start)
-        tb.lines[rows] = st
-        return np.asarray((pend != 0) & (now - st[:, :, L_PEND_NS] >= r.line_debounce_ns))
+            np.copyto(st[:, :, L_PEND_OBS], obs_ends[:, None], where=start)
 
     def _commit(self, row: int, k: int, fired: list[tuple[int, Fired]]) -> None:
         """The pending crossing of (row, line k) counts."""
@@ -356,8 +388,14 @@ class CameraEngine:
         )
         st = tb.zones[rows]
         z_in = st[:, :, Z_IN] != 0
+        raw = st[:, :, Z_RAW] != 0
+        # Most frames every track stays where it was and where its zones say it is: no
+        # state changes (a run's length matters only while a change waits for its inertia,
+        # and a new run starts at the next change of side).
+        if np.array_equal(inside, raw) and np.array_equal(z_in, raw) and ir[:, COUNT].min() > 1:
+            return np.asarray(st)
         # A run of positions on one side starts when the side changes (or at the first).
-        new_run = (inside != (st[:, :, Z_RAW] != 0)) | (ir[:, COUNT] == 1)[:, None]
+        new_run = (inside != raw) | (ir[:, COUNT] == 1)[:, None]
         o = obs[:, None].astype(np.int64)
         run = np.where(new_run, 1, st[:, :, Z_RUN] + 1)
         run_obs = np.where(new_run, o, st[:, :, Z_RUN_OBS] + o)
@@ -410,8 +448,11 @@ class CameraEngine:
         (zones, ir), r, tb = blocks, self.rules, self.table
         zi = r.dwell_zone
         since = self.last_ns - zones[:, zi, Z_ENTER_NS]
+        fire = (zones[:, zi, Z_IN] != 0) & (since >= r.dwell_ns) & ok
+        if not fire.any():
+            return
         done = tb.dwell[rows]
-        fire = (zones[:, zi, Z_IN] != 0) & ~done & (since >= r.dwell_ns) & ok
+        fire &= ~done
         if not fire.any():
             return
         tb.dwell[rows] = done | fire
@@ -451,8 +492,11 @@ class CameraEngine:
         np.copyto(ir[:, ANCHOR_NS], now, where=went)
         stops = ~went & ~still & (now - ir[:, ANCHOR_NS] >= int(cfg.seconds * NS))
         starts = went & still
-        ir[:, STILL] = (still | stops) & ~starts
-        for i in np.flatnonzero(stops | starts).tolist():
+        flips = stops | starts
+        if not flips.any():
+            return
+        ir[:, STILL] = still ^ flips
+        for i in np.flatnonzero(flips).tolist():
             kind = ev.STATIONARY if stops[i] else ev.ACTIVE
             fired.append((int(rows[i]), Fired(kind, rule=cfg.name, at_ns=now)))
 
@@ -463,9 +507,16 @@ class CameraEngine:
         f: TrackFrame,
         rows_newly: tuple[np.ndarray, np.ndarray],
         fired: list[tuple[int, Fired]],
+        relabelled: bool,
     ) -> list[events_pb2.TrackEvent]:
+        """The events of one frame: new tracks' (and their deferred results), what fired,
+        then an update for each reported track whose label changed (`relabelled`: the
+        votes moved; otherwise only an event, a new track or a stationary flip could have
+        changed what was said, and those all fire)."""
         tb = self.table
         rows, newly = rows_newly
+        if not (fired or newly.size or relabelled):
+            return []
         head = EventHeader(self.camera_id, self.settings.edge_id, f.capture_ns, f.frame_size)
         out: list[events_pb2.TrackEvent] = []
         for row in newly.tolist():

@@ -56,14 +56,26 @@ class Lines:
         """Steps p0 -> p1 (S, 2) against every line: (crossed (S, L) bool, side of p0,
         side of p1). A proper intersection by the signs of cross products; sides are
         half-open (see the module docstring)."""
-        n, k = p0.shape[0], self.count
+        s0, s1 = self.sides(p0, p1)
+        return self.crossed(p0, p1, (s0, s1)), s0, s1
+
+    def sides(self, p0: np.ndarray, p1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The sides of both ends of every step, in one product."""
+        n = p0.shape[0]
         s = ((np.concatenate([p0, p1]) @ self.normal_t - self.offset) > 0) * 2 - 1
-        s0, s1 = s[:n], s[n:]
+        return s[:n], s[n:]
+
+    def crossed(
+        self, p0: np.ndarray, p1: np.ndarray, sides: tuple[np.ndarray, np.ndarray]
+    ) -> np.ndarray:
+        """(S, L): the step changed side (`sides`, from `sides`) and the line's two ends
+        lie on either side of the step (or on it)."""
+        s0, s1 = sides
+        k = self.count
         step = p1 - p0
         m = np.stack([-step[:, 1], step[:, 0]], axis=1)  # the step's normal
         ends = m @ self.ends_t - (m * p0).sum(axis=1)[:, None]  # (S, 2L)
-        crossed = (s0 != s1) & (ends[:, :k] * ends[:, k:] <= 0)
-        return crossed, s0, s1
+        return np.asarray((s0 != s1) & (ends[:, :k] * ends[:, k:] <= 0))
 
 
 def side(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

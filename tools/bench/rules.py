@@ -68,9 +68,7 @@ from strata.tools.bench.cascade import (
     GATES_OFF,
     NO_SHEDDING,
     Labels,
-    boxes_of,
     clip_fps,
-    detected_frames,
 )
 from strata.tools.bench.progress import say
 from strata.tools.bench.rules_agreement import RuleHit, RulesAgreement, compare, rule_hit
@@ -78,9 +76,11 @@ from strata.tools.bench.rules_frames import (
     EventTap,
     FrameSource,
     Tracked,
+    load_run,
     published,
     replay_rules,
     replayed,
+    save_run,
     track_frames,
 )
 from strata.tools.clips import find_vtest
@@ -359,17 +359,49 @@ class BenchSetup:
 
 
 def events_of(
-    run: DaemonRun, frames: Sequence[TrackFrame], rules: RulesConfig
+    published_events: list[events_pb2.TrackEvent],
+    frames: Sequence[TrackFrame],
+    rules: RulesConfig,
 ) -> tuple[str, list[events_pb2.TrackEvent]]:
     """The run's events from the edge's PUB copy when it sent any, else replayed offline."""
-    if run.events:
-        return "edge", run.events
+    if published_events:
+        return "edge", published_events
     return "replay", replay_rules(frames, rules)
 
 
-def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[str, Any]:
-    """Reference, cascade and uniform over one clip; the report's body."""
-    rules = rules_config(setup.camera_rules)
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """What the two daemon runs left: each one's published frames and the events its edge
+    published (saved as reference.npz and cascade.npz in the work folder; `--from DIR`
+    evaluates them again without the daemons)."""
+
+    reference: list[Tracked]
+    cascade: list[Tracked]
+    reference_events: list[events_pb2.TrackEvent]
+    cascade_events: list[events_pb2.TrackEvent]
+    labels: tuple[str, ...]
+    frame_size: tuple[int, int]
+    notes: tuple[str, ...] = ()
+
+    def save(self, folder: Path) -> None:
+        """Into `folder` (frames and events per run, labels and frame size in meta.json)."""
+        save_run(folder / "reference.npz", self.reference, self.reference_events)
+        save_run(folder / "cascade.npz", self.cascade, self.cascade_events)
+        meta = {"labels": list(self.labels), "frame_size": list(self.frame_size)}
+        (folder / "collected.json").write_text(json.dumps(meta) + "\n")
+
+    @classmethod
+    def load(cls, folder: Path) -> Collected:
+        """What `save` wrote; FileNotFoundError names the missing file."""
+        meta = json.loads((folder / "collected.json").read_text())
+        ref, ref_events = load_run(folder / "reference.npz")
+        cas, cas_events = load_run(folder / "cascade.npz")
+        w, h = meta["frame_size"]
+        return cls(ref, cas, ref_events, cas_events, tuple(meta["labels"]), (int(w), int(h)))
+
+
+def collect(setup: BenchSetup, progress: Callable[[str], None] = say) -> Collected:
+    """The reference and cascade daemon runs over the clip, with the same rules."""
     extra = merge(NO_SHEDDING, {"rules": {"cameras": {CAMERA: setup.camera_rules}}})
     progress(f"rules on {setup.clip.name}: reference run (every frame to the detector) ...")
     ref = run_pipeline(
@@ -379,26 +411,46 @@ def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[st
     cas = run_pipeline(
         setup.workdir / "cascade", setup.clip, merge(CASCADE, extra), setup.timeout_s
     )
+    labels = Labels()
+    ref_pub, cas_pub = published(ref.results, labels), published(cas.results, labels)
+    return Collected(
+        ref_pub,
+        cas_pub,
+        ref.events,
+        cas.events,
+        tuple(labels.ids),
+        _frame_size(ref.results),
+        (*ref.outcome.notes, *cas.outcome.notes),
+    )
+
+
+def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[str, Any]:
+    """Reference, cascade and uniform over one clip; the report's body."""
+    got = collect(setup, progress)
+    got.save(setup.workdir)
+    return evaluate(got, setup, progress)
+
+
+def evaluate(
+    got: Collected, setup: BenchSetup, progress: Callable[[str], None] = say
+) -> dict[str, Any]:
+    """The report's body from the daemon runs' frames and events."""
+    rules = rules_config(setup.camera_rules)
     fps = clip_fps(setup.clip) or 10.0
     tracking = TrackingConfig(answer="interpolate")
-    labels = Labels()
-    ref_pub, cas_pub = (
-        published(ref.results, labels),
-        published(cas.results, labels),
-    )
+    ref_pub, cas_pub, size = got.reference, got.cascade, got.frame_size
     total = max((f.index for f in ref_pub), default=-1) + 1
-    size = _frame_size(ref.results)
-    ref_boxes = boxes_of(ref.results, labels)  # ids from the same `labels`
-    source = FrameSource(CAMERA, size, tuple(labels.ids))
+    source = FrameSource(CAMERA, size, got.labels)
     ref_frames = track_frames(ref_pub, source, TrackingConfig())
     cas_frames = track_frames(cas_pub, source, tracking)
     ref_clock, cas_clock = Clock.of(ref_pub, fps), Clock.of(cas_pub, fps)
-    ref_src, ref_events = events_of(ref, ref_frames, rules)
-    cas_src, cas_events = events_of(cas, cas_frames, rules)
-    detected = len(detected_frames(cas.results))
+    ref_src, ref_events = events_of(got.reference_events, ref_frames, rules)
+    cas_src, cas_events = events_of(got.cascade_events, cas_frames, rules)
+    detected = sum(f.detected for f in cas_pub)
     share = detected / total if total else 0.0
     progress(f"uniform sampling at {share:.1%} of frames, replayed through the same tracker ...")
     kept = uniform(total, share)
+    ref_boxes = {f.index: FrameBoxes.of(f.boxes, f.class_ids, f.scores) for f in ref_pub}
     reference = [ref_boxes.get(i, FrameBoxes.empty()) for i in range(total)]
     capture = _capture_times(ref_pub, total, fps)
     uni_frames = track_frames(
@@ -418,13 +470,16 @@ def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[st
     }
     ref_hits = runs["reference"].hits
     # The reference's own replay: identical to its events when they came from the replay,
-    # and a check of the edge's rules stage against the offline engine when they did not.
+    # and a check of the edge's rules stage against the offline engine when they did not;
+    # the same for the cascade (the engine as it is now over the cascade's tracks).
     replay_hits = rule_hits(replay_rules(ref_frames, rules), ref_clock)
+    cas_replay_hits = rule_hits(replay_rules(cas_frames, rules), cas_clock)
     progress("rule cost: RulesEngine over the reference's frames and synthetic scenes ...")
     agreements = {
         "reference_self": compare(ref_hits, ref_hits, setup.tolerance_s),
         "reference_replay": compare(replay_hits, ref_hits, setup.tolerance_s),
         "cascade": compare(runs["cascade"].hits, ref_hits, setup.tolerance_s),
+        "cascade_replay": compare(cas_replay_hits, ref_hits, setup.tolerance_s),
         "uniform": compare(runs["uniform"].hits, ref_hits, setup.tolerance_s),
     }
     cas_a = agreements["cascade"]
@@ -446,7 +501,7 @@ def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[st
             "reference_frames": time_engine(ref_frames, rules),
             "synthetic": synthetic_cost(setup.cost_frames),
         },
-        "notes": [*ref.outcome.notes, *cas.outcome.notes],
+        "notes": list(got.notes),
     }
 
 
@@ -587,6 +642,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tolerance", type=float, default=1.0, metavar="S", help="event match window (1 s)"
     )
     p.add_argument("--json", metavar="OUT", help="write the report here too")
+    p.add_argument(
+        "--from",
+        dest="from_dir",
+        metavar="DIR",
+        help="no daemons: evaluate the frames and events an earlier run saved in DIR "
+        "(its --out) with the rules engine as it is now",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -607,7 +669,10 @@ def run(args: argparse.Namespace) -> int:
             say("vtest.mp4 not found (python .ci/test_data.py fetches it); use --quick")
             return 2
         setup = BenchSetup(vtest, out, VTEST_RULES, args.tolerance)
-    body = measure(setup)
+    if getattr(args, "from_dir", None):
+        body = evaluate(Collected.load(Path(args.from_dir)), setup)
+    else:
+        body = measure(setup)
     doc = {
         "command": getattr(args, "command_line", "strata bench rules"),
         "machine": {
