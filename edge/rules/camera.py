@@ -35,7 +35,7 @@ from . import events as ev
 from .compiled import CompiledRules
 from .events import EventHeader, Fired, build_event
 from .frame import TrackFrame
-from .geometry import reference_points, segment_distance
+from .geometry import reference_matrix, segment_distance
 from .table import (
     ANCHOR_NS,
     AX,
@@ -173,6 +173,9 @@ class CameraEngine:
         self.frame_size = (0, 0)
         self._labels: Sequence[str] = ()
         self._label_cache: tuple[Sequence[str], int, tuple[np.ndarray, ...]] | None = None
+        self._ref_size = (0, 0)
+        self._ends_due = 0
+        self._ref_matrix = np.zeros((4, 2))
         r = self.rules
         self.table = TrackTable(Dims(r.n_lines, r.n_zones, r.n_dwell, settings.path_points))
 
@@ -198,11 +201,15 @@ class CameraEngine:
         newly = rows
         relabelled = False
         if len(f):
-            pts = reference_points(f.boxes, f.frame_size, r.reference)
+            if f.frame_size != self._ref_size:
+                self._ref_size = f.frame_size
+                self._ref_matrix = reference_matrix(f.frame_size, r.reference)
+            pts = f.boxes @ self._ref_matrix
             rows = tb.rows_of(f.track_ids)
             fresh = rows < 0
             if fresh.any():
                 rows[fresh] = new = tb.admit(f.track_ids[fresh], now, pts[fresh])
+                self._ends_due = min(self._ends_due, now + self.settings.end_after_ns)
                 if r.n_lines:
                     tb.lines[new, :, L_SIDE] = r.lines.side(pts[fresh])
             fr, ir = tb.F[rows], tb.I[rows]
@@ -255,12 +262,13 @@ class CameraEngine:
         ir[:, COUNT] += 1
         ir[:, OBS] += obs
         fr[:, SCORE] = f.scores
-        fr[:, TOP] = np.maximum(fr[:, TOP], f.scores * obs)
         fr[:, BOX : BOX + 4] = f.boxes
-        # Only detections vote: a predicted box repeats the tracker's class, so a frame
-        # without one changes no label (but a track's first frame sets its label).
+        # Only detections vote (and make the top score): a predicted box repeats the
+        # tracker's class, so a frame without one changes no label (but a track's first
+        # frame sets its label).
         if not (obs.any() or (ir[:, LABEL] < 0).any()):
             return False
+        fr[:, TOP] = np.maximum(fr[:, TOP], f.scores * obs)
         cls = np.maximum(f.class_ids, 0)
         tb = self.table
         tb.classes(int(cls.max()) + 1)
@@ -392,7 +400,7 @@ class CameraEngine:
         # Most frames every track stays where it was and where its zones say it is: no
         # state changes (a run's length matters only while a change waits for its inertia,
         # and a new run starts at the next change of side).
-        if np.array_equal(inside, raw) and np.array_equal(z_in, raw) and ir[:, COUNT].min() > 1:
+        if not ((inside != raw) | (z_in != raw)).any() and ir[:, COUNT].min() > 1:
             return np.asarray(st)
         # A run of positions on one side starts when the side changes (or at the first).
         new_run = (inside != raw) | (ir[:, COUNT] == 1)[:, None]
@@ -616,13 +624,22 @@ class CameraEngine:
         return path
 
     def _ends(self, f: TrackFrame) -> list[events_pb2.TrackEvent]:
+        """End events of the tracks the tracker retired or `end_after_s` ended."""
         tb = self.table
-        ended = (tb.I[:, LIVE] != 0) & (f.capture_ns - tb.I[:, LAST] > self.settings.end_after_ns)
+        # No live track can time out before `_ends_due` (a track's last time only grows).
+        if not f.ended and f.capture_ns <= self._ends_due:
+            return []
+        live = tb.I[:, LIVE] != 0
+        last = np.where(live, tb.I[:, LAST], np.iinfo(np.int64).max)
+        ended = f.capture_ns - last > self.settings.end_after_ns
         if f.ended:
             rows = tb.rows_of(np.asarray(f.ended, np.int64))
             ended[rows[rows >= 0]] = True
         if not ended.any():
+            self._ends_due = int(last.min()) + self.settings.end_after_ns
             return []
+        # Worked out again at the next frame, after the rows are freed.
+        self._ends_due = 0
         head = EventHeader(self.camera_id, self.settings.edge_id, f.capture_ns, f.frame_size)
         out: list[events_pb2.TrackEvent] = []
         for row in np.flatnonzero(ended).tolist():

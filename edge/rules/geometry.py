@@ -23,12 +23,18 @@ def reference_points(
     boxes: np.ndarray, frame_size: tuple[int, int], where: tuple[float, float]
 ) -> np.ndarray:
     """(N, 4) source-pixel boxes -> (N, 2) points relative to the frame."""
+    return np.asarray(boxes @ reference_matrix(frame_size, where))
+
+
+def reference_matrix(frame_size: tuple[int, int], where: tuple[float, float]) -> np.ndarray:
+    """(4, 2): boxes (N, 4) @ it = their reference points relative to the frame (one
+    product a frame; the engine keeps it while the frame size stays)."""
     fx, fy = where
     w, h = frame_size
-    out = np.empty((boxes.shape[0], 2), np.float64)
-    out[:, 0] = (boxes[:, 0] + fx * (boxes[:, 2] - boxes[:, 0])) / w
-    out[:, 1] = (boxes[:, 1] + fy * (boxes[:, 3] - boxes[:, 1])) / h
-    return out
+    m = np.zeros((4, 2), np.float64)
+    m[0, 0], m[2, 0] = (1 - fx) / w, fx / w
+    m[1, 1], m[3, 1] = (1 - fy) / h, fy / h
+    return m
 
 
 class Lines:

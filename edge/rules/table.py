@@ -144,7 +144,7 @@ class TrackTable:
         """Rows of the track `ids` (-1: not live)."""
         ids = ids.astype(np.int64, copy=False)
         last_ids, last_rows = self._asked
-        if np.array_equal(ids, last_ids):
+        if ids.shape == last_ids.shape and (ids == last_ids).all():
             return last_rows.copy()
         if not self._keys.size:
             return np.full(ids.shape[0], -1, np.intp)
