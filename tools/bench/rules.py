@@ -381,13 +381,19 @@ class Collected:
     cascade_events: list[events_pb2.TrackEvent]
     labels: tuple[str, ...]
     frame_size: tuple[int, int]
+    fps: float = 0.0  # the clip's (0: unknown)
     notes: tuple[str, ...] = ()
 
     def save(self, folder: Path) -> None:
         """Into `folder` (frames and events per run, labels and frame size in meta.json)."""
         save_run(folder / "reference.npz", self.reference, self.reference_events)
         save_run(folder / "cascade.npz", self.cascade, self.cascade_events)
-        meta = {"labels": list(self.labels), "frame_size": list(self.frame_size)}
+        meta = {
+            "labels": list(self.labels),
+            "frame_size": list(self.frame_size),
+            "fps": self.fps,
+            "notes": list(self.notes),
+        }
         (folder / "collected.json").write_text(json.dumps(meta) + "\n")
 
     @classmethod
@@ -397,7 +403,9 @@ class Collected:
         ref, ref_events = load_run(folder / "reference.npz")
         cas, cas_events = load_run(folder / "cascade.npz")
         w, h = meta["frame_size"]
-        return cls(ref, cas, ref_events, cas_events, tuple(meta["labels"]), (int(w), int(h)))
+        labels = tuple(str(x) for x in meta["labels"])
+        fps, notes = float(meta.get("fps", 0.0)), tuple(str(n) for n in meta.get("notes", []))
+        return cls(ref, cas, ref_events, cas_events, labels, (int(w), int(h)), fps, notes)
 
 
 def collect(setup: BenchSetup, progress: Callable[[str], None] = say) -> Collected:
@@ -420,6 +428,7 @@ def collect(setup: BenchSetup, progress: Callable[[str], None] = say) -> Collect
         cas.events,
         tuple(labels.ids),
         _frame_size(ref.results),
+        clip_fps(setup.clip),
         (*ref.outcome.notes, *cas.outcome.notes),
     )
 
@@ -436,7 +445,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """The report's body from the daemon runs' frames and events."""
     rules = rules_config(setup.camera_rules)
-    fps = clip_fps(setup.clip) or 10.0
+    fps = got.fps or (clip_fps(setup.clip) if setup.clip.is_file() else 0.0) or 10.0
     tracking = TrackingConfig(answer="interpolate")
     ref_pub, cas_pub, size = got.reference, got.cascade, got.frame_size
     total = max((f.index for f in ref_pub), default=-1) + 1
@@ -608,11 +617,13 @@ def markdown(doc: dict[str, Any]) -> str:
 
     for t in types:
         figure(f"{t} events per minute", per_minute(t))
-    c, replay = doc["cost"], a["reference_replay"]
+    c, replay, cas_replay = doc["cost"], a["reference_replay"], a["cascade_replay"]
     lines += [
         "",
         "The reference's tracks replayed offline through RulesEngine, against its events: "
-        f"count {_pct(replay['count_agreement'])}, F1 {_pct(replay['f1'])}.",
+        f"count {_pct(replay['count_agreement'])}, F1 {_pct(replay['f1'])}. The cascade's "
+        "tracks replayed the same way, against the reference: count "
+        f"{_pct(cas_replay['count_agreement'])}, F1 {_pct(cas_replay['f1'])}.",
         "",
         "| rule cost (RulesEngine.process) | per track per frame | per frame |",
         "| --- | --- | --- |",
