@@ -157,7 +157,7 @@ def save_run(
     counts = np.array([f.boxes.shape[0] for f in frames], np.int64)
 
     def cat(name: str, dtype: type, width: int = 0) -> np.ndarray:
-        parts = [np.asarray(getattr(f, name), dtype) for f in frames]
+        parts: list[np.ndarray] = [np.asarray(getattr(f, name), dtype) for f in frames]
         shape = (0, width) if width else (0,)
         return np.concatenate(parts) if parts else np.zeros(shape, dtype)
 
