@@ -176,6 +176,7 @@ class CameraEngine:
         self._ref_size = (0, 0)
         self._ends_due = 0
         self._ref_matrix = np.zeros((4, 2))
+        self._ref_size_px = np.zeros(2)
         r = self.rules
         self.table = TrackTable(Dims(r.n_lines, r.n_zones, r.n_dwell, settings.path_points))
 
@@ -203,6 +204,7 @@ class CameraEngine:
         if len(f):
             if f.frame_size != self._ref_size:
                 self._ref_size = f.frame_size
+                self._ref_size_px = np.asarray(f.frame_size, np.float64)
                 self._ref_matrix = reference_matrix(f.frame_size, r.reference)
             pts = f.boxes @ self._ref_matrix
             rows = tb.rows_of(f.track_ids)
@@ -385,15 +387,15 @@ class CameraEngine:
         (fr, ir), (pts, obs) = fi, step
         r, tb = self.rules, self.table
         now = f.capture_ns
-        w, h = f.frame_size
-        b = f.boxes
-        area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) / (w * h)
-        inside = (
-            r.polygons.contains(pts)
-            & labels_ok
-            & (fr[:, TOP, None] >= r.zone_min_score[None, :])
-            & (area[:, None] >= r.zone_min_area[None, :])
-        )
+        inside = r.polygons.contains(pts) & labels_ok
+        # Filters nobody set cost nothing.
+        if r.zone_min_score.any():
+            inside &= fr[:, TOP, None] >= r.zone_min_score[None, :]
+        if r.zone_min_area.any():
+            w, h = f.frame_size
+            b = f.boxes
+            area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) / (w * h)
+            inside &= area[:, None] >= r.zone_min_area[None, :]
         st = tb.zones[rows]
         z_in = st[:, :, Z_IN] != 0
         raw = st[:, :, Z_RAW] != 0
@@ -488,7 +490,7 @@ class CameraEngine:
         cfg = self.rules.cfg.stationary
         now = f.capture_ns
         w, h = f.frame_size
-        d = (pts - fr[:, AX : AY + 1]) * (w, h)
+        d = (pts - fr[:, AX : AY + 1]) * self._ref_size_px
         if cfg.relative_to == "box":
             b = f.boxes
             size = np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
@@ -496,8 +498,9 @@ class CameraEngine:
             size = np.float64(max(w, h))
         went = np.hypot(d[:, 0], d[:, 1]) > cfg.max_movement * size
         still = ir[:, STILL] != 0
-        np.copyto(fr[:, AX : AY + 1], pts, where=went[:, None])
-        np.copyto(ir[:, ANCHOR_NS], now, where=went)
+        if went.any():
+            np.copyto(fr[:, AX : AY + 1], pts, where=went[:, None])
+            np.copyto(ir[:, ANCHOR_NS], now, where=went)
         stops = ~went & ~still & (now - ir[:, ANCHOR_NS] >= int(cfg.seconds * NS))
         starts = went & still
         flips = stops | starts

@@ -115,6 +115,11 @@ class Polygons:
         dy = self.q[:, 1] - self.p[:, 1]
         # dx/dy per edge; a horizontal edge never straddles a ray, so its value is unused.
         self._inv = (self.q[:, 0] - self.p[:, 0]) / np.where(dy == 0, 1.0, dy)
+        # Contiguous rows for the per-frame test: x where each edge meets a point's
+        # horizontal is px0 + py * inv, with px0 = p.x - p.y * inv.
+        self._py = self.p[None, :, 1].copy()
+        self._qy = self.q[None, :, 1].copy()
+        self._x0 = (self.p[:, 0] - self.p[:, 1] * self._inv)[None, :]
         owner = np.concatenate([np.full(len(p), i) for i, p in enumerate(polygons)])
         self.owner = np.zeros((owner.size, len(polygons)), np.int32)
         self.owner[np.arange(owner.size), owner] = 1
@@ -125,10 +130,9 @@ class Polygons:
             return np.zeros((points.shape[0], self.count), bool)
         px = points[:, 0:1]
         py = points[:, 1:2]
-        straddle = (self.p[None, :, 1] > py) != (self.q[None, :, 1] > py)  # (N, E)
-        x_at = self.p[None, :, 0] + (py - self.p[None, :, 1]) * self._inv[None, :]
-        hits = (straddle & (px < x_at)).astype(np.int32)
-        return np.asarray((hits @ self.owner) % 2 == 1)
+        straddle = (self._py > py) != (self._qy > py)  # (N, E)
+        hits = (straddle & (px < self._x0 + py * self._inv)).astype(np.int32)
+        return np.asarray((hits @ self.owner) & 1 == 1)
 
     def distance(self, points: np.ndarray) -> np.ndarray:
         """(N, 2) -> (N, Z): distance from each point to each polygon's boundary."""
