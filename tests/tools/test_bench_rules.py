@@ -236,6 +236,9 @@ def test_saved_runs_are_evaluated_again_without_the_daemons(tmp_path: Path) -> N
     )
     assert a["cascade"]["count_agreement"] == 1.0 and a["cascade_replay"] == a["cascade"]
     assert body["notes"] == ["a note"]
+    # Uniform at every other phase of its spacing (1 in 5 here): the walk crosses anyway.
+    assert [p["shift"] for p in body["uniform_phases"]] == [1, 2, 3, 4]
+    assert all(p["count_agreement"] == 1.0 for p in body["uniform_phases"])
 
 
 def test_time_engine_reports_per_track_and_per_frame_microseconds() -> None:

@@ -460,12 +460,14 @@ def evaluate(
     progress(f"uniform sampling at {share:.1%} of frames, replayed through the same tracker ...")
     kept = uniform(total, share)
     ref_boxes = {f.index: FrameBoxes.of(f.boxes, f.class_ids, f.scores) for f in ref_pub}
-    reference = [ref_boxes.get(i, FrameBoxes.empty()) for i in range(total)]
-    capture = _capture_times(ref_pub, total, fps)
-    uni_frames = track_frames(
-        replayed(replay(reference, kept, tracking, *size), capture), source, tracking
+    uni = Uniform(
+        [ref_boxes.get(i, FrameBoxes.empty()) for i in range(total)],
+        _capture_times(ref_pub, total, fps),
+        source,
+        rules,
+        tracking,
     )
-    uni_events = replay_rules(uni_frames, rules)
+    uni_events = uni.events(kept)
     runs = {
         "reference": RunRules(
             "reference", ref_src, ref_events, rule_hits(ref_events, ref_clock), total
@@ -491,6 +493,11 @@ def evaluate(
         "cascade_replay": compare(cas_replay_hits, ref_hits, setup.tolerance_s),
         "uniform": compare(runs["uniform"].hits, ref_hits, setup.tolerance_s),
     }
+    progress("uniform sampling at the other phases of its spacing ...")
+    phases = [
+        compare(rule_hits(uni.events(np.roll(kept, k)), ref_clock), ref_hits, setup.tolerance_s)
+        for k in range(1, _spacing(share))
+    ]
     cas_a = agreements["cascade"]
     return {
         "clip": setup.clip.name,
@@ -500,6 +507,12 @@ def evaluate(
         "camera_rules": setup.camera_rules,
         "runs": {name: summary(r, total, fps) for name, r in runs.items()},
         "agreement": {name: agreement_doc(a) for name, a in agreements.items()},
+        # Uniform's kept frames shifted by 1, 2, ... frames: how far the measure moves
+        # with nothing changed but which frames were kept.
+        "uniform_phases": [
+            {"shift": k, "count_agreement": a.count_agreement, "f1": a.f1}
+            for k, a in enumerate(phases, start=1)
+        ],
         "targets": {
             "agreement": TARGET_AGREEMENT,
             "share_to_edge": TARGET_SHARE,
@@ -512,6 +525,29 @@ def evaluate(
         },
         "notes": list(got.notes),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Uniform:
+    """The reference's detections kept at uniform spacing, the rest answered as the edge
+    answers skipped frames (the same tracker), then the same rules."""
+
+    reference: list[FrameBoxes]
+    capture_ns: list[int]
+    source: FrameSource
+    rules: RulesConfig
+    tracking: TrackingConfig
+
+    def events(self, kept: np.ndarray) -> list[events_pb2.TrackEvent]:
+        """The track events of keeping the frames where `kept`."""
+        answers = replay(self.reference, kept, self.tracking, *self.source.frame_size)
+        frames = track_frames(replayed(answers, self.capture_ns), self.source, self.tracking)
+        return replay_rules(frames, self.rules)
+
+
+def _spacing(share: float) -> int:
+    """Frames between two kept ones at `share`, rounded (1: every frame)."""
+    return max(1, round(1 / share)) if share > 0 else 1
 
 
 def _frame_size(results: Mapping[tuple[str, int], Received]) -> tuple[int, int]:
@@ -558,6 +594,20 @@ def headline(body: dict[str, Any]) -> dict[str, Any]:
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
+
+
+def _phases(doc: dict[str, Any]) -> str:
+    """The spread of uniform over the phases of its spacing, as a sentence ("" if none)."""
+    phases = doc.get("uniform_phases") or []
+    if not phases:
+        return ""
+    count = [p["count_agreement"] for p in phases]
+    f1 = [p["f1"] for p in phases]
+    return (
+        f" Uniform with its kept frames shifted by 1 to {len(phases)} frames: count "
+        f"{min(count):.3f} to {max(count):.3f}, F1 {min(f1):.3f} to {max(f1):.3f} (the "
+        "measure's spread when only which frames were kept changes)."
+    )
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -623,7 +673,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "The reference's tracks replayed offline through RulesEngine, against its events: "
         f"count {_pct(replay['count_agreement'])}, F1 {_pct(replay['f1'])}. The cascade's "
         "tracks replayed the same way, against the reference: count "
-        f"{_pct(cas_replay['count_agreement'])}, F1 {_pct(cas_replay['f1'])}.",
+        f"{_pct(cas_replay['count_agreement'])}, F1 {_pct(cas_replay['f1'])}.{_phases(doc)}",
         "",
         "| rule cost (RulesEngine.process) | per track per frame | per frame |",
         "| --- | --- | --- |",
