@@ -239,14 +239,14 @@ class CameraEngine:
             confirmed = f.confirmed.astype(bool, copy=False)
             reported = ir[:, REPORTED] != 0
             if zones is not None and r.n_dwell:
-                self._dwell(rows, (zones, ir), masks[2] & (confirmed | reported)[:, None], fired)
+                self._dwell(rows, (zones, ir), (masks[2], confirmed | reported), fired)
             if r.cfg.stationary.enabled:
                 self._stationary(f, rows, (fr, ir), pts, fired)
             tb.F[rows], tb.I[rows] = fr, ir
             if due is not None and due.any():
                 for i, k in zip(*np.nonzero(due), strict=True):
                     self._commit(int(rows[i]), int(k), fired)
-            newly = rows[confirmed & ~reported]
+            newly = rows[:0] if reported.all() else rows[confirmed & ~reported]
         out = self._emit(f, (rows, newly), fired, relabelled)
         out += self._ends(f)
         return out
@@ -452,15 +452,19 @@ class CameraEngine:
         self,
         rows: np.ndarray,
         blocks: tuple[np.ndarray, np.ndarray],
-        ok: np.ndarray,
+        ok: tuple[np.ndarray, np.ndarray],
         fired: list[tuple[int, Fired]],
     ) -> None:
+        """Dwell events of visits that just passed their limit; `ok`: (track x rule) label
+        filter, and whether the track is (or was) confirmed."""
         (zones, ir), r, tb = blocks, self.rules, self.table
         zi = r.dwell_zone
         since = self.last_ns - zones[:, zi, Z_ENTER_NS]
-        fire = (zones[:, zi, Z_IN] != 0) & (since >= r.dwell_ns) & ok
+        fire = (zones[:, zi, Z_IN] != 0) & (since >= r.dwell_ns)
         if not fire.any():
             return
+        labels_ok, counts = ok
+        fire &= labels_ok & counts[:, None]
         done = tb.dwell[rows]
         fire &= ~done
         if not fire.any():
