@@ -613,22 +613,24 @@ class CameraEngine:
         )
 
     def _path(self, row: int) -> events_pb2.TrackPath:
+        """The track's path summary: its last `path_points` positions, oldest first."""
         tb = self.table
         p = self.settings.path_points
         i = tb.I[row]
         n_all = int(i[PATH_N])
-        path = events_pb2.TrackPath(
+        # The ring's slots in age order, read out in one go per column.
+        at = np.arange(max(n_all - p, 0), n_all) % p
+        xy, ts, seen = (a[row, at].tolist() for a in (tb.path_xy, tb.path_t, tb.path_obs))
+        return events_pb2.TrackPath(
+            points=[
+                events_pb2.PathPoint(x=x, y=y, capture_ns=t, observed=o)
+                for (x, y), t, o in zip(xy, ts, seen, strict=True)
+            ],
             first_seen_ns=int(i[FIRST]),
             last_seen_ns=int(i[LAST]),
             count=int(i[COUNT]),
             observed_count=int(i[OBS]),
         )
-        for j in range(max(n_all - p, 0), n_all):
-            k = j % p
-            x, y = (float(v) for v in tb.path_xy[row, k])
-            t, seen = int(tb.path_t[row, k]), bool(tb.path_obs[row, k])
-            path.points.add(x=x, y=y, capture_ns=t, observed=seen)
-        return path
 
     def _ends(self, f: TrackFrame) -> list[events_pb2.TrackEvent]:
         """End events of the tracks the tracker retired or `end_after_s` ended."""
