@@ -494,10 +494,9 @@ def evaluate(
         "uniform": compare(runs["uniform"].hits, ref_hits, setup.tolerance_s),
     }
     progress("uniform sampling at the other phases of its spacing ...")
-    phases = [
-        compare(rule_hits(uni.events(np.roll(kept, k)), ref_clock), ref_hits, setup.tolerance_s)
-        for k in range(1, _spacing(share))
-    ]
+    phases = uni.phases(
+        kept, lambda ev: compare(rule_hits(ev, ref_clock), ref_hits, setup.tolerance_s)
+    )
     cas_a = agreements["cascade"]
     return {
         "clip": setup.clip.name,
@@ -507,12 +506,7 @@ def evaluate(
         "camera_rules": setup.camera_rules,
         "runs": {name: summary(r, total, fps) for name, r in runs.items()},
         "agreement": {name: agreement_doc(a) for name, a in agreements.items()},
-        # Uniform's kept frames shifted by 1, 2, ... frames: how far the measure moves
-        # with nothing changed but which frames were kept.
-        "uniform_phases": [
-            {"shift": k, "count_agreement": a.count_agreement, "f1": a.f1}
-            for k, a in enumerate(phases, start=1)
-        ],
+        "uniform_phases": phases,
         "targets": {
             "agreement": TARGET_AGREEMENT,
             "share_to_edge": TARGET_SHARE,
@@ -543,6 +537,18 @@ class Uniform:
         answers = replay(self.reference, kept, self.tracking, *self.source.frame_size)
         frames = track_frames(replayed(answers, self.capture_ns), self.source, self.tracking)
         return replay_rules(frames, self.rules)
+
+    def phases(
+        self, kept: np.ndarray, score: Callable[[list[events_pb2.TrackEvent]], RulesAgreement]
+    ) -> list[dict[str, Any]]:
+        """`kept` shifted by 1, 2, ... frames up to its spacing, each scored: how far the
+        measure moves when nothing changes but which frames were kept."""
+        share = float(kept.mean()) if kept.size else 0.0
+        out = []
+        for k in range(1, _spacing(share)):
+            a = score(self.events(np.roll(kept, k)))
+            out.append({"shift": k, "count_agreement": a.count_agreement, "f1": a.f1})
+        return out
 
 
 def _spacing(share: float) -> int:
