@@ -37,8 +37,8 @@ from ..event_store import EventQuery, EventStore, StoreError
 from ..track_filter import TYPES, TrackQuery, parse_track_uid, type_name
 from ..watch import WatchHub, WatchUnavailableError
 from . import editor, views
-from .clip_view import ClipView, clip_view
 from .clip_http import ClipSource, clip_response
+from .clip_view import ClipView, clip_view
 from .live import Item, LiveFeed
 from .queries import SNAPSHOT_KINDS, TRACK, ConsoleQueries, Cursor, EventFilter, Row, StoreReader
 from .scrape import Scraper

@@ -118,6 +118,21 @@ def clip_plays(browser: Any, server: CloudServer, event: Any, tmp_path: Path) ->
     browser.save_screenshot(str(tmp_path / "clip.png"))
 
 
+def counts_show_the_crossing(browser: Any, base: str, tmp_path: Path) -> None:
+    """The week's counts hold the seeded crossing of the gate, charted."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(base + "/counts?period=week")
+    assert browser.find_element(By.ID, "counts")
+    counted = browser.find_elements(By.CSS_SELECTOR, "#counts tbody tr")
+    gate = [r for r in counted if "gate" in r.text]
+    assert [r.find_element(By.CLASS_NAME, "total").text for r in gate] == ["1"], [
+        r.text for r in counted
+    ]
+    assert browser.find_elements(By.CSS_SELECTOR, "#counts svg.chart rect.bar")
+    browser.save_screenshot(str(tmp_path / "counts.png"))
+
+
 def test_console_in_chromium(
     browser: Any,
     tmp_path: Path,
@@ -202,15 +217,7 @@ def test_console_in_chromium(
         assert {r.get_attribute("data-camera") for r in cam_rows} == {"door", "yard"}
         browser.save_screenshot(str(tmp_path / "cameras.png"))
 
-        browser.get(base + "/counts?period=week")
-        assert browser.find_element(By.ID, "counts")
-        counted = browser.find_elements(By.CSS_SELECTOR, "#counts tbody tr")
-        gate = [r for r in counted if "gate" in r.text]
-        assert [r.find_element(By.CLASS_NAME, "total").text for r in gate] == ["1"], [
-            r.text for r in counted
-        ]
-        assert browser.find_elements(By.CSS_SELECTOR, "#counts svg.chart rect.bar")
-        browser.save_screenshot(str(tmp_path / "counts.png"))
+        counts_show_the_crossing(browser, base, tmp_path)
 
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == []
