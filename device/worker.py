@@ -211,6 +211,11 @@ class GateWorker:
 
     def start(self) -> None:
         """Start the gate and payload threads."""
+        if self.gate is not None and not self.gate.can_drop:
+            log.info(
+                "relevance gate: threshold 0 keeps every frame, so its classifier is not run "
+                "(set device.gate.threshold above 0 to gate)"
+            )
         self.payloads.start()
         self._thread.start()
 
@@ -227,10 +232,12 @@ class GateWorker:
 
     def _run(self) -> None:
         max_batch = self.gate_cfg.max_batch if self.gate else 64
-        delay = self.gate_cfg.max_delay_ms / 1000.0 if self.gate else 0.0
         while True:
             if self.switcher is not None:
                 self._maybe_switch(self.switcher)
+            # Waiting for a batch to fill only pays for a classifier that runs.
+            gating = self.gate is not None and self.gate.can_drop
+            delay = self.gate_cfg.max_delay_ms / 1000.0 if gating else 0.0
             batch = self.inbox.take(max_batch, delay, timeout_s=0.05)
             if not batch:
                 if self._finish.is_set() and len(self.inbox) == 0:
@@ -270,7 +277,11 @@ class GateWorker:
         out: list[_Kept | None] = []
         scores: np.ndarray | None = None
         keep: np.ndarray | None = None
-        if self.gate is not None:
+        if self.gate is not None and not self.gate.can_drop:
+            # Every frame passes (gate_score 1.0, as ungated); a canary still needs them.
+            if self.switcher is not None:
+                self.switcher.remember(images, self.gate, np.ones(len(images), bool))
+        elif self.gate is not None:
             try:
                 scores = self.gate.score(images)
                 keep = self.gate.decide(scores)
