@@ -65,7 +65,16 @@ class SenderError(RuntimeError):
 
 
 class _Camera:
-    __slots__ = ("box", "degrader", "drop_log", "edge", "m", "overflow_log", "previous_edge")
+    __slots__ = (
+        "box",
+        "degrader",
+        "drop_log",
+        "edge",
+        "m",
+        "overflow_log",
+        "previous_edge",
+        "shown",
+    )
 
     def __init__(
         self,
@@ -82,6 +91,8 @@ class _Camera:
         # The edge id that served it before its last move (stamped on every frame after),
         # so the new edge restores that edge's checkpoint for it; "" before any move.
         self.previous_edge = ""
+        # (degrade level, spooled, in flight) as the sender loop last set its gauges.
+        self.shown: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,10 +324,11 @@ class Sender:
                 for link in pool.poll(_POLL_MS):
                     self._read_acks(link)
                 now = time.monotonic()
-                if now >= next_route:
+                routed = now >= next_route
+                if routed:
                     next_route = now + _ROUTE_S
                     self._route(pool, now)
-                self._send_ready(pool)
+                self._send_ready(pool, refresh=routed)
         finally:
             pool.close()
 
@@ -473,7 +485,11 @@ class Sender:
             cam.m.dropped(f"shed_{reason}").inc()
             cam.drop_log.add(1, f"the edge shed it: {reason}")
 
-    def _send_ready(self, pool: EdgePool) -> None:
+    def _send_ready(self, pool: EdgePool, refresh: bool = True) -> None:
+        """Every camera: expiry, degradation, then what its window lets go. Its gauges are
+        set when they change or on `refresh` (every _ROUTE_S: other threads set some of
+        them too), not on every pass: this loop runs for every ack, and three gauge sets
+        per camera per pass were most of an idle camera's cost."""
         import zmq
 
         now = time.monotonic()
@@ -494,7 +510,6 @@ class Sender:
             if overflowed:
                 self._overflowed(cam, overflowed)
             cam.degrader.observe_backlog(box.spooled, box.window)
-            cam.m.degrade_level.set(cam.degrader.level)
             limit = cam.degrader.waiting_limit(box.window)
             if limit is not None:
                 dropped = box.limit_waiting(limit, self.degrade_cfg.drop_policy)
@@ -524,5 +539,9 @@ class Sender:
                     cam.m.bytes_sent.inc(item.nbytes)
                 else:
                     cam.m.retransmitted.inc()
-            cam.m.spool_frames.set(box.spooled)
-            cam.m.inflight_frames.set(box.inflight)
+            shown = (cam.degrader.level, box.spooled, box.inflight)
+            if refresh or shown != cam.shown:
+                cam.shown = shown
+                cam.m.degrade_level.set(shown[0])
+                cam.m.spool_frames.set(shown[1])
+                cam.m.inflight_frames.set(shown[2])
