@@ -58,6 +58,10 @@ MoveHook = Callable[[str, str], None]
 
 # How often the placement is recomputed (membership, liveness, progressive moves).
 _ROUTE_S = 0.1
+# How often a camera with nothing waiting to be sent has its timers looked at (ack timeout,
+# degradation's calm time, the processed rate: all of them seconds long). A camera with
+# frames waiting is looked at on every pass, as before.
+_CHORES_S = 0.02
 
 
 class SenderError(RuntimeError):
@@ -162,6 +166,7 @@ class Sender:
         self._drain_deadline = float("inf")
         self._thread = threading.Thread(target=self._run, name="sender", daemon=True)
         self._ready = threading.Event()
+        self._next_chores = 0.0
         self.started = False
         self.error: str | None = None
 
@@ -488,13 +493,19 @@ class Sender:
     def _send_ready(self, pool: EdgePool, refresh: bool = True) -> None:
         """Every camera: expiry, degradation, then what its window lets go. Its gauges are
         set when they change or on `refresh` (every _ROUTE_S: other threads set some of
-        them too), not on every pass: this loop runs for every ack, and three gauge sets
-        per camera per pass were most of an idle camera's cost."""
+        them too), not on every pass. This loop runs for every ack: a camera with nothing
+        waiting is passed over but every _CHORES_S, so that many cameras do not cost every
+        pass a look at each of them."""
         import zmq
 
         now = time.monotonic()
+        chores = refresh or now >= self._next_chores
+        if chores:
+            self._next_chores = now + _CHORES_S
         for cam in self._cams.values():
             box = cam.box
+            if not chores and not box.spooled:
+                continue
             link = pool.links.get(cam.edge) if cam.edge is not None else None
             # No edge up for it: its frames wait in the spool (bounded, counted).
             sock = link.sock if link is not None and link.up else None
