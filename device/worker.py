@@ -26,6 +26,7 @@ from strata.shared.config.device import CascadeConfig, GateConfig, PayloadConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 
 from .encoder import H264Encoder, ScaleTarget
+from .frames import BgrScaler
 from .gate import RelevanceGate
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
@@ -198,6 +199,8 @@ class GateWorker:
         self.send_skipped = cascade is not None and cascade.enabled and cascade.send_skipped
         self.switcher = switcher
         self._cams: dict[str, tuple[CameraMetrics, DropLog]] = {}
+        # Each camera's scaler contexts for the conversion out of the decoder.
+        self._scalers: dict[str, BgrScaler] = {}
         self._finish = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gate", daemon=True)
         self.batches = 0
@@ -208,6 +211,7 @@ class GateWorker:
             self.metrics.camera(camera_id),
             DropLog(log, camera_id, "relevance gate dropped"),
         )
+        self._scalers[camera_id] = BgrScaler()
 
     def start(self) -> None:
         """Start the gate and payload threads."""
@@ -263,7 +267,10 @@ class GateWorker:
         # and gated together; dropped frames' messages keep their place in the order.
         frames = [item for item in batch if not item.skip_reason]
         images = [
-            item.frame.bgr(self.scale.size_for(item.frame.width, item.frame.height))
+            item.frame.bgr(
+                self.scale.size_for(item.frame.width, item.frame.height),
+                self._scalers.get(item.camera_id),
+            )
             for item in frames
         ]
         gated = iter(self._gate(frames, images) if frames else [])

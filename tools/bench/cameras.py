@@ -237,12 +237,14 @@ def bare_trial(clip: Path, cameras: int, max_lag_s: float) -> Trial:
 def _total(registry: CollectorRegistry, counter: str) -> float:
     """A counter summed over its labels (one registry scan: with a hundred cameras, one
     scan per camera and field took minutes)."""
-    return sum(
-        s.value
-        for metric in registry.collect()
-        if metric.name == counter
-        for s in metric.samples
-        if s.name == f"{counter}_total"
+    return float(
+        sum(
+            s.value
+            for metric in registry.collect()
+            if metric.name == counter
+            for s in metric.samples
+            if s.name == f"{counter}_total"
+        )
     )
 
 
