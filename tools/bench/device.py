@@ -95,11 +95,20 @@ def free_endpoint() -> str:
 
 def edge_model_input(repository: str = "") -> int:
     """The input side of the edge's default detector (what an edge node announces in its
-    EdgeInfo, and a default agent scales its frames to fit)."""
+    EdgeInfo, and a default agent scales its frames to fit); 0, said on stderr, when the
+    repository has no such model."""
     from strata.shared.config.edge import EdgeModelConfig
-    from strata.shared.models import ModelRepository
+    from strata.shared.models import ModelError, ModelRepository
 
-    manifest = ModelRepository(repository or None).manifest(EdgeModelConfig().name)
+    name = EdgeModelConfig().name
+    try:
+        manifest = ModelRepository(repository or None).manifest(name)
+    except ModelError as exc:
+        print(
+            f"bench: no edge detector input to announce ({exc}): full-size payloads",
+            file=sys.stderr,
+        )
+        return 0
     return max(manifest.input.width or 0, manifest.input.height or 0)
 
 
