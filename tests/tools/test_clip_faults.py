@@ -109,12 +109,12 @@ def wait_for(what: str, cond: Any, stack: Stack, timeout: float, away: tuple[str
         time.sleep(0.2)
 
 
-def open_clip(stack: Stack, min_packets_s: float = 2.0) -> clips_pb2.ClipInfo | None:
-    """A clip the device is writing, with a track in it, running for `min_packets_s`."""
+def open_clip(stack: Stack, running_s: float) -> clips_pb2.ClipInfo | None:
+    """A clip the device is writing, with a track in it, running for `running_s`."""
     for info in clip_sidecars(stack):
-        if not info.final and info.track_uids and info.start_ns:
-            if time.time_ns() - info.start_ns >= min_packets_s * 1e9:
-                return info
+        running = info.start_ns and time.time_ns() - info.start_ns >= running_s * 1e9
+        if not info.final and info.track_uids and running:
+            return info
     return None
 
 
