@@ -280,8 +280,7 @@ def test_edge_killed_mid_track_still_ends_its_clip(tmp_path: Path, vtest_mp4: Pa
         live = wait_for("a clip being written", lambda: open_clip(stack, 2.0), stack, 90)
         kill9(stack, "edge")  # its tracks live; the demand lives on in its checkpoint
         (stack.workdir / "edge.log").rename(stack.workdir / "edge-killed.log")
-        stack._start("edge")
-        stack.wait_metrics("edge", 120)
+        stack.restart("edge", 120)
         wait_device_done(stack, 150)
         done = time.time_ns()
         tracks = wait_uplink_settled(stack)
@@ -337,8 +336,7 @@ def test_cloud_away_clips_wait_on_the_device_and_all_arrive(
         assert stack.procs["device"].returncode() is None, "the device left its clips"
         assert list((stack.workdir / "clips").glob("*/*.mp4")), "no clip file waits"
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - away)))
-        stack._start("cloud")
-        stack.wait_metrics("cloud", 60)
+        stack.restart("cloud", 60)
         wait_device_done(stack, 150)
         done = time.time_ns()
         tracks = wait_uplink_settled(stack)
