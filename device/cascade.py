@@ -73,6 +73,20 @@ class CascadeMetrics:
             ["camera"],
             registry=registry,
         )
+        self.under_target = Counter(
+            "strata_device_cascade_under_target",
+            "Edge estimates under the target the camera received (each halves its gaps once "
+            "more, up to every frame).",
+            ["camera"],
+            registry=registry,
+        )
+        self.boosted_kept = Counter(
+            "strata_device_cascade_boosted_kept",
+            "Frames kept while the camera's gaps were halved for an estimate under the target "
+            "(calibration bursts aside): the frames the target asked for.",
+            ["camera"],
+            registry=registry,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +170,11 @@ class CascadePolicy:
         with self._lock:
             self._last_kept = index
             self._send_next = False
+            boosted = self.boost > 0 and self._burst_left == 0
             if self._burst_left > 0:
                 self._burst_left -= 1
+        if boosted and self._metrics is not None:
+            self._metrics.boosted_kept.labels(self.camera_id).inc()
 
     def _start_burst_if_due(self, index: int) -> bool:
         if self._burst_due < 0 or index < self._burst_due or self.cfg.burst_frames == 0:
@@ -227,6 +244,8 @@ class CascadePolicy:
         self.edge_estimate = est
         old = self.boost
         if est < self.cfg.target:
+            if self._metrics is not None:
+                self._metrics.under_target.labels(self.camera_id).inc()
             # Past this, both gaps are 1 already: every frame is kept.
             self.boost = min(
                 self.boost + 1, max(self.cfg.max_gap, self._calibrated_gap).bit_length()

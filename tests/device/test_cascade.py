@@ -112,6 +112,9 @@ def test_an_estimate_under_target_keeps_more_frames_until_it_recovers() -> None:
     assert (p.min_gap, p.max_gap) == (1, 5)
     assert gauge("strata_device_estimated_accuracy") == approx(0.8)
     assert gauge("strata_device_cascade_boost") == 3
+    # Counted: the estimates under the target, and every frame kept while boosted.
+    assert gauge("strata_device_cascade_under_target_total") == 3
+    assert gauge("strata_device_cascade_boosted_kept_total") == sum(map(sum, seen[1:]))
     # Under target still: towards every frame, and no further.
     for _ in range(10):
         p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.5))

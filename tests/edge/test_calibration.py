@@ -204,9 +204,7 @@ def test_an_empty_burst_sends_no_curves() -> None:
 
 def test_the_run_is_scored_span_by_span_burst_frames_agreeing() -> None:
     scored: list[tuple[str, Tally]] = []
-    cal = Calibration(
-        TrackingConfig(), max_gap=6, on_scored=lambda cam, t: scored.append((cam, t))
-    )
+    cal = Calibration(TrackingConfig(), max_gap=6, on_scored=lambda cam, t: scored.append((cam, t)))
     try:
         feed(cal, range(0, 30), True)
         end = feed(cal, range(33, 90), False, step=3)
