@@ -33,7 +33,7 @@ from strata.tools.bench.sampling import (
     uniform_agreement,
     uniform_curve,
 )
-from strata.tools.demo.names import BYTES, COUNTS
+from strata.tools.demo.names import BYTES, COUNTS, Metric
 from strata.tools.demo.pipeline import Outcome, PipelineRun, RunOptions
 from strata.tools.demo.results import Received
 from strata.tools.demo.scrape import Samples
@@ -41,6 +41,10 @@ from strata.tools.demo.stack import Camera
 from strata.tools.demo.summary import drops, edge_latency_ns, value
 
 log = logging.getLogger(__name__)
+
+# The device's counters of the target (device/cascade.py), summed over cameras.
+UNDER_TARGET = Metric("device", "strata_device_cascade_under_target_total")
+BOOSTED_KEPT = Metric("device", "strata_device_cascade_boosted_kept_total")
 
 # Both runs: the edge must not shed frames (a shed reference frame has no answer), and the
 # deep queue of a file read at full speed must not trigger batch-size degradation.
@@ -191,10 +195,23 @@ class ClipResult:
     curve: list[CurvePoint] = field(default_factory=list)
     # (share kept, bytes of an H.264 stream of those frames at the model's size / file).
     bytes_curve: list[tuple[float, float]] = field(default_factory=list)
-    # The edge's last online estimate of the box F1 the cascade's spacing achieves (the
-    # mean over cameras of strata_edge_estimated_accuracy), beside `vs_reference.f1`, the
-    # measured one; None when no calibration window was estimated.
+    # The edge's online estimate of the box F1 the cascade's spacing achieves, over the
+    # whole run (strata_edge_estimate_agreeing / _weight, pooled by boxes like the measured
+    # `vs_reference.f1`; the last window's gauge when those are absent); None: none made.
     estimated_f1: float | None = None
+    estimated_counting: float | None = None
+    # The last calibration window's estimate (strata_edge_estimated_accuracy).
+    estimated_f1_last: float | None = None
+    # The device's target (device.cascade.target, box F1), the edge's estimates under it
+    # and the frames the device kept while boosted for them.
+    target: float = 0.9
+    estimates_under_target: int = 0
+    boosted_kept: int = 0
+    # Uniform spacing at twice the cascade's share (does the cascade need half the frames?).
+    uniform_double: Agreement | None = None
+    # The detector on the frames the cascade sent against the reference on the same frames:
+    # what the codec and scaling cost alone (1 at best; no estimate can see it).
+    detected_vs_reference: Agreement | None = None
 
 
 def run_once(workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: float) -> Outcome:
@@ -226,6 +243,8 @@ def _count_crops(result: ClipResult, cas: Outcome) -> None:
 
 
 ESTIMATE = "strata_edge_estimated_accuracy"
+ESTIMATE_WEIGHT = "strata_edge_estimate_weight_total"
+ESTIMATE_AGREEING = "strata_edge_estimate_agreeing_total"
 
 
 def estimated_f1(scrapes: Mapping[str, Samples]) -> float | None:
@@ -233,6 +252,24 @@ def estimated_f1(scrapes: Mapping[str, Samples]) -> float | None:
     edge = scrapes.get("edge")
     per_camera = edge.by_label(ESTIMATE, "camera") if edge is not None else {}
     return float(np.mean(list(per_camera.values()))) if per_camera else None
+
+
+def run_estimate(scrapes: Mapping[str, Samples], metric: str = "f1") -> float | None:
+    """The edge's estimate of `metric` (f1, counting) over the whole run, all cameras
+    pooled; None when it scored nothing."""
+    edge = scrapes.get("edge")
+    if edge is None:
+        return None
+    weight = edge.total(ESTIMATE_WEIGHT, metric=metric)
+    return edge.total(ESTIMATE_AGREEING, metric=metric) / weight if weight > 0 else None
+
+
+def cascade_target(overrides: Mapping[str, Any]) -> float:
+    """device.cascade.target of the cascade run (the default unless overridden)."""
+    from strata.shared.config.device import CascadeConfig
+
+    given = overrides.get("device", {}).get("cascade", {}).get("target")
+    return float(given) if given is not None else CascadeConfig().target
 
 
 def measure_clip(
@@ -268,6 +305,8 @@ def measure_clip(
     size = _frame_size(cas.results)
     fraction = len(detected) / total if total else 0.0
     uniform_a, uniform_kept = uniform_agreement(reference, fraction, tracking, *size)
+    double, _ = uniform_agreement(reference, min(1.0, 2 * fraction), tracking, *size)
+    sent = sorted(i for i in detected if i < total)
     second = max(1, round(clip_fps(clip)))
     uniform_out = replay(reference, uniform_kept, tracking, *size)
     result = ClipResult(
@@ -293,14 +332,22 @@ def measure_clip(
         edge_latency_ms=sorted((edge_latency_ns(cas.results) / 1e6).tolist()),
         reference_fps=len(ref.results) / ref.processing_s if ref.processing_s > 0 else 0.0,
         notes=[*ref.notes, *cas.notes],
-        estimated_f1=estimated_f1(cas.scrapes),
+        estimated_f1=run_estimate(cas.scrapes, "f1") or estimated_f1(cas.scrapes),
+        estimated_counting=run_estimate(cas.scrapes, "counting"),
+        estimated_f1_last=estimated_f1(cas.scrapes),
+        target=cascade_target(merge(CASCADE, extra)),
+        estimates_under_target=int(value(cas.scrapes, UNDER_TARGET)),
+        boosted_kept=int(value(cas.scrapes, BOOSTED_KEPT)),
+        uniform_double=double,
+        detected_vs_reference=agreement([reference[i] for i in sent], [cas_boxes[i] for i in sent]),
     )
     if unanswered:
         result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")
     _count_crops(result, cas)
     if curve:
         result.curve = uniform_curve(reference, CURVE_FRACTIONS, tracking, *size)
-        result.bytes_curve = bytes_curve(clip, total, CURVE_FRACTIONS)
+        side = max(size) or 320
+        result.bytes_curve = bytes_curve(clip, total, CURVE_FRACTIONS, side)
     if truth is not None:
         truth = truth[:total]
         truth_kept = {i: truth[i] for i in detected if i < len(truth)}
@@ -312,14 +359,16 @@ def measure_clip(
 CURVE_FRACTIONS = (0.1, 0.15, 0.2, 0.3, 0.4, 0.6)
 
 
-def bytes_curve(clip: Path, total: int, fractions: tuple[float, ...]) -> list[tuple[float, float]]:
-    """Bytes of an H.264 stream (the agent's encoder, the starter model's 320 input) of
-    `fraction` of the frames, evenly spaced, over the clip file's size."""
+def bytes_curve(
+    clip: Path, total: int, fractions: tuple[float, ...], side: int = 320
+) -> list[tuple[float, float]]:
+    """Bytes of an H.264 stream (the agent's encoder, frames fit to the detector's `side`)
+    of `fraction` of the frames, evenly spaced, over the clip file's size."""
     from strata.edge.tracking.calibration import uniform
     from strata.tools.bench.payloads import h264_bytes
 
     size = clip.stat().st_size
-    return [(f, h264_bytes(clip, uniform(total, f), 320) / size) for f in fractions]
+    return [(f, h264_bytes(clip, uniform(total, f), side) / size) for f in fractions]
 
 
 def clip_shape(clip: Path) -> tuple[int, int, int]:
