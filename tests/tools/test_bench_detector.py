@@ -40,6 +40,6 @@ def test_a_users_repository_and_its_latest_version(tmp_path: Path) -> None:
 
 
 def test_clip_choices_follow_the_recipes() -> None:
-    assert CLIPS == ("vtest", *RECIPES)
+    assert ("vtest", *RECIPES) == CLIPS
     assert clips_of(None) == clips_of(["all"]) == CLIPS
     assert clips_of(["pans", "vtest"]) == ("vtest", "pans")
