@@ -19,7 +19,9 @@ a window without a kept frame outside bursts has no estimate, nor a window witho
 an F1 one. Every span (a burst's frames too: they agree by construction) is also scored
 as it comes, for the run (`on_scored`: counters a bench reads). A burst that saw no box
 sends no curves: an empty street's F1 is 1 at every gap, and the device would space the
-next passage by it. A scene change forgets the camera's curves and spans (they describe
+next passage by it; instead, the first kept frame with objects while no burst of the scene
+has seen any asks for a burst (`burst_frames`), so the camera calibrates on what it must
+space. A scene change forgets the camera's curves and spans (they describe
 the old scene).
 """
 
@@ -147,6 +149,10 @@ class _Burst:
     window: list[Span] = field(default_factory=list)
 
 
+# The burst the edge asks for when objects appear and no burst saw any (the device sends
+# its own device.cascade.burst_frames; this says how many the edge would like).
+ASK_BURST_FRAMES = 20
+
 # Spans kept for the run until a first burst is measured (a camera that never calibrates
 # would otherwise grow them forever); past it, the oldest are not scored.
 _UNSCORED_MAX = 4096
@@ -159,6 +165,8 @@ class _Camera:
     window: int
     spacing: Spacing = field(default_factory=Spacing)
     curves: Curves = field(init=False)
+    # A burst is under way, being measured, or was asked for.
+    calibrating: bool = False
 
     def __post_init__(self) -> None:
         self.curves = Curves(self.window)
@@ -230,7 +238,16 @@ class Calibration:
         span = cam.spacing.saw(h.frame_index, len(boxes), h.calibration)
         scored = cam.score([span] if span is not None else [])
         burst = self._bursts.get(key)
+        if not h.calibration and len(boxes) and cam.curves.f1 is None and not cam.calibrating:
+            # Objects, and no burst of this scene ever saw one (an empty street's say nothing
+            # of what a gap costs): calibrate on them now rather than at the next due burst.
+            cam.calibrating = True
+            self._feedback.setdefault(
+                key, frame_pb2.CascadeFeedback()
+            ).burst_frames = ASK_BURST_FRAMES
+            log.info("camera %s: objects, and no calibration saw any: asking for a burst", key[1])
         if h.calibration:
+            cam.calibrating = True
             if burst is None or (burst.frames and h.frame_index != burst.frames[-1][0] + 1):
                 burst = self._bursts[key] = _Burst(window=cam.spacing.take_window())
             burst.frames.append((h.frame_index, boxes))
@@ -242,16 +259,23 @@ class Calibration:
         return burst, scored
 
     def _finish(self, key: tuple[int, str], burst: _Burst) -> GapAccuracy | None:
-        if len(burst.frames) < self.warmup + 2:
-            log.info(
-                "camera %s: calibration burst of %d frames too short", key[1], len(burst.frames)
-            )
-            return None
         try:
+            if len(burst.frames) < self.warmup + 2:
+                log.info(
+                    "camera %s: calibration burst of %d frames too short",
+                    key[1],
+                    len(burst.frames),
+                )
+                return None
             return self._measure(key, burst)
         except Exception:  # a bug here must not stop calibrating the other cameras
             log.exception("camera %s: calibration failed", key[1])
             return None
+        finally:
+            with self._lock:
+                cam = self._cameras.get(key)
+                if cam is not None:
+                    cam.calibrating = False
 
     def _measure(self, key: tuple[int, str], burst: _Burst) -> GapAccuracy:
         acc = measure_gaps(

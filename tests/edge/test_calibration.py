@@ -227,3 +227,31 @@ def test_the_run_is_scored_span_by_span_burst_frames_agreeing() -> None:
         assert f1 is not None and acc.f1[3] < f1 < 1.0
     finally:
         cal.close()
+
+
+def test_objects_after_empty_bursts_ask_for_a_burst_once() -> None:
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        for i in range(30):
+            cal.detected(head(i, True), FrameBoxes.empty())
+        end = cal.detected(head(40, False), FrameBoxes.empty())
+        assert end is not None and end.result(timeout=30) is not None
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and not fb.burst_frames  # an empty street: nothing to ask
+        # People: no burst saw any, so the edge asks for one, once.
+        cal.detected(head(50, False), scene(50, 4.0))
+        cal.detected(head(52, False), scene(52, 4.0))
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and fb.burst_frames > 0
+        cal.detected(head(54, False), scene(54, 4.0))
+        assert cal.take_feedback(3, "cam") is None
+        # The burst sees them: curves go back, and no more asking.
+        feed(cal, range(55, 85), True)
+        end = cal.detected(head(88, False), scene(88, 6.0))
+        assert end is not None and end.result(timeout=30) is not None
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and fb.f1_by_gap and not fb.burst_frames
+        cal.detected(head(91, False), scene(91, 6.0))
+        assert cal.take_feedback(3, "cam") is None
+    finally:
+        cal.close()
