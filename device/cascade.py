@@ -19,6 +19,12 @@ at worst; once the estimate is `recover_margin` above the target, each feedback 
 halving. In between, nothing changes (no flapping around the target). The estimate is a
 gauge per camera, and every change is logged.
 
+A periodic burst that falls due while the scene is empty and still (the edge's last
+feedback tracked no object, the motion gate's last verdict was "nothing changed") waits
+for motion: over an empty street it would measure nothing and cost its frames. A burst
+asked for (the edge, a scene change) starts at once, and so does one where the edge tracks
+objects (a gate blind to them is what the target's estimate must catch).
+
 Each decision has a reason, counted per camera: kept first/motion/max_gap/calibration/
 uncertain; dropped motion (nothing changed) or min_gap (changed, but the target allows
 the wait).
@@ -137,6 +143,10 @@ class CascadePolicy:
         self._calibrated_gap = cfg.min_gap
         self.boost = 0
         self.edge_estimate: float | None = None
+        # The motion gate's last verdict was "nothing changed" (camera thread only), and
+        # the edge's last feedback tracked no object for the camera.
+        self._still = False
+        self._edge_sees_nothing = False
 
     def before_motion(self, index: int) -> PreDecision:
         """What to do with source frame `index` before its motion is scored."""
@@ -156,7 +166,10 @@ class CascadePolicy:
             return PreDecision("", gap < self.min_gap, False)
 
     def count(self, decision: str, reason: str) -> None:
-        """Count one decision ("kept" or "dropped") and its reason."""
+        """Count one decision ("kept" or "dropped") and its reason. A decision of the
+        motion gate also says whether the scene is still (a due burst waits for motion)."""
+        if reason in ("motion", "scene_change"):
+            self._still = decision == "dropped"
         if self._metrics is None:
             return
         c = self._counters.get((decision, reason))
@@ -178,6 +191,11 @@ class CascadePolicy:
 
     def _start_burst_if_due(self, index: int) -> bool:
         if self._burst_due < 0 or index < self._burst_due or self.cfg.burst_frames == 0:
+            return False
+        if self._still and self._edge_sees_nothing and self._burst_due > 0:
+            # A periodic burst over an empty, still scene measures nothing: it waits for
+            # motion. An asked-for one (due 0) does not, nor one where the edge tracks
+            # objects the motion gate may be blind to (the target's estimate needs it).
             return False
         self._burst_left = self.cfg.burst_frames
         self._burst_due = index + self.cfg.calibrate_every
@@ -201,6 +219,7 @@ class CascadePolicy:
     def feedback(self, fb: frame_pb2.CascadeFeedback) -> None:
         """Apply what the edge measured (from an ack)."""
         with self._lock:
+            self._edge_sees_nothing = fb.tracked_objects == 0 and not fb.send_next
             if fb.send_next:
                 self._send_next = True
             if fb.burst_frames and self.cfg.burst_frames:
