@@ -23,7 +23,8 @@ def _clip(**kw: object) -> ClipResult:
 
 
 def test_a_held_target_an_estimate_within_and_half_the_frames() -> None:
-    p = promise(_clip(estimated_f1=0.95))
+    p = promise(_clip(estimated_f1=0.95, detected_vs_reference=_a(0.97, 0.98)))
+    assert p.sent_frames_f1 == pytest.approx(0.97) and "sent alone F1 0.970" in p.line()
     assert p.share == pytest.approx(0.1) and p.double_share == pytest.approx(0.2)
     assert p.target_held and p.kept_promise and not p.said_so
     assert p.estimate_error == pytest.approx(0.02) and p.estimate_within

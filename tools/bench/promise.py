@@ -46,6 +46,9 @@ class Promise:
     kept_promise: bool
     matches_with_half_the_frames: bool | None
     beats_at_the_same_share: bool | None
+    # The detector on the frames sent (H.264 at the model's size) against the reference on
+    # the same frames: a loss the edge's estimate cannot see (it never has the originals).
+    sent_frames_f1: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         """For report.json (floats rounded)."""
@@ -76,7 +79,8 @@ class Promise:
         return (
             f"{self.clip}: {self.share:.1%} of frames; F1 {f(self.f1)} (uniform "
             f"{f(self.uniform_f1)}), counting {f(self.counting)} (uniform "
-            f"{f(self.uniform_counting)}); {est}; {target}; matches uniform at "
+            f"{f(self.uniform_counting)}); {est}, the frames sent alone F1 "
+            f"{f(self.sent_frames_f1)}; {target}; matches uniform at "
             f"{self.double_share:.1%}: {half[self.matches_with_half_the_frames]}; beats "
             f"uniform by {QUIET_MARGIN}: {half[self.beats_at_the_same_share]}"
         )
@@ -115,4 +119,5 @@ def promise(c: ClipResult) -> Promise:
         beats_at_the_same_share=None
         if u is None
         else a.f1 >= u.f1 + QUIET_MARGIN and a.counting >= u.counting + QUIET_MARGIN,
+        sent_frames_f1=c.detected_vs_reference.f1 if c.detected_vs_reference else None,
     )
