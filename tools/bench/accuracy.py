@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from strata.shared import machine
@@ -24,6 +24,7 @@ from strata.tools import cascade_clips
 from strata.tools.bench import report
 from strata.tools.bench.cascade import (
     ClipResult,
+    ClipSetup,
     Labels,
     ReferenceHolesError,
     measure_clip,
@@ -66,7 +67,8 @@ def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
     say(f"detector: {detector.one_line()} from {detector.repository}")
     say(f"cascade on the synthetic clip ({frames} frames): reference run, then cascade run ...")
     truth = synthetic_truth(clip, labels)
-    clips.append(measure_clip(path, work / "synthetic", truth, labels, model))
+    setup = ClipSetup(model, (detector.input_width, detector.input_height))
+    clips.append(measure_clip(path, work / "synthetic", setup, truth, labels))
     if opts.skip_vtest:
         return clips
     vtest = opts.vtest
@@ -78,7 +80,7 @@ def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
         for name in opts.clips:
             path = cascade_clips.make(name, vtest, work / "clips", opts.frames)
             say(f"cascade on {path.name}: reference run, then cascade run ...")
-            clips.append(measure_clip(path, work / name, overrides=model, curve=True))
+            clips.append(measure_clip(path, work / name, replace(setup, curve=True)))
             say(promise(clips[-1]).line())
     return clips
 

@@ -1,7 +1,8 @@
 """The cascade's cost and accuracy on one clip: two real pipeline runs, compared.
 
-Reference: the device's gates and cascade off, full-resolution raw frames, so the edge's
-YOLO sees every original frame, whatever its speed: the file is read unpaced, source
+Reference: the device's gates and cascade off, raw frames scaled to the detector's input as
+the cascade's device scales them (area interpolation; the codec is the only difference
+left), so the edge's YOLO sees every frame, whatever its speed: the file is read unpaced, source
 degradation is off, credits and the spool are sized for the whole clip, and a reference
 with a frame left unanswered is refused (`ReferenceHolesError`), never scored. Cascade: as
 shipped (accuracy target, H.264 at the model's input size, the edge's tracker answering
@@ -65,7 +66,8 @@ GATES_OFF: dict[str, Any] = {
         "motion": {"enabled": False},
         "gate": {"enabled": False},
         "cascade": {"enabled": False},
-        # The detector on every original frame: full resolution, uncompressed.
+        # The detector on every original frame, uncompressed (the cascade bench also fits
+        # them to the detector's input: ClipSetup.model_input).
         "payload": {"scale_to_model": False},
         "sender": {"encoding": "bgr"},
     },
@@ -272,19 +274,44 @@ def cascade_target(overrides: Mapping[str, Any]) -> float:
     return float(given) if given is not None else CascadeConfig().target
 
 
+@dataclass(frozen=True, slots=True)
+class ClipSetup:
+    """How one clip is measured (beside the clip itself and its ground truth)."""
+
+    # Config of both runs (e.g. the edge's detector: tools/bench/detector.py).
+    overrides: dict[str, Any] = field(default_factory=dict)
+    # The detector's input (width, height): the reference's device scales every frame to
+    # fit it, from the first frame on, as the cascade's device does (area interpolation),
+    # so the two see the same pixels but for the codec. None: original frames (the edge
+    # letterboxes them with its own interpolation, and a detection near its score
+    # threshold can come and go with the difference alone).
+    model_input: tuple[int, int] | None = None
+    timeout_s: float = 1800.0
+    # The uniform baseline's curve and its bytes.
+    curve: bool = False
+
+
+def scaled_reference(model_input: tuple[int, int] | None) -> dict[str, Any]:
+    """The reference's payload: fit to `model_input` (raw, uncompressed) when given."""
+    if model_input is None:
+        return {}
+    width, height = model_input
+    return {"device": {"payload": {"max_width": width, "max_height": height}}}
+
+
 def measure_clip(
     clip: Path,
     workdir: Path,
+    setup: ClipSetup = ClipSetup(),
     truth: list[FrameBoxes] | None = None,
     truth_labels: Labels | None = None,
-    overrides: dict[str, Any] | None = None,
-    timeout_s: float = 1800.0,
-    curve: bool = False,
 ) -> ClipResult:
     """Reference and cascade runs over `clip`, compared."""
     labels = truth_labels or Labels()
-    extra = merge(NO_SHEDDING, overrides or {})
+    timeout_s, curve = setup.timeout_s, setup.curve
+    extra = merge(NO_SHEDDING, setup.overrides)
     paced = merge(merge(extra, GATES_OFF), reference_overrides(*clip_shape(clip)))
+    paced = merge(paced, scaled_reference(setup.model_input))
     ref = run_once(workdir / "reference", clip, paced, timeout_s)
     decoded = int(value(ref.scrapes, COUNTS["decoded"]))
     ref_boxes = boxes_of(ref.results, labels)
