@@ -17,7 +17,7 @@ of the camera's last `window` bursts (box F1 weighted by boxes, counting by fram
 the result rides in the feedback (`estimated_accuracy`, box F1, and `estimated_counting`);
 a window without a kept frame outside bursts has no estimate, nor a window without a box
 an F1 one. Every span (a burst's frames too: they agree by construction) is also scored
-as it comes, for the run (`on_scored`: counters a bench reads). A burst that saw no box
+as it comes, for the run (`on_scored`: counters a bench reads). A burst that saw (almost) no box
 sends no curves: an empty street's F1 is 1 at every gap, and the device would space the
 next passage by it; instead, the first kept frame with objects while no burst of the scene
 has seen any asks for a burst (`burst_frames`), so the camera calibrates on what it must
@@ -150,8 +150,14 @@ class _Burst:
 
 
 # The burst the edge asks for when objects appear and no burst saw any (the device sends
-# its own device.cascade.burst_frames; this says how many the edge would like).
+# its own device.cascade.burst_frames; this says how many the edge would like), at most
+# once in this many gaps of `max_gap` frames per camera (objects that come and go).
 ASK_BURST_FRAMES = 20
+ASK_EVERY_MAX_GAPS = 10
+# A burst says what a gap costs when it saw at least this many boxes per frame (1 in 2):
+# fewer (an object at the edge of the view, a flicker), its curves are noise and count as
+# a burst that saw nothing.
+MIN_BOXES_PER_FRAME = (1, 2)
 
 # Spans kept for the run until a first burst is measured (a camera that never calibrates
 # would otherwise grow them forever); past it, the oldest are not scored.
@@ -165,8 +171,9 @@ class _Camera:
     window: int
     spacing: Spacing = field(default_factory=Spacing)
     curves: Curves = field(init=False)
-    # A burst is under way, being measured, or was asked for.
+    # A burst is under way, being measured, or was asked for (at frame `asked_at`).
     calibrating: bool = False
+    asked_at: int = -(1 << 62)
 
     def __post_init__(self) -> None:
         self.curves = Curves(self.window)
@@ -238,10 +245,17 @@ class Calibration:
         span = cam.spacing.saw(h.frame_index, len(boxes), h.calibration)
         scored = cam.score([span] if span is not None else [])
         burst = self._bursts.get(key)
-        if not h.calibration and len(boxes) and cam.curves.f1 is None and not cam.calibrating:
+        if (
+            not h.calibration
+            and len(boxes)
+            and cam.curves.f1 is None
+            and not cam.calibrating
+            and h.frame_index - cam.asked_at >= ASK_EVERY_MAX_GAPS * self.max_gap
+        ):
             # Objects, and no burst of this scene ever saw one (an empty street's say nothing
             # of what a gap costs): calibrate on them now rather than at the next due burst.
             cam.calibrating = True
+            cam.asked_at = h.frame_index
             self._feedback.setdefault(
                 key, frame_pb2.CascadeFeedback()
             ).burst_frames = ASK_BURST_FRAMES
@@ -287,19 +301,26 @@ class Calibration:
             self.warmup,
         )
         fb = frame_pb2.CascadeFeedback()
-        if acc.boxes:
+        # A few boxes (an object at the edge of the view, a flicker) make a curve of noise.
+        informative = acc.boxes > 0 and acc.boxes * MIN_BOXES_PER_FRAME[1] >= (
+            acc.frames * MIN_BOXES_PER_FRAME[0]
+        )
+        if informative:
             fb.f1_by_gap.extend(acc.f1)
             fb.counting_by_gap.extend(acc.counting)
         else:
             log.info(
-                "camera %s: the calibration burst saw no object: the gaps stay as they are",
+                "camera %s: the calibration burst saw %d boxes in %d frames, too few to say "
+                "what a gap costs: the gaps stay as they are",
                 key[1],
+                acc.boxes,
+                acc.frames,
             )
         with self._lock:
             cam = self._cameras.get(key)
             if cam is None:  # a scene change while measuring: the new scene starts afresh
                 cam = self._cameras[key] = _Camera(self.window)
-            cam.curves.add(acc.f1, acc.counting, acc.boxes)
+            cam.curves.add(acc.f1, acc.counting, acc.boxes if informative else 0)
             window = Tally()
             for span in burst.window:
                 window.add(span, cam.curves)

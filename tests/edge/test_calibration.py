@@ -255,3 +255,43 @@ def test_objects_after_empty_bursts_ask_for_a_burst_once() -> None:
         assert cal.take_feedback(3, "cam") is None
     finally:
         cal.close()
+
+
+def test_a_burst_with_a_flicker_of_boxes_sends_no_curves() -> None:
+    """3 boxes in 25 scored frames (a post the detector sees now and then): noise."""
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        for i in range(30):
+            cal.detected(head(i, True), scene(i, 4.0) if i in (9, 17, 25) else FrameBoxes.empty())
+        future = cal.detected(head(31, False), FrameBoxes.empty())
+        assert future is not None
+        acc = future.result(timeout=30)
+        assert acc is not None and 0 < acc.boxes < acc.frames / 2
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and not fb.f1_by_gap and not fb.counting_by_gap
+        # And it does not count as a burst that saw objects: people ask for one.
+        cal.detected(head(33, False), scene(33, 4.0))
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and fb.burst_frames > 0
+    finally:
+        cal.close()
+
+
+def test_the_edge_asks_for_bursts_at_most_once_in_ten_max_gaps() -> None:
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        cal.detected(head(0, False), scene(0, 4.0))
+        first = cal.take_feedback(3, "cam")
+        assert first is not None and first.burst_frames > 0
+        # The device never sent the burst; a burst too short to measure ends the wait.
+        for i in range(1, 4):
+            cal.detected(head(i, True), scene(i, 4.0))
+        short = cal.detected(head(5, False), scene(5, 4.0))
+        assert short is not None and short.result(timeout=30) is None
+        cal.detected(head(30, False), scene(30, 4.0))
+        assert cal.take_feedback(3, "cam") is None  # 30 frames after: too soon
+        cal.detected(head(60, False), scene(60, 4.0))
+        again = cal.take_feedback(3, "cam")
+        assert again is not None and again.burst_frames > 0  # 10 x max_gap later
+    finally:
+        cal.close()
