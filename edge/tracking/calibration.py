@@ -242,6 +242,9 @@ class Calibration:
         cam = self._cameras.get(key)
         if cam is None:
             cam = self._cameras[key] = _Camera(self.window)
+        if h.scene_change:
+            # The device calibrates the new scene from its next frame on: nothing to ask.
+            cam.calibrating = True
         span = cam.spacing.saw(h.frame_index, len(boxes), h.calibration)
         scored = cam.score([span] if span is not None else [])
         burst = self._bursts.get(key)

@@ -187,3 +187,11 @@ def test_a_still_scene_the_edge_sees_objects_in_still_calibrates() -> None:
         else:
             p.count("dropped", "motion")
     assert p.calibrations == 3  # at 0, 20, 40
+
+
+def test_a_burst_asked_for_during_a_burst_is_that_burst() -> None:
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=3))
+    assert run(p, range(2)) == ["first", "calibration"]
+    p.feedback(frame_pb2.CascadeFeedback(burst_frames=20))
+    assert run(p, range(2, 6)) == ["calibration", "motion", "motion", "motion"]
+    assert p.calibrations == 1

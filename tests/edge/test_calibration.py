@@ -295,3 +295,15 @@ def test_the_edge_asks_for_bursts_at_most_once_in_ten_max_gaps() -> None:
         assert again is not None and again.burst_frames > 0  # 10 x max_gap later
     finally:
         cal.close()
+
+
+def test_a_scene_change_does_not_ask_the_device_calibrates_it_anyway() -> None:
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        cut = head(0, False)
+        cut.scene_change = True
+        cal.detected(cut, scene(0, 4.0))
+        cal.detected(head(1, False), scene(1, 4.0))
+        assert cal.take_feedback(3, "cam") is None
+    finally:
+        cal.close()
