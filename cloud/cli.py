@@ -1,6 +1,7 @@
 """`strata cloud`: run the gRPC endpoint; `strata cloud query`: list stored events (classified
 crops, or with --tracks or a track-event filter the track lifecycle and rule events);
-`strata cloud snapshot`: write a track's snapshot JPEG to a file."""
+`strata cloud snapshot`: write a track's snapshot JPEG to a file; `strata cloud clip`: a
+track's event clip (clip_cli)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import sys
 from typing import Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
+
+from .client_channel import open_channel
+from .clip_cli import register_clip
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,9 @@ def register(subparsers: Any) -> None:
     q.add_argument("--json", action="store_true", help="one JSON object per event")
     q.set_defaults(func=run_query)
     _register_snapshot(sub)
+    clip = register_clip(sub)
+    add_config_flag(clip)
+    _add_client_flags(clip)
 
 
 def _add_client_flags(p: argparse.ArgumentParser) -> None:
@@ -302,28 +309,6 @@ def _print_file_tracks(store: Any, args: argparse.Namespace) -> None:
             break
 
 
-def _open_channel(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]]:
-    """The channel and call metadata the client flags name. Raises OSError."""
-    from pathlib import Path
-
-    import grpc
-
-    if args.ca_file:
-        creds = grpc.ssl_channel_credentials(
-            Path(args.ca_file).read_bytes(),
-            Path(args.key_file).read_bytes() if args.key_file else None,
-            Path(args.cert_file).read_bytes() if args.cert_file else None,
-        )
-        channel = grpc.secure_channel(args.target, creds)
-    else:
-        channel = grpc.insecure_channel(args.target)
-    metadata = []
-    if args.token_file:
-        token = Path(args.token_file).read_text().strip()
-        metadata.append(("authorization", f"Bearer {token}"))
-    return channel, metadata
-
-
 def run_query(args: argparse.Namespace) -> int:
     """Print events from QueryEvents (or a store file), oldest first."""
     import grpc
@@ -333,7 +318,7 @@ def run_query(args: argparse.Namespace) -> int:
     if args.db:
         return _query_file(args)
     try:
-        channel, metadata = _open_channel(args)
+        channel, metadata = open_channel(args)
     except OSError as exc:
         print(f"strata cloud query: {exc}", file=sys.stderr)
         return 2
@@ -419,7 +404,7 @@ def _fetch_remote(args: argparse.Namespace, q: Any) -> Any:
     import grpc
     from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
 
-    channel, metadata = _open_channel(args)
+    channel, metadata = open_channel(args)
     try:
         stub = analytics_pb2_grpc.AnalyticsStub(channel)  # type: ignore[no-untyped-call]
         req = analytics_pb2.GetSnapshotRequest(

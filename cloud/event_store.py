@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from strata.shared.config.cloud import CloudStoreConfig
-from strata.shared.contracts import analytics_pb2, events_pb2
+from strata.shared.contracts import analytics_pb2, clips_pb2, events_pb2
 
-from . import snapshot_rows, track_rows
+from . import clip_rows, snapshot_rows, track_rows
+from .clip_rows import ClipQuery, ClipRow, ClipWrite
 from .gather import gather
 from .metrics import CloudMetrics
 from .snapshot_rows import Run, SnapshotQuery, SnapshotRow, StoredSnapshot
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 # Every back end migrates its schema to this version (its MIGRATIONS has this many entries);
 # a new version adds one migration to each back end.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 T = TypeVar("T")
 
@@ -154,6 +155,7 @@ class EventStore(abc.ABC):
 
     name: str  # where the events live, for logs (never a password)
     placeholder: str  # the SQL parameter marker of the back end's driver
+    row_lock: str = ""  # what locks a selected row for the transaction (" FOR UPDATE")
 
     @classmethod
     @abc.abstractmethod
@@ -261,6 +263,32 @@ class EventStore(abc.ABC):
     def count_snapshots(self) -> int:
         """Number of stored snapshots."""
         return int(self._read("SELECT COUNT(*) FROM snapshots", ())[0][0])
+
+    # clips (shared SQL: clip_rows)
+
+    def append_clip(self, chunk: clips_pb2.ClipChunk) -> ClipWrite:
+        """Store a checked clip chunk (clip_checks) in its own transaction beside the writer,
+        committed before this returns. Raises StoreError."""
+        return self._in_transaction(
+            lambda run: clip_rows.append(
+                run, chunk, time.time_ns(), self.placeholder, self.row_lock
+            )
+        )
+
+    def find_clip(self, q: ClipQuery) -> ClipRow | None:
+        """The stored clip the query names (None: none). Raises StoreError, ClipLookupError
+        (names no single clip or track)."""
+        return clip_rows.find(q, self._read, self.placeholder)
+
+    def clip_pieces(self, clip_id: str, offset: int, rows: int) -> list[tuple[int, bytes]]:
+        """Up to `rows` stored chunks of a clip that end past `offset`: (their offset, bytes)
+        in order. Raises StoreError."""
+        got = self._read(clip_rows.pieces_sql(self.placeholder), (clip_id, offset, rows))
+        return [(int(r[0]), bytes(r[1])) for r in got]
+
+    def count_clips(self) -> int:
+        """Number of stored clips (final or not)."""
+        return int(self._read("SELECT COUNT(*) FROM clips", ())[0][0])
 
     def select(self, sql: str, args: Any) -> list[tuple[Any, ...]]:
         """Rows of one SELECT in the back end's placeholder style (retention). Raises

@@ -164,10 +164,46 @@ class CloudMetrics:
             ["camera"],
             registry=r,
         )
+        # Event clips (UploadClip): chunks = stored + resent + refused (INVALID or RETRY).
+        self.clip_chunks_received = Counter(
+            "strata_cloud_clip_chunks_received",
+            "Clip chunks received on UploadClip streams.",
+            registry=r,
+        )
+        self.clip_chunks_resent = Counter(
+            "strata_cloud_clip_chunks_resent",
+            "Clip chunks wholly below the committed size (a resend; acked, nothing changed).",
+            registry=r,
+        )
+        self.clip_chunks_refused = Counter(
+            "strata_cloud_clip_chunks_refused",
+            "Clip chunks not stored, by ack status (invalid, retry) and reason.",
+            ["status", "reason"],
+            registry=r,
+        )
+        self.clips_started = Counter(
+            "strata_cloud_clips_started",
+            "Clips whose first chunk was stored, by camera.",
+            ["camera"],
+            registry=r,
+        )
+        self.clips_stored = Counter(
+            "strata_cloud_clips_stored",
+            "Clips stored whole (final chunk committed), by outcome (complete, cut_short...).",
+            ["outcome"],
+            registry=r,
+        )
+        self.camera_clip_bytes = Counter(
+            "strata_cloud_camera_clip_bytes",
+            "Clip bytes newly committed to the store, by camera (strata cost).",
+            ["camera"],
+            registry=r,
+        )
         # Retention (cloud.snapshots.retention): what the background pruner deleted.
         self.retention_pruned = Counter(
             "strata_cloud_retention_pruned",
-            "Rows deleted by retention, by what: tracks, track_events, snapshots.",
+            "What retention deleted, by what: tracks, track_events, snapshots, clips (rows), "
+            "clip_bytes.",
             ["what"],
             registry=r,
         )

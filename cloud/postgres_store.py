@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, events_pb2
 
-from . import snapshot_rows, track_rows
+from . import clip_rows, snapshot_rows, track_rows
 from .event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
@@ -118,6 +118,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ),
         *snapshot_rows.INDEXES,
     ),
+    # 6: event clips from devices: the clip, its bytes in chunks (in the database, so every
+    # replica serves every clip) and the tracks it shows.
+    (
+        *clip_rows.table_sql("BYTEA", "BIGINT"),
+        *clip_rows.INDEXES,
+    ),
 )
 # pg_advisory_xact_lock key that serialises migrations of replicas starting together.
 _MIGRATION_LOCK = 0x5354524154414556  # "STRATAEV"
@@ -187,6 +193,7 @@ class PostgresStore(EventStore):
     """Events in PostgreSQL: the shared batched writer, pooled readers, a LISTEN feed."""
 
     placeholder = "%s"
+    row_lock = " FOR UPDATE"
 
     def __init__(
         self,

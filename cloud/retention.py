@@ -1,10 +1,12 @@
-"""Retention: tracks older than their policy allows leave the store with their track events
-and snapshots, pruned in the background (cloud.snapshots.retention; docs/events.md).
+"""Retention: tracks older than their policy allows leave the store with their track events,
+snapshots and clips, pruned in the background (cloud.snapshots.retention; docs/events.md).
 
 A track's age is the time since its last event (its latest capture). It is kept as long as
 the longest days that apply to it: each of its labels' days (`labels`, else `days`) and the
 days of every rule it fired (`rules`); 0 days is forever and wins. Snapshots of a track that
-has no event left (its events were refused, or never came) follow their own label. The
+has no event left (its events were refused, or never came) follow their own label. A clip
+goes when the last track it shows does (so it stays as long as its longest-kept track); a
+clip none of whose tracks has an event left goes after `days` from its start. The
 policy is computed in SQL per track (no Python loop over rows), a bounded number of tracks
 per transaction, so a long history is worked off over several transactions without holding
 the writer for long. Every replica prunes; a second delete of the same rows deletes nothing.
@@ -21,6 +23,7 @@ from typing import Any
 
 from strata.shared.config.cloud import CloudRetentionConfig
 
+from . import clip_rows
 from .event_store import EventStore, StoreError
 from .metrics import CloudMetrics
 from .snapshot_rows import Run
@@ -45,12 +48,16 @@ class Pruned:
     tracks: int = 0
     track_events: int = 0
     snapshots: int = 0
+    clips: int = 0
+    clip_bytes: int = 0
 
     def __add__(self, o: Pruned) -> Pruned:
         return Pruned(
             self.tracks + o.tracks,
             self.track_events + o.track_events,
             self.snapshots + o.snapshots,
+            self.clips + o.clips,
+            self.clip_bytes + o.clip_bytes,
         )
 
 
@@ -103,21 +110,65 @@ class RetentionPolicy:
             args,
         )
 
+    def expired_clips_sql(self, ph: str) -> tuple[str, list[Any]]:
+        """(clip_id,) of clips none of whose tracks has an event left, started more than
+        `days` ago; parameters after these: now_ns, limit. Nothing when `days` is forever."""
+        return (
+            "SELECT c.clip_id FROM clips c WHERE NOT EXISTS (SELECT 1 FROM clip_tracks ct "
+            "JOIN track_events t ON t.camera_id = ct.camera_id AND t.track_uid = ct.track_uid "
+            f"WHERE ct.clip_id = c.clip_id) AND c.start_ns + {_ns(self.cfg.days)} < {ph} "
+            f"LIMIT {ph}",
+            [],
+        )
+
+
+def _delete_clips(run: Run, clip_ids: list[str], ph: str) -> Pruned:
+    """Delete the clips (row, chunks, track rows); what went."""
+    chunks, row = clip_rows.delete_sql(ph)
+    n = size = 0
+    for clip_id in clip_ids:
+        got = run(f"SELECT committed_bytes FROM clips WHERE clip_id = {ph}", (clip_id,))
+        found = got.fetchone()
+        run(f"DELETE FROM clip_tracks WHERE clip_id = {ph}", (clip_id,))
+        run(chunks, (clip_id,))
+        if run(row, (clip_id,)).rowcount > 0 and found is not None:
+            n, size = n + 1, size + int(found[0])
+    return Pruned(clips=n, clip_bytes=size)
+
+
+def _unshown_clips(run: Run, camera: str, uid: str, ph: str) -> list[str]:
+    """Forget that the track's clips show it; the clips that now show no track."""
+    where = f"camera_id = {ph} AND track_uid = {ph}"
+    ids = [str(r[0]) for r in run(f"SELECT clip_id FROM clip_tracks WHERE {where}", (camera, uid))]
+    run(f"DELETE FROM clip_tracks WHERE {where}", (camera, uid))
+    return [
+        c
+        for c in ids
+        if run(f"SELECT 1 FROM clip_tracks WHERE clip_id = {ph}", (c,)).fetchone() is None
+    ]
+
 
 def _delete(tracks: list[tuple[Any, ...]], ph: str) -> Callable[[Run], Pruned]:
     where = f"camera_id = {ph} AND track_uid = {ph}"
 
     def work(run: Run) -> Pruned:
         n_tracks = n_events = n_snaps = 0
+        clips: list[str] = []
         for camera, uid in tracks:
             e = run(f"DELETE FROM track_events WHERE {where}", (camera, uid)).rowcount
             s = run(f"DELETE FROM snapshots WHERE {where}", (camera, uid)).rowcount
+            clips += _unshown_clips(run, camera, uid, ph)
             n_events += max(0, e)
             n_snaps += max(0, s)
             n_tracks += 1 if e > 0 or s > 0 else 0
-        return Pruned(n_tracks, n_events, n_snaps)
+        return Pruned(n_tracks, n_events, n_snaps) + _delete_clips(run, clips, ph)
 
     return work
+
+
+def _delete_listed(rows: list[tuple[Any, ...]], ph: str) -> Callable[[Run], Pruned]:
+    ids = [str(r[0]) for r in rows]
+    return lambda run: _delete_clips(run, ids, ph)
 
 
 def prune(
@@ -126,13 +177,18 @@ def prune(
     """Delete expired tracks, `batch` per transaction; (what went, whether all did)."""
     ph = store.placeholder
     total = Pruned()
-    for make in (policy.expired_tracks_sql, policy.expired_orphans_sql):
+    steps = (
+        (policy.expired_tracks_sql, _delete),
+        (policy.expired_orphans_sql, _delete),
+        (policy.expired_clips_sql, _delete_listed),
+    )
+    for make, delete in steps:
         sql, args = make(ph)
         for _ in range(MAX_ROUNDS):
             rows = store.select(sql, [*args, now_ns, batch])
             if not rows:
                 break
-            total += store.transaction(_delete(rows, ph))
+            total += store.transaction(delete(rows, ph))
             if len(rows) < batch:
                 break
         else:
@@ -184,12 +240,15 @@ class Pruner:
         m.labels("tracks").inc(got.tracks)
         m.labels("track_events").inc(got.track_events)
         m.labels("snapshots").inc(got.snapshots)
-        if got.tracks:
+        m.labels("clips").inc(got.clips)
+        m.labels("clip_bytes").inc(got.clip_bytes)
+        if got.tracks or got.clips:
             log.info(
-                "retention: pruned %d tracks (%d track events, %d snapshots)%s",
+                "retention: pruned %d tracks (%d track events, %d snapshots), %d clips%s",
                 got.tracks,
                 got.track_events,
                 got.snapshots,
+                got.clips,
                 "" if done else "; more next pass",
             )
         return got

@@ -245,7 +245,13 @@ class CloudServer:
         from .console.server import ConsoleServer
 
         parts = ConsoleParts(
-            self.store, self.hub, self.executor, self.cfg.http, self.rules, self.metrics.registry
+            self.store,
+            self.hub,
+            self.executor,
+            self.cfg.http,
+            self.rules,
+            self.metrics.registry,
+            self.cfg.clips,
         )
         self.console = ConsoleServer(parts, security)
         await self.console.start()

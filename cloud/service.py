@@ -1,6 +1,6 @@
 """The Analytics gRPC service: Uplink, Classify, QueryEvents, WatchEvents (on grpc.aio); the
 track events of Uplink, QueryTrackEvents and WatchTrackEvents are track_service's, the
-snapshots of Uplink and GetSnapshot snapshot_service's.
+snapshots of Uplink and GetSnapshot snapshot_service's, UploadClip and GetClip clip_service's.
 
 Handlers are coroutines on the server's one event loop, so an idle or slow stream costs a
 suspended coroutine, not a thread, and cannot starve other calls. Anything that blocks (the
@@ -26,6 +26,7 @@ from strata.shared.contracts import (
     analytics_pb2,
     analytics_pb2_grpc,
     check_version,
+    clips_pb2,
     current_version,
     events_pb2,
 )
@@ -37,6 +38,7 @@ from .batcher import (
     QueueFullError,
     Scored,
 )
+from .clip_service import Clips
 from .event_store import EventQuery, PageKey, StoreBusyError, Stored, StoreError
 from .images import ImageLimits, InvalidImageError, decode, to_model_size
 from .metrics import CloudMetrics
@@ -96,6 +98,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         self.retry_ms = cfg.batcher.retry_after_ms
         self.tracks = TrackEvents(cfg, parts, metrics)
         self.snapshots = Snapshots(cfg, parts, metrics)
+        self.clips = Clips(cfg, parts, metrics)
 
     # helpers
 
@@ -529,3 +532,23 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
     ) -> analytics_pb2.GetSnapshotResponse:
         """A track's stored snapshot JPEG."""
         return await self.snapshots.get(request, context)
+
+    # clips (clip_service)
+
+    async def UploadClip(  # noqa: N802
+        self,
+        request_iterator: AsyncIterator[clips_pb2.ClipChunk],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[clips_pb2.ClipChunkAck]:
+        """A device's clip chunks in, one ack per chunk out after it is committed."""
+        async for ack in self.clips.upload(request_iterator):
+            yield ack
+
+    async def GetClip(  # noqa: N802
+        self,
+        request: clips_pb2.GetClipRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[clips_pb2.ClipChunk]:
+        """A stored clip's bytes, in chunks."""
+        async for chunk in self.clips.get(request, context):
+            yield chunk

@@ -14,7 +14,7 @@ from typing import Any
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, events_pb2
 
-from . import snapshot_rows, track_rows
+from . import clip_rows, snapshot_rows, track_rows
 from .event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
@@ -102,6 +102,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         snapshot_rows.table_sql("INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "INTEGER"),
         *snapshot_rows.INDEXES,
+    ),
+    # 6: event clips from devices: the clip, its bytes in chunks (in the database, so every
+    # replica serves every clip) and the tracks it shows.
+    (
+        *clip_rows.table_sql("BLOB", "INTEGER"),
+        *clip_rows.INDEXES,
     ),
 )
 

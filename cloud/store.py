@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from strata.shared.config.cloud import POSTGRES_SCHEMES, CloudStoreConfig
 
+from .clip_rows import ClipLookupError, ClipQuery, ClipRow, ClipWrite
 from .event_store import (
     SCHEMA_VERSION,
     CommitListener,
@@ -85,6 +86,10 @@ def open_store(
 __all__ = [
     "BACKENDS",
     "SCHEMA_VERSION",
+    "ClipLookupError",
+    "ClipQuery",
+    "ClipRow",
+    "ClipWrite",
     "CommitListener",
     "EventQuery",
     "EventStore",

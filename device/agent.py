@@ -23,6 +23,9 @@ from strata.shared.contracts import frame_pb2
 from .camera import CameraState, CameraStatus, CameraWorker
 from .cascade import CascadeMetrics, EdgeLink
 from .clip_cutter import ClipCutter
+from .clip_demand import DemandFollower, DemandQueue
+from .clip_spool import ClipSpool
+from .clip_uploader import ClipUploader
 from .gate import RelevanceGate, load_gate
 from .inbox import GateInbox
 from .metrics import ClipMetrics, DeviceMetrics
@@ -96,8 +99,17 @@ class Agent:
         )
         self.cascade_metrics = CascadeMetrics(self.metrics.registry)
         self.cameras: list[CameraWorker] = []
-        # Per camera with clips on: what cuts its clips from its packet ring.
+        # Per camera with clips on: what cuts its clips from its packet ring, and follows
+        # the edge's clip demand; the clips folder and its upload (docs/device.md, "Clips").
         self.clip_cutters: dict[str, ClipCutter] = {}
+        self.clip_followers: dict[str, DemandFollower] = {}
+        self.clip_demands = DemandQueue(self.clip_followers)
+        self.clip_spool: ClipSpool | None = None
+        self.clip_uploader: ClipUploader | None = None
+        if cfg.clips.enabled:
+            self.clip_spool = ClipSpool(cfg.clips, self.agent_id, self.metrics)
+            self.clip_spool.recover()
+            self.clip_uploader = ClipUploader(cfg.clips.upload, self.clip_spool, self.metrics)
         self._cams_lock = threading.Lock()
         self._draining: dict[str, threading.Thread] = {}
         for cam_id, cam in zip(camera_ids(cfg.cameras), cfg.cameras, strict=True):
@@ -145,13 +157,17 @@ class Agent:
         )
 
     def _clip_ring(self, cam_id: str) -> PacketRing | None:
-        """The camera's packet ring and its cutter (`device.clips.enabled`), else None.
-        The cutter cuts what it is asked for (docs/device.md, "Clips")."""
-        if not self.cfg.clips.enabled:
+        """The camera's packet ring, its cutter and the follower of its clip demand
+        (`device.clips.enabled`), else None (docs/device.md, "Clips")."""
+        spool = self.clip_spool
+        if spool is None:
             return None
         metrics = ClipMetrics(self.metrics, cam_id)
         ring = PacketRing(cam_id, self.cfg.clips, metrics)
-        self.clip_cutters[cam_id] = ClipCutter(ring, self.cfg.clips, metrics)
+        session = f"{self.sender.session_id:016x}"
+        cutter = ClipCutter(ring, self.cfg.clips, metrics, spool, session)
+        self.clip_cutters[cam_id] = cutter
+        self.clip_followers[cam_id] = DemandFollower(cutter, spool.served.get(cam_id, ()))
         return ring
 
     def reload(self, cameras: Sequence[CameraConfig]) -> tuple[list[str], list[str]]:
@@ -226,6 +242,7 @@ class Agent:
 
     def _on_ack(self, ack: frame_pb2.FrameAck) -> None:
         self.link.on_ack(ack)
+        self.clip_demands.on_ack(ack)
 
     def _on_lost(self, camera_id: str) -> None:
         self.link.on_lost(camera_id)
@@ -240,6 +257,9 @@ class Agent:
         if not self.sender.started:
             self.sender.start()
         self.worker.start()
+        if self.clip_uploader is not None:
+            self.clip_demands.start()
+            self.clip_uploader.start()
         for cam in self.cameras:
             log.info("camera %s: %s", cam.camera_id, cam.source)
             cam.start()
@@ -273,6 +293,7 @@ class Agent:
         for cam in self.cameras:
             if not cam.join(self.cfg.source.read_timeout_s + 2.0):
                 log.warning("camera %s did not stop in time", cam.camera_id)
+        self.clip_demands.stop()
         for cutter in self.clip_cutters.values():  # an open clip ends with its reason
             cutter.close("the agent stopped")
         self.inbox.close()
@@ -281,6 +302,9 @@ class Agent:
         self.worker.finish()
         drain = self.cfg.sender.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
         self.sender.stop(drain)
+        if self.clip_uploader is not None:  # what is not uploaded waits for the next run
+            self.clip_uploader.drain(drain)
+            self.clip_uploader.stop()
         # The gate serving now (a version switch replaced and closed the first one).
         if self.worker.gate is not None:
             self.worker.gate.close()

@@ -7,11 +7,20 @@ are copied as demuxed, their pts/dts rebased to the clip's first packet, into a 
 MP4 (a fragment per keyframe: a clip cut short by a crash plays up to its last one). A
 request that starts before the end of a clip still open joins it and extends it.
 
+A live track (`open_track`) has no end yet: its clip runs until `end_track` gives it one
+(then post_roll_s more), or max_s. Each key (a track) keeps its own end; the clip's is the
+latest of them, so overlapping tracks share one clip and the clip ends after the last.
+
+Ids are unique forever: "<camera_id>/<session>/<n>" (the agent's session); the file is
+`<dir>/<camera>/<session>-<n>.mp4`. A `ClipJournal` (the clip spool) hears a clip's
+`ClipInfo` when its file starts, when a track joins it, and when it ends (final).
+
 Every clip ends as a `Clip` with an outcome (counted in strata_device_clips):
   - complete: it covers its request (`notes` say where it falls short: a pre-roll the ring
     no longer held, max_s reached);
   - disconnected: the source closed mid-clip; what was written stays and plays;
-  - no_keyframe: the ring held no keyframe and none came before the clip's end;
+  - no_keyframe: the ring held no keyframe and none came before the clip's end, or the
+    ring no longer holds the span asked for;
   - codec: the stream's codec cannot be stream-copied into MP4;
   - error: writing failed (disk full, a muxer error): the camera reads on.
 
@@ -24,21 +33,41 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
+import math
+import secrets
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from strata.shared.config.device import ClipsConfig
+from strata.shared.contracts import clips_pb2
+from strata.shared.fsnames import path_component
 
 from .metrics import ClipMetrics
 from .packet_ring import MP4_OPTIONS, PacketRing, RingPacket
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("complete", "disconnected", "no_keyframe", "codec", "error")
+OUTCOMES = ("complete", "disconnected", "no_keyframe", "codec", "error", "cut_short")
+# Outcome names as the contract has them (ClipInfo.outcome).
+OUTCOME_CODES: dict[str, clips_pb2.ClipOutcome] = {
+    name: getattr(clips_pb2, f"CLIP_OUTCOME_{name.upper()}") for name in OUTCOMES
+}
+
+
+class ClipJournal(Protocol):
+    """Hears a clip's ClipInfo as it goes (the clip spool keeps it beside the file), on
+    the thread that cut it, the ring's lock held."""
+
+    def opened(self, path: Path, info: clips_pb2.ClipInfo) -> None:
+        """The clip's file has its first packet; `info` is not final."""
+
+    def changed(self, path: Path, info: clips_pb2.ClipInfo) -> None:
+        """A track joined the open clip."""
+
+    def done(self, path: Path, info: clips_pb2.ClipInfo) -> None:
+        """The clip ended (`info` final); `path` may not exist: nothing was written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +121,7 @@ class _OpenClip:
         "start_ts",
         "stream",
         "target_ts",
+        "targets",
         "want_ts",
     )
 
@@ -101,6 +131,8 @@ class _OpenClip:
         self.want_ts = want_ts
         self.target_ts = target_ts  # the first packet at or after it is the last one
         self.keys: list[str] = []
+        # Each key's end (stream s; inf while its track lives); target_ts is their max.
+        self.targets: dict[str, float] = {}
         self.notes: list[str] = []
         self.out: Any = None
         self.stream: Any = None
@@ -118,17 +150,19 @@ class ClipCutter:
         ring: PacketRing,
         cfg: ClipsConfig,
         metrics: ClipMetrics | None = None,
-        on_done: Callable[[Clip], None] | None = None,
+        journal: ClipJournal | None = None,
+        session: str = "",
     ) -> None:
         self.ring = ring
         self.cfg = cfg
-        self.dir = Path(cfg.dir)
-        self.on_done = on_done
+        self.session = session or secrets.token_hex(8)
+        self.dir = Path(cfg.dir) / path_component(ring.camera_id)
+        self.journal = journal
         self.finished: deque[Clip] = deque(maxlen=256)  # the latest, for status and tests
         self._open: list[_OpenClip] = []
         self._m = metrics
         self._seq = itertools.count()
-        self._name = re.sub(r"[^A-Za-z0-9_.-]", "_", ring.camera_id) or "camera"
+        self._anon = itertools.count()
         ring.listener = self
 
     @property
@@ -139,25 +173,25 @@ class ClipCutter:
     def request(self, req: ClipRequest) -> str:
         """Cut the clip `req` asks for, or extend the open clip it overlaps; the clip's id.
         Never raises for the stream's sake: a clip that cannot be cut ends with a reason."""
+        return self._ask(req, live=False)
+
+    def open_track(self, key: str, start_ns: int) -> str:
+        """A live track from capture time `start_ns`: its clip runs until `end_track`."""
+        return self._ask(ClipRequest(start_ns, start_ns, key), live=True)
+
+    def end_track(self, key: str, end_ns: int) -> bool:
+        """The track `key` ended at capture time `end_ns`: its clip ends post_roll_s later
+        (or when its other tracks end). False: no open clip has it."""
         ring = self.ring
         with ring.lock:
-            want = target = 0.0
-            if not ring.clock.empty:
-                want = ring.clock.to_stream(req.start_ns) - self.cfg.pre_roll_s
-                target = ring.clock.to_stream(req.end_ns) + self.cfg.post_roll_s
-                for clip in self._open:
-                    if want <= clip.target_ts:
-                        self._extend(clip, target, req.key)
-                        return clip.clip_id
-            clip = self._new(req, want, target)
-            if ring.template is None:
-                outcome = "codec" if ring.codec_problem else "disconnected"
-                self._finish(clip, outcome, ring.codec_problem or "the source has not opened")
-            elif ring.clock.empty:
-                self._finish(clip, "no_keyframe", "the source has sent no packet yet")
-            else:
-                self._start(clip)
-            return clip.clip_id
+            for clip in self._open:
+                if key in clip.targets:
+                    clock = ring.clock
+                    end = clock.to_stream(end_ns) if not clock.empty else clip.end_ts
+                    clip.targets[key] = end + self.cfg.post_roll_s
+                    clip.target_ts = max(clip.targets.values())
+                    return True
+        return False
 
     def close(self, reason: str = "the camera stopped") -> None:
         """End the open clips (shutdown)."""
@@ -176,28 +210,55 @@ class ClipCutter:
 
     # Internals.
 
+    def _ask(self, req: ClipRequest, live: bool) -> str:
+        ring = self.ring
+        with ring.lock:
+            want = target = 0.0
+            if not ring.clock.empty:
+                want = ring.clock.to_stream(req.start_ns) - self.cfg.pre_roll_s
+                target = (
+                    math.inf if live else ring.clock.to_stream(req.end_ns) + self.cfg.post_roll_s
+                )
+                for clip in self._open:
+                    if want <= clip.target_ts:
+                        self._extend(clip, target, req.key)
+                        return clip.clip_id
+            clip = self._new(req, want, target)
+            if ring.template is None:
+                outcome = "codec" if ring.codec_problem else "disconnected"
+                self._finish(clip, outcome, ring.codec_problem or "the source has not opened")
+            elif ring.clock.empty:
+                self._finish(clip, "no_keyframe", "the source has sent no packet yet")
+            else:
+                self._start(clip)
+            return clip.clip_id
+
     def _new(self, req: ClipRequest, want: float, target: float) -> _OpenClip:
-        clip_id = f"{self._name}-{req.start_ns}-{next(self._seq)}"
-        clip = _OpenClip(clip_id, self.dir / f"{clip_id}.mp4", want, target)
-        if req.key:
-            clip.keys.append(req.key)
+        n = next(self._seq)
+        clip_id = f"{self.ring.camera_id}/{self.session}/{n}"
+        clip = _OpenClip(clip_id, self.dir / f"{self.session}-{n}.mp4", want, target)
+        self._add_key(clip, req.key, target)
         return clip
 
-    def _extend(self, clip: _OpenClip, target: float, key: str) -> None:
-        if key and key not in clip.keys:
+    def _add_key(self, clip: _OpenClip, key: str, target: float) -> bool:
+        """True when `key` is new to the clip."""
+        new = bool(key) and key not in clip.keys
+        if new:
             clip.keys.append(key)
-        if target > clip.target_ts:
-            clip.target_ts = target
-            if clip.out is not None:
-                self._cap(clip)
+        slot = key or f"#{next(self._anon)}"
+        clip.targets[slot] = max(clip.targets.get(slot, -math.inf), target)
+        clip.target_ts = max(clip.targets.values())
+        return new
 
-    def _cap(self, clip: _OpenClip) -> None:
-        limit = clip.start_ts + self.cfg.max_s
-        if clip.target_ts > limit:
-            clip.target_ts = limit
-            note = f"capped at max_s ({self.cfg.max_s:g}s)"
-            if note not in clip.notes:
-                clip.notes.append(note)
+    def _extend(self, clip: _OpenClip, target: float, key: str) -> None:
+        if self._add_key(clip, key, target) and clip.out is not None and self.journal:
+            self.journal.changed(clip.path, self._info(clip, ""))
+
+    def _end_ts(self, clip: _OpenClip) -> float:
+        """Where the clip ends: its target, at most max_s from its first frame (from its
+        earliest wanted start while it waits for a keyframe)."""
+        first = clip.start_ts if clip.out is not None else clip.want_ts + self.cfg.pre_roll_s
+        return min(clip.target_ts, first + self.cfg.max_s)
 
     def _start(self, clip: _OpenClip) -> None:
         ring = self.ring
@@ -207,6 +268,14 @@ class ClipCutter:
             clip.notes.append("the ring held no keyframe: the clip starts at the next one")
         else:
             index, key_ts = found
+            if key_ts > clip.target_ts:  # all of it is older than the ring
+                self._finish(
+                    clip,
+                    "no_keyframe",
+                    f"the ring no longer holds it: it ended {key_ts - clip.target_ts:.2f}s "
+                    "before the oldest keyframe held",
+                )
+                return
             if key_ts > clip.want_ts:
                 clip.notes.append(
                     f"pre-roll short by {key_ts - clip.want_ts:.2f}s: the ring held no "
@@ -221,7 +290,7 @@ class ClipCutter:
     def _source_gone(self, clip: _OpenClip, reason: str) -> None:
         if clip.out is None:  # still waiting for its first keyframe
             self._finish(clip, "no_keyframe", f"no keyframe before the source closed: {reason}")
-        elif clip.end_ts >= clip.target_ts:  # its last frames were in: nothing is missing
+        elif clip.end_ts >= self._end_ts(clip):  # its last frames were in: nothing is missing
             self._finish(clip, "complete", "")
         else:
             self._finish(clip, "disconnected", f"the source closed mid-clip: {reason}")
@@ -232,18 +301,21 @@ class ClipCutter:
         The clip is finished once a frame at or after its end is written and every frame
         shown before that one is too: at the next packet that shows later than every frame
         written (the frames B-frames fill in before it come first in decode order)."""
-        if clip.packets and clip.end_ts >= clip.target_ts and packet.pts_ts > clip.end_ts:
+        if clip.packets and clip.end_ts >= self._end_ts(clip) and packet.pts_ts > clip.end_ts:
             self._finish(clip, "complete", "")
             return False
         try:
-            if clip.out is None:
+            first = clip.out is None
+            if first:
                 if not packet.key:
-                    if packet.ts >= clip.target_ts:
+                    if packet.ts >= self._end_ts(clip):
                         self._finish(clip, "no_keyframe", "no keyframe before the clip's end")
                         return False
                     return True
                 self._open_output(clip, packet)
             self._mux(clip, packet)
+            if first and self.journal is not None:
+                self.journal.opened(clip.path, self._info(clip, ""))
         except Exception as exc:  # a clip must never take the camera down
             log.exception("camera %s: clip %s failed", self.ring.camera_id, clip.clip_id)
             self._finish(clip, "error", f"writing failed: {exc}")
@@ -267,7 +339,6 @@ class ClipCutter:
         clip.out = out
         clip.base = first.dts if first.dts is not None else (first.pts or 0)
         clip.start_ts = clip.end_ts = first.pts_ts
-        self._cap(clip)
 
     def _mux(self, clip: _OpenClip, packet: RingPacket) -> None:
         import av
@@ -283,9 +354,38 @@ class ClipCutter:
         clip.packets += 1
         clip.end_ts = max(clip.end_ts, packet.pts_ts)
 
+    def _capture_span(self, clip: _OpenClip) -> tuple[int, int]:
+        """Capture times of the clip's first and last frame (0, 0: none written)."""
+        clock = self.ring.clock
+        if not clip.packets or clock.empty:
+            return 0, 0
+        return clock.to_capture(clip.start_ts), clock.to_capture(clip.end_ts)
+
+    def _info(self, clip: _OpenClip, outcome: str) -> clips_pb2.ClipInfo:
+        """The clip's ClipInfo; final when `outcome` is given."""
+        template = self.ring.template
+        start_ns, end_ns = self._capture_span(clip)
+        info = clips_pb2.ClipInfo(
+            clip_id=clip.clip_id,
+            camera_id=self.ring.camera_id,
+            track_uids=clip.keys,
+            start_ns=start_ns,
+            codec=template.codec if template else "",
+            width=template.width if template else 0,
+            height=template.height if template else 0,
+        )
+        if outcome:
+            info.end_ns = end_ns
+            info.outcome = OUTCOME_CODES[outcome]
+            info.notes.extend(clip.notes)
+            info.final = True
+        return info
+
     def _finish(self, clip: _OpenClip, outcome: str, reason: str) -> None:
         if clip in self._open:
             self._open.remove(clip)
+        if outcome == "complete" and clip.out is not None and clip.target_ts > self._end_ts(clip):
+            clip.notes.append(f"capped at max_s ({self.cfg.max_s:g}s)")
         path: Path | None = None
         if clip.out is not None:
             try:
@@ -296,8 +396,7 @@ class ClipCutter:
             clip.out = None
             path = clip.path if clip.path.exists() else None
         size = path.stat().st_size if path is not None else 0
-        clock = self.ring.clock
-        written = clip.packets > 0 and not clock.empty
+        start_ns, end_ns = self._capture_span(clip)
         done = Clip(
             clip.clip_id,
             self.ring.camera_id,
@@ -308,30 +407,37 @@ class ClipCutter:
             tuple(clip.keys),
             clip.start_ts,
             clip.end_ts,
-            clock.to_capture(clip.start_ts) if written else 0,
-            clock.to_capture(clip.end_ts) if written else 0,
+            start_ns,
+            end_ns,
             clip.packets,
             size,
         )
         self.finished.append(done)
+        self._tell(clip, done)
+
+    def _tell(self, clip: _OpenClip, done: Clip) -> None:
+        """Count, log and journal a finished clip."""
         if self._m is not None:
-            self._m.clip(outcome)
-            self._m.clip_bytes.inc(size)
-        level = logging.INFO if outcome == "complete" else logging.WARNING
+            self._m.clip(done.outcome)
+            self._m.clip_bytes.inc(done.bytes)
+        level = logging.INFO if done.outcome == "complete" else logging.WARNING
         log.log(
             level,
             "camera %s: clip %s %s (%d packets, %d bytes, %.2fs)%s%s",
             self.ring.camera_id,
             clip.clip_id,
-            outcome,
+            done.outcome,
             clip.packets,
-            size,
+            done.bytes,
             clip.end_ts - clip.start_ts,
-            f": {reason}" if reason else "",
+            f": {done.reason}" if done.reason else "",
             f" [{'; '.join(clip.notes)}]" if clip.notes else "",
         )
-        if self.on_done is not None:
-            try:
-                self.on_done(done)
-            except Exception:  # the listener's bug is not the camera's
-                log.exception("camera %s: clip listener failed", self.ring.camera_id)
+        if self.journal is None:
+            return
+        info = self._info(clip, done.outcome)
+        info.reason, info.size_bytes = done.reason, done.bytes
+        try:
+            self.journal.done(clip.path, info)
+        except Exception:  # the journal's failure is not the camera's
+            log.exception("camera %s: clip %s not journaled", self.ring.camera_id, clip.clip_id)

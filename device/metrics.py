@@ -192,6 +192,35 @@ class DeviceMetrics:
             registry=r,
         )
         self.clip_bytes = counter("clip_bytes", "Bytes of clips written.")
+        # Clips to the cloud and the clips folder (device/clip_uploader.py, clip_spool.py).
+        self.clip_upload_bytes = Counter(
+            "strata_device_clip_upload_bytes",
+            "Clip bytes the cloud acked as stored (each byte once).",
+            registry=r,
+        )
+        self.clips_uploaded = Counter(
+            "strata_device_clips_uploaded",
+            "Clips the cloud holds whole (its ack said complete; the file was deleted).",
+            registry=r,
+        )
+        self.clips_spool_dropped = Counter(
+            "strata_device_clips_spool_dropped",
+            "Clip files deleted before upload to keep the clips folder under "
+            "clips.upload.spool_max_mib (the oldest first).",
+            registry=r,
+        )
+        self.clip_upload_failures = Counter(
+            "strata_device_clip_upload_failures",
+            "Failed clip uploads, by reason: unavailable (no cloud), timeout, refused "
+            "(INVALID: not resent), retry (the cloud asked to wait), error, io.",
+            ["reason"],
+            registry=r,
+        )
+        self.clip_spool_bytes = Gauge(
+            "strata_device_clip_spool_bytes",
+            "Bytes of clip files on the device (open clips included).",
+            registry=r,
+        )
 
     def camera(self, camera_id: str) -> CameraMetrics:
         """The metric children of one camera (cached by the caller: lookups cost)."""
@@ -248,6 +277,9 @@ class CameraMetrics:
         self.skipped_rate = m.source_skipped.labels(c, "max_fps")
         self.skipped_undecoded = m.source_skipped.labels(c, "not_decoded")
         self.source_lag = m.source_lag.labels(c)
+        # The most lag reported since start (the gauge holds the latest): read without a
+        # registry scan by `strata bench cameras`, whose criterion is the worst frame.
+        self.worst_lag_s = 0.0
         self._decoder = ""
         self.spool_frames = m.spool_frames.labels(c)
         self.inflight_frames = m.inflight_frames.labels(c)
@@ -267,6 +299,11 @@ class CameraMetrics:
                 self._m.camera_state.labels(self._camera, self._state).set(0)
             self._m.camera_state.labels(self._camera, state).set(1)
             self._state = state
+
+    def lag(self, seconds: float) -> None:
+        """A frame delivered `seconds` behind its schedule (source.realtime)."""
+        self.source_lag.set(seconds)
+        self.worst_lag_s = max(self.worst_lag_s, seconds)
 
     def set_decoder(self, kind: str) -> None:
         """Mark the decoder the camera uses now (software or a hwaccel device type)."""

@@ -44,8 +44,15 @@ from .metrics import ClipMetrics
 log = logging.getLogger(__name__)
 
 # Fragments end at each keyframe (a clip cut short still plays up to its last one) and at
-# 1 MiB, so a source with rare keyframes does not hold a whole GOP in the muxer.
-MP4_OPTIONS = {"movflags": "frag_keyframe+empty_moov+default_base_moof", "frag_size": "1048576"}
+# 1 MiB, so a source with rare keyframes does not hold a whole GOP in the muxer. Each
+# fragment reaches the file when it ends (flush_packets; else the IO layer held the whole
+# clip until close, and a crash left only the file type box); the file is only appended
+# to, so the uploader may send an open clip's bytes as they come.
+MP4_OPTIONS = {
+    "movflags": "frag_keyframe+empty_moov+default_base_moof",
+    "frag_size": "1048576",
+    "flush_packets": "1",
+}
 
 
 class CodecError(ValueError):
@@ -73,6 +80,8 @@ class StreamTemplate:
     codec: str
     time_base: Fraction
     init: bytes
+    width: int = 0
+    height: int = 0
 
     @classmethod
     def of(cls, stream: Any) -> StreamTemplate:
@@ -89,7 +98,9 @@ class StreamTemplate:
                 out.start_encoding()
         except (av.FFmpegError, ValueError, NotImplementedError) as exc:
             raise CodecError(f"{codec} cannot be stream-copied into MP4: {exc}") from None
-        return cls(codec, Fraction(stream.time_base), buf.getvalue())
+        ctx = stream.codec_context
+        width, height = (ctx.width or 0, ctx.height or 0) if ctx else (0, 0)
+        return cls(codec, Fraction(stream.time_base), buf.getvalue(), width, height)
 
     @contextmanager
     def stream(self) -> Iterator[Any]:
@@ -126,6 +137,11 @@ class CaptureClock:
     def empty(self) -> bool:
         """No anchor yet: nothing to map with."""
         return not self._anchors
+
+    @property
+    def latest_ns(self) -> int:
+        """Capture time of the newest frame delivered (0: none yet)."""
+        return self._anchors[-1][0] if self._anchors else 0
 
     def to_stream(self, capture_ns: int) -> float:
         """Stream time of capture time `capture_ns` (an empty clock: ValueError)."""

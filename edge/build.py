@@ -8,8 +8,9 @@ Inference's InferencePipeline.init() builds and __init__ stores).
     state      checkpointer (restored once every stateful part is built), takeover
     ingest     checks, then the ingest thread
     tracking   tracking and answers (EdgeCascade)
-    rules      the rules stage (labels checked against the model first), the snapshot
-               stage (with a cloud), then any other `after_tracking` stage
+    rules      the rules stage (labels checked against the model first), the clip
+               demand (edge.clips), the snapshot stage (with a cloud), then any other
+               `after_tracking` stage
     publish    results, crops and track events to the uplink
     uplink     the cloud stream
 """
@@ -42,19 +43,26 @@ from strata.edge.inference.versions import ModelSwitcher, VersionMetrics, versio
 from strata.edge.inference.worker import Worker, WorkerStages, WorkerTicks
 from strata.edge.ingest.frames import QueuedFrame
 from strata.edge.ingest.intake import Ingest
-from strata.edge.ingest.loop import IngestLoop, IngestStages
+from strata.edge.ingest.loop import Decorate, Forget, IngestLoop, IngestStages
 from strata.edge.metrics import EdgeMetrics, RulesCollector
 from strata.edge.node import EdgeNode, NodeStages
 from strata.edge.overload.deadline import DeadlineShedder, ShedHook
 from strata.edge.overload.gpu_pressure import GpuPressure
 from strata.edge.overload.limits import OverloadLimits
+from strata.edge.publish.clip_demand import ClipDemand
 from strata.edge.publish.crops import CropSelector
 from strata.edge.publish.results import Results
 from strata.edge.publish.snapshots import SnapshotStage
 from strata.edge.publish.to_cloud import CropsToCloud
 from strata.edge.rules.engine import RulesEngine
 from strata.edge.rules.stage import RulesStage
-from strata.edge.state.checkpoint import VERSION, CheckpointBody, Checkpointer, CheckpointMetrics
+from strata.edge.state.checkpoint import (
+    VERSION,
+    CheckpointBody,
+    Checkpointer,
+    CheckpointMetrics,
+    CheckpointPart,
+)
 from strata.edge.state.parts import CountersPart, SettledPart, TrackersPart, UplinkPart
 from strata.edge.state.takeover import Takeover
 from strata.edge.tracking.cascade import EdgeCascade
@@ -122,6 +130,7 @@ class _Built:
     rules: RulesStage
     uplink: Uplink | None
     results: Results
+    clips: ClipDemand | None
 
 
 def build_node(
@@ -161,16 +170,18 @@ def build_node(
         )
     to_cloud = _to_cloud(cfg, uplink, overload.gpu, metrics, serving, rules)
     results = Results(cfg.edge_id, serving, metrics, flow.acks, to_cloud, checkpointer)
+    clips = ClipDemand(cfg.clips, metrics) if cfg.clips.enabled else None
     built = _Built(
         cfg, metrics, serving, policy, overload, checkpointer, flow, takeover, ingest, cascade,
-        rules, uplink, results,
+        rules, uplink, results, clips,
     )  # fmt: skip
     _restore(built)
-    # Snapshots follow the rules (they name them on the events) and need the uplink.
-    snaps: tuple[TrackedStage, ...] = ()
+    # The clip demand and snapshots follow the rules (they read and name their events);
+    # snapshots need the uplink.
+    after: tuple[TrackedStage, ...] = (rules,) if clips is None else (rules, clips)
     if uplink is not None and cfg.snapshots.enabled:
-        snaps = (SnapshotStage(cfg.snapshots, serving.labels, cfg.edge_id, metrics),)
-    return _node(built, (rules, *snaps, *opts.after_tracking))
+        after += (SnapshotStage(cfg.snapshots, serving.labels, cfg.edge_id, metrics),)
+    return _node(built, (*after, *opts.after_tracking))
 
 
 def _rules(
@@ -194,15 +205,14 @@ def _restore(b: _Built) -> None:
     """Every stateful stage registers its checkpoint part, restored from the checkpoint
     loaded (before any thread runs)."""
     counters = [v for v in vars(b.metrics).values() if isinstance(v, Counter)]
-    b.checkpointer.register_all(
-        [
-            SettledPart(b.flow.delivery.ledger, b.ingest),
-            TrackersPart(b.cascade.answers),
-            CountersPart(counters),
-            UplinkPart(b.uplink, b.cfg.uplink, b.checkpointer.metrics.adopted_crops),
-            b.rules,
-        ]
-    )
+    parts: list[CheckpointPart] = [
+        SettledPart(b.flow.delivery.ledger, b.ingest),
+        TrackersPart(b.cascade.answers),
+        CountersPart(counters),
+        UplinkPart(b.uplink, b.cfg.uplink, b.checkpointer.metrics.adopted_crops),
+        b.rules,
+    ]
+    b.checkpointer.register_all(parts if b.clips is None else [*parts, b.clips])
 
 
 def _node(b: _Built, after_tracking: Sequence[TrackedStage]) -> EdgeNode:
@@ -222,8 +232,14 @@ def _node(b: _Built, after_tracking: Sequence[TrackedStage]) -> EdgeNode:
     )  # fmt: skip
     decisions = _decisions(cfg, b.policy, flow, b.overload.telemetry, b.metrics)
     ticks = WorkerTicks(b.metrics, b.overload.gpu, b.overload.telemetry, decisions, b.checkpointer)
-    forget = (b.takeover.forget_cameras, b.results.forget_cameras)
-    ingest_stages = IngestStages(b.ingest, flow.delivery, cascade, flow.queues, b.metrics, forget)
+    forget: tuple[Forget, ...] = (b.takeover.forget_cameras, b.results.forget_cameras)
+    decorate: tuple[Decorate, ...] = ()
+    if b.clips is not None:
+        forget += (b.clips.forget_cameras,)
+        decorate = (b.clips.decorate,)
+    ingest_stages = IngestStages(
+        b.ingest, flow.delivery, cascade, flow.queues, b.metrics, forget, decorate
+    )
     return EdgeNode(
         NodeStages(
             cfg, b.metrics, b.ingest,
@@ -231,7 +247,7 @@ def _node(b: _Built, after_tracking: Sequence[TrackedStage]) -> EdgeNode:
             flow.delivery, flow.queues, b.serving, b.policy, decoder,
             Worker(stages, ticks, stop),
             cascade, b.rules, b.results, b.uplink, b.checkpointer, b.overload.gpu,
-            b.overload.telemetry, stop, worker_done,
+            b.overload.telemetry, stop, worker_done, b.clips,
         )
     )  # fmt: skip
 

@@ -250,6 +250,18 @@ class EdgeMetrics:
             "Stops whose worker was still running after the join timeout (buffers kept).",
             registry=r,
         )
+        # The clip demand (edge/publish/clip_demand.py).
+        self.clip_demand_sent = Counter(
+            "strata_edge_clip_demand_sent",
+            "Acks that carried a camera's clip demand (changed, a new session, or resend_s).",
+            registry=r,
+        )
+        self.clip_demand_cut = Counter(
+            "strata_edge_clip_demand_cut",
+            "Tracks left out of a camera's clip demand over edge.clips.max_tracks (no clip "
+            "asked for them).",
+            registry=r,
+        )
         r.register(PoolCollector("strata_edge"))
         self.gpu_pressure = GpuPressureMetrics(r)
 

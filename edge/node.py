@@ -38,6 +38,7 @@ from strata.edge.ingest.intake import Ingest
 from strata.edge.ingest.loop import IngestLoop
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.overload.gpu_pressure import GpuPressure
+from strata.edge.publish.clip_demand import ClipDemand
 from strata.edge.publish.results import Results
 from strata.edge.rules.stage import RulesStage
 from strata.edge.security import check_binds, secure
@@ -88,6 +89,8 @@ class NodeStages:
     # Set by the stop; the worker's when it sent its last final ack.
     stop: threading.Event
     worker_done: threading.Event
+    # The clip demand sent to the devices (edge.clips; None: off).
+    clips: ClipDemand | None = None
 
 
 @dataclass(slots=True)
@@ -178,6 +181,10 @@ class EdgeNode:
     @property
     def rules(self) -> RulesStage:
         return self.stages.rules
+
+    @property
+    def clip_demand(self) -> ClipDemand | None:
+        return self.stages.clips
 
     def reconfigure_rules(self, cfg: RulesConfig) -> None:
         """New rules (SIGHUP), taking effect between two frames; UnknownLabelError (the

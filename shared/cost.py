@@ -2,9 +2,10 @@
 
 Usage comes from the metrics the tiers export per camera (GPU-seconds apportioned from
 each batch, bytes per tier, events and bytes stored); prices from `cost` in the config.
-Egress is what leaves the edge site (crops to the cloud); device-to-edge traffic stays on
-the site's network and is reported, not priced. Storage is priced at steady state: a day's
-events held for `retention_days`.
+Egress is what leaves the edge site (crops to the cloud, and event clips the devices upload
+to the cloud); device-to-edge traffic stays on the site's network and is reported, not
+priced. Storage is priced at steady state: a day's events and clips held for
+`retention_days`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ CLOUD_SAMPLES = {
     "strata_cloud_camera_gpu_seconds_total": "cloud_gpu_seconds",
     "strata_cloud_camera_events_total": "events",
     "strata_cloud_camera_stored_bytes_total": "stored_bytes",
+    "strata_cloud_camera_clip_bytes_total": "clip_bytes",
 }
 
 
@@ -41,6 +43,8 @@ class Usage:
     egress_bytes: float = 0.0
     events: float = 0.0
     stored_bytes: float = 0.0
+    # Event clip bytes stored by the cloud (uploaded from the site: egress and storage).
+    clip_bytes: float = 0.0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
@@ -76,10 +80,10 @@ def per_day(usage: Usage, window_s: float, prices: CostConfig) -> DailyCost:
         raise ValueError("the window must be positive")
     scale = DAY_S / window_s
     gpu_s = (usage.edge_gpu_seconds + usage.cloud_gpu_seconds) * scale
-    stored_gb = usage.stored_bytes * scale / GB
+    stored_gb = (usage.stored_bytes + usage.clip_bytes) * scale / GB
     return DailyCost(
         gpu=gpu_s / 3600.0 * prices.gpu_per_hour,
-        egress=usage.egress_bytes * scale / GB * prices.egress_per_gb,
+        egress=(usage.egress_bytes + usage.clip_bytes) * scale / GB * prices.egress_per_gb,
         storage=stored_gb * prices.retention_days / 30.0 * prices.storage_per_gb_month,
     )
 

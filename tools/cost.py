@@ -1,7 +1,7 @@
 """`strata cost`: each camera's cost per day, from running daemons' /metrics endpoints.
 
 Scrapes every edge and cloud endpoint twice, `--interval` seconds apart, takes the
-per-camera counter deltas (GPU-seconds, bytes, events, stored bytes) and prices a day of
+per-camera counter deltas (GPU-seconds, bytes, events, stored bytes, clip bytes) and prices a day of
 that rate with the config's `cost` section.
 """
 
@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                     (delta.edge_gpu_seconds + delta.cloud_gpu_seconds) * scale, 1
                 ),
                 "egress_gb_per_day": round(delta.egress_bytes * scale / 1e9, 4),
+                "clip_gb_per_day": round(delta.clip_bytes * scale / 1e9, 4),
                 "events_per_day": round(delta.events * scale),
                 "cost_per_day": {k: round(v, 4) for k, v in asdict(cost).items()}
                 | {"total": round(cost.total, 4)},
@@ -109,13 +110,14 @@ def run(args: argparse.Namespace) -> int:
     cur = prices.currency
     print(f"cost per camera per day ({cur}), rates over {window:.1f} s from {len(urls)} endpoints")
     print(f"{'camera':<20} {'frames/day':>11} {'GPU s/day':>10} {'egress GB':>10} "
-          f"{'events':>8} {'GPU':>9} {'egress':>9} {'storage':>9} {'total':>9}")  # fmt: skip
+          f"{'clips GB':>9} {'events':>8} {'GPU':>9} {'egress':>9} {'storage':>9} "
+          f"{'total':>9}")  # fmt: skip
     for r in rows:
         c = r["cost_per_day"]
         print(
             f"{r['camera']:<20} {r['frames_per_day']:>11} {r['gpu_seconds_per_day']:>10} "
-            f"{r['egress_gb_per_day']:>10} {r['events_per_day']:>8} {c['gpu']:>9.4f} "
-            f"{c['egress']:>9.4f} {c['storage']:>9.4f} {c['total']:>9.4f}"
+            f"{r['egress_gb_per_day']:>10} {r['clip_gb_per_day']:>9} {r['events_per_day']:>8} "
+            f"{c['gpu']:>9.4f} {c['egress']:>9.4f} {c['storage']:>9.4f} {c['total']:>9.4f}"
         )
-    print(f"{'all cameras':<20} {doc['total_per_day']:>88.4f}")
+    print(f"{'all cameras':<20} {doc['total_per_day']:>98.4f}")
     return 0

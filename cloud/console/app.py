@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode
@@ -28,14 +28,17 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from strata.shared.config.cloud import CloudHttpConfig
+from strata.shared.config.cloud import CloudClipsConfig, CloudHttpConfig
 from strata.shared.config.rules import RulesConfig
 from strata.shared.contracts import analytics_pb2
 
+from ..clip_rows import ClipQuery
 from ..event_store import EventQuery, EventStore, StoreError
 from ..track_filter import TYPES, TrackQuery, parse_track_uid, type_name
 from ..watch import WatchHub, WatchUnavailableError
-from . import views
+from . import editor, views
+from .clip_http import ClipSource, clip_response
+from .clip_view import ClipView, clip_view
 from .live import Item, LiveFeed
 from .queries import SNAPSHOT_KINDS, TRACK, ConsoleQueries, Cursor, EventFilter, Row, StoreReader
 from .scrape import Scraper
@@ -50,7 +53,8 @@ MAX_VALUE = 256  # longest filter value accepted
 # escaping still could not run.
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    "media-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'"
 )
 OPEN_PATHS = ("/login", "/static/")
 
@@ -62,8 +66,8 @@ class BadRequestError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ConsoleParts:
     """What the console reads and where: the store, its commit feed, the threads for
-    blocking reads, its config section, the rules (drawn on detail pages) and the registry
-    its metrics go to."""
+    blocking reads, its config section, the rules (drawn on detail pages), the registry
+    its metrics go to and the clips' section (how clips are served)."""
 
     store: EventStore
     hub: WatchHub
@@ -71,6 +75,7 @@ class ConsoleParts:
     http: CloudHttpConfig
     rules: RulesConfig | None = None
     registry: CollectorRegistry | None = None
+    clips: CloudClipsConfig = field(default_factory=CloudClipsConfig)
 
 
 def _text(request: Request, name: str) -> str:
@@ -139,13 +144,16 @@ class Console:
             Route("/counts", self.counts_page),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout),
+            Route("/editor", self.editor_page),
             Route("/api/events", self.api_events),
             Route("/api/events/stream", self.api_stream),
             Route("/api/track", self.api_track),
             Route("/api/crop", self.api_crop),
             Route("/api/cameras", self.api_cameras),
+            Route("/api/rules", self.api_rules),
             Route("/api/counts", self.api_counts),
             Route("/api/snapshot", self.api_snapshot),
+            Route("/api/clip", self.api_clip),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
         self.app = Starlette(routes=routes, exception_handlers={BadRequestError: self._bad})
@@ -291,7 +299,7 @@ class Console:
         rules = self.parts.rules
         return rules.cameras.get(camera) if rules is not None else None
 
-    def _track(self, camera: str, uid: str) -> dict[str, Any] | None:
+    def _track(self, camera: str, uid: str, at_ns: int = 0) -> dict[str, Any] | None:
         store = self.parts.store
         events, _ = store.query_tracks(TrackQuery(camera_id=camera, track_uid=uid), None, 1000)
         crops, _ = store.query(EventQuery(camera_id=camera, track_uid=uid), None, 500)
@@ -301,9 +309,14 @@ class Console:
         frame = views.snapshot_url(camera, uid, "frame") if SNAPSHOT_KINDS["frame"] in kinds else ""
         crop = views.snapshot_url(camera, uid, "crop") if SNAPSHOT_KINDS["crop"] in kinds else ""
         last = events[-1].event
+        found = store.find_clip(ClipQuery(camera_id=camera, track_uid=uid))
+        clip = clip_view(found, camera, uid, at_ns) if found is not None else None
         return {
             "camera": camera,
             "track_uid": uid,
+            "at_ns": at_ns,
+            "clip": clip.url if clip else "",
+            "clip_state": clip,
             "label": last.after.label,
             "verdict": last.verdict.label if last.HasField("verdict") else "",
             "verdict_score": round(last.verdict.score, 4) if last.HasField("verdict") else None,
@@ -332,12 +345,24 @@ class Console:
             raise BadRequestError("camera is required")
         return camera, uid
 
+    @staticmethod
+    def _at(request: Request) -> int:
+        """The event's capture time (`at`, Unix ns) a detail page is opened for; 0: none."""
+        text = _text(request, "at")
+        if not text:
+            return 0
+        if not text.isdigit() or len(text) > 19:
+            raise BadRequestError("at must be a capture time in Unix nanoseconds (digits)")
+        return int(text)
+
     async def track_page(self, request: Request) -> Response:
-        """A track: its path over the snapshot, its events, crops and timings."""
+        """A track: its path over the snapshot, its clip (from the event at `at`), its
+        events, crops and timings."""
         camera, uid = self._track_args(request)
+        at_ns = self._at(request)
 
         async def work() -> Response:
-            track = await self._run(self._track, camera, uid)
+            track = await self._run(self._track, camera, uid, at_ns)
             if track is None:
                 return self.render("error.html", 404, title="Not found", message="no such track")
             return self.render("track.html", title=f"Track {uid}", **track)
@@ -345,11 +370,12 @@ class Console:
         return await self._guard(work())
 
     async def api_track(self, request: Request) -> Response:
-        """JSON of a track's detail."""
+        """JSON of a track's detail (the clip's seek from the event at `at`)."""
         camera, uid = self._track_args(request)
+        at_ns = self._at(request)
 
         async def work() -> Response:
-            track = await self._run(self._track, camera, uid)
+            track = await self._run(self._track, camera, uid, at_ns)
             if track is None:
                 return JSONResponse({"error": "no such track"}, status_code=404)
             return JSONResponse(_jsonable(track))
@@ -425,6 +451,20 @@ class Console:
 
         return await self._guard(work())
 
+    async def api_clip(self, request: Request) -> Response:
+        """A track's event clip as video/mp4, with Range requests and caching headers."""
+        camera, uid = self._track_args(request)
+        q = ClipQuery(camera_id=camera, track_uid=uid)
+
+        async def work() -> Response:
+            found = await self._run(self.parts.store.find_clip, q)
+            if found is None or found.committed_bytes == 0:
+                return JSONResponse({"error": "no clip with bytes"}, status_code=404)
+            src = ClipSource(self.parts.store, self.parts.executor, self.parts.clips)
+            return clip_response(request, found, src)
+
+        return await self._guard(work())
+
     # cameras and counts
 
     def _cameras(self) -> list[dict[str, Any]]:
@@ -490,7 +530,7 @@ class Console:
     def _counts_args(self, request: Request) -> tuple[str, str]:
         period = _text(request, "period") or "today"
         if period not in views.PERIODS:
-            raise BadRequestError("period must be today, day or week")
+            raise BadRequestError("period must be " + ", ".join(views.PERIODS))
         return period, _text(request, "camera")
 
     async def counts_page(self, request: Request) -> Response:
@@ -503,7 +543,7 @@ class Console:
                 "counts.html",
                 title="Counts",
                 camera=camera,
-                periods=["today", "day", "week"],
+                periods=views.PERIODS,
                 chart_w=views.CHART_W,
                 chart_h=views.CHART_H,
                 **counts,
@@ -519,6 +559,44 @@ class Console:
             counts = await self._run(self._counts, period, camera)
             counts["series"] = [s.as_json() for s in counts["series"]]
             return JSONResponse(counts)
+
+        return await self._guard(work())
+
+    # the rule editor
+
+    def _editor(self, camera: str) -> editor.Editor:
+        uid = self.queries.latest_frame_snapshot(camera)
+        event = None
+        if uid:
+            events, _ = self.parts.store.query_tracks(
+                TrackQuery(camera_id=camera, track_uid=uid), None, 1
+            )
+            event = events[0].event if events else None
+        background = views.snapshot_url(camera, uid, "frame") if uid else ""
+        return editor.editor(camera, event, self._camera_rules(camera), background)
+
+    def _camera_arg(self, request: Request) -> str:
+        camera = _text(request, "camera")
+        if not camera:
+            raise BadRequestError("camera is required")
+        return camera
+
+    async def editor_page(self, request: Request) -> Response:
+        """Draw zones and lines on a camera's latest snapshot; get the YAML to paste."""
+        camera = self._camera_arg(request)
+
+        async def work() -> Response:
+            ed = await self._run(self._editor, camera)
+            return self.render("editor.html", title=f"Rules of {camera}", ed=ed)
+
+        return await self._guard(work())
+
+    async def api_rules(self, request: Request) -> Response:
+        """JSON: a camera's frame size, latest snapshot and rules in that frame's pixels."""
+        camera = self._camera_arg(request)
+
+        async def work() -> Response:
+            return JSONResponse((await self._run(self._editor, camera)).as_json())
 
         return await self._guard(work())
 
@@ -576,7 +654,7 @@ def _crop_record(c: Any) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, views.EventView | views.Series):
+    if isinstance(value, views.EventView | views.Series | ClipView):
         return value.as_json()
     if hasattr(value, "__slots__") and hasattr(value, "__dataclass_fields__"):
         return {f: _jsonable(getattr(value, f)) for f in value.__dataclass_fields__}

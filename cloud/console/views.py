@@ -36,9 +36,18 @@ def snapshot_url(camera: str, uid: str, kind: str) -> str:
     return "/api/snapshot?" + urlencode({"camera": camera, "uid": uid, "kind": kind})
 
 
-def track_url(camera: str, uid: str) -> str:
-    """The detail page of a track."""
-    return "/track?" + urlencode({"camera": camera, "uid": uid})
+def clip_url(camera: str, uid: str) -> str:
+    """Where a track's event clip is served (video/mp4, ranges)."""
+    return "/api/clip?" + urlencode({"camera": camera, "uid": uid})
+
+
+def track_url(camera: str, uid: str, at_ns: int = 0) -> str:
+    """The detail page of a track; with `at_ns`, of its event captured then (the clip
+    player starts there)."""
+    query: dict[str, str | int] = {"camera": camera, "uid": uid}
+    if at_ns:
+        query["at"] = at_ns
+    return "/track?" + urlencode(query)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +101,7 @@ def crop_view(ev: analytics_pb2.Event, uid: str, time_ns: int, kinds: set[int]) 
         time=iso(time_ns),
         duration_s=None,
         thumb=_thumb(ev.camera_id, uid, kinds),
-        url=track_url(ev.camera_id, uid) if uid else f"/crop?id={ev.event_id}",
+        url=track_url(ev.camera_id, uid, time_ns) if uid else f"/crop?id={ev.event_id}",
         track_uid=uid,
         edge_id=ev.edge_id,
         stored_ns=ev.stored_ns,
@@ -141,7 +150,7 @@ def track_view(stored: events_pb2.StoredTrackEvent, kinds: set[int]) -> EventVie
         time=iso(ev.capture_ns),
         duration_s=duration_s(ev),
         thumb=_thumb(ev.camera_id, ev.track_uid, kinds),
-        url=track_url(ev.camera_id, ev.track_uid),
+        url=track_url(ev.camera_id, ev.track_uid, ev.capture_ns),
         track_uid=ev.track_uid,
         edge_id=ev.edge_id,
         stored_ns=stored.stored_ns,
@@ -247,14 +256,18 @@ def timing(what: str, capture_ns: int, stored_ns: int) -> Timing:
 
 # counts
 
-PERIODS = {"today", "day", "week"}
+PERIODS = ("hour", "today", "day", "week")
+_MINUTE = 60 * 10**9
 _HOUR = 3600 * 10**9
 _DAY = 24 * _HOUR
 
 
 def window(period: str, now_ns: int) -> tuple[int, int, int]:
-    """(start_ns, end_ns, bucket_ns) of a period: today (UTC, hourly), the last day (hourly)
-    or the last week (daily)."""
+    """(start_ns, end_ns, bucket_ns) of a period: the last hour (per minute), today (UTC,
+    hourly), the last day (hourly) or the last week (daily)."""
+    if period == "hour":
+        end = now_ns - now_ns % _MINUTE + _MINUTE
+        return end - _HOUR, end, _MINUTE
     if period == "today":
         start = now_ns - now_ns % _DAY
         return start, start + _DAY, _HOUR
@@ -264,7 +277,19 @@ def window(period: str, now_ns: int) -> tuple[int, int, int]:
     if period == "week":
         end = now_ns - now_ns % _DAY + _DAY
         return end - 7 * _DAY, end, _DAY
-    raise ValueError(f"unknown period {period!r}; known: {', '.join(sorted(PERIODS))}")
+    raise ValueError(f"unknown period {period!r}; known: {', '.join(PERIODS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One bucket of a chart that counted something: a bar in a CHART_W x CHART_H box."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+    count: int
+    title: str  # the bucket's start and its count, shown on hover
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,20 +303,32 @@ class Series:
     label: str
     counts: list[int]
     total: int
-    chart: str  # SVG polyline points in a CHART_W x CHART_H box
+    chart: list[Bar]  # the buckets that counted something
+    peak: int  # the largest bucket, the chart's full height
 
     def as_json(self) -> dict[str, Any]:
         """The record as the API returns it (without the chart)."""
         return {f: getattr(self, f) for f in self.__slots__ if f != "chart"}
 
 
-CHART_W, CHART_H = 240, 40
+CHART_W, CHART_H = 360, 48
 
 
-def _chart(counts: list[int]) -> str:
+def _chart(counts: list[int], start_ns: int, bucket_ns: int) -> list[Bar]:
     top = max(counts) or 1
-    step = CHART_W / max(1, len(counts) - 1)
-    return _points([(i * step, CHART_H - c * CHART_H / top) for i, c in enumerate(counts)])
+    step = CHART_W / max(1, len(counts))
+    return [
+        Bar(
+            x=round(i * step + step * 0.1, 1),
+            y=round(CHART_H - c * CHART_H / top, 1),
+            w=round(step * 0.8, 1),
+            h=round(c * CHART_H / top, 1),
+            count=c,
+            title=f"{iso(start_ns + i * bucket_ns)}: {c}",
+        )
+        for i, c in enumerate(counts)
+        if c
+    ]
 
 
 def series(rows: CountRows, start_ns: int, bucket_ns: int, buckets: int) -> list[Series]:
@@ -315,4 +352,7 @@ def series(rows: CountRows, start_ns: int, bucket_ns: int, buckets: int) -> list
             (int(capture_ns) - start_ns) // bucket_ns,
             1,
         )
-    return [Series(*key, counts=c, total=sum(c), chart=_chart(c)) for key, c in sorted(acc.items())]
+    return [
+        Series(*key, counts=c, total=sum(c), chart=_chart(c, start_ns, bucket_ns), peak=max(c))
+        for key, c in sorted(acc.items())
+    ]

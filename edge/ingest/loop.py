@@ -39,6 +39,8 @@ RECEIVE_BURST = 256
 
 # Something a stage forgets about cameras gone silent.
 Forget = Callable[[list[str]], None]
+# Something a stage adds to a camera's QUEUED acks (the clip demand), ingest thread.
+Decorate = Callable[[frame_pb2.FrameAck, frame_pb2.FrameHeader], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,8 @@ class IngestStages:
     metrics: EdgeMetrics
     # Beyond ingest, delivery and the queues: every other stage with per-camera state.
     forget: Sequence[Forget] = ()
+    # Beyond the cascade's: what other stages tell a camera's device on its acks.
+    decorate: Sequence[Decorate] = ()
 
 
 class IngestLoop:
@@ -141,6 +145,8 @@ class IngestLoop:
         ack = admitted.ack
         if ack.status == frame_pb2.ACK_STATUS_QUEUED:
             self.s.cascade.decorate(ack, h)
+            for decorate in self.s.decorate:
+                decorate(ack, h)
             frame = replace(
                 result.frame,
                 identity=bytes(memoryview(identity)),

@@ -16,7 +16,9 @@ a frame. They go out as `Snapshot`s (events.proto):
 Every event of a track names the latest ids sent (`crop_snapshot_id`, `frame_snapshot_id`).
 A snapshot's revision is the milliseconds from the track's first sighting to its frame, so
 a later best has a higher one and a replay after a restart gives the same ids (the cloud
-keeps the highest revision per track and kind). The stage's state is not checkpointed: a
+keeps the highest revision per track and kind). Once handed to the uplink a snapshot is on
+disk (the uplink writes it through to its spool, as it does events), so an event never names
+a snapshot that a kill -9 of the edge could lose. The stage's state is not checkpointed: a
 track that lives through a restart gets snapshots again from its next best.
 """
 

@@ -11,9 +11,11 @@ is final: a `kill -9` at any point leaves every unacked event on disk, in order 
 appended with increasing numbers and read without removing them; `delete_events` removes
 them). When the bound is reached the oldest crops make room; an event is refused (the
 newest, counted by the caller) only when no crop is left, and a crop never pushes an event
-out. Track snapshots (JPEGs) wait here like crops (a FIFO the memory buffer spills to) and
-go before any event: the oldest crops make room for them first, then the oldest snapshots;
-a snapshot never pushes an event out, and an event pushes crops out, then snapshots.
+out. Track snapshots (JPEGs) are promised too (an event names them): each is written here
+when offered and its row goes when the cloud's ack is final, like an event
+(`append_snapshots`, `load_snapshots`, `delete_snapshots`); they go before any event: the
+oldest crops make room for them first, then the oldest snapshots; a snapshot never pushes
+an event out, and an event pushes crops out, then snapshots.
 WAL with synchronous=NORMAL: a killed process loses nothing; a power cut may lose the last
 commits.
 """
@@ -107,13 +109,14 @@ class CropSpool:
         self._lock = threading.Lock()
         self._crops, self._events = self._fifos["crops"], self._fifos["events"]
         self._snaps = self._fifos["snapshots"]
-        if self._crops.count or self._events.count:
+        if self._crops.count or self._events.count or self._snaps.count:
             log.info(
-                "uplink spool %s holds %d crops and %d track events from before; sending "
-                "them first",
+                "uplink spool %s holds %d crops, %d track events and %d track snapshots from "
+                "before; sending them first",
                 path,
                 self._crops.count,
                 self._events.count,
+                self._snaps.count,
             )
 
     def __len__(self) -> int:
@@ -142,7 +145,7 @@ class CropSpool:
     def push(self, crops: list[analytics_pb2.Crop], front: bool = False) -> int:
         """Append crops (or put them before the head, in order); returns how many of the oldest
         crops were dropped to stay within max_bytes (never a snapshot or an event)."""
-        return self._push(self._crops, list(crops), front)[1]
+        return self._push(self._crops, list(crops), front)[2]
 
     def push_snapshots(
         self, snaps: list[events_pb2.Snapshot], front: bool = False
@@ -150,15 +153,16 @@ class CropSpool:
         """Append track snapshots (or put them before the head, in order), in one
         transaction; returns how many of the oldest crops, then of the oldest snapshots,
         were dropped to stay within max_bytes (never an event)."""
-        return self._push(self._snaps, list(snaps), front, make_room=self._crops)
+        _, crops, own = self._push(self._snaps, list(snaps), front, make_room=self._crops)
+        return crops, own
 
     def _push(
         self, fifo: _Fifo, items: list[Message], front: bool, make_room: _Fifo | None = None
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, int]:
         """Insert rows at the tail (or before the head); the oldest rows of `make_room`, then
-        of `fifo` itself, go to stay within the bound. (dropped from each.)"""
+        of `fifo` itself, go to stay within the bound. (first row number, dropped from each.)"""
         if not items:
-            return 0, 0
+            return fifo.tail + 1, 0, 0
         blobs = [m.SerializeToString() for m in items]
         with self._lock:
             if front:
@@ -182,7 +186,7 @@ class CropSpool:
                     fifo.tail = first + len(blobs) - 1
                 fifo.count += len(rows)
                 fifo.bytes += sum(r[1] for r in rows)
-                return other, self._trim(fifo)
+                return first, other, self._trim(fifo)
 
     def append_events(self, events: list[events_pb2.TrackEvent]) -> Appended:
         """Write track events at the tail, in one transaction; the oldest crops make room
@@ -221,26 +225,63 @@ class CropSpool:
     ) -> tuple[list[tuple[int, events_pb2.TrackEvent]], int]:
         """Up to n events with row numbers above `after`, oldest first, left on disk (each
         goes with `delete_events` once final); and how many unreadable rows were removed."""
-        with self._lock:
-            if n <= 0 or not self._events.count:
-                return [], 0
-            rows = self._conn.execute(
-                "SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, n)
-            ).fetchall()
-        out: list[tuple[int, events_pb2.TrackEvent]] = []
-        bad: list[int] = []
-        for seq, data in rows:
-            try:
-                out.append((int(seq), events_pb2.TrackEvent.FromString(data)))
-            except DecodeError:
-                bad.append(int(seq))
-                log.warning("uplink spool row %d of events is unreadable; dropped", seq)
-        self.delete_events(bad)
-        return out, len(bad)
+        return self._load(self._events, after, n, events_pb2.TrackEvent)
 
     def delete_events(self, rows: list[int]) -> None:
         """Remove events whose ack was final (row numbers from append_events or load_events;
         numbers not there are ignored). Row numbers are never reused."""
+        self._delete(self._events, rows)
+
+    def append_snapshots(self, snaps: list[events_pb2.Snapshot]) -> tuple[list[int], int, int]:
+        """Write track snapshots at the tail, in one transaction, to stay until
+        `delete_snapshots`: (their row numbers, the oldest crops dropped to make room, the
+        oldest snapshots dropped to stay within max_bytes, possibly some of these)."""
+        first, crops, own = self._push(self._snaps, list(snaps), False, make_room=self._crops)
+        return list(range(first, first + len(snaps))), crops, own
+
+    def load_snapshots(
+        self, after: int, n: int
+    ) -> tuple[list[tuple[int, events_pb2.Snapshot]], int]:
+        """Up to n snapshots with row numbers above `after`, oldest first, left on disk; and
+        how many unreadable rows were removed."""
+        return self._load(self._snaps, after, n, events_pb2.Snapshot)
+
+    def delete_snapshots(self, rows: list[int]) -> None:
+        """Remove snapshots whose ack was final (numbers not there are ignored)."""
+        self._delete(self._snaps, rows)
+
+    @property
+    def snapshot_head(self) -> int:
+        """Rows of snapshots below this number are gone: dropped to make room (or popped)."""
+        with self._lock:
+            return self._snaps.head
+
+    def snapshots_after(self, row: int) -> int:
+        """Snapshots on disk with row numbers above `row`."""
+        with self._lock:
+            got = self._conn.execute("SELECT count(*) FROM snapshots WHERE seq > ?", (row,))
+            return int(got.fetchone()[0])
+
+    def _load(self, fifo: _Fifo, after: int, n: int, kind: type[Any]) -> tuple[list[Any], int]:
+        with self._lock:
+            if n <= 0 or not fifo.count:
+                return [], 0
+            rows = self._conn.execute(
+                f"SELECT seq, data FROM {fifo.table} WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, n),
+            ).fetchall()
+        out: list[tuple[int, Any]] = []
+        bad: list[int] = []
+        for seq, data in rows:
+            try:
+                out.append((int(seq), kind.FromString(data)))
+            except DecodeError:
+                bad.append(int(seq))
+                log.warning("uplink spool row %d of %s is unreadable; dropped", seq, fifo.table)
+        self._delete(fifo, bad)
+        return out, len(bad)
+
+    def _delete(self, fifo: _Fifo, rows: list[int]) -> None:
         if not rows:
             return
         with self._lock, self._conn:
@@ -251,14 +292,15 @@ class CropSpool:
                 chunk = rows[i : i + 500]
                 marks = ",".join("?" * len(chunk))
                 got = self._conn.execute(
-                    f"SELECT count(*), coalesce(sum(size), 0) FROM events WHERE seq IN ({marks})",
+                    f"SELECT count(*), coalesce(sum(size), 0) FROM {fifo.table} "
+                    f"WHERE seq IN ({marks})",
                     chunk,
                 ).fetchone()
                 gone += int(got[0])
                 size += int(got[1])
-                self._conn.execute(f"DELETE FROM events WHERE seq IN ({marks})", chunk)
-            self._events.count -= gone
-            self._events.bytes -= size
+                self._conn.execute(f"DELETE FROM {fifo.table} WHERE seq IN ({marks})", chunk)
+            fifo.count -= gone
+            fifo.bytes -= size
 
     def _trim(self, fifo: _Fifo, extra: int = 0) -> int:
         """Delete the table's oldest rows until `extra` more bytes fit within max_bytes

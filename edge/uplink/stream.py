@@ -18,8 +18,9 @@ STORED and DUPLICATE are final, INVALID is final (counted, logged, never resent)
 waits `retry_after_ms`. Without a spool, events wait in memory only.
 
 Track snapshots (JPEGs of a track's best crop and full frame) ride the same batches
-(`snapshots`), queued by edge/uplink/snapshots.py: spilled to the spool like crops, dropped
-there before any event, acked one by one, put back on RETRY or a broken stream.
+(`snapshots`), queued by edge/uplink/snapshots.py: written through to the spool like events
+(a kill -9 loses none), dropped there before any event, acked one by one, put back on RETRY
+or a broken stream.
 
 One thread sends batches over up to `streams` streams while the breaker allows; each stream
 has a thread reading its acks. On a target with several addresses (a DNS name or a list) the
@@ -266,8 +267,9 @@ class Uplink:
             self._events_dropped("event_buffer_full", dropped)
 
     def offer_snapshots(self, snaps: list[events_pb2.Snapshot]) -> None:
-        """Hand track snapshots to the cloud; never waits for the network. Beyond memory
-        they spill to the spool, where they drop before any event (counted)."""
+        """Hand track snapshots to the cloud; never waits for the network. With a spool they
+        are on disk when this returns (one transaction), where they drop before any event
+        (counted)."""
         if not snaps:
             return
         self._snaps.offer(snaps)
@@ -295,15 +297,15 @@ class Uplink:
             # Said apart from uplink_spool_full: these crops made room for track events.
             self._dropped("uplink_spool_full_events", done.crops_dropped)
         if done.snapshots_dropped:
-            self._snaps.dropped("uplink_spool_full_events", done.snapshots_dropped)
+            self._snaps.trimmed("uplink_spool_full_events", done.snapshots_dropped)
         if done.refused:
             self._events_dropped("uplink_spool_full", done.refused)
 
     def adopt_spool(self, path: str, peer: str, counter: Any) -> threading.Thread | None:
-        """Move a failed peer's spooled crops into this uplink, in order, in the
-        background (a thread; returned). Only with a spool of our own, so nothing the
-        memory buffer cannot hold is dropped; the peer's spool lock keeps a live peer's
-        crops where they are (logged)."""
+        """Move a failed peer's spooled track events, track snapshots and crops into this
+        uplink, in order, in the background (a thread; returned). Only with a spool of our
+        own, so nothing the memory buffer cannot hold is dropped; the peer's spool lock
+        keeps a live peer's crops where they are (logged)."""
         if self._spool is None:
             log.warning(
                 "edge %s left crops in %s: not taken over (this edge has no uplink spool)",
@@ -328,10 +330,10 @@ class Uplink:
         except SpoolError as exc:
             log.info("uplink spool of edge %s not taken over: %s", peer, exc)
             return
-        moved = lost = events = 0
+        moved = lost = events = snaps = 0
         try:
             # Events first: small, and a moved camera's events should precede what its
-            # restored rules emit here.
+            # restored rules emit here; then the snapshots they name.
             while not self._stop.is_set():
                 evs, bad = other.pop_events(self.cfg.queue)
                 if bad:
@@ -341,6 +343,14 @@ class Uplink:
                 self.offer_events(evs)
                 self.metrics.uplink_events.labels("adopted").inc(len(evs))
                 events += len(evs)
+            while not self._stop.is_set():
+                shots, bad = other.pop_snapshots(self.cfg.snapshot_queue)
+                if bad:
+                    self._snaps.dropped("uplink_spool_corrupt", bad)
+                if not shots:
+                    break
+                self.offer_snapshots(shots)
+                snaps += len(shots)
             while not self._stop.is_set():
                 crops, bad = other.pop(self.cfg.queue)
                 lost += bad
@@ -356,9 +366,11 @@ class Uplink:
         if lost:
             self._dropped("uplink_spool_corrupt", lost)
         log.warning(
-            "took over %d crop(s) and %d track event(s) of edge %s from its spool %s",
+            "took over %d crop(s), %d track event(s) and %d track snapshot(s) of edge %s "
+            "from its spool %s",
             moved,
             events,
+            snaps,
             peer,
             path,
         )

@@ -214,6 +214,31 @@ class CloudSnapshotsConfig(StrictModel):
     )
 
 
+class CloudClipsConfig(StrictModel):
+    """Event clips uploaded by devices (UploadClip; docs/events.md). Their bytes live in the
+    event store, so every replica serves every clip; they are kept with their tracks
+    (cloud.snapshots.retention)."""
+
+    max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="Largest clip stored; a chunk past it is acked INVALID (too_large).",
+    )
+    max_writers: int = Field(
+        4,
+        ge=1,
+        description="Clip chunks written at once (all streams); more are acked RETRY (busy).",
+    )
+    serve_chunk_bytes: int = Field(
+        1024 * 1024,
+        ge=4096,
+        description="Most clip bytes in one GetClip message or read from the store at once.",
+    )
+    max_age_s: int = Field(
+        86400, ge=0, description="Cache-Control max-age of a complete clip in the console."
+    )
+
+
 class CloudVersionsConfig(StrictModel):
     """Run-time classifier version switches (cloud/versions.py; docs/cloud.md).
 
@@ -320,6 +345,10 @@ class CloudConfig(StrictModel):
     snapshots: CloudSnapshotsConfig = Field(
         default_factory=CloudSnapshotsConfig,
         description="Track snapshots: size limit and retention of tracks.",
+    )
+    clips: CloudClipsConfig = Field(
+        default_factory=CloudClipsConfig,
+        description="Event clips from devices: size cap and upload back-pressure.",
     )
     sinks: SinksConfig = Field(
         default_factory=SinksConfig, description="Event delivery to MQTT and webhooks (outbox)."

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from .base import StrictModel
 from .common import MetricsConfig
+from .edge import UplinkTlsConfig
 
 
 class CameraConfig(StrictModel):
@@ -376,6 +377,44 @@ class RoutingConfig(StrictModel):
     )
 
 
+class ClipUploadConfig(StrictModel):
+    """Clips to the cloud (Analytics.UploadClip, resumable) and the clips folder's bound
+    (device/clip_uploader.py, device/clip_spool.py)."""
+
+    target: str = Field(
+        "",
+        description="Cloud HOST:PORT (or dns:///NAME:PORT) clips are uploaded to; empty: "
+        "clips stay on the device.",
+    )
+    tls: UplinkTlsConfig = Field(
+        default_factory=UplinkTlsConfig, description="TLS and mTLS (as edge.uplink.tls)."
+    )
+    token_file: str = Field(
+        "", description="File holding the bearer token the cloud expects; empty: none."
+    )
+    allow_insecure: bool = Field(
+        False,
+        description="Upload in plaintext to a target off loopback (clips and token readable "
+        "on the way); refused otherwise.",
+    )
+    chunk_kib: int = Field(256, ge=4, le=4096, description="Bytes per ClipChunk (KiB).")
+    spool_max_mib: float = Field(
+        2048.0,
+        gt=0,
+        description="Most MiB of clip files kept on the device, uploaded or not; beyond it "
+        "the oldest finished clips are deleted (counted).",
+    )
+    connect_timeout_s: float = Field(5.0, gt=0, description="Wait for the channel to connect.")
+    ack_timeout_s: float = Field(
+        15.0, gt=0, description="A chunk unacked this long fails the upload (retried)."
+    )
+    backoff_initial_s: float = Field(1.0, gt=0, description="First wait after a failed upload.")
+    backoff_max_s: float = Field(60.0, gt=0, description="Longest wait between upload tries.")
+    poll_s: float = Field(
+        1.0, gt=0, description="How often open clips' new bytes and new clips are looked for."
+    )
+
+
 class ClipsConfig(StrictModel):
     """Event clips cut on the device from the camera's own compressed stream (no re-encode)."""
 
@@ -396,6 +435,10 @@ class ClipsConfig(StrictModel):
     )
     ring_mib: float = Field(
         64.0, gt=0, description="Most packet bytes (MiB) a camera's ring holds, oldest GOP freed."
+    )
+    upload: ClipUploadConfig = Field(
+        default_factory=ClipUploadConfig,
+        description="Upload to the cloud and the bound of the clips folder.",
     )
 
     @model_validator(mode="after")

@@ -410,6 +410,31 @@ class SnapshotsConfig(StrictModel):
     )
 
 
+class EdgeClipsConfig(StrictModel):
+    """The clip demand: which tracks each camera's device should cut clips of, sent on its
+    acks (edge/publish/clip_demand.py; docs/edge.md, "Clip demand")."""
+
+    enabled: bool = Field(
+        True, description="Tell each camera's device, on its acks, which tracks to cut clips of."
+    )
+    keep_ended_s: float = Field(
+        30.0,
+        gt=0.0,
+        description="An ended track stays in the demand this long after its end (capture "
+        "time), so the device hears of the end.",
+    )
+    resend_s: float = Field(
+        5.0, gt=0.0, description="The demand is sent again this often even when unchanged."
+    )
+    max_tracks: int = Field(
+        32,
+        ge=1,
+        le=1024,
+        description="Most tracks in one camera's demand (live ones first); the rest are left "
+        "out and counted.",
+    )
+
+
 class TrackingConfig(StrictModel):
     """The per-camera tracker (ids, and boxes for frames the device did not send)."""
 
@@ -509,7 +534,8 @@ class UplinkConfig(StrictModel):
     snapshot_queue: int = Field(
         32,
         ge=1,
-        description="Track snapshots held in memory; more spill to the spool (or drop).",
+        description="Track snapshots held in memory; with a spool all wait on disk too, "
+        "else the oldest drop.",
     )
     max_inflight: int = Field(
         64, ge=1, description="Crops sent and not yet acked, all streams together."
@@ -656,6 +682,9 @@ class EdgeConfig(StrictModel):
     )
     tracking: TrackingConfig = Field(
         default_factory=TrackingConfig, description="Per-camera tracker."
+    )
+    clips: EdgeClipsConfig = Field(
+        default_factory=EdgeClipsConfig, description="Clip demand sent to the devices."
     )
     uplink: UplinkConfig = Field(default_factory=UplinkConfig, description="Cloud uplink.")
     overload: OverloadConfig = Field(

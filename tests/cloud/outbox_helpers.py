@@ -144,7 +144,12 @@ class Subscriber:
     """A paho client that records every message on `topics` (retained ones included)."""
 
     def __init__(
-        self, port: int, topics: list[str], client_id: str = "", persistent: bool = False
+        self,
+        port: int,
+        topics: list[str],
+        client_id: str = "",
+        persistent: bool = False,
+        login: tuple[str, str] | None = None,
     ) -> None:
         self.messages: list[tuple[str, bytes, bool]] = []
         self._lock = threading.Lock()
@@ -154,6 +159,8 @@ class Subscriber:
             clean_session=not persistent,
         )
         self.client.reconnect_delay_set(1, 1)
+        if login is not None:
+            self.client.username_pw_set(*login)
         ready = threading.Event()
 
         def on_connect(c: paho.Client, _u: Any, _f: Any, rc: Any, _p: Any) -> None:

@@ -73,7 +73,8 @@ def test_list_merges_crops_and_track_events_newest_first(console: Running) -> No
     line = events[0]
     assert line["rules"] == ["gate-count", "line gate in"]
     assert line["verdict"] == "car" and line["score"] == pytest.approx(0.87)  # track's verdict
-    assert line["url"] == "/track?camera=door&uid=1000-7"
+    # The event's own detail page: its track, the clip player at its capture time.
+    assert line["url"] == f"/track?camera=door&uid=1000-7&at={line['time_ns']}"
     assert events[2]["zones"] == ["porch"]
     # The crop of track 7 links to its track; the yard dog has none.
     assert events[3]["track_uid"] == UID and events[1]["track_uid"] == ""
@@ -162,6 +163,7 @@ def test_hostile_stored_values_are_escaped(console: Running) -> None:
         "/counts?period=week",
         "/crop?id=1",
         "/track?" + urlencode({"camera": bad, "uid": UID}),
+        "/editor?" + urlencode({"camera": bad}),
     ):
         page = get(console.port, path)
         assert page.status == 200, path
@@ -184,6 +186,8 @@ def test_hostile_stored_values_are_escaped(console: Running) -> None:
         "/api/crop?id=1%20OR%201",
         "/api/counts?period=year",
         "/api/snapshot?camera=door&uid=1000-7&kind=video",
+        "/api/rules",
+        "/api/rules?camera=" + "x" * 300,
     ],
 )
 def test_bad_parameters_get_400(console: Running, path: str) -> None:
@@ -301,7 +305,7 @@ def test_counts_per_zone_line_direction_and_label(console: Running) -> None:
     ):
         put_track(console, seq, kind="line_crossed", line="gate", direction=d, capture_ns=now)
     put_track(console, 6, kind="new", capture_ns=now - 30 * 24 * 3600 * 10**9)  # out of range
-    for period in ("today", "day", "week"):
+    for period in ("hour", "today", "day", "week"):
         body = get(console.port, f"/api/counts?period={period}").json()
         got = {
             (s["what"], s["name"], s["direction"], s["label"]): s["total"] for s in body["series"]
@@ -312,9 +316,16 @@ def test_counts_per_zone_line_direction_and_label(console: Running) -> None:
             ("line", "gate", "in", "person"): 2,
             ("line", "gate", "out", "person"): 1,
         }, period
-        assert len(body["buckets"]) == (7 if period == "week" else 24)
+        assert len(body["buckets"]) == {"hour": 60, "week": 7}.get(period, 24)
+        assert {s["peak"] for s in body["series"]} == {1, 2}, "all in one bucket"
     page = get(console.port, "/counts?period=week")
     assert page.status == 200 and page.text.count('<svg class="chart"') == 4
+    # One bar each (every count is in the same bucket), each chart scaled to its own peak.
+    bars = re.findall(
+        r'<rect class="bar" x="[\d.]+" y="([\d.]+)" width="[\d.]+" height="([\d.]+)"', page.text
+    )
+    assert len(bars) == 4 and all(float(y) + float(h) == 48 for y, h in bars)
+    assert [float(h) for _, h in bars] == [48.0] * 4
     assert get(console.port, "/api/counts?camera=yard").json()["series"] == []
 
 
@@ -361,3 +372,19 @@ def test_console_off_by_default(
     model, labels = colour_model
     server = start_server(make_config(model, tmp_path / "e.sqlite", labels))
     assert server.console is None
+
+
+@pytest.mark.parametrize("console", ["sqlite"], indirect=True)
+def test_every_route_is_documented(console: Running) -> None:
+    """docs/console.md lists every page and JSON endpoint the app serves."""
+    from starlette.routing import Route
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "console.md").read_text()
+    app = console.server.console.app
+    paths = [r.path for r in app.routes if isinstance(r, Route)]
+    assert "/api/rules" in paths and "/editor" in paths
+    for path in paths:
+        if path.startswith("/api/"):
+            assert f"### `GET {path}" in doc, path
+        elif path not in ("/", "/login", "/logout"):
+            assert f"| `{path}" in doc, path

@@ -22,6 +22,7 @@ PAGES = [
     "/crop?id=1",
     "/cameras",
     "/counts",
+    "/editor?camera=door",
     "/api/events",
     "/api/events/stream",
     "/api/track?camera=door&uid=1000-7",
@@ -29,6 +30,8 @@ PAGES = [
     "/api/cameras",
     "/api/counts",
     "/api/snapshot?camera=door&uid=1000-7&kind=crop",
+    "/api/rules?camera=door",
+    "/api/clip?camera=door&uid=1000-7",
     "/logout",
     "/no-such-page",
 ]

@@ -1,5 +1,6 @@
 """Retention (cloud/retention.py) on both back ends: tracks older than their label's or rules'
-days leave with their track events and snapshots, counted; forever means forever; a long
+days leave with their track events, snapshots and clips (a clip with the last track it
+shows), counted; forever means forever; a long
 history goes in several transactions; the server prunes in the background."""
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from clip_helpers import chunk, info
 from cloud_helpers import make_config, snapshot, track_event
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.retention import DAY_NS, Pruner, RetentionPolicy, prune
 from strata.cloud.server import CloudServer
-from strata.cloud.store import EventStore, SnapshotQuery, TrackQuery, open_store
+from strata.cloud.store import ClipQuery, EventStore, SnapshotQuery, TrackQuery, open_store
 from strata.shared.config.cloud import CloudRetentionConfig, CloudStoreConfig
 from strata.shared.metrics import sample
 
@@ -91,6 +93,41 @@ def test_tracks_go_by_label_and_rule_with_their_events_and_snapshots(store: Even
     # Nothing more is due: a second pass deletes nothing.
     again, _ = prune(store, RetentionPolicy(cfg), NOW, batch=500)
     assert again.tracks == again.track_events == again.snapshots == 0
+
+
+def add_clip(store: EventStore, n: int, tracks: tuple[str, ...], start_ns: int) -> int:
+    """A final clip of `n` KB showing the tracks; its size."""
+    data = bytes([n]) * n * 1024
+    ci = info(clip_id=f"door/s/{n}", tracks=tracks, start_ns=start_ns)
+    assert store.append_clip(chunk(data, 0, len(data), ci, last=True)).complete
+    return len(data)
+
+
+def test_a_clip_goes_with_the_last_of_its_tracks(store: EventStore) -> None:
+    cfg = CloudRetentionConfig(days=10, labels={"car": 2})
+    person = add_track(store, 1, 5, "person")  # kept
+    car = add_track(store, 2, 5, "car")  # expired
+    add_clip(store, 1, (person, car), NOW - 5 * DAY_NS)
+    car_only = add_clip(store, 2, (car,), NOW - 5 * DAY_NS)
+    old_orphan = add_clip(store, 3, ("77-7",), NOW - 11 * DAY_NS)  # no events: by `days`
+    add_clip(store, 4, ("78-8",), NOW - 9 * DAY_NS)
+    pruner = Pruner(store, cfg, store.metrics, lambda: NOW)
+    got = pruner.run_once()
+    assert (got.tracks, got.clips, got.clip_bytes) == (1, 2, car_only + old_orphan)
+    assert store.count_clips() == 2
+    for gone in ("door/s/2", "door/s/3"):
+        assert store.find_clip(ClipQuery(clip_id=gone)) is None
+        assert store.clip_pieces(gone, 0, 10) == []
+    shared = store.find_clip(ClipQuery(camera_id="door", track_uid=person))
+    assert shared is not None and shared.committed_bytes == 1024
+    # The car no longer finds the clip it shared; the person still does.
+    assert store.find_clip(ClipQuery(camera_id="door", track_uid=car)) is None
+    m = store.metrics.registry
+    assert sample(m, "strata_cloud_retention_pruned_total", {"what": "clips"}) == 2
+    bytes_gone = sample(m, "strata_cloud_retention_pruned_total", {"what": "clip_bytes"})
+    assert bytes_gone == car_only + old_orphan
+    again = pruner.run_once()
+    assert again.clips == 0 and store.count_clips() == 2
 
 
 def test_a_long_history_goes_in_bounded_transactions(store: EventStore) -> None:

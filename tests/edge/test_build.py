@@ -38,9 +38,12 @@ def test_the_stages_share_their_collaborators(colour_model: Path) -> None:
         assert limits.gpu is node.gpu_pressure and limits.policy is node.scheduler  # type: ignore[attr-defined]
         assert node.delivery.model_name == "colour"
         names = [p.name for p in node.checkpointer.parts]
-        assert names == ["streams", "trackers", "counters", "uplink", "rules"]
-        # The rules stage runs first after tracking, and is the rules checkpoint part.
-        assert node.stages.worker.s.after_tracking[0] is node.rules is node.checkpointer.parts[4]
+        assert names == ["streams", "trackers", "counters", "uplink", "rules", "clip_demand"]
+        # The rules stage runs first after tracking, and is the rules checkpoint part; the
+        # clip demand follows it (it reads the rules' lifecycle events), its own part.
+        after = node.stages.worker.s.after_tracking
+        assert after[0] is node.rules is node.checkpointer.parts[4]
+        assert after[1] is node.clip_demand is node.checkpointer.parts[5]
     finally:
         node.stop()
 

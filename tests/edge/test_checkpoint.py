@@ -247,8 +247,9 @@ def test_registered_parts_travel_in_the_checkpoint(colour_model: Path, tmp_path:
     part.n = 41
     node.start()
     node.stop()
-    # Beside the node's own other part: the rules stage's (no camera seen).
-    assert read(path).parts == {"rules": {}, "counting": {"n": 41}}
+    # Beside the node's own other parts: the rules stage's and the clip demand's (no
+    # camera seen).
+    assert read(path).parts == {"rules": {}, "clip_demand": {}, "counting": {"n": 41}}
     again = build_node(node_cfg(path), colour_model, "colour")
     restored = Counting()
     assert again.checkpointer.register(restored) and restored.n == 41

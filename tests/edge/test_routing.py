@@ -133,7 +133,7 @@ def test_a_fourth_edge_joins_progressively_within_its_warm_up_share(
         before = res.placement(time.monotonic() - 1.2)
         assert newcomer.name not in before.values()
         newcomer.start()
-        assert wait_until(lambda: f"{newcomer.listen} is up" in _device_log(dev), 20)
+        assert wait_until(lambda: f"{newcomer.listen} is up" in _device_log(dev), 60)
         up_at = time.monotonic()
         counts: list[tuple[float, int]] = []
         while time.monotonic() - up_at < warmup_s + ramp_s + 6.0:

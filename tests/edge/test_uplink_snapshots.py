@@ -192,3 +192,142 @@ def test_a_cloud_before_2_2_gets_no_snapshot_and_they_do_not_pile_up(
     finally:
         up.stop()
         server.stop(0)
+
+
+# A child edge process: offers the snapshots of a batch file through a spooled Uplink whose
+# cloud is down, then dies by SIGKILL (no stop, nothing parked): before write-through, the
+# ones in memory (up to snapshot_queue) died with it.
+_KILLED_EDGE = """
+import os, signal, sys, time
+from strata.edge.metrics import EdgeMetrics
+from strata.edge.uplink.stream import Uplink
+from strata.shared.config.edge import UplinkConfig
+from strata.shared.contracts import analytics_pb2
+
+snaps = list(analytics_pb2.CropBatch.FromString(open(sys.argv[1], "rb").read()).snapshots)
+cfg = UplinkConfig.model_validate(
+    {"spool_path": sys.argv[2], "snapshot_queue": 4, "connect_timeout_s": 0.2, "open_s": 0.2}
+)
+up = Uplink(sys.argv[3], cfg, EdgeMetrics())
+up.start()
+for i in range(0, len(snaps), 2):  # a new track's two pictures at a time
+    up.offer_snapshots(snaps[i : i + 2])
+time.sleep(0.5)  # the sender tries the dead cloud: some are taken, in flight, requeued
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_kill_9_of_the_edge_with_snapshots_unacked_loses_none(
+    cloud: Callable[..., CloudServer], port: int, tmp_path: Path
+) -> None:
+    import subprocess
+
+    snaps = [
+        snapshot(track=(1_000, k), kind=kind)
+        for k in range(1, 11)
+        for kind in ("best_crop", "full_frame")
+    ]
+    batch = tmp_path / "snaps.bin"
+    batch.write_bytes(analytics_pb2.CropBatch(snapshots=snaps).SerializeToString())
+    spool = tmp_path / "spool.sqlite"
+    child = subprocess.run(  # the cloud is down: nothing is acked before the kill
+        [sys.executable, "-c", _KILLED_EDGE, str(batch), str(spool), f"127.0.0.1:{port}"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert child.returncode == -9, child.stderr.decode()
+    left = CropSpool(str(spool), 10 << 20)
+    on_disk = left.snapshots
+    left.close()
+    assert on_disk == len(snaps), "an offered snapshot was not on disk when the edge died"
+    server = cloud()
+    up, m = make(port, tmp_path)  # the edge restarts over the same spool
+    try:
+        assert wait_for(lambda: snaps_total(m, "stored") == len(snaps), 60.0)
+        assert wait_for(lambda: up.snapshots_waiting == 0)
+        assert wait_for(lambda: m.spool_snapshots._value.get() == 0)  # type: ignore[attr-defined]
+    finally:
+        up.stop()
+    assert server.store.count_snapshots() == len(snaps)
+    after = CropSpool(str(spool), 10 << 20)
+    try:
+        assert after.snapshots == 0, "acked snapshots stay on disk"
+    finally:
+        after.close()
+
+
+def test_snapshots_stay_on_disk_until_acked_and_are_sent_once(
+    cloud: Callable[..., CloudServer], port: int, tmp_path: Path
+) -> None:
+    server = cloud()
+    snaps = [snapshot(track=(1_000, k)) for k in range(1, 9)]
+    up, m = make(port, tmp_path, snapshot_queue=3)
+    try:
+        up.offer_snapshots(snaps)
+        assert wait_for(lambda: snaps_total(m, "stored") == len(snaps))
+        assert wait_for(lambda: up.snapshots_waiting == 0)
+        time.sleep(0.3)
+    finally:
+        up.stop()
+    assert snaps_total(m, "sent") == len(snaps) and server.store.count_snapshots() == len(snaps)
+    spool = CropSpool(str(tmp_path / "spool.sqlite"), 10 << 20)
+    try:
+        assert spool.snapshots == 0
+    finally:
+        spool.close()
+
+
+def test_events_pushing_snapshots_off_the_disk_drop_them_from_memory_too(
+    cloud: Callable[..., CloudServer], port: int, tmp_path: Path
+) -> None:
+    # A small spool, the cloud down: snapshots in memory are on disk too; events that need
+    # the room push the oldest out, and those are gone from memory as well (counted once).
+    snaps = [snapshot(track=(1_000, k), size=(200, 150)) for k in range(1, 11)]
+    up, m = make(port, tmp_path, spool_max_mib=0.06, snapshot_queue=4)
+    try:
+        up.offer_snapshots(snaps)
+        events = []
+        for i in range(1, 41):
+            ev = track_event(i, track=(1_000, i % 5 + 1))
+            ev.path.points.extend([ev.path.points[0]] * 20)
+            events.append(ev)
+        up.offer_events(events)
+        lost = drops(m, "uplink_spool_full") + drops(m, "uplink_spool_full_events")
+        assert lost > 0, "the events needed no room: make them heavier"
+        # (a batch the sender holds while it finds no cloud is back in a moment)
+        assert wait_for(lambda: up.snapshots_waiting == len(snaps) - lost, 5.0)
+        server = cloud()
+        assert wait_for(lambda: up.snapshots_waiting == 0 and up.events_waiting == 0, 60.0)
+    finally:
+        up.stop()
+    assert server.store.count_snapshots() == len(snaps) - lost
+    assert snaps_total(m, "sent") == len(snaps) - lost
+
+
+def test_a_failed_edges_spooled_snapshots_are_taken_over(
+    cloud: Callable[..., CloudServer], port: int, tmp_path: Path
+) -> None:
+    from prometheus_client import CollectorRegistry, Counter
+
+    snaps = [snapshot(track=(1_000, k)) for k in range(1, 6)]
+    dead = tmp_path / "dead" / "spool.sqlite"
+    left = CropSpool(str(dead), 10 << 20)
+    left.append_snapshots(snaps)
+    left.close()  # what a kill -9 leaves: the rows, no lock holder
+    server = cloud()
+    up, m = make(port, tmp_path)
+    try:
+        t = up.adopt_spool(
+            str(dead), "edge-b", Counter("adopted", "c", registry=CollectorRegistry())
+        )
+        assert t is not None
+        t.join(10)
+        assert wait_for(lambda: snaps_total(m, "stored") == len(snaps))
+    finally:
+        up.stop()
+    assert server.store.count_snapshots() == len(snaps)
+    again = CropSpool(str(dead), 10 << 20)
+    try:
+        assert again.snapshots == 0
+    finally:
+        again.close()

@@ -36,6 +36,14 @@ def test_a_window_is_priced_as_a_day() -> None:
         per_day(Usage(), 0.0, PRICES)
 
 
+def test_clip_bytes_are_paid_as_egress_and_storage() -> None:
+    # 1 MB of clips over 100 s: 864 MB a day uploaded from the site and held 30 days.
+    clips = per_day(Usage(clip_bytes=1e6), 100.0, PRICES)
+    assert clips.egress == pytest.approx(0.864 * 0.1)
+    assert clips.storage == pytest.approx(0.864 * 30 / 30 * 0.03)
+    assert clips.gpu == 0
+
+
 def test_usage_deltas_survive_a_daemon_restart() -> None:
     before = Usage(edge_gpu_seconds=100, frames=1000)
     after = Usage(edge_gpu_seconds=3, frames=30)  # counters reset: count from zero
@@ -54,6 +62,7 @@ def test_usage_by_camera_from_the_tiers_real_metrics() -> None:
     cloud.camera_gpu_seconds.labels("cam1").inc(0.5)
     cloud.camera_events.labels("cam1").inc(7)
     cloud.camera_stored_bytes.labels("cam1").inc(700)
+    cloud.camera_clip_bytes.labels("cam1").inc(3_000_000)
     text = generate_latest(edge.registry).decode() + generate_latest(cloud.registry).decode()
     usage = usage_by_camera(parse_exposition(text))
     assert usage["cam1"] == Usage(
@@ -64,6 +73,7 @@ def test_usage_by_camera_from_the_tiers_real_metrics() -> None:
         egress_bytes=20_000,
         events=7,
         stored_bytes=700,
+        clip_bytes=3_000_000,
     )
     assert usage["cam2"] == Usage(edge_gpu_seconds=1.0)
 

@@ -123,6 +123,16 @@ def reference_frames(
 
 # The cascade as shipped for the bench: H.264 at the model's input size, relevance gate
 # off (the starter gate keeps nearly every vtest frame), answers interpolated.
+# Event clips the device cut in the cascade run (kept on the device: no upload target), to
+# put beside the cascade's bytes: what clips would cost a camera-day (issue 26).
+CLIP_BYTES = Metric("device", "strata_device_clip_bytes_total")
+
+
+def clips_overrides(workdir: Path) -> dict[str, Any]:
+    """The cascade run cuts clips of its tracks into `workdir`/clips (never uploaded)."""
+    return {"device": {"clips": {"enabled": True, "dir": str(workdir / "clips")}}}
+
+
 CASCADE: dict[str, Any] = {
     "device": {"sender": {"encoding": "h264"}, "gate": {"enabled": False}},
     "edge": {"tracking": {"answer": "interpolate"}},
@@ -214,6 +224,11 @@ class ClipResult:
     # The detector on the frames the cascade sent against the reference on the same frames:
     # what the codec and scaling cost alone (1 at best; no estimate can see it).
     detected_vs_reference: Agreement | None = None
+    # Bytes of the event clips the device cut over the clip (its tracks', pre- and
+    # post-roll included); a clip still open at the last scrape is not in it.
+    bytes_clips: float = 0.0
+    # The clip's frame rate (its duration: frames_total / fps).
+    fps: float = 0.0
 
 
 def run_once(workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: float) -> Outcome:
@@ -318,7 +333,8 @@ def measure_clip(
     total = decoded or (max(ref_boxes, default=-1) + 1)
     # Refused before the cascade runs: its figures would be scored against holes.
     reference = reference_frames(clip.name, ref_boxes, total, drops(ref.scrapes))
-    cas = run_once(workdir / "cascade", clip, merge(CASCADE, extra), timeout_s)
+    cascade = merge(merge(CASCADE, extra), clips_overrides(workdir / "cascade"))
+    cas = run_once(workdir / "cascade", clip, cascade, timeout_s)
     cas_boxes = boxes_of(cas.results, labels)
     # Every frame is scored with what the edge published for it (detected or answered by
     # its tracker); a frame without any result counts as empty, and is counted.
@@ -362,11 +378,13 @@ def measure_clip(
         estimated_f1=run_estimate(cas.scrapes, "f1") or estimated_f1(cas.scrapes),
         estimated_counting=run_estimate(cas.scrapes, "counting"),
         estimated_f1_last=estimated_f1(cas.scrapes),
-        target=cascade_target(merge(CASCADE, extra)),
+        target=cascade_target(cascade),
         estimates_under_target=int(value(cas.scrapes, UNDER_TARGET)),
         boosted_kept=int(value(cas.scrapes, BOOSTED_KEPT)),
         uniform_double=double,
         detected_vs_reference=agreement([reference[i] for i in sent], [cas_boxes[i] for i in sent]),
+        bytes_clips=value(cas.scrapes, CLIP_BYTES),
+        fps=clip_fps(clip),
     )
     if unanswered:
         result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")

@@ -45,6 +45,10 @@ PARTS: dict[str, Part] = {
     ),
     "overload": Part("strata.tools.bench.overload", "edge goodput at 1x, 2x, 3x its capacity"),
     "outage": Part("strata.tools.bench.outage", "crops the uplink loses through a cloud outage"),
+    "delivery": Part(
+        "strata.tools.bench.delivery",
+        "events to MQTT and a webhook through outages and a kill -9: lost, order, latency",
+    ),
     "routing": Part(
         "strata.tools.bench.routing", "real edges: balance, a 4th joining, one kill -9"
     ),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import threading
 import time
 from collections import deque
@@ -30,7 +31,7 @@ from strata.shared.machine import cpu_line, gpus
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.vision import LetterboxWriter
-from strata.shared.wire import is_events_topic, pack_frame
+from strata.shared.wire import is_events_topic, pack_frame, unpack_ack
 from strata.tools.bench.nodes import start_edge_node
 
 
@@ -107,11 +108,24 @@ class NodeRun:
     cpu_ms: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A frame in flight, kept until its result arrives so a BUSY answer can resend it."""
+
+    camera: int
+    header: frame_pb2.FrameHeader
+    payload: Any
+
+
 @dataclass(slots=True)
 class _Flight:
     """What the sender, the ack drain and the SUB reader of one measurement share."""
 
     sent_at: dict[tuple[str, int], float] = field(default_factory=dict)
+    frames: dict[tuple[str, int], _Sent] = field(default_factory=dict)
+    # BUSY answers: (when to resend, frame); only the sender thread touches the sockets.
+    busy: queue.Queue[tuple[float, _Sent]] = field(default_factory=queue.Queue)
+    resent: int = 0
     got: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -180,12 +194,15 @@ class NodeHarness:
         return run
 
     def _send(self, flight: _Flight, total: int, base_seq: int) -> None:
-        # A bounded number of frames in flight: saturate the node, never shed.
+        # A bounded number of frames in flight: saturate the node, never shed. A frame the
+        # node answers BUSY (queue full at a large batch) is sent again when it says.
         for i in range(total):
             if i >= self.inflight:
-                while not flight.got.acquire(timeout=0.5):
+                while not flight.got.acquire(timeout=0.02):
                     if flight.stop.is_set():
                         return
+                    self._resend_due(flight)
+            self._resend_due(flight)
             cam, seq = i % self.cameras, base_seq + i // self.cameras + 1
             hdr = frame_pb2.FrameHeader(
                 camera_id=f"cam{cam}",
@@ -197,10 +214,32 @@ class NodeHarness:
                 send_ns=time.time_ns(),
                 frame_index=i,
             )
+            sent = _Sent(cam, hdr, self.payloads[i % len(self.payloads)])
             with flight.lock:
                 flight.sent_at[(f"cam{cam}", seq)] = time.perf_counter()
-            payload = self.payloads[i % len(self.payloads)]
-            self.dealers[cam].send_multipart(pack_frame(hdr, payload), copy=False)
+                flight.frames[(f"cam{cam}", seq)] = sent
+            self.dealers[cam].send_multipart(pack_frame(hdr, sent.payload), copy=False)
+        while not flight.stop.is_set():  # the last frames may still be answered BUSY
+            self._resend_due(flight)
+            time.sleep(0.02)
+
+    def _resend_due(self, flight: _Flight) -> None:
+        later: list[tuple[float, _Sent]] = []
+        while True:
+            try:
+                due, sent = flight.busy.get_nowait()
+            except queue.Empty:
+                break
+            if due > time.monotonic():
+                later.append((due, sent))
+                continue
+            sent.header.resent = True
+            self.dealers[sent.camera].send_multipart(
+                pack_frame(sent.header, sent.payload), copy=False
+            )
+            flight.resent += 1
+        for item in later:
+            flight.busy.put(item)
 
     def _drain_acks(self, flight: _Flight) -> None:
         poller = zmq.Poller()
@@ -208,7 +247,13 @@ class NodeHarness:
             poller.register(d, zmq.POLLIN)
         while not flight.stop.is_set():
             for sock, _ev in poller.poll(100):
-                sock.recv()
+                ack = unpack_ack(sock.recv_multipart())
+                if ack.status != frame_pb2.ACK_STATUS_BUSY:
+                    continue
+                with flight.lock:
+                    sent = flight.frames.get((ack.camera_id, ack.sequence))
+                if sent is not None:
+                    flight.busy.put((time.monotonic() + ack.retry_after_ms / 1e3, sent))
 
     def _receive(self, flight: _Flight, total: int, timeout_s: float) -> NodeRun:
         """Count published results; time and batch sizes between the warm-up and the last."""
@@ -229,6 +274,8 @@ class NodeHarness:
             msg.ParseFromString(body)
             with flight.lock:
                 t_sent = flight.sent_at.pop((msg.camera_id, msg.sequence), None)
+                if flight.frames.pop((msg.camera_id, msg.sequence), None) is None:
+                    continue  # a resent frame's second result
             received += 1
             flight.got.release()
             if received == self.warm:

@@ -102,8 +102,22 @@ def cascade_keys(clip: ClipResult, prefix: str = "cascade") -> dict[str, float |
         "cascade.uniform_counting_per_second": _num(clip.uniform_counting_per_second),
         "cascade.crops_per_track_max": clip.crops_per_track_max,
         "cascade.crops_per_track_mean": _num(clip.crops_per_track_mean),
+        # Per camera-day (the clip streamed all day): event clips cut on the device beside
+        # the cascade's bytes to the edge and to the cloud (issue 26).
+        **_per_day(clip),
     }
     return {k.replace("cascade.", f"{prefix}.", 1): v for k, v in out.items()}
+
+
+def _per_day(clip: ClipResult) -> dict[str, float | None]:
+    """Bytes per camera-day: clips, to the edge, to the cloud (None: no duration known)."""
+    seconds = clip.frames_total / clip.fps if clip.fps else 0.0
+    day = 86400.0 / seconds if seconds > 0 else None
+    return {
+        "cascade.clip_bytes_per_camera_day": _num(clip.bytes_clips * day) if day else None,
+        "cascade.edge_bytes_per_camera_day": _num(clip.bytes_to_edge * day) if day else None,
+        "cascade.cloud_bytes_per_camera_day": _num(clip.bytes_to_cloud * day) if day else None,
+    }
 
 
 def headline(clips: list[ClipResult]) -> ClipResult | None:
