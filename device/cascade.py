@@ -222,8 +222,9 @@ class CascadePolicy:
             self._edge_sees_nothing = fb.tracked_objects == 0 and not fb.send_next
             if fb.send_next:
                 self._send_next = True
-            if fb.burst_frames and self.cfg.burst_frames and self._burst_left == 0:
-                # Asked during a burst (the ask crossed it): that burst answers it.
+            if fb.burst_frames and self._burst_due >= 0 and self._burst_left == 0:
+                # Only where calibration is on (calibrate_every, burst_frames); asked during
+                # a burst (the ask crossed it), that burst answers it.
                 self._burst_due = 0
             by_gap = fb.f1_by_gap if self.cfg.metric == "f1" else fb.counting_by_gap
             if by_gap:

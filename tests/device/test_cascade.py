@@ -195,3 +195,10 @@ def test_a_burst_asked_for_during_a_burst_is_that_burst() -> None:
     p.feedback(frame_pb2.CascadeFeedback(burst_frames=20))
     assert run(p, range(2, 6)) == ["calibration", "motion", "motion", "motion"]
     assert p.calibrations == 1
+
+
+def test_no_calibration_means_no_burst_even_when_the_edge_asks() -> None:
+    p = CascadePolicy(CascadeConfig(calibrate_every=0, min_gap=3))
+    p.feedback(frame_pb2.CascadeFeedback(burst_frames=20))
+    assert run(p, range(7)) == ["first", "-", "-", "motion", "-", "-", "motion"]
+    assert p.calibrations == 0
