@@ -221,6 +221,9 @@ class ClipResult:
     boosted_kept: int = 0
     # Uniform spacing at twice the cascade's share (does the cascade need half the frames?).
     uniform_double: Agreement | None = None
+    # How the edge answered the frames it did not detect (interpolated, predicted, timeout:
+    # predicted after waiting tracking.hold_s), from strata_edge_answers.
+    answers: dict[str, float] = field(default_factory=dict)
     # The detector on the frames the cascade sent against the reference on the same frames:
     # what the codec and scaling cost alone (1 at best; no estimate can see it).
     detected_vs_reference: Agreement | None = None
@@ -279,6 +282,12 @@ def run_estimate(scrapes: Mapping[str, Samples], metric: str = "f1") -> float | 
         return None
     weight = edge.total(ESTIMATE_WEIGHT, metric=metric)
     return edge.total(ESTIMATE_AGREEING, metric=metric) / weight if weight > 0 else None
+
+
+def answers_by_how(scrapes: Mapping[str, Samples]) -> dict[str, float]:
+    """The edge's answers for frames it did not detect, by how they were made."""
+    edge = scrapes.get("edge")
+    return edge.by_label("strata_edge_answers_total", "how") if edge is not None else {}
 
 
 def cascade_target(overrides: Mapping[str, Any]) -> float:
@@ -384,6 +393,7 @@ def measure_clip(
         uniform_double=double,
         detected_vs_reference=agreement([reference[i] for i in sent], [cas_boxes[i] for i in sent]),
         bytes_clips=value(cas.scrapes, CLIP_BYTES),
+        answers=answers_by_how(cas.scrapes),
         fps=clip_fps(clip),
     )
     if unanswered:

@@ -172,6 +172,7 @@ def build(
             # cascade against uniform spacing at the same and at twice its share.
             "promise": promise(c).as_dict(),
             "estimated_counting": _num(c.estimated_counting),
+            "edge_answers": c.answers,
             "estimated_f1_last_window": _num(c.estimated_f1_last),
             "uniform_double_share": asdict(c.uniform_double) if c.uniform_double else None,
             "detected_vs_reference": asdict(c.detected_vs_reference)
