@@ -19,6 +19,12 @@ at worst; once the estimate is `recover_margin` above the target, each feedback 
 halving. In between, nothing changes (no flapping around the target). The estimate is a
 gauge per camera, and every change is logged.
 
+A periodic burst that falls due while the scene is empty and still (the edge's last
+feedback tracked no object, the motion gate's last verdict was "nothing changed") waits
+for motion: over an empty street it would measure nothing and cost its frames. A burst
+asked for (the edge, a scene change) starts at once, and so does one where the edge tracks
+objects (a gate blind to them is what the target's estimate must catch).
+
 Each decision has a reason, counted per camera: kept first/motion/max_gap/calibration/
 uncertain; dropped motion (nothing changed) or min_gap (changed, but the target allows
 the wait).
@@ -73,6 +79,20 @@ class CascadeMetrics:
             ["camera"],
             registry=registry,
         )
+        self.under_target = Counter(
+            "strata_device_cascade_under_target",
+            "Edge estimates under the target the camera received (each halves its gaps once "
+            "more, up to every frame).",
+            ["camera"],
+            registry=registry,
+        )
+        self.boosted_kept = Counter(
+            "strata_device_cascade_boosted_kept",
+            "Frames kept while the camera's gaps were halved for an estimate under the target "
+            "(calibration bursts aside): the frames the target asked for.",
+            ["camera"],
+            registry=registry,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +143,10 @@ class CascadePolicy:
         self._calibrated_gap = cfg.min_gap
         self.boost = 0
         self.edge_estimate: float | None = None
+        # The motion gate's last verdict was "nothing changed" (camera thread only), and
+        # the edge's last feedback tracked no object for the camera.
+        self._still = False
+        self._edge_sees_nothing = False
 
     def before_motion(self, index: int) -> PreDecision:
         """What to do with source frame `index` before its motion is scored."""
@@ -142,7 +166,10 @@ class CascadePolicy:
             return PreDecision("", gap < self.min_gap, False)
 
     def count(self, decision: str, reason: str) -> None:
-        """Count one decision ("kept" or "dropped") and its reason."""
+        """Count one decision ("kept" or "dropped") and its reason. A decision of the
+        motion gate also says whether the scene is still (a due burst waits for motion)."""
+        if reason in ("motion", "scene_change"):
+            self._still = decision == "dropped"
         if self._metrics is None:
             return
         c = self._counters.get((decision, reason))
@@ -156,11 +183,19 @@ class CascadePolicy:
         with self._lock:
             self._last_kept = index
             self._send_next = False
+            boosted = self.boost > 0 and self._burst_left == 0
             if self._burst_left > 0:
                 self._burst_left -= 1
+        if boosted and self._metrics is not None:
+            self._metrics.boosted_kept.labels(self.camera_id).inc()
 
     def _start_burst_if_due(self, index: int) -> bool:
         if self._burst_due < 0 or index < self._burst_due or self.cfg.burst_frames == 0:
+            return False
+        if self._still and self._edge_sees_nothing and self._burst_due > 0:
+            # A periodic burst over an empty, still scene measures nothing: it waits for
+            # motion. An asked-for one (due 0) does not, nor one where the edge tracks
+            # objects the motion gate may be blind to (the target's estimate needs it).
             return False
         self._burst_left = self.cfg.burst_frames
         self._burst_due = index + self.cfg.calibrate_every
@@ -184,9 +219,12 @@ class CascadePolicy:
     def feedback(self, fb: frame_pb2.CascadeFeedback) -> None:
         """Apply what the edge measured (from an ack)."""
         with self._lock:
+            self._edge_sees_nothing = fb.tracked_objects == 0 and not fb.send_next
             if fb.send_next:
                 self._send_next = True
-            if fb.burst_frames and self.cfg.burst_frames:
+            if fb.burst_frames and self._burst_due >= 0 and self._burst_left == 0:
+                # Only where calibration is on (calibrate_every, burst_frames); asked during
+                # a burst (the ask crossed it), that burst answers it.
                 self._burst_due = 0
             by_gap = fb.f1_by_gap if self.cfg.metric == "f1" else fb.counting_by_gap
             if by_gap:
@@ -227,6 +265,8 @@ class CascadePolicy:
         self.edge_estimate = est
         old = self.boost
         if est < self.cfg.target:
+            if self._metrics is not None:
+                self._metrics.under_target.labels(self.camera_id).inc()
             # Past this, both gaps are 1 already: every frame is kept.
             self.boost = min(
                 self.boost + 1, max(self.cfg.max_gap, self._calibrated_gap).bit_length()

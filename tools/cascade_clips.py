@@ -173,14 +173,36 @@ def pans_clip(src: Path, out: Path, recipe: PanRecipe = PanRecipe()) -> int:
     return writer.frames
 
 
+def head(src: Path, out: Path, frames: int) -> int:
+    """Write the first `frames` frames of `src` to `out` (a short run of the bench that
+    still plays the clip as a camera would); returns the frames written."""
+    rate, _total, width, height = _rate(src)
+    writer = _Writer(out, rate, width, height)
+    try:
+        for i, img in enumerate(_frames(src)):
+            if i >= frames:
+                break
+            writer.write(img)
+    finally:
+        writer.close()
+    return writer.frames
+
+
 # Name -> recipe (source, output) -> frames written, for `strata bench cascade --clip`.
 RECIPES: dict[str, Callable[[Path, Path], int]] = {"quiet": quiet_clip, "pans": pans_clip}
 
 
-def make(name: str, src: Path, workdir: Path) -> Path:
-    """The clip `name` made from `src` in `workdir` (reused when already there)."""
+def make(name: str, src: Path, workdir: Path, frames: int = 0) -> Path:
+    """The clip `name` made from `src` in `workdir` (reused when already there); `frames`
+    > 0: only its first `frames` frames. `name` "vtest" is `src` itself."""
     # Not "vtest...": the report takes the clip named vtest as its headline.
-    out = workdir / f"{name}-{src.stem}.mp4"
+    full = src if name == "vtest" else workdir / f"{name}-{src.stem}.mp4"
+    if not full.is_file():
+        RECIPES[name](src, full)
+    if frames <= 0:
+        return full
+    # The first frames of vtest keep its name: the headline clip.
+    out = workdir / f"{full.stem}-first{frames}.mp4"
     if not out.is_file():
-        RECIPES[name](src, out)
+        head(full, out, frames)
     return out

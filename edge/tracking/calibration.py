@@ -9,28 +9,33 @@ CascadeFeedback; the agent picks the longest gap meeting its target. The first `
 frames of a burst are all kept (the live tracker has velocities; a cold one would not)
 and not scored.
 
-The estimate of what the camera's current spacing achieves (`estimate`): the node notes
-the gap before each kept frame that is not part of a burst (frames since the camera's
-previous kept frame). When a burst starts, the gaps seen since the previous burst are the
-spacing the device used over that calibration window; when the burst ends, each gap g is
-scored with the accuracy at g of the mean curve over the camera's last `window` bursts
-(gaps past `max_gap` at `max_gap`), weighted by the g frames it spans: the share of frames
-the detector would agree with. It rides in the feedback (`estimated_accuracy`, box F1, and
-`estimated_counting`); a window without a kept frame outside bursts has no estimate. A
-scene change forgets the camera's curves and gaps (they describe the old scene).
+The estimate of what the camera's current spacing achieves (edge/tracking/estimate.py):
+each kept frame ends a span of frames since the camera's previous kept one. The spans of
+frames outside bursts since the previous burst started are the spacing the device used
+over that calibration window; when the next burst ends, they are scored on the mean curve
+of the camera's last `window` bursts (box F1 weighted by boxes, counting by frames) and
+the result rides in the feedback (`estimated_accuracy`, box F1, and `estimated_counting`);
+a window without a kept frame outside bursts has no estimate, nor a window without a box
+an F1 one. Every span (a burst's frames too: they agree by construction) is also scored
+as it comes, for the run (`on_scored`: counters a bench reads). A burst that saw (almost) no box
+sends no curves: an empty street's F1 is 1 at every gap, and the device would space the
+next passage by it; instead, the first kept frame with objects while no burst of the scene
+has seen any asks for a burst (`burst_frames`), so the camera calibrates on what it must
+space. A scene change forgets the camera's curves and spans (they describe
+the old scene).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 from strata.edge.tracking.answers import Answers
+from strata.edge.tracking.estimate import Curves, Spacing, Span, Tally
 from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
@@ -94,6 +99,8 @@ class GapAccuracy:
     f1: tuple[float, ...]
     counting: tuple[float, ...]
     frames: int
+    # The detector's boxes in the frames scored (what weighs the F1 curve).
+    boxes: int = 0
 
 
 def measure_gaps(
@@ -119,30 +126,18 @@ def measure_gaps(
         a = agreement(ref, [class_boxes(out[i]) for i in scored])
         f1.append(round(a.f1, 4))
         counting.append(round(a.counting, 4))
-    return GapAccuracy(tuple(f1), tuple(counting), len(ref))
-
-
-def estimate(curves: Sequence[Sequence[float]], gaps: Mapping[int, int]) -> float | None:
-    """Accuracy of a spacing: `gaps` (gap in frames -> times seen) scored on the mean of
-    `curves` (accuracy by gap, index g - 1), each gap weighted by the frames it spans."""
-    if not curves or not gaps:
-        return None
-    curve = np.mean(np.asarray(curves, np.float64), axis=0)
-    g = np.fromiter(gaps.keys(), np.int64, len(gaps))
-    frames = g * np.fromiter(gaps.values(), np.int64, len(gaps))
-    if frames.sum() <= 0:
-        return None
-    acc = curve[np.clip(g, 1, len(curve)) - 1]
-    return float((acc * frames).sum() / frames.sum())
+    boxes = sum(len(r) for r in ref)
+    return GapAccuracy(tuple(f1), tuple(counting), len(ref), boxes)
 
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """What a camera's current spacing achieves, as estimated after a burst."""
+    """What a camera's spacing achieved over its last calibration window, as estimated
+    after a burst (None: nothing to estimate it on, e.g. no box for F1)."""
 
     camera_id: str
-    f1: float
-    counting: float
+    f1: float | None
+    counting: float | None
 
 
 @dataclass
@@ -150,29 +145,47 @@ class _Burst:
     frames: list[tuple[int, FrameBoxes]] = field(default_factory=list)
     width: int = 0
     height: int = 0
-    # The gaps of the calibration window before this burst (gap -> times seen).
-    gaps: dict[int, int] = field(default_factory=dict)
+    # The spans of the calibration window before this burst.
+    window: list[Span] = field(default_factory=list)
+
+
+# The burst the edge asks for when objects appear and no burst saw any (the device sends
+# its own device.cascade.burst_frames; this says how many the edge would like), at most
+# once in this many gaps of `max_gap` frames per camera (objects that come and go).
+ASK_BURST_FRAMES = 20
+ASK_EVERY_MAX_GAPS = 10
+# A burst says what a gap costs when it saw at least this many boxes per frame (1 in 2):
+# fewer (an object at the edge of the view, a flicker), its curves are noise and count as
+# a burst that saw nothing.
+MIN_BOXES_PER_FRAME = (1, 2)
+
+# Spans kept for the run until a first burst is measured (a camera that never calibrates
+# would otherwise grow them forever); past it, the oldest are not scored.
+_UNSCORED_MAX = 4096
 
 
 @dataclass
 class _Camera:
-    """One camera's spacing since its last burst and its recent bursts' curves."""
+    """One camera's spacing and its recent bursts' curves."""
 
     window: int
-    last_index: int = -1
-    gaps: dict[int, int] = field(default_factory=dict)
-    f1: deque[tuple[float, ...]] = field(init=False)
-    counting: deque[tuple[float, ...]] = field(init=False)
+    spacing: Spacing = field(default_factory=Spacing)
+    curves: Curves = field(init=False)
+    # A burst is under way, being measured, or was asked for (at frame `asked_at`).
+    calibrating: bool = False
+    asked_at: int = -(1 << 62)
 
     def __post_init__(self) -> None:
-        self.f1 = deque(maxlen=self.window)
-        self.counting = deque(maxlen=self.window)
+        self.curves = Curves(self.window)
 
-    def saw(self, index: int, calibration: bool) -> None:
-        if not calibration and 0 <= self.last_index < index:
-            gap = index - self.last_index
-            self.gaps[gap] = self.gaps.get(gap, 0) + 1
-        self.last_index = max(self.last_index, index)
+    def score(self, spans: list[Span]) -> Tally:
+        """`spans` scored for the run; those the curves cannot score yet wait."""
+        tally = Tally()
+        for span in spans:
+            if not tally.add(span, self.curves):
+                self.spacing.unscored.append(span)
+        del self.spacing.unscored[:-_UNSCORED_MAX]
+        return tally
 
 
 class Calibration:
@@ -189,12 +202,15 @@ class Calibration:
         warmup: int = 5,
         window: int = 4,
         on_estimate: Callable[[Estimate], None] | None = None,
+        on_scored: Callable[[str, Tally], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.max_gap = max_gap
         self.warmup = warmup
         self.window = window
         self.on_estimate = on_estimate
+        # The run's estimate, as spans come: (camera, what they add).
+        self.on_scored = on_scored
         self._cameras: dict[tuple[int, str], _Camera] = {}
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="calibration")
         self._lock = threading.Lock()
@@ -208,40 +224,75 @@ class Calibration:
         """A detected frame (worker thread); when it ends a burst, the measurement's future."""
         key = (h.session_id, h.camera_id)
         with self._lock:
-            if h.scene_change:
-                # Measured on the scene before the cut: says nothing of this one.
-                self._bursts.pop(key, None)
-                self._feedback.pop(key, None)
-                self._cameras.pop(key, None)
-            cam = self._cameras.get(key)
-            if cam is None:
-                cam = self._cameras[key] = _Camera(self.window)
-            cam.saw(h.frame_index, h.calibration)
-            burst = self._bursts.get(key)
-            if h.calibration:
-                if burst is None or (burst.frames and h.frame_index != burst.frames[-1][0] + 1):
-                    burst = self._bursts[key] = _Burst(gaps=cam.gaps)
-                    cam.gaps = {}
-                burst.frames.append((h.frame_index, boxes))
-                burst.width = h.source_width or h.width
-                burst.height = h.source_height or h.height
-                return None
-            if burst is None:
-                return None
+            burst, scored = self._note(key, h, boxes)
+        if scored.counting_weight and self.on_scored is not None:
+            self.on_scored(h.camera_id, scored)
+        return None if burst is None else self._pool.submit(self._finish, key, burst)
+
+    def _note(
+        self, key: tuple[int, str], h: frame_pb2.FrameHeader, boxes: FrameBoxes
+    ) -> tuple[_Burst | None, Tally]:
+        """The frame noted (locked): the burst it ends, if any, and what it adds to the
+        run's estimate."""
+        if h.scene_change:
+            # Measured on the scene before the cut: says nothing of this one.
+            self._bursts.pop(key, None)
+            self._feedback.pop(key, None)
+            self._cameras.pop(key, None)
+        cam = self._cameras.get(key)
+        if cam is None:
+            cam = self._cameras[key] = _Camera(self.window)
+        if h.scene_change:
+            # The device calibrates the new scene from its next frame on: nothing to ask.
+            cam.calibrating = True
+        span = cam.spacing.saw(h.frame_index, len(boxes), h.calibration)
+        scored = cam.score([span] if span is not None else [])
+        burst = self._bursts.get(key)
+        if (
+            not h.calibration
+            and len(boxes)
+            and cam.curves.f1 is None
+            and not cam.calibrating
+            and h.frame_index - cam.asked_at >= ASK_EVERY_MAX_GAPS * self.max_gap
+        ):
+            # Objects, and no burst of this scene ever saw one (an empty street's say nothing
+            # of what a gap costs): calibrate on them now rather than at the next due burst.
+            cam.calibrating = True
+            cam.asked_at = h.frame_index
+            self._feedback.setdefault(
+                key, frame_pb2.CascadeFeedback()
+            ).burst_frames = ASK_BURST_FRAMES
+            log.info("camera %s: objects, and no calibration saw any: asking for a burst", key[1])
+        if h.calibration:
+            cam.calibrating = True
+            if burst is None or (burst.frames and h.frame_index != burst.frames[-1][0] + 1):
+                burst = self._bursts[key] = _Burst(window=cam.spacing.take_window())
+            burst.frames.append((h.frame_index, boxes))
+            burst.width = h.source_width or h.width
+            burst.height = h.source_height or h.height
+            return None, scored
+        if burst is not None:
             del self._bursts[key]
-        return self._pool.submit(self._finish, key, burst)
+        return burst, scored
 
     def _finish(self, key: tuple[int, str], burst: _Burst) -> GapAccuracy | None:
-        if len(burst.frames) < self.warmup + 2:
-            log.info(
-                "camera %s: calibration burst of %d frames too short", key[1], len(burst.frames)
-            )
-            return None
         try:
+            if len(burst.frames) < self.warmup + 2:
+                log.info(
+                    "camera %s: calibration burst of %d frames too short",
+                    key[1],
+                    len(burst.frames),
+                )
+                return None
             return self._measure(key, burst)
         except Exception:  # a bug here must not stop calibrating the other cameras
             log.exception("camera %s: calibration failed", key[1])
             return None
+        finally:
+            with self._lock:
+                cam = self._cameras.get(key)
+                if cam is not None:
+                    cam.calibrating = False
 
     def _measure(self, key: tuple[int, str], burst: _Burst) -> GapAccuracy:
         acc = measure_gaps(
@@ -252,34 +303,56 @@ class Calibration:
             self.max_gap,
             self.warmup,
         )
-        fb = frame_pb2.CascadeFeedback(f1_by_gap=acc.f1, counting_by_gap=acc.counting)
+        fb = frame_pb2.CascadeFeedback()
+        # A few boxes (an object at the edge of the view, a flicker) make a curve of noise.
+        informative = acc.boxes > 0 and acc.boxes * MIN_BOXES_PER_FRAME[1] >= (
+            acc.frames * MIN_BOXES_PER_FRAME[0]
+        )
+        if informative:
+            fb.f1_by_gap.extend(acc.f1)
+            fb.counting_by_gap.extend(acc.counting)
+        else:
+            log.info(
+                "camera %s: the calibration burst saw %d boxes in %d frames, too few to say "
+                "what a gap costs: the gaps stay as they are",
+                key[1],
+                acc.boxes,
+                acc.frames,
+            )
         with self._lock:
             cam = self._cameras.get(key)
             if cam is None:  # a scene change while measuring: the new scene starts afresh
                 cam = self._cameras[key] = _Camera(self.window)
-            cam.f1.append(acc.f1)
-            cam.counting.append(acc.counting)
-            f1 = estimate(cam.f1, burst.gaps)
-            counting = estimate(cam.counting, burst.gaps)
-            if f1 is not None and counting is not None:
+            cam.curves.add(acc.f1, acc.counting, acc.boxes if informative else 0)
+            window = Tally()
+            for span in burst.window:
+                window.add(span, cam.curves)
+            f1, counting = window.f1(), window.counting()
+            if f1 is not None:
                 fb.estimated_accuracy = f1
+            if counting is not None:
                 fb.estimated_counting = counting
+            waited, cam.spacing.unscored = cam.spacing.unscored, []
+            scored = cam.score(waited)
             self._feedback[key] = fb
             self.measured += 1
-        if f1 is not None and counting is not None:
+        if scored.counting_weight and self.on_scored is not None:
+            self.on_scored(key[1], scored)
+        if f1 is not None or counting is not None:
             log.info(
                 "camera %s: the spacing of the last calibration window is estimated at box F1 "
-                "%.3f, counting %.3f",
+                "%s, counting %s",
                 key[1],
-                f1,
-                counting,
+                "n/a (no object)" if f1 is None else f"{f1:.3f}",
+                "n/a" if counting is None else f"{counting:.3f}",
             )
             if self.on_estimate is not None:
                 self.on_estimate(Estimate(key[1], f1, counting))
         log.info(
-            "camera %s: calibration over %d frames: box F1 by gap %s",
+            "camera %s: calibration over %d frames (%d boxes): box F1 by gap %s",
             key[1],
             acc.frames,
+            acc.boxes,
             " ".join(f"{v:.2f}" for v in acc.f1),
         )
         return acc

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.edge.inference.h264 import H264Decoders
 from strata.edge.tracking.answers import Answer, Answers
 from strata.edge.tracking.calibration import Calibration, Estimate
+from strata.edge.tracking.estimate import Tally
 from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import EdgeConfig
 from strata.shared.contracts import frame_pb2
@@ -98,6 +99,20 @@ class CascadeMetrics:
             ["camera"],
             registry=r,
         )
+        self.estimate_weight = Counter(
+            "strata_edge_estimate_weight",
+            "What the camera's estimate has scored since start, by metric: the detector's "
+            "boxes in the frames (f1), the frames (counting).",
+            ["camera", "metric"],
+            registry=r,
+        )
+        self.estimate_agreeing = Counter(
+            "strata_edge_estimate_agreeing",
+            "strata_edge_estimate_weight, each frame's part times the accuracy estimated at "
+            "its gap: over the weight, the estimate of the whole run so far.",
+            ["camera", "metric"],
+            registry=r,
+        )
 
 
 class EdgeCascade:
@@ -114,6 +129,7 @@ class EdgeCascade:
             cfg.tracking.calibration_max_gap,
             window=cfg.tracking.calibration_window,
             on_estimate=self._estimated,
+            on_scored=self._scored,
         )
         self._lock = threading.Lock()
         self._refused_log = RateLimitedLog(log, 10.0, logging.INFO)
@@ -209,7 +225,16 @@ class EdgeCascade:
         return tracked, done
 
     def _estimated(self, e: Estimate) -> None:
-        self.metrics.estimated_accuracy.labels(e.camera_id).set(e.f1)
+        if e.f1 is not None:
+            self.metrics.estimated_accuracy.labels(e.camera_id).set(e.f1)
+
+    def _scored(self, camera_id: str, t: Tally) -> None:
+        m = self.metrics
+        if t.f1_weight:
+            m.estimate_weight.labels(camera_id, "f1").inc(t.f1_weight)
+            m.estimate_agreeing.labels(camera_id, "f1").inc(t.f1_sum)
+        m.estimate_weight.labels(camera_id, "counting").inc(t.counting_weight)
+        m.estimate_agreeing.labels(camera_id, "counting").inc(t.counting_sum)
 
     def ready(self) -> list[Answer]:
         """Skipped frames that can be answered now (or have waited long enough)."""

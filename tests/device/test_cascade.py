@@ -112,6 +112,9 @@ def test_an_estimate_under_target_keeps_more_frames_until_it_recovers() -> None:
     assert (p.min_gap, p.max_gap) == (1, 5)
     assert gauge("strata_device_estimated_accuracy") == approx(0.8)
     assert gauge("strata_device_cascade_boost") == 3
+    # Counted: the estimates under the target, and every frame kept while boosted.
+    assert gauge("strata_device_cascade_under_target_total") == 3
+    assert gauge("strata_device_cascade_boosted_kept_total") == sum(map(sum, seen[1:]))
     # Under target still: towards every frame, and no further.
     for _ in range(10):
         p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.5))
@@ -136,3 +139,66 @@ def test_the_estimate_of_the_configured_metric_decides() -> None:
     # Feedback without an estimate (send_next, a first burst) changes nothing.
     p.feedback(frame_pb2.CascadeFeedback(send_next=True))
     assert p.boost == 1
+
+
+def test_a_periodic_burst_waits_for_motion_an_asked_one_does_not() -> None:
+    cfg = CascadeConfig(calibrate_every=20, burst_frames=3, min_gap=1, max_gap=50)
+    p = CascadePolicy(cfg)
+
+    def step(i: int, motion: bool) -> str:
+        """One frame as the camera decides it (the motion gate's verdict counted)."""
+        pre = p.before_motion(i)
+        if pre.block:
+            p.count("dropped", "min_gap")
+            return "-"
+        if pre.force or motion:
+            p.kept(i)
+            p.count("kept", pre.force or "motion")
+            return pre.force or "motion"
+        p.count("dropped", "motion")
+        return "-"
+
+    assert [step(i, True) for i in range(4)] == ["first", "calibration", "calibration", "motion"]
+    # The burst saw an empty street: the edge tracks nothing.
+    p.feedback(frame_pb2.CascadeFeedback(tracked_objects=0))
+    # Still from frame 4 on: the burst due at 20 waits (max_gap keeps are not bursts).
+    quiet = [step(i, False) for i in range(4, 40)]
+    assert "calibration" not in quiet and p.calibrations == 1
+    # Motion again: the next frame starts the burst.
+    assert step(40, True) == "motion"
+    assert [step(i, True) for i in range(41, 44)] == ["calibration"] * 3
+    assert p.calibrations == 2
+    # Still again, but the edge asks: at once.
+    assert step(44, False) == "-"
+    p.feedback(frame_pb2.CascadeFeedback(burst_frames=20))
+    assert step(45, False) == "calibration"
+
+
+def test_a_still_scene_the_edge_sees_objects_in_still_calibrates() -> None:
+    """A motion gate blind to the objects: the periodic bursts go on (the estimate needs
+    them to say the target is missed)."""
+    p = CascadePolicy(CascadeConfig(calibrate_every=20, burst_frames=3, max_gap=50))
+    p.feedback(frame_pb2.CascadeFeedback(tracked_objects=4))
+    for i in range(45):
+        pre = p.before_motion(i)
+        if pre.force:
+            p.kept(i)
+            p.count("kept", pre.force)
+        else:
+            p.count("dropped", "motion")
+    assert p.calibrations == 3  # at 0, 20, 40
+
+
+def test_a_burst_asked_for_during_a_burst_is_that_burst() -> None:
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=3))
+    assert run(p, range(2)) == ["first", "calibration"]
+    p.feedback(frame_pb2.CascadeFeedback(burst_frames=20))
+    assert run(p, range(2, 6)) == ["calibration", "motion", "motion", "motion"]
+    assert p.calibrations == 1
+
+
+def test_no_calibration_means_no_burst_even_when_the_edge_asks() -> None:
+    p = CascadePolicy(CascadeConfig(calibrate_every=0, min_gap=3))
+    p.feedback(frame_pb2.CascadeFeedback(burst_frames=20))
+    assert run(p, range(7)) == ["first", "-", "-", "motion", "-", "-", "motion"]
+    assert p.calibrations == 0

@@ -6,7 +6,8 @@ from concurrent.futures import Future
 
 import numpy as np
 from pytest import approx
-from strata.edge.tracking.calibration import Calibration, Estimate, estimate, measure_gaps, uniform
+from strata.edge.tracking.calibration import Calibration, Estimate, measure_gaps, uniform
+from strata.edge.tracking.estimate import Curves, Span, Tally
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes
@@ -91,13 +92,43 @@ def test_a_scene_change_drops_the_old_scenes_burst_and_feedback() -> None:
         cal.close()
 
 
-def test_estimate_weights_each_gap_by_the_frames_it_spans() -> None:
-    curves = [[1.0, 0.9, 0.8], [1.0, 0.7, 0.6]]
-    assert estimate(curves, {2: 5}) == approx(0.8)
-    # 1 gap of 1 frame at 1.0, 1 gap of 3 frames at the mean 0.7; past the curve: its end.
-    assert estimate(curves, {1: 1, 3: 1}) == approx((1.0 + 3 * 0.7) / 4)
-    assert estimate(curves, {9: 2}) == approx(0.7)
-    assert estimate(curves, {}) is None and estimate([], {2: 1}) is None
+def _tally(curves: Curves, *spans: Span) -> Tally:
+    t = Tally()
+    for span in spans:
+        assert t.add(span, curves)
+    return t
+
+
+def test_the_estimate_weighs_counting_by_frames_and_f1_by_boxes() -> None:
+    curves = Curves(window=4)
+    curves.add((1.0, 0.9, 0.8), (1.0, 0.9, 0.8), boxes=10)
+    curves.add((1.0, 0.7, 0.6), (1.0, 0.7, 0.6), boxes=10)
+    assert _tally(curves, Span(2, 4.0)).f1() == approx(0.8)
+    # Counting: 1 frame at 1.0, 3 frames at the mean 0.7; past the curve: its end.
+    t = _tally(curves, Span(1, 0.0), Span(3, 6.0))
+    assert t.counting() == approx((1.0 + 3 * 0.7) / 4)
+    # F1: only the span with boxes counts.
+    assert t.f1() == approx(0.7)
+    assert _tally(curves, Span(9, 2.0)).f1() == approx(0.7)
+    # No box anywhere: no F1 estimate, a counting one.
+    empty = _tally(curves, Span(3, 0.0))
+    assert empty.f1() is None and empty.counting() == approx(0.7)
+    assert Tally().f1() is None and Tally().counting() is None
+
+
+def test_a_burst_over_an_empty_street_does_not_lift_the_f1_estimate() -> None:
+    curves = Curves(window=4)
+    curves.add((1.0, 0.8, 0.6), (1.0, 0.8, 0.6), boxes=50)
+    curves.add((1.0, 1.0, 1.0), (1.0, 1.0, 1.0), boxes=0)
+    assert curves.f1 is not None and curves.f1.tolist() == approx([1.0, 0.8, 0.6])
+    # Counting is a mean over frames: the empty street's frames count.
+    assert curves.counting is not None and curves.counting.tolist() == approx([1.0, 0.9, 0.8])
+    only_empty = Curves(window=4)
+    only_empty.add((1.0, 1.0), (1.0, 1.0), boxes=0)
+    assert only_empty.f1 is None
+    # A span with boxes cannot be scored on it, a gap of 1 always can (every frame detected).
+    assert not Tally().add(Span(2, 3.0), only_empty)
+    assert _tally(Curves(window=1), Span(1, 2.0)).f1() == 1.0
 
 
 def feed(cal: Calibration, frames: range, calibration: bool, step: int = 1) -> object:
@@ -152,5 +183,127 @@ def test_the_estimate_smooths_over_the_window_of_bursts() -> None:
         fb = cal.take_feedback(3, "cam")
         assert fb is not None
         assert fb.estimated_accuracy == approx((curves[1][1] + curves[2][1]) / 2, abs=1e-6)
+    finally:
+        cal.close()
+
+
+def test_an_empty_burst_sends_no_curves() -> None:
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        for i in range(30):
+            cal.detected(head(i, True), FrameBoxes.empty())
+        future = cal.detected(head(31, False), FrameBoxes.empty())
+        assert future is not None
+        acc = future.result(timeout=30)
+        assert acc is not None and acc.boxes == 0 and acc.f1 == (1.0,) * 6
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and not fb.f1_by_gap and not fb.counting_by_gap
+    finally:
+        cal.close()
+
+
+def test_the_run_is_scored_span_by_span_burst_frames_agreeing() -> None:
+    scored: list[tuple[str, Tally]] = []
+    cal = Calibration(TrackingConfig(), max_gap=6, on_scored=lambda cam, t: scored.append((cam, t)))
+    try:
+        feed(cal, range(0, 30), True)
+        end = feed(cal, range(33, 90), False, step=3)
+        assert isinstance(end, Future)
+        acc = end.result(timeout=30)
+        assert acc is not None
+        run = Tally()
+        for cam, t in scored:
+            assert cam == "cam"
+            run.f1_weight += t.f1_weight
+            run.f1_sum += t.f1_sum
+            run.counting_weight += t.counting_weight
+            run.counting_sum += t.counting_sum
+        # 29 burst frames (gap 1, agreeing), then a span of 4 frames and 18 of 3 at the
+        # burst's accuracy at those gaps (scored once the burst was measured).
+        assert run.counting_weight == 29 + 4 + 18 * 3
+        want = (29 + 4 * acc.counting[3] + 54 * acc.counting[2]) / 87
+        assert run.counting() == approx(want, abs=1e-6)
+        f1 = run.f1()
+        assert f1 is not None and acc.f1[3] < f1 < 1.0
+    finally:
+        cal.close()
+
+
+def test_objects_after_empty_bursts_ask_for_a_burst_once() -> None:
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        for i in range(30):
+            cal.detected(head(i, True), FrameBoxes.empty())
+        end = cal.detected(head(40, False), FrameBoxes.empty())
+        assert end is not None and end.result(timeout=30) is not None
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and not fb.burst_frames  # an empty street: nothing to ask
+        # People: no burst saw any, so the edge asks for one, once.
+        cal.detected(head(50, False), scene(50, 4.0))
+        cal.detected(head(52, False), scene(52, 4.0))
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and fb.burst_frames > 0
+        cal.detected(head(54, False), scene(54, 4.0))
+        assert cal.take_feedback(3, "cam") is None
+        # The burst sees them: curves go back, and no more asking.
+        feed(cal, range(55, 85), True)
+        end = cal.detected(head(88, False), scene(88, 6.0))
+        assert end is not None and end.result(timeout=30) is not None
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and fb.f1_by_gap and not fb.burst_frames
+        cal.detected(head(91, False), scene(91, 6.0))
+        assert cal.take_feedback(3, "cam") is None
+    finally:
+        cal.close()
+
+
+def test_a_burst_with_a_flicker_of_boxes_sends_no_curves() -> None:
+    """3 boxes in 25 scored frames (a post the detector sees now and then): noise."""
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        for i in range(30):
+            cal.detected(head(i, True), scene(i, 4.0) if i in (9, 17, 25) else FrameBoxes.empty())
+        future = cal.detected(head(31, False), FrameBoxes.empty())
+        assert future is not None
+        acc = future.result(timeout=30)
+        assert acc is not None and 0 < acc.boxes < acc.frames / 2
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and not fb.f1_by_gap and not fb.counting_by_gap
+        # And it does not count as a burst that saw objects: people ask for one.
+        cal.detected(head(33, False), scene(33, 4.0))
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and fb.burst_frames > 0
+    finally:
+        cal.close()
+
+
+def test_the_edge_asks_for_bursts_at_most_once_in_ten_max_gaps() -> None:
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        cal.detected(head(0, False), scene(0, 4.0))
+        first = cal.take_feedback(3, "cam")
+        assert first is not None and first.burst_frames > 0
+        # The device never sent the burst; a burst too short to measure ends the wait.
+        for i in range(1, 4):
+            cal.detected(head(i, True), scene(i, 4.0))
+        short = cal.detected(head(5, False), scene(5, 4.0))
+        assert short is not None and short.result(timeout=30) is None
+        cal.detected(head(30, False), scene(30, 4.0))
+        assert cal.take_feedback(3, "cam") is None  # 30 frames after: too soon
+        cal.detected(head(60, False), scene(60, 4.0))
+        again = cal.take_feedback(3, "cam")
+        assert again is not None and again.burst_frames > 0  # 10 x max_gap later
+    finally:
+        cal.close()
+
+
+def test_a_scene_change_does_not_ask_the_device_calibrates_it_anyway() -> None:
+    cal = Calibration(TrackingConfig(), max_gap=6)
+    try:
+        cut = head(0, False)
+        cut.scene_change = True
+        cal.detected(cut, scene(0, 4.0))
+        cal.detected(head(1, False), scene(1, 4.0))
+        assert cal.take_feedback(3, "cam") is None
     finally:
         cal.close()

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from strata.edge.tracking.cascade import CascadeMetrics
 from strata.shared.vision.agreement import Agreement
 from strata.tools.bench import report
-from strata.tools.bench.cascade import ClipResult, estimated_f1
+from strata.tools.bench.cascade import ClipResult, answers_by_how, estimated_f1
 from strata.tools.demo.scrape import parse
 
 
@@ -33,3 +33,13 @@ def test_the_edges_estimate_from_its_metrics_beside_the_measured_f1() -> None:
     assert report.cascade_keys(clip)["cascade.estimated_f1"] == pytest.approx(0.88)
     (row,) = report._estimate_rows(clip)
     assert row.endswith("| | | 0.880 |") and "measured 0.900, off by -0.020" in row
+
+
+def test_the_edges_answers_by_how_they_were_made() -> None:
+    registry = CollectorRegistry()
+    m = CascadeMetrics(registry)
+    m.answers.labels("interpolated").inc(7)
+    m.answers.labels("timeout").inc(2)
+    edge = parse(generate_latest(registry).decode())
+    assert answers_by_how({"edge": edge}) == {"interpolated": 7.0, "timeout": 2.0}
+    assert answers_by_how({}) == {}

@@ -22,6 +22,7 @@ from strata.tools.bench.cascade import (
     reference_frames,
     reference_overrides,
     run_once,
+    scaled_reference,
 )
 
 
@@ -53,12 +54,20 @@ def test_the_bench_prints_the_holes_instead_of_figures_and_fails(
 
     monkeypatch.setattr(accuracy, "run_cascade", holes)
     args = Namespace(out=str(tmp_path), quick=True, vtest=None, no_vtest=True, json=None, clip=None)
+    args.frames, args.model_repository, args.model = 0, "", "yolov8n"
     args.command_line = "strata bench cascade"
     assert accuracy.run(args) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["reference_holes"]["frames_without_answer"] == 198
     assert doc["reference_holes"]["drops_by_reason"] == {"device.degraded_rate": 198.0}
     assert not any(k.startswith("cascade") for k in doc)
+
+
+def test_the_reference_sees_the_frames_at_the_detectors_size_from_the_first() -> None:
+    assert scaled_reference(None) == {}
+    payload = merge(GATES_OFF, scaled_reference((320, 320)))["device"]["payload"]
+    assert (payload["max_width"], payload["max_height"]) == (320, 320)
+    assert merge(GATES_OFF, scaled_reference((320, 320)))["device"]["sender"]["encoding"] == "bgr"
 
 
 def test_the_spool_holds_the_whole_clip_read_unpaced(tmp_path: Path) -> None:

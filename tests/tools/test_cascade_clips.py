@@ -12,6 +12,8 @@ from strata.tools.cascade_clips import (
     PanRecipe,
     QuietRecipe,
     crop_offsets,
+    head,
+    make,
     pans_clip,
     quiet_clip,
 )
@@ -56,3 +58,13 @@ def test_crop_offsets_hold_pan_and_cut() -> None:
     assert (np.diff(off[10:20, 0]) != 0).all()  # panning
     assert not (off[20] == off[19]).all()  # a cut
     assert (off[:, 0] <= 64).all() and (off[:, 1] <= 48).all() and (off >= 0).all()
+
+
+def test_a_short_bench_takes_the_first_frames_of_a_clip(source: Path, tmp_path: Path) -> None:
+    out = make("pans", source, tmp_path, frames=12)
+    assert out.name == "pans-src-first12.mp4" and clip_shape(out) == (12, 256, 192)
+    whole = make("vtest", source, tmp_path)
+    assert whole == source
+    first = make("vtest", source, tmp_path, frames=7)
+    assert first.name == "src-first7.mp4" and clip_shape(first) == (7, 320, 240)
+    assert head(source, tmp_path / "h.mp4", 100) == 40  # no more than the clip has

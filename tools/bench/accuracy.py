@@ -1,60 +1,87 @@
 """The cascade's accuracy and bytes on the bench's clips: `strata bench cascade`.
 
-The synthetic clip first (its ground truth is known), then vtest when present (or the clips
-`--clip` makes from it: quiet footage, pans and cuts; tools/cascade_clips.py): each through
+The synthetic clip first (its ground truth is known), then, when vtest is present, vtest and
+the clips made from it (quiet footage, pans and cuts: tools/cascade_clips.py; `--clip`
+chooses): each through
 a reference run (the detector on every frame) and a cascade run of the real daemons over
-loopback (tools/bench/cascade.py), compared frame by frame. Writes the cascade.* keys of
-`strata bench`'s report, per clip, as JSON.
+loopback (tools/bench/cascade.py), compared frame by frame, with the edge's detector of
+choice (`--model-repository`, `--model`: tools/bench/detector.py). Writes the cascade.*
+keys of `strata bench`'s report and, per clip, the figures and whether the cascade kept its
+promise (tools/bench/promise.py), as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from strata.shared import machine
+from strata.shared.models import ModelError
 from strata.shared.synthetic import SyntheticClip
 from strata.tools import cascade_clips
 from strata.tools.bench import report
 from strata.tools.bench.cascade import (
     ClipResult,
+    ClipSetup,
     Labels,
     ReferenceHolesError,
     measure_clip,
     synthetic_truth,
 )
+from strata.tools.bench.clip_args import CLIPS, add_clip_arguments, clips_of
+from strata.tools.bench.detector import BenchDetector, resolve
 from strata.tools.bench.progress import say
+from strata.tools.bench.promise import promise
 from strata.tools.clips import find_vtest
 
 
-def run_cascade(
-    work: Path,
-    quick: bool,
-    vtest: Path | None,
-    skip_vtest: bool,
-    clips_from_vtest: tuple[str, ...] = ("vtest",),
-) -> list[ClipResult]:
+@dataclass(frozen=True, slots=True)
+class CascadeOptions:
+    """What the cascade bench runs: which clips, how much of them, which detector."""
+
+    quick: bool = False
+    vtest: Path | None = None
+    skip_vtest: bool = False
+    clips: tuple[str, ...] = CLIPS
+    # > 0: only the first this many frames of every clip (a check that it works, not a
+    # figure).
+    frames: int = 0
+    # The edge's detector; None: the starter repository's yolov8n.
+    detector: BenchDetector | None = None
+
+
+def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
     """The synthetic clip (with ground truth), then the clips made from vtest (`vtest`
     itself, `quiet`, `pans`: tools/cascade_clips.py) when it is present and not quick."""
     clips: list[ClipResult] = []
-    frames = 30 if quick else 300
+    frames = 30 if opts.quick else 300
+    if opts.frames > 0:
+        frames = min(frames, opts.frames)
+    detector = opts.detector or resolve()
+    model = detector.overrides()
     clip = SyntheticClip(width=640, height=480, frames=frames, fps=10, objects=4, seed=0)
     path = clip.write(work / "synthetic.mp4")
     labels = Labels()
+    say(f"detector: {detector.one_line()} from {detector.repository}")
     say(f"cascade on the synthetic clip ({frames} frames): reference run, then cascade run ...")
-    clips.append(measure_clip(path, work / "synthetic", synthetic_truth(clip, labels), labels))
-    if skip_vtest:
+    truth = synthetic_truth(clip, labels)
+    setup = ClipSetup(model, (detector.input_width, detector.input_height))
+    clips.append(measure_clip(path, work / "synthetic", setup, truth, labels))
+    if opts.skip_vtest:
         return clips
+    vtest = opts.vtest
     if vtest is None or not vtest.is_file():
         say("vtest.mp4 not found (python .ci/test_data.py fetches it); cascade on it skipped")
-    elif quick:
+    elif opts.quick:
         say("--quick: cascade on vtest.mp4 skipped (795 frames through two full pipeline runs)")
     else:
-        for name in clips_from_vtest:
-            path = vtest if name == "vtest" else cascade_clips.make(name, vtest, work / "clips")
+        for name in opts.clips:
+            path = cascade_clips.make(name, vtest, work / "clips", opts.frames)
             say(f"cascade on {path.name}: reference run, then cascade run ...")
-            clips.append(measure_clip(path, work / name, curve=True))
+            clips.append(measure_clip(path, work / name, replace(setup, curve=True)))
+            say(promise(clips[-1]).line())
     return clips
 
 
@@ -76,13 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="30 synthetic frames, no vtest")
     p.add_argument("--vtest", metavar="FILE", help="the real clip (default: data/vtest.mp4)")
     p.add_argument("--no-vtest", action="store_true", help="the synthetic clip only")
-    p.add_argument(
-        "--clip",
-        action="append",
-        choices=("vtest", *cascade_clips.RECIPES),
-        help="a clip from vtest after the synthetic one (repeatable; default vtest): quiet "
-        "(passages between empty street), pans (a camera that pans and cuts)",
-    )
+    add_clip_arguments(p)
     p.add_argument("--json", metavar="OUT", help="write the figures here too")
 
 
@@ -92,16 +113,30 @@ def run(args: argparse.Namespace) -> int:
     reference run left holes."""
     out = Path(args.out)
     try:
-        chosen = tuple(args.clip or ("vtest",))
-        clips = run_cascade(out, args.quick, find_vtest(args.vtest), args.no_vtest, chosen)
+        detector = resolve(args.model_repository, args.model)
+    except ModelError as exc:
+        say(f"the detector: {exc}")
+        return 2
+    opts = CascadeOptions(
+        quick=args.quick,
+        vtest=find_vtest(args.vtest),
+        skip_vtest=args.no_vtest,
+        clips=clips_of(args.clip),
+        frames=args.frames,
+        detector=detector,
+    )
+    try:
+        clips = run_cascade(out, opts)
     except ReferenceHolesError as holes:
         print(json.dumps({"command": args.command_line, **holes_doc(holes)}, indent=2))
         say(str(holes))
         return 2
-    rep = report.build(machine.describe(), {}, clips, {}, args.quick or args.no_vtest)
+    extra = {"detector": detector.describe()}
+    rep = report.build(machine.describe(), {}, clips, extra, args.quick or args.no_vtest)
     doc = {
         "command": args.command_line,
         "machine": rep["machine"],
+        "detector": rep["detector"],
         **{k: v for k, v in rep.items() if k.startswith(("cascade.", "cascade_synthetic."))},
         "clips": rep["clips"],
     }

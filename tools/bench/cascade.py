@@ -1,7 +1,8 @@
 """The cascade's cost and accuracy on one clip: two real pipeline runs, compared.
 
-Reference: the device's gates and cascade off, full-resolution raw frames, so the edge's
-YOLO sees every original frame, whatever its speed: the file is read unpaced, source
+Reference: the device's gates and cascade off, raw frames scaled to the detector's input as
+the cascade's device scales them (area interpolation; the codec is the only difference
+left), so the edge's YOLO sees every frame, whatever its speed: the file is read unpaced, source
 degradation is off, credits and the spool are sized for the whole clip, and a reference
 with a frame left unanswered is refused (`ReferenceHolesError`), never scored. Cascade: as
 shipped (accuracy target, H.264 at the model's input size, the edge's tracker answering
@@ -42,6 +43,10 @@ from strata.tools.demo.summary import drops, edge_latency_ns, value
 
 log = logging.getLogger(__name__)
 
+# The device's counters of the target (device/cascade.py), summed over cameras.
+UNDER_TARGET = Metric("device", "strata_device_cascade_under_target_total")
+BOOSTED_KEPT = Metric("device", "strata_device_cascade_boosted_kept_total")
+
 # Both runs: the edge must not shed frames (a shed reference frame has no answer), and the
 # deep queue of a file read at full speed must not trigger batch-size degradation.
 # The device must also wait for every ack at the end of the file: a file is read far faster
@@ -61,7 +66,8 @@ GATES_OFF: dict[str, Any] = {
         "motion": {"enabled": False},
         "gate": {"enabled": False},
         "cascade": {"enabled": False},
-        # The detector on every original frame: full resolution, uncompressed.
+        # The detector on every original frame, uncompressed (the cascade bench also fits
+        # them to the detector's input: ClipSetup.model_input).
         "payload": {"scale_to_model": False},
         "sender": {"encoding": "bgr"},
     },
@@ -201,10 +207,26 @@ class ClipResult:
     curve: list[CurvePoint] = field(default_factory=list)
     # (share kept, bytes of an H.264 stream of those frames at the model's size / file).
     bytes_curve: list[tuple[float, float]] = field(default_factory=list)
-    # The edge's last online estimate of the box F1 the cascade's spacing achieves (the
-    # mean over cameras of strata_edge_estimated_accuracy), beside `vs_reference.f1`, the
-    # measured one; None when no calibration window was estimated.
+    # The edge's online estimate of the box F1 the cascade's spacing achieves, over the
+    # whole run (strata_edge_estimate_agreeing / _weight, pooled by boxes like the measured
+    # `vs_reference.f1`; the last window's gauge when those are absent); None: none made.
     estimated_f1: float | None = None
+    estimated_counting: float | None = None
+    # The last calibration window's estimate (strata_edge_estimated_accuracy).
+    estimated_f1_last: float | None = None
+    # The device's target (device.cascade.target, box F1), the edge's estimates under it
+    # and the frames the device kept while boosted for them.
+    target: float = 0.9
+    estimates_under_target: int = 0
+    boosted_kept: int = 0
+    # Uniform spacing at twice the cascade's share (does the cascade need half the frames?).
+    uniform_double: Agreement | None = None
+    # How the edge answered the frames it did not detect (interpolated, predicted, timeout:
+    # predicted after waiting tracking.hold_s), from strata_edge_answers.
+    answers: dict[str, float] = field(default_factory=dict)
+    # The detector on the frames the cascade sent against the reference on the same frames:
+    # what the codec and scaling cost alone (1 at best; no estimate can see it).
+    detected_vs_reference: Agreement | None = None
     # Bytes of the event clips the device cut over the clip (its tracks', pre- and
     # post-roll included); a clip still open at the last scrape is not in it.
     bytes_clips: float = 0.0
@@ -241,6 +263,8 @@ def _count_crops(result: ClipResult, cas: Outcome) -> None:
 
 
 ESTIMATE = "strata_edge_estimated_accuracy"
+ESTIMATE_WEIGHT = "strata_edge_estimate_weight_total"
+ESTIMATE_AGREEING = "strata_edge_estimate_agreeing_total"
 
 
 def estimated_f1(scrapes: Mapping[str, Samples]) -> float | None:
@@ -250,19 +274,68 @@ def estimated_f1(scrapes: Mapping[str, Samples]) -> float | None:
     return float(np.mean(list(per_camera.values()))) if per_camera else None
 
 
+def run_estimate(scrapes: Mapping[str, Samples], metric: str = "f1") -> float | None:
+    """The edge's estimate of `metric` (f1, counting) over the whole run, all cameras
+    pooled; None when it scored nothing."""
+    edge = scrapes.get("edge")
+    if edge is None:
+        return None
+    weight = edge.total(ESTIMATE_WEIGHT, metric=metric)
+    return edge.total(ESTIMATE_AGREEING, metric=metric) / weight if weight > 0 else None
+
+
+def answers_by_how(scrapes: Mapping[str, Samples]) -> dict[str, float]:
+    """The edge's answers for frames it did not detect, by how they were made."""
+    edge = scrapes.get("edge")
+    return edge.by_label("strata_edge_answers_total", "how") if edge is not None else {}
+
+
+def cascade_target(overrides: Mapping[str, Any]) -> float:
+    """device.cascade.target of the cascade run (the default unless overridden)."""
+    from strata.shared.config.device import CascadeConfig
+
+    given = overrides.get("device", {}).get("cascade", {}).get("target")
+    return float(given) if given is not None else CascadeConfig().target
+
+
+@dataclass(frozen=True, slots=True)
+class ClipSetup:
+    """How one clip is measured (beside the clip itself and its ground truth)."""
+
+    # Config of both runs (e.g. the edge's detector: tools/bench/detector.py).
+    overrides: dict[str, Any] = field(default_factory=dict)
+    # The detector's input (width, height): the reference's device scales every frame to
+    # fit it, from the first frame on, as the cascade's device does (area interpolation),
+    # so the two see the same pixels but for the codec. None: original frames (the edge
+    # letterboxes them with its own interpolation, and a detection near its score
+    # threshold can come and go with the difference alone).
+    model_input: tuple[int, int] | None = None
+    timeout_s: float = 1800.0
+    # The uniform baseline's curve and its bytes.
+    curve: bool = False
+
+
+def scaled_reference(model_input: tuple[int, int] | None) -> dict[str, Any]:
+    """The reference's payload: fit to `model_input` (raw, uncompressed) when given."""
+    if model_input is None:
+        return {}
+    width, height = model_input
+    return {"device": {"payload": {"max_width": width, "max_height": height}}}
+
+
 def measure_clip(
     clip: Path,
     workdir: Path,
+    setup: ClipSetup = ClipSetup(),
     truth: list[FrameBoxes] | None = None,
     truth_labels: Labels | None = None,
-    overrides: dict[str, Any] | None = None,
-    timeout_s: float = 1800.0,
-    curve: bool = False,
 ) -> ClipResult:
     """Reference and cascade runs over `clip`, compared."""
     labels = truth_labels or Labels()
-    extra = merge(NO_SHEDDING, overrides or {})
+    timeout_s, curve = setup.timeout_s, setup.curve
+    extra = merge(NO_SHEDDING, setup.overrides)
     paced = merge(merge(extra, GATES_OFF), reference_overrides(*clip_shape(clip)))
+    paced = merge(paced, scaled_reference(setup.model_input))
     ref = run_once(workdir / "reference", clip, paced, timeout_s)
     decoded = int(value(ref.scrapes, COUNTS["decoded"]))
     ref_boxes = boxes_of(ref.results, labels)
@@ -284,6 +357,8 @@ def measure_clip(
     size = _frame_size(cas.results)
     fraction = len(detected) / total if total else 0.0
     uniform_a, uniform_kept = uniform_agreement(reference, fraction, tracking, *size)
+    double, _ = uniform_agreement(reference, min(1.0, 2 * fraction), tracking, *size)
+    sent = sorted(i for i in detected if i < total)
     second = max(1, round(clip_fps(clip)))
     uniform_out = replay(reference, uniform_kept, tracking, *size)
     result = ClipResult(
@@ -309,8 +384,16 @@ def measure_clip(
         edge_latency_ms=sorted((edge_latency_ns(cas.results) / 1e6).tolist()),
         reference_fps=len(ref.results) / ref.processing_s if ref.processing_s > 0 else 0.0,
         notes=[*ref.notes, *cas.notes],
-        estimated_f1=estimated_f1(cas.scrapes),
+        estimated_f1=run_estimate(cas.scrapes, "f1") or estimated_f1(cas.scrapes),
+        estimated_counting=run_estimate(cas.scrapes, "counting"),
+        estimated_f1_last=estimated_f1(cas.scrapes),
+        target=cascade_target(cascade),
+        estimates_under_target=int(value(cas.scrapes, UNDER_TARGET)),
+        boosted_kept=int(value(cas.scrapes, BOOSTED_KEPT)),
+        uniform_double=double,
+        detected_vs_reference=agreement([reference[i] for i in sent], [cas_boxes[i] for i in sent]),
         bytes_clips=value(cas.scrapes, CLIP_BYTES),
+        answers=answers_by_how(cas.scrapes),
         fps=clip_fps(clip),
     )
     if unanswered:
@@ -318,7 +401,8 @@ def measure_clip(
     _count_crops(result, cas)
     if curve:
         result.curve = uniform_curve(reference, CURVE_FRACTIONS, tracking, *size)
-        result.bytes_curve = bytes_curve(clip, total, CURVE_FRACTIONS)
+        side = max(size) or 320
+        result.bytes_curve = bytes_curve(clip, total, CURVE_FRACTIONS, side)
     if truth is not None:
         truth = truth[:total]
         truth_kept = {i: truth[i] for i in detected if i < len(truth)}
@@ -330,14 +414,16 @@ def measure_clip(
 CURVE_FRACTIONS = (0.1, 0.15, 0.2, 0.3, 0.4, 0.6)
 
 
-def bytes_curve(clip: Path, total: int, fractions: tuple[float, ...]) -> list[tuple[float, float]]:
-    """Bytes of an H.264 stream (the agent's encoder, the starter model's 320 input) of
-    `fraction` of the frames, evenly spaced, over the clip file's size."""
+def bytes_curve(
+    clip: Path, total: int, fractions: tuple[float, ...], side: int = 320
+) -> list[tuple[float, float]]:
+    """Bytes of an H.264 stream (the agent's encoder, frames fit to the detector's `side`)
+    of `fraction` of the frames, evenly spaced, over the clip file's size."""
     from strata.edge.tracking.calibration import uniform
     from strata.tools.bench.payloads import h264_bytes
 
     size = clip.stat().st_size
-    return [(f, h264_bytes(clip, uniform(total, f), 320) / size) for f in fractions]
+    return [(f, h264_bytes(clip, uniform(total, f), side) / size) for f in fractions]
 
 
 def clip_shape(clip: Path) -> tuple[int, int, int]:

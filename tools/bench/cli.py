@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from strata.shared.cli.parser import Parser
+from strata.tools.bench.clip_args import add_clip_arguments, clips_of
 from strata.tools.clips import find_vtest
 
 
@@ -139,6 +140,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="PYTHON",
         help="interpreter with the export extra for the ultralytics side by side (default: this)",
     )
+    add_clip_arguments(p)
     p.set_defaults(func=run)
     parts = p.add_subparsers(
         dest="part", metavar="PART", required=False, parser_class=PartParser, title="parts"
@@ -156,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
     """The headline set; 0 when every report key has a number."""
     import signal
 
+    from strata.shared.models import ModelError
     from strata.tools.bench.runner import BenchOptions, run_bench
 
     def _interrupt(signum: int, frame: object) -> None:
@@ -174,6 +177,14 @@ def run(args: argparse.Namespace) -> int:
         tier_timeout_s=args.tier_timeout,
         command=" ".join(["strata", "bench", *sys.argv[2:]]),
         ultralytics_python=args.ultralytics_python,
+        clips=clips_of(args.clip),
+        frames=args.frames,
+        model_repository=args.model_repository,
+        model=args.model,
     )
-    report: dict[str, Any] = run_bench(opts)
+    try:
+        report: dict[str, Any] = run_bench(opts)
+    except ModelError as exc:
+        print(f"strata bench: the detector: {exc}", file=sys.stderr)
+        return 2
     return 0 if not report["missing"] else 1

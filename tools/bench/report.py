@@ -12,6 +12,7 @@ from strata.shared.machine import one_line
 from strata.shared.vision.agreement import Agreement
 from strata.tools.bench.cascade import ClipResult
 from strata.tools.bench.cost import markdown as cost_markdown
+from strata.tools.bench.promise import promise
 from strata.tools.bench.tiers import TierRun, first_number
 
 # Report key -> where each tier's benchmark JSON holds it (first match wins).
@@ -167,6 +168,16 @@ def build(
             "vs_truth": asdict(c.vs_truth) if c.vs_truth else None,
             "detector_vs_truth": asdict(c.detector_vs_truth) if c.detector_vs_truth else None,
             "reference_missing": c.reference_missing,
+            # Issue 22: the target held or said so, the estimate against the measure, the
+            # cascade against uniform spacing at the same and at twice its share.
+            "promise": promise(c).as_dict(),
+            "estimated_counting": _num(c.estimated_counting),
+            "edge_answers": c.answers,
+            "estimated_f1_last_window": _num(c.estimated_f1_last),
+            "uniform_double_share": asdict(c.uniform_double) if c.uniform_double else None,
+            "detected_vs_reference": asdict(c.detected_vs_reference)
+            if c.detected_vs_reference
+            else None,
             "pipeline_reference_fps": _num(c.reference_fps),
             "notes": c.notes,
         }
@@ -233,6 +244,22 @@ def meaning(clips: list[ClipResult]) -> list[str]:
     return out
 
 
+def promise_markdown(clips: list[ClipResult], detector: dict[str, Any] | None) -> list[str]:
+    """Per clip: did the cascade keep its promise (tools/bench/promise.py)."""
+    if not clips:
+        return []
+    out = ["", "## The cascade's promise per clip", ""]
+    if detector:
+        size = "x".join(str(v) for v in detector.get("input_size", []))
+        out += [
+            f"Detector: {detector.get('name')} version {detector.get('version')}, input "
+            f"{size}, {detector.get('precision')}, from {detector.get('repository')}.",
+            "",
+        ]
+    out += [f"- {promise(c).line()}" for c in clips]
+    return out
+
+
 def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> str:
     """report.md: tables a person reads, with the machine and the command."""
     r = report
@@ -291,6 +318,7 @@ def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> s
                 )
             )
     lines += ["", *meaning(clips)]
+    lines += promise_markdown(clips, r.get("detector"))
     lines += cost_markdown(r.get("cost") or {})
     side = r.get("ultralytics")
     if side and "ultralytics_fps" in side:

@@ -11,9 +11,11 @@ from typing import Any
 
 from strata.shared import machine
 from strata.tools.bench import plots, report
-from strata.tools.bench.accuracy import run_cascade
+from strata.tools.bench.accuracy import CascadeOptions, run_cascade
 from strata.tools.bench.cascade import NO_SHEDDING, ClipResult
+from strata.tools.bench.clip_args import CLIPS
 from strata.tools.bench.cost import bench_cost, clip_fps
+from strata.tools.bench.detector import resolve
 from strata.tools.bench.progress import say
 from strata.tools.bench.side_by_side import strata_batch, ultralytics_side_by_side
 from strata.tools.bench.tiers import TIERS, TierRun, lookup, run_tier
@@ -32,6 +34,12 @@ class BenchOptions:
     tier_timeout_s: float | None = None
     command: str = "strata bench"
     ultralytics_python: str = sys.executable
+    # The cascade's clips (tools/bench/clip_args.py), their length (0: whole) and the
+    # edge's detector (model repository, "": the starter one; model name).
+    clips: tuple[str, ...] = CLIPS
+    frames: int = 0
+    model_repository: str = ""
+    model: str = "yolov8n"
 
 
 def run_tiers(opts: BenchOptions, logs: Path) -> dict[str, TierRun]:
@@ -115,12 +123,22 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     started = time.monotonic()
     info = machine.describe()
     say(f"machine: {machine.one_line(info)}")
+    # Resolved first: a wrong name or a corrupt file fails before an hour of benchmarks.
+    detector = resolve(opts.model_repository, opts.model)
     runs = run_tiers(opts, logs)
     clips: list[ClipResult] = []
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"detector": detector.describe()}
     if "cascade" not in opts.skip:
+        cascade = CascadeOptions(
+            quick=opts.quick,
+            vtest=opts.vtest,
+            skip_vtest="vtest" in opts.skip,
+            clips=opts.clips,
+            frames=opts.frames,
+            detector=detector,
+        )
         try:
-            clips = run_cascade(out / "cascade", opts.quick, opts.vtest, "vtest" in opts.skip)
+            clips = run_cascade(out / "cascade", cascade)
         except Exception as exc:  # the report still gets written, with the failure in it
             say(f"cascade failed: {exc}")
             extra["cascade_error"] = str(exc)

@@ -1,0 +1,125 @@
+"""What a camera's spacing achieves, estimated from its calibration bursts' curves.
+
+A kept frame ends a span: the `gap` frames since the camera's previous kept frame (the
+ones answered by the tracker, and itself). A span is scored with the accuracy at its gap
+of the mean curve of the camera's recent bursts (a gap past the curve: its end) and
+weighted the way the figure it estimates is pooled against the every-frame reference:
+
+- box F1 pools boxes, so a span weighs the detector's boxes in it (gap x the mean of the
+  boxes on the kept frames at its two ends), and the bursts' F1 curves are averaged
+  weighted by the boxes each scored. A burst over an empty street has an F1 of 1 at every
+  gap (nothing to miss): frame-weighted, it would lift the estimate of the next busy
+  passage, which it says nothing about; box-weighted, it counts for nothing.
+- counting is a mean over frames, so a span weighs its frames, and so do the curves.
+
+A `Tally` sums spans: one per calibration window (the feedback's estimate, against the
+device's target) and increments for the run (counters, so a bench divides one by the
+other and compares with the every-frame reference over the same frames).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """The frames from one kept frame (excluded) to the next (included)."""
+
+    gap: int
+    # The detector's boxes in those frames (estimated from the kept frames at both ends).
+    boxes: float
+
+
+class Curves:
+    """A camera's last `window` bursts' accuracy by gap (index g - 1), averaged by weight."""
+
+    def __init__(self, window: int) -> None:
+        self._f1: deque[tuple[np.ndarray, float]] = deque(maxlen=window)
+        self._counting: deque[np.ndarray] = deque(maxlen=window)
+        self.f1: np.ndarray | None = None
+        self.counting: np.ndarray | None = None
+
+    def add(self, f1: tuple[float, ...], counting: tuple[float, ...], boxes: int) -> None:
+        """One burst's curves; `boxes`: the detector's boxes in the frames it scored."""
+        self._f1.append((np.asarray(f1, np.float64), float(boxes)))
+        self._counting.append(np.asarray(counting, np.float64))
+        weights = np.array([w for _, w in self._f1])
+        self.f1 = (
+            np.average(np.stack([c for c, _ in self._f1]), axis=0, weights=weights)
+            if weights.sum() > 0
+            else None
+        )
+        self.counting = np.mean(np.stack(list(self._counting)), axis=0)
+
+
+def _at(curve: np.ndarray, gap: int) -> float:
+    return float(curve[min(max(gap, 1), len(curve)) - 1])
+
+
+@dataclass
+class Tally:
+    """Weighted sums of the estimate over some spans: box F1 over boxes, counting over
+    frames. `f1()` is None when no span had a box (nothing to agree on)."""
+
+    f1_weight: float = 0.0
+    f1_sum: float = 0.0
+    counting_weight: float = 0.0
+    counting_sum: float = 0.0
+
+    def add(self, span: Span, curves: Curves) -> bool:
+        """Score `span` on `curves`; False (nothing added) when they cannot score it yet.
+        A gap of 1 (every frame detected) agrees by construction, curves or not."""
+        if span.gap <= 1:
+            f1, counting = 1.0, 1.0
+        elif curves.counting is None or (span.boxes > 0 and curves.f1 is None):
+            return False
+        else:
+            f1 = _at(curves.f1, span.gap) if curves.f1 is not None else 1.0
+            counting = _at(curves.counting, span.gap)
+        if span.boxes > 0:
+            self.f1_weight += span.boxes
+            self.f1_sum += span.boxes * f1
+        self.counting_weight += span.gap
+        self.counting_sum += span.gap * counting
+        return True
+
+    def f1(self) -> float | None:
+        """The estimated box F1 of the spans (None: no box in them)."""
+        return self.f1_sum / self.f1_weight if self.f1_weight > 0 else None
+
+    def counting(self) -> float | None:
+        """The estimated counting agreement of the spans (None: no span)."""
+        return self.counting_sum / self.counting_weight if self.counting_weight > 0 else None
+
+
+@dataclass
+class Spacing:
+    """One camera's spans since its last calibration burst started, and those not yet
+    scored for the run (no burst measured yet)."""
+
+    last_index: int = -1
+    last_boxes: int = 0
+    window: list[Span] = field(default_factory=list)
+    unscored: list[Span] = field(default_factory=list)
+
+    def saw(self, index: int, boxes: int, calibration: bool) -> Span | None:
+        """A detected frame with `boxes` boxes: the span it ends (None: the first, or out
+        of order). A burst's frames end spans too (for the run) but not the window's."""
+        span = None
+        if 0 <= self.last_index < index:
+            gap = index - self.last_index
+            span = Span(gap, gap * (self.last_boxes + boxes) / 2)
+            if not calibration:
+                self.window.append(span)
+        if index >= self.last_index:
+            self.last_index, self.last_boxes = index, boxes
+        return span
+
+    def take_window(self) -> list[Span]:
+        """The window's spans (a burst starts: they are what the device did since the last)."""
+        out, self.window = self.window, []
+        return out

@@ -1,0 +1,45 @@
+"""The bench's detector: a repository model, resolved once and named in the report."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from strata.shared.config import load_config
+from strata.shared.models import ModelError, starter_repository
+from strata.tools.bench.clip_args import CLIPS, clips_of
+from strata.tools.bench.detector import resolve
+from strata.tools.cascade_clips import RECIPES
+
+
+def test_the_starter_detector_is_the_default_and_named() -> None:
+    d = resolve()
+    assert (d.name, d.version, d.input_width, d.input_height) == ("yolov8n", 0, 320, 320)
+    assert d.path.is_file() and d.labels == ("person",)
+    info = d.describe()
+    assert info["input_size"] == [320, 320] and info["sha256"] == d.sha256
+    assert d.one_line() == "yolov8n v0 (320x320, fp32)"
+    # The edge loads that file with its labels; the overrides validate as config.
+    model = load_config(None, d.overrides()).edge.model
+    assert (model.path, model.labels, model.name) == (str(d.path), ["person"], "yolov8n")
+
+
+def test_a_users_repository_and_its_latest_version(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(starter_repository() / "yolov8n", repo / "mydet")
+    manifest = repo / "mydet" / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace("name: yolov8n", "name: mydet"))
+    shutil.copytree(repo / "mydet", tmp_path / "v1")
+    shutil.move(str(tmp_path / "v1"), str(repo / "mydet" / "1"))
+    d = resolve(str(repo), "mydet")
+    assert (d.name, d.version) == ("mydet", 1)
+    assert d.repository == str(repo.resolve()) and d.path.parent.name == "1"
+    with pytest.raises(ModelError, match="not found in repository"):
+        resolve(str(repo), "nothere")
+
+
+def test_clip_choices_follow_the_recipes() -> None:
+    assert ("vtest", *RECIPES) == CLIPS
+    assert clips_of(None) == clips_of(["all"]) == CLIPS
+    assert clips_of(["pans", "vtest"]) == ("vtest", "pans")

@@ -1,0 +1,47 @@
+"""The cascade bench's clip and detector options, shared by `strata bench` and
+`strata bench cascade` (light: `strata --help` imports it without any benchmark)."""
+
+from __future__ import annotations
+
+import argparse
+
+# The clips made from vtest, in order: vtest itself, then tools/cascade_clips.py's recipes
+# (the quiet footage, pans and cuts).
+CLIPS: tuple[str, ...] = ("vtest", "quiet", "pans")
+
+
+def add_clip_arguments(p: argparse.ArgumentParser) -> None:
+    """--clip, --frames, --model-repository, --model."""
+    p.add_argument(
+        "--clip",
+        action="append",
+        choices=("all", *CLIPS),
+        help="a clip from vtest after the synthetic one (repeatable; default all): vtest, "
+        "quiet (passages between empty street), pans (a camera that pans and cuts)",
+    )
+    p.add_argument(
+        "--frames",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the first N frames of every clip (a quick check, not a figure)",
+    )
+    p.add_argument(
+        "--model-repository",
+        default="",
+        metavar="DIR",
+        help="model repository of the edge's detector (default: the starter repository)",
+    )
+    p.add_argument(
+        "--model",
+        default="yolov8n",
+        metavar="NAME",
+        help="the detector's name in that repository (default yolov8n)",
+    )
+
+
+def clips_of(chosen: list[str] | None) -> tuple[str, ...]:
+    """--clip's values in bench order (none or "all": every clip)."""
+    if not chosen or "all" in chosen:
+        return CLIPS
+    return tuple(c for c in CLIPS if c in chosen)

@@ -1,0 +1,123 @@
+"""Did the cascade keep its promise on a clip (issue 22)? Read off one ClipResult.
+
+- The target holds (box F1 against the every-frame reference >= target - TARGET_SLACK), or
+  it says so: the edge's estimate fell under the target and the device kept the extra
+  frames it asks for (frames kept while boosted).
+- The edge's estimate, averaged over the run the way the measured F1 pools it (boxes), is
+  within ESTIMATE_TOLERANCE of the measured F1.
+- Against lowering the frame rate (uniform spacing, the same tracker answering the rest):
+  the cascade matches uniform's F1 and counting with at most half its frames (uniform at
+  twice the cascade's share), or beats both by QUIET_MARGIN at the same share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from strata.tools.bench.cascade import ClipResult
+
+TARGET_SLACK = 0.02
+ESTIMATE_TOLERANCE = 0.03
+QUIET_MARGIN = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Promise:
+    """The verdicts of one clip and the figures they are made of."""
+
+    clip: str
+    share: float
+    f1: float
+    counting: float
+    uniform_f1: float | None
+    uniform_counting: float | None
+    # Uniform spacing at twice the cascade's share (the "half the frames" comparison).
+    double_share: float
+    double_f1: float | None
+    double_counting: float | None
+    estimated_f1: float | None
+    estimate_error: float | None
+    estimate_within: bool | None
+    target: float
+    target_held: bool
+    estimates_under_target: int
+    boosted_kept: int
+    said_so: bool
+    kept_promise: bool
+    matches_with_half_the_frames: bool | None
+    beats_at_the_same_share: bool | None
+    # The detector on the frames sent (H.264 at the model's size) against the reference on
+    # the same frames: a loss the edge's estimate cannot see (it never has the originals).
+    sent_frames_f1: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """For report.json (floats rounded)."""
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+    def line(self) -> str:
+        """One line a person reads."""
+
+        def f(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:.3f}"
+
+        est = (
+            "no estimate"
+            if self.estimated_f1 is None
+            else f"estimated {f(self.estimated_f1)} ({self.estimate_error:+.3f}, "
+            f"{'within' if self.estimate_within else 'NOT within'} {ESTIMATE_TOLERANCE})"
+        )
+        if self.target_held:
+            target = f"target {self.target:g} held"
+        elif self.said_so:
+            target = (
+                f"target {self.target:g} missed, said so ({self.estimates_under_target} "
+                f"estimates under it, {self.boosted_kept} extra frames kept)"
+            )
+        else:
+            target = f"target {self.target:g} MISSED SILENTLY"
+        half = {None: "n/a", True: "yes", False: "no"}
+        return (
+            f"{self.clip}: {self.share:.1%} of frames; F1 {f(self.f1)} (uniform "
+            f"{f(self.uniform_f1)}), counting {f(self.counting)} (uniform "
+            f"{f(self.uniform_counting)}); {est}, the frames sent alone F1 "
+            f"{f(self.sent_frames_f1)}; {target}; matches uniform at "
+            f"{self.double_share:.1%}: {half[self.matches_with_half_the_frames]}; beats "
+            f"uniform by {QUIET_MARGIN}: {half[self.beats_at_the_same_share]}"
+        )
+
+
+def promise(c: ClipResult) -> Promise:
+    """The verdicts of clip `c`."""
+    a = c.vs_reference
+    share = c.frames_to_edge / c.frames_total if c.frames_total else 0.0
+    u, d = c.uniform, c.uniform_double
+    error = None if c.estimated_f1 is None else c.estimated_f1 - a.f1
+    held = a.f1 >= c.target - TARGET_SLACK
+    said_so = c.estimates_under_target > 0 and c.boosted_kept > 0
+    return Promise(
+        clip=c.clip,
+        share=share,
+        f1=a.f1,
+        counting=a.counting,
+        uniform_f1=u.f1 if u else None,
+        uniform_counting=u.counting if u else None,
+        double_share=min(1.0, 2 * share),
+        double_f1=d.f1 if d else None,
+        double_counting=d.counting if d else None,
+        estimated_f1=c.estimated_f1,
+        estimate_error=error,
+        estimate_within=None if error is None else abs(error) <= ESTIMATE_TOLERANCE,
+        target=c.target,
+        target_held=held,
+        estimates_under_target=c.estimates_under_target,
+        boosted_kept=c.boosted_kept,
+        said_so=said_so,
+        kept_promise=held or said_so,
+        matches_with_half_the_frames=None
+        if d is None
+        else a.f1 >= d.f1 and a.counting >= d.counting,
+        beats_at_the_same_share=None
+        if u is None
+        else a.f1 >= u.f1 + QUIET_MARGIN and a.counting >= u.counting + QUIET_MARGIN,
+        sent_frames_f1=c.detected_vs_reference.f1 if c.detected_vs_reference else None,
+    )
