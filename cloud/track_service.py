@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 import grpc
@@ -28,7 +28,8 @@ from strata.shared.contracts import (
 )
 
 from .batch_acks import BatchAcks
-from .event_store import StoreBusyError, StoredTrack, StoreError
+from .event_store import StoredTrack, StoreError
+from .item_acks import Refusal, StoredItemAcks
 from .metrics import CloudMetrics
 from .service_parts import ServiceParts
 from .track_checks import check_event
@@ -39,6 +40,50 @@ log = logging.getLogger(__name__)
 
 UPLINK, QUERY_TRACKS, WATCH_TRACKS = "Uplink", "QueryTrackEvents", "WatchTrackEvents"
 _S = events_pb2
+
+
+_REFUSED = {
+    Refusal.INVALID: _S.TRACK_EVENT_STATUS_INVALID,
+    Refusal.RETRY: _S.TRACK_EVENT_STATUS_RETRY,
+}
+
+
+class EventAcks(StoredItemAcks[events_pb2.TrackEvent, StoredTrack]):
+    """How a track event is named, counted and acked."""
+
+    what, code_prefix = "track event", "event_"
+
+    def key(self, item: events_pb2.TrackEvent) -> str:
+        return item.idempotency_key
+
+    def count(self, item: events_pb2.TrackEvent, refusal: Refusal, code: str) -> None:
+        if refusal is Refusal.INVALID:
+            self.metrics.track_events_invalid.labels(type_name(item.type), code).inc()
+        else:
+            self.metrics.track_events_retry.labels(type_name(item.type)).inc()
+
+    def ack(
+        self,
+        acks: BatchAcks,
+        i: int,
+        item: events_pb2.TrackEvent,
+        refusal: Refusal,
+        reason: str,
+        after_ms: int = 0,
+    ) -> None:
+        acks.set_event(i, _ack(item.idempotency_key, _REFUSED[refusal], reason, after_ms))
+
+    def ack_stored(
+        self, acks: BatchAcks, i: int, item: events_pb2.TrackEvent, got: StoredTrack
+    ) -> None:
+        name = type_name(item.type)
+        if got.duplicate:
+            self.metrics.track_events_duplicate.labels(name).inc()
+            status = _S.TRACK_EVENT_STATUS_DUPLICATE
+        else:
+            self.metrics.track_events_stored.labels(name).inc()
+            status = _S.TRACK_EVENT_STATUS_STORED
+        acks.set_event(i, _ack(item.idempotency_key, status, stored_id=got.stored.stored_id))
 
 
 def _ack(
@@ -63,7 +108,7 @@ class TrackEvents:
         self.drops = parts.drops
         self.executor = parts.executor
         self.metrics = metrics
-        self.retry_ms = cfg.batcher.retry_after_ms
+        self.answers = EventAcks(parts.drops, metrics, cfg.batcher.retry_after_ms)
 
     # Uplink
 
@@ -74,83 +119,25 @@ class TrackEvents:
         if len(events) > limit:
             reason = f"too_many_events: batch has {len(events)} track events; the limit is {limit}"
             for j, ev in enumerate(events):
-                self._invalid(j, ev, acks, "too_many_events", reason)
+                self.answers.invalid(j, ev, acks, "too_many_events", reason)
             return
         held: dict[str, str] = {}  # camera -> why its earlier event got RETRY
         for j, ev in enumerate(events):
-            try:
-                self._start_one(j, ev, acks, held)
-            except Exception as exc:
-                log.exception("uplink track event %s failed", ev.idempotency_key)
-                self._retry(j, ev, acks, "internal", f"internal: {exc}")
+            self.answers.guarded(j, ev, acks, partial(self._start_one, j, ev, acks, held))
 
     def _start_one(
         self, j: int, ev: events_pb2.TrackEvent, acks: BatchAcks, held: dict[str, str]
     ) -> None:
-        name = type_name(ev.type)
-        self.metrics.track_events_received.labels(name).inc()
+        self.metrics.track_events_received.labels(type_name(ev.type)).inc()
         bad = check_event(ev, self.cfg.limits.max_event_bytes)
         if bad is not None:
-            self._invalid(j, ev, acks, bad.code, str(bad))
+            self.answers.invalid(j, ev, acks, bad.code, str(bad))
             return
         if ev.camera_id in held:
-            self._retry(j, ev, acks, "held", f"held: {held[ev.camera_id]}")
+            self.answers.retry(j, ev, acks, "held", f"held: {held[ev.camera_id]}")
             return
-        try:
-            fut = self.store.submit_track(ev)
-        except StoreBusyError as exc:
+        if not self.answers.submit(j, ev, acks, self.store.submit_track):
             held[ev.camera_id] = f"an earlier event of camera {ev.camera_id} got RETRY"
-            self._retry(j, ev, acks, "store_busy", f"store_busy: {exc}")
-            return
-        fut.add_done_callback(lambda f: self._stored(j, ev, acks, f))
-
-    def _stored(
-        self, j: int, ev: events_pb2.TrackEvent, acks: BatchAcks, fut: Future[StoredTrack]
-    ) -> None:
-        try:
-            exc = fut.exception()
-            if exc is not None:
-                self._retry(j, ev, acks, "store_error", f"store_error: {exc}")
-                return
-            got = fut.result()
-            name = type_name(ev.type)
-            if got.duplicate:
-                self.metrics.track_events_duplicate.labels(name).inc()
-                status = _S.TRACK_EVENT_STATUS_DUPLICATE
-            else:
-                self.metrics.track_events_stored.labels(name).inc()
-                status = _S.TRACK_EVENT_STATUS_STORED
-            self.metrics.ok(UPLINK)
-            acks.set_event(j, _ack(ev.idempotency_key, status, stored_id=got.stored.stored_id))
-        except Exception as exc:  # a bug still answers the event instead of hanging the batch
-            log.exception("uplink track event %s failed", ev.idempotency_key)
-            self._retry(j, ev, acks, "internal", f"internal: {exc}")
-
-    def _invalid(
-        self, j: int, ev: events_pb2.TrackEvent, acks: BatchAcks, code: str, reason: str
-    ) -> None:
-        self.metrics.track_events_invalid.labels(type_name(ev.type), code).inc()
-        self.drops(
-            UPLINK,
-            f"event_{code}",
-            f"track event {ev.idempotency_key!r} of camera {ev.camera_id!r} from edge "
-            f"{ev.edge_id!r}: {reason}",
-        )
-        acks.set_event(j, _ack(ev.idempotency_key, _S.TRACK_EVENT_STATUS_INVALID, reason))
-
-    def _retry(
-        self,
-        j: int,
-        ev: events_pb2.TrackEvent,
-        acks: BatchAcks,
-        code: str,
-        reason: str,
-    ) -> None:
-        self.metrics.track_events_retry.labels(type_name(ev.type)).inc()
-        self.drops(UPLINK, code, f"track event {ev.idempotency_key!r}: {reason}")
-        acks.set_event(
-            j, _ack(ev.idempotency_key, _S.TRACK_EVENT_STATUS_RETRY, reason, self.retry_ms)
-        )
 
     # queries
 
