@@ -14,6 +14,7 @@ from strata.shared.cli.common import add_config_flag, load_or_exit, prune
 
 from .client_channel import open_channel
 from .clip_cli import register_clip
+from .store_file import open_store_file
 
 log = logging.getLogger(__name__)
 
@@ -231,20 +232,11 @@ def _print_track_event(stored: Any, as_json: bool) -> None:
 
 def _query_file(args: argparse.Namespace) -> int:
     """Print events of a SQLite store file, oldest first, without an endpoint."""
-    from pathlib import Path
-
-    from strata.shared.config.cloud import CloudStoreConfig
-
-    from .metrics import CloudMetrics
-    from .sqlite_store import SQLiteStore
     from .store import StoreError
 
-    if not Path(args.db).is_file():
-        print(f"strata cloud query: no such event store: {args.db}", file=sys.stderr)
-        return 2
     try:
-        store = SQLiteStore(CloudStoreConfig(path=args.db), CloudMetrics())
-    except StoreError as exc:
+        store = open_store_file(args.db)
+    except (LookupError, StoreError) as exc:
         print(f"strata cloud query: {exc}", file=sys.stderr)
         return 2
     try:
@@ -383,16 +375,7 @@ def snapshot_query(ref: str, camera: str = "", kind: str = "") -> Any:
 
 def _fetch_file(args: argparse.Namespace, q: Any) -> Any:
     """The SnapshotRow from a SQLite store file; raises the store's errors."""
-    from pathlib import Path
-
-    from strata.shared.config.cloud import CloudStoreConfig
-
-    from .metrics import CloudMetrics
-    from .sqlite_store import SQLiteStore
-
-    if not Path(args.db).is_file():
-        raise LookupError(f"no such event store: {args.db}")
-    store = SQLiteStore(CloudStoreConfig(path=args.db), CloudMetrics())
+    store = open_store_file(args.db)
     try:
         return store.find_snapshot(q)
     finally:

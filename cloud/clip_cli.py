@@ -42,14 +42,9 @@ def clip_query(ref: str, camera: str = "") -> ClipQuery:
 
 
 def _from_file(db: str, q: ClipQuery) -> tuple[clips_pb2.ClipInfo, Iterator[bytes]]:
-    from strata.shared.config.cloud import CloudStoreConfig
+    from .store_file import open_store_file
 
-    from .metrics import CloudMetrics
-    from .sqlite_store import SQLiteStore
-
-    if not Path(db).is_file():
-        raise LookupError(f"no such event store: {db}")
-    store = SQLiteStore(CloudStoreConfig(path=db), CloudMetrics())
+    store = open_store_file(db)
     found = store.find_clip(q)
     if found is None:
         store.close()
