@@ -12,7 +12,7 @@ from typing import Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
 
-from .client_channel import open_channel
+from .client_channel import not_found_as_lookup, open_channel
 from .clip_cli import register_clip
 from .store_file import open_store_file
 
@@ -384,7 +384,6 @@ def _fetch_file(args: argparse.Namespace, q: Any) -> Any:
 
 def _fetch_remote(args: argparse.Namespace, q: Any) -> Any:
     """The GetSnapshotResponse from an endpoint (None: NOT_FOUND); raises grpc.RpcError."""
-    import grpc
     from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
 
     channel, metadata = open_channel(args)
@@ -398,12 +397,8 @@ def _fetch_remote(args: argparse.Namespace, q: Any) -> Any:
             track_uid=q.track_uid,
             kind=q.kind,
         )
-        try:
+        with not_found_as_lookup():
             return stub.GetSnapshot(req, metadata=metadata, timeout=30)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
-                raise LookupError(exc.details()) from None
-            raise
     finally:
         channel.close()
 
