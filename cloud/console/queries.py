@@ -18,7 +18,7 @@ from strata.shared.contracts import analytics_pb2, events_pb2
 
 from .. import event_rows, track_rows
 from ..event_store import EventStore, StoreError
-from ..track_filter import TYPES
+from ..track_filter import TYPES, TrackQuery
 
 # Rows of one instant are ordered crops before track events (descending kind), then by id.
 CROP, TRACK = 1, 0
@@ -206,25 +206,17 @@ class ConsoleQueries:
     def tracks(self, f: EventFilter, cursor: Cursor | None, limit: int) -> list[Row]:
         """Up to `limit` track events, newest first, older than `cursor`, verdicts joined."""
         ph = self.ph
-        where = [f"capture_ns >= {ph}"]
-        args: list[object] = [f.start_ns]
-        if f.end_ns:
-            where.append(f"capture_ns < {ph}")
-            args.append(f.end_ns)
-        for column, value in (
-            ("camera_id", f.camera),
-            ("label", f.label),
-            ("zone", f.zone),
-            ("line", f.line),
-            ("rule", f.rule),
-        ):
-            if value:
-                where.append(f"{column} = {ph}")
-                args.append(value)
-        types = f.track_types()
-        if types:
-            where.append(f"type IN ({', '.join([ph] * len(types))})")
-            args += list(types)
+        q = TrackQuery(
+            camera_id=f.camera,
+            label=f.label,
+            start_ns=f.start_ns,
+            end_ns=f.end_ns,
+            types=f.track_types(),
+            zone=f.zone,
+            line=f.line,
+            rule=f.rule,
+        )
+        where, args = track_rows.filter_terms(q, ph)
         older = _before(cursor, TRACK, "capture_ns", "stored_id", ph)
         if older is not None:
             where.append(older[0])
