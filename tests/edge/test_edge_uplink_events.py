@@ -23,9 +23,7 @@ from strata.edge.rules.engine import RulesEngine
 from strata.edge.rules.frame import TrackFrame
 from strata.edge.uplink.breaker import BreakerState
 from strata.edge.uplink.spool import CropSpool
-from strata.edge.uplink.stream import Uplink
 from strata.shared.config import validate_model
-from strata.shared.config.edge import UplinkConfig
 from strata.shared.config.rules import RulesConfig
 from strata.shared.contracts import (
     analytics_pb2,
@@ -35,6 +33,7 @@ from strata.shared.contracts import (
     events_pb2,
 )
 from strata.shared.metrics import sample
+from uplink_testkit import clouds, make, wait_for
 
 # The cloud tests' classifier and config builders (tests/ has no packages; tools' conftest
 # joins these folders the same way).
@@ -42,7 +41,7 @@ _CLOUD_TESTS = str(Path(__file__).resolve().parents[1] / "cloud")
 if _CLOUD_TESTS not in sys.path:
     sys.path.append(_CLOUD_TESTS)
 
-from cloud_helpers import jpeg, make_config  # noqa: E402
+from cloud_helpers import jpeg  # noqa: E402
 from cloud_models import LABELS, build_colour_classifier  # noqa: E402
 from strata.cloud.server import CloudServer  # noqa: E402
 
@@ -121,19 +120,8 @@ def cloud(
     classifier: tuple[Path, Path], tmp_path: Path, port: int
 ) -> Iterator[Callable[[], CloudServer]]:
     """Starts the real cloud service on `port` over one SQLite store (again after a stop)."""
-    running: list[CloudServer] = []
     model, labels = classifier
-
-    def start() -> CloudServer:
-        cfg = make_config(model, tmp_path / "events.sqlite", labels, listen=f"127.0.0.1:{port}")
-        server = CloudServer(cfg)
-        server.start()
-        running.append(server)
-        return server
-
-    yield start
-    for server in running:
-        server.stop(0.5)
+    yield from clouds(model, labels, tmp_path / "events.sqlite", port)
 
 
 def stored(server: CloudServer) -> list[events_pb2.StoredTrackEvent]:
@@ -150,30 +138,6 @@ def stored(server: CloudServer) -> list[events_pb2.StoredTrackEvent]:
 
 def cloud_count(server: CloudServer, name: str, **labels: str) -> float:
     return sample(server.metrics.registry, f"strata_cloud_track_events_{name}_total", labels) or 0
-
-
-def wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return cond()
-
-
-def make(port: int, tmp_path: Path | None = None, **over: Any) -> tuple[Uplink, EdgeMetrics]:
-    metrics = EdgeMetrics()
-    spool = str(tmp_path / "spool.sqlite") if tmp_path is not None else ""
-    cfg = UplinkConfig.model_validate(
-        {
-            "connect_timeout_s": 0.2,
-            "open_s": 0.3,
-            "failure_threshold": 2,
-            "spool_path": spool,
-            **over,
-        }
-    )
-    up = Uplink(f"127.0.0.1:{port}", cfg, metrics)
-    up.start()
-    return up, metrics
 
 
 def events_total(m: EdgeMetrics, status: str) -> float:

@@ -14,16 +14,15 @@ from typing import Any
 import pytest
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.uplink.spool import CropSpool
-from strata.edge.uplink.stream import Uplink
-from strata.shared.config.edge import UplinkConfig
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, events_pb2
 from strata.shared.metrics import sample
+from uplink_testkit import clouds, make, wait_for
 
 _CLOUD_TESTS = str(Path(__file__).resolve().parents[1] / "cloud")
 if _CLOUD_TESTS not in sys.path:
     sys.path.append(_CLOUD_TESTS)
 
-from cloud_helpers import make_config, picture, snapshot, track_event  # noqa: E402
+from cloud_helpers import picture, snapshot, track_event  # noqa: E402
 from cloud_models import LABELS, build_colour_classifier  # noqa: E402
 from strata.cloud.server import CloudServer  # noqa: E402
 
@@ -32,39 +31,10 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def cloud(tmp_path: Path, port: int) -> Iterator[Callable[..., CloudServer]]:
-    running: list[CloudServer] = []
     labels = tmp_path / "labels.txt"
     labels.write_text("\n".join(LABELS) + "\n")
     model = build_colour_classifier(tmp_path / "colour.onnx", size=32)
-
-    def start(**extra: Any) -> CloudServer:
-        cfg = make_config(
-            model, tmp_path / "events.sqlite", labels, listen=f"127.0.0.1:{port}", **extra
-        )
-        server = CloudServer(cfg)
-        server.start()
-        running.append(server)
-        return server
-
-    yield start
-    for s in running:
-        s.stop(0.5)
-
-
-def make(port: int, tmp_path: Path, **over: Any) -> tuple[Uplink, EdgeMetrics]:
-    metrics = EdgeMetrics()
-    cfg = UplinkConfig.model_validate(
-        {
-            "connect_timeout_s": 0.2,
-            "open_s": 0.3,
-            "failure_threshold": 2,
-            "spool_path": str(tmp_path / "spool.sqlite"),
-            **over,
-        }
-    )
-    up = Uplink(f"127.0.0.1:{port}", cfg, metrics)
-    up.start()
-    return up, metrics
+    yield from clouds(model, labels, tmp_path / "events.sqlite", port)
 
 
 def snaps_total(m: EdgeMetrics, status: str) -> float:
@@ -73,13 +43,6 @@ def snaps_total(m: EdgeMetrics, status: str) -> float:
 
 def drops(m: EdgeMetrics, reason: str) -> float:
     return sample(m.registry, "strata_edge_uplink_snapshot_drops_total", {"reason": reason}) or 0.0
-
-
-def wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return cond()
 
 
 def test_an_outage_spills_snapshots_to_the_spool_and_loses_none(

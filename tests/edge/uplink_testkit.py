@@ -1,0 +1,66 @@
+"""Helpers of the edge Uplink tests (track events, snapshots): the real cloud service on a
+loopback port, an Uplink to it with short timeouts, and a bounded wait."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from strata.edge.metrics import EdgeMetrics
+from strata.edge.uplink.stream import Uplink
+from strata.shared.config.edge import UplinkConfig
+
+_CLOUD_TESTS = str(Path(__file__).resolve().parents[1] / "cloud")
+if _CLOUD_TESTS not in sys.path:
+    sys.path.append(_CLOUD_TESTS)
+
+from cloud_helpers import make_config  # noqa: E402
+from strata.cloud.server import CloudServer  # noqa: E402
+
+
+def clouds(model: Path, labels: Path, db: Path, port: int) -> Iterator[Callable[..., CloudServer]]:
+    """For a fixture to yield from: starts the real cloud service on `port` over one SQLite
+    store (again after a stop; keyword arguments go to make_config); every one still running
+    is stopped at the end."""
+    running: list[CloudServer] = []
+
+    def start(**extra: Any) -> CloudServer:
+        cfg = make_config(model, db, labels, listen=f"127.0.0.1:{port}", **extra)
+        server = CloudServer(cfg)
+        server.start()
+        running.append(server)
+        return server
+
+    yield start
+    for server in running:
+        server.stop(0.5)
+
+
+def make(port: int, tmp_path: Path | None = None, **over: Any) -> tuple[Uplink, EdgeMetrics]:
+    """A started Uplink to the cloud on `port` (spooled under tmp_path when given), with short
+    timeouts; `over` overrides its config."""
+    metrics = EdgeMetrics()
+    spool = str(tmp_path / "spool.sqlite") if tmp_path is not None else ""
+    cfg = UplinkConfig.model_validate(
+        {
+            "connect_timeout_s": 0.2,
+            "open_s": 0.3,
+            "failure_threshold": 2,
+            "spool_path": spool,
+            **over,
+        }
+    )
+    up = Uplink(f"127.0.0.1:{port}", cfg, metrics)
+    up.start()
+    return up, metrics
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    """Whether `cond` came true within timeout_s (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return cond()
