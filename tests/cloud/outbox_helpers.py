@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from strata.cloud.event_store import EventStore
 from strata.shared.contracts import analytics_pb2, common_pb2
 from strata.shared.loopback import free_port
+from strata.tools.bench.delivery_receivers import HookServer
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
@@ -203,37 +203,24 @@ class Receiver:
         self.answer = answer
         self.delay_s = delay_s
         self._lock = threading.Lock()
-        outer = self
+        self._http = HookServer(self._post, "test-webhook")
+        self.url = self._http.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with outer._lock:
-                    n = outer.tries
-                    outer.tries += 1
-                if outer.delay_s:
-                    time.sleep(outer.delay_s)
-                status = outer.answer(n)
-                if status == 200:
-                    with outer._lock:
-                        outer.posts.append((dict(self.headers.items()), body))
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+    def _post(self, headers: dict[str, str], body: bytes) -> int:
+        with self._lock:
+            n = self.tries
+            self.tries += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        status = self.answer(n)
+        if status == 200:
+            with self._lock:
+                self.posts.append((headers, body))
+        return status
 
     def bodies(self) -> list[dict[str, Any]]:
         with self._lock:
             return [json.loads(b) for _, b in self.posts]
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._http.close()
