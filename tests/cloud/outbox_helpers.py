@@ -1,5 +1,6 @@
 """Helpers of the outbox tests: a real mosquitto broker the test starts, a real HTTP
-receiver on 127.0.0.1, a store filled with classified-crop events, a subscriber."""
+receiver on 127.0.0.1, a store filled with classified-crop events, a subscriber, and the
+config and crops of a `strata cloud` daemon delivering to them."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import paho.mqtt.client as paho
 import pytest
+from cloud_helpers import jpeg
 from paho.mqtt.enums import CallbackAPIVersion
 from strata.cloud.event_store import EventStore
-from strata.shared.contracts import analytics_pb2, common_pb2
+from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, current_version
 from strata.shared.loopback import free_port
 from strata.tools.bench.delivery_receivers import HookServer
 
@@ -224,3 +227,51 @@ class Receiver:
 
     def close(self) -> None:
         self._http.close()
+
+
+# --- a `strata cloud` daemon -----------------------------------------------------------------
+
+
+def daemon_config(
+    tmp_path: Path, model: tuple[Path, Path], address: str, sinks: str, metrics_port: int = 0
+) -> Path:
+    """A config file for `strata cloud` on `address` over tmp_path's SQLite store, delivering
+    to `sinks` (YAML lines under cloud.sinks, indented four spaces) with quick retries."""
+    path = tmp_path / "strata.yaml"
+    path.write_text(
+        f"""
+cloud:
+  listen: "{address}"
+  grace_s: 0.5
+  model: {{path: "{model[0]}", labels_file: "{model[1]}"}}
+  store: {{path: "{tmp_path / "events.sqlite"}", write_delay_ms: 1.0}}
+  metrics: {{port: {metrics_port}}}
+  sinks:
+    start: all
+    poll_s: 0.1
+    retry_s: 0.2
+    max_retry_s: 1
+{sinks}
+"""
+    )
+    return path
+
+
+def send(address: str, first: int, n: int) -> None:
+    """Uplink n crops (two cameras) and check they were stored."""
+    crops = [
+        analytics_pb2.Crop(
+            crop_id=f"k{i}",
+            edge_id="edge-1",
+            camera_id=f"cam-{i % 2}",
+            encoding=common_pb2.ENCODING_JPEG,
+            image=jpeg((40 * (i % 5), 90, 200)),
+            timing=common_pb2.Timing(capture_ns=time.time_ns()),
+        )
+        for i in range(first, first + n)
+    ]
+    with grpc.insecure_channel(address) as channel:
+        stub = analytics_pb2_grpc.AnalyticsStub(channel)
+        batch = analytics_pb2.CropBatch(version=current_version(), crops=crops)
+        acks = [a for r in stub.Uplink(iter([batch]), timeout=60) for a in r.acks]
+    assert [a.status for a in acks] == [analytics_pb2.CROP_STATUS_STORED] * n
