@@ -44,6 +44,7 @@ from .event_store import EventQuery, PageKey, StoreBusyError, Stored, StoreError
 from .images import ImageLimits, InvalidImageError, decode, to_model_size
 from .item_acks import ItemAcks, Refusal
 from .metrics import CloudMetrics
+from .request_version import require_version
 from .service_parts import ServiceParts
 from .snapshot_service import Snapshots
 from .track_filter import parse_track_uid
@@ -353,11 +354,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> analytics_pb2.ClassifyResponse:
         """One image, classified through the shared batcher."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(CLASSIFY, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, CLASSIFY, self.drops, context)
         args = (request.image, request.encoding, request.width, request.height)
         try:
             if len(request.image) <= _INLINE_DECODE_BYTES:
@@ -423,11 +420,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[analytics_pb2.QueryEventsResponse]:
         """Pages of stored events, oldest first; each page carries the token of the next."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(QUERY, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, QUERY, self.drops, context)
         if request.end_ns and request.end_ns < request.start_ns:
             self.drops(QUERY, "bad_range", f"end_ns {request.end_ns} < start_ns")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "end_ns is before start_ns")
@@ -479,11 +472,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[analytics_pb2.Event]:
         """New events as they are committed, until the client goes away."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(WATCH, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, WATCH, self.drops, context)
         try:
             sub = self.hub.subscribe(
                 request.camera_id, request.label, request.track_id, request.track_uid

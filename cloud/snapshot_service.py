@@ -18,9 +18,7 @@ from typing import Any
 import grpc
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.contracts import (
-    ProtocolVersionError,
     analytics_pb2,
-    check_version,
     current_version,
     events_pb2,
 )
@@ -31,6 +29,7 @@ from .batch_acks import BatchAcks
 from .event_store import StoreError
 from .item_acks import Refusal, StoredItemAcks
 from .metrics import CloudMetrics
+from .request_version import require_version
 from .service_parts import ServiceParts
 from .snapshot_checks import check_snapshot
 from .snapshot_rows import SnapshotLookupError, SnapshotQuery, StoredSnapshot
@@ -134,11 +133,7 @@ class Snapshots:
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> analytics_pb2.GetSnapshotResponse:
         """The snapshot the request names, JPEG included; NOT_FOUND when none is stored."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(GET_SNAPSHOT, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, GET_SNAPSHOT, self.drops, context)
         q = SnapshotQuery(
             event_key=request.event_key,
             snapshot_id=request.snapshot_id,

@@ -20,9 +20,7 @@ from typing import Any
 import grpc
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.contracts import (
-    ProtocolVersionError,
     analytics_pb2,
-    check_version,
     current_version,
     events_pb2,
 )
@@ -31,6 +29,7 @@ from .batch_acks import BatchAcks
 from .event_store import StoredTrack, StoreError
 from .item_acks import Refusal, StoredItemAcks
 from .metrics import CloudMetrics
+from .request_version import require_version
 from .service_parts import ServiceParts
 from .track_checks import check_event
 from .track_filter import TrackPageKey, TrackQuery, parse_track_uid, type_name
@@ -170,11 +169,7 @@ class TrackEvents:
     ) -> AsyncIterator[events_pb2.QueryTrackEventsResponse]:
         """Pages of stored track events, oldest first ((capture_ns, sequence, stored_id)
         order), each with its track's verdict and the token of the next page."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(QUERY_TRACKS, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, QUERY_TRACKS, self.drops, context)
         if request.end_ns and request.end_ns < request.start_ns:
             self.drops(QUERY_TRACKS, "bad_range", f"end_ns {request.end_ns} < start_ns")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "end_ns is before start_ns")
@@ -212,11 +207,7 @@ class TrackEvents:
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[events_pb2.StoredTrackEvent]:
         """New track events as they are committed (by any replica), until the client goes."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(WATCH_TRACKS, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, WATCH_TRACKS, self.drops, context)
         try:
             q = self._filter(request)
         except ValueError as exc:
