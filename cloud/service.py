@@ -49,7 +49,7 @@ from .service_parts import ServiceParts
 from .snapshot_service import Snapshots
 from .track_filter import parse_track_uid
 from .track_service import TrackEvents
-from .watch import WatchUnavailableError, relay
+from .watch import watched
 
 log = logging.getLogger(__name__)
 
@@ -473,21 +473,9 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
     ) -> AsyncIterator[analytics_pb2.Event]:
         """New events as they are committed, until the client goes away."""
         await require_version(request.version, WATCH, self.drops, context)
-        try:
-            sub = self.hub.subscribe(
-                request.camera_id, request.label, request.track_id, request.track_uid
-            )
-        except ValueError as exc:
-            self.drops(WATCH, "bad_request", str(exc))
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except WatchUnavailableError as exc:
-            self.drops(WATCH, "feed_lost", str(exc))
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"event feed down, retry: {exc}")
-        if sub is None:
-            self.drops(WATCH, "too_many_watchers", f"limit {self.hub.max_watchers}")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many WatchEvents streams")
-        assert sub is not None
-        async for ev in relay(sub, self.hub, context, WATCH, self.drops):
+        r = request
+        sub = partial(self.hub.subscribe, r.camera_id, r.label, r.track_id, r.track_uid)
+        async for ev in watched(sub, self.hub, context, WATCH, self.drops):
             yield ev
         self.metrics.ok(WATCH)
 

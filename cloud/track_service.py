@@ -33,7 +33,7 @@ from .request_version import require_version
 from .service_parts import ServiceParts
 from .track_checks import check_event
 from .track_filter import TrackPageKey, TrackQuery, parse_track_uid, type_name
-from .watch import WatchUnavailableError, relay
+from .watch import watched
 
 log = logging.getLogger(__name__)
 
@@ -213,15 +213,7 @@ class TrackEvents:
         except ValueError as exc:
             self.drops(WATCH_TRACKS, "bad_request", str(exc))
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        try:
-            sub = self.hub.subscribe_tracks(q)
-        except WatchUnavailableError as exc:
-            self.drops(WATCH_TRACKS, "feed_lost", str(exc))
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"event feed down, retry: {exc}")
-        if sub is None:
-            self.drops(WATCH_TRACKS, "too_many_watchers", f"limit {self.hub.max_watchers}")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many watch streams")
-        assert sub is not None
-        async for ev in relay(sub, self.hub, context, WATCH_TRACKS, self.drops):
+        sub = partial(self.hub.subscribe_tracks, q)
+        async for ev in watched(sub, self.hub, context, WATCH_TRACKS, self.drops):
             yield ev
         self.metrics.ok(WATCH_TRACKS)
