@@ -11,7 +11,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,9 @@ import pytest
 from cloud_helpers import jpeg
 from paho.mqtt.enums import CallbackAPIVersion
 from strata.cloud.event_store import EventStore
+from strata.cloud.metrics import CloudMetrics
+from strata.cloud.store import open_store
+from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, current_version
 from strata.shared.loopback import free_port
 from strata.tools.bench.delivery_receivers import HookServer
@@ -275,3 +278,22 @@ def send(address: str, first: int, n: int) -> None:
         batch = analytics_pb2.CropBatch(version=current_version(), crops=crops)
         acks = [a for r in stub.Uplink(iter([batch]), timeout=60) for a in r.acks]
     assert [a.status for a in acks] == [analytics_pb2.CROP_STATUS_STORED] * n
+
+
+# --- fixture bodies (a fixture yields from these) -------------------------------------------
+
+
+def started_store(tmp_path: Path) -> Iterator[tuple[EventStore, CloudStoreConfig]]:
+    """A started SQLite store under tmp_path and its config; closed at the end."""
+    cfg = CloudStoreConfig(path=str(tmp_path / "events.sqlite"), write_delay_ms=1.0)
+    s = open_store(cfg, CloudMetrics())
+    s.start()
+    yield s, cfg
+    s.close()
+
+
+def started_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A started mosquitto under tmp_path/mqtt; stopped at the end."""
+    b = Broker(tmp_path / "mqtt").start()
+    yield b
+    b.stop()
