@@ -88,6 +88,20 @@ class EventFilter:
         """The track event types wanted (() for any)."""
         return (TYPES[self.kind],) if self.kind and self.kind != "crop" else ()
 
+    def track_query(self) -> TrackQuery:
+        """The track-event filter of this list filter: the list's query and the live feed's
+        hub filter alike."""
+        return TrackQuery(
+            camera_id=self.camera,
+            label=self.label,
+            start_ns=self.start_ns,
+            end_ns=self.end_ns,
+            types=self.track_types(),
+            zone=self.zone,
+            line=self.line,
+            rule=self.rule,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Cursor:
@@ -206,17 +220,7 @@ class ConsoleQueries:
     def tracks(self, f: EventFilter, cursor: Cursor | None, limit: int) -> list[Row]:
         """Up to `limit` track events, newest first, older than `cursor`, verdicts joined."""
         ph = self.ph
-        q = TrackQuery(
-            camera_id=f.camera,
-            label=f.label,
-            start_ns=f.start_ns,
-            end_ns=f.end_ns,
-            types=f.track_types(),
-            zone=f.zone,
-            line=f.line,
-            rule=f.rule,
-        )
-        where, args = track_rows.filter_terms(q, ph)
+        where, args = track_rows.filter_terms(f.track_query(), ph)
         older = _before(cursor, TRACK, "capture_ns", "stored_id", ph)
         if older is not None:
             where.append(older[0])
