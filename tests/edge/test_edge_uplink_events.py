@@ -33,7 +33,7 @@ from strata.shared.contracts import (
     events_pb2,
 )
 from strata.shared.metrics import sample
-from uplink_testkit import clouds, make, wait_for
+from uplink_testkit import KilledEdge, clouds, make, wait_for
 
 # The cloud tests' classifier and config builders (tests/ has no packages; tools' conftest
 # joins these folders the same way).
@@ -484,43 +484,21 @@ def test_events_wait_for_a_cloud_that_acks_them(
     assert_in_order_once(stored(new), story)
 
 
-# A child edge process: offers the events of a batch file through a spooled Uplink, then
-# dies by SIGKILL the moment the last offer returns (no stop, nothing flushed).
-_KILLED_EDGE = """
-import os, signal, sys
-from strata.edge.metrics import EdgeMetrics
-from strata.edge.uplink.stream import Uplink
-from strata.shared.config.edge import UplinkConfig
-from strata.shared.contracts import analytics_pb2
-
-events = list(analytics_pb2.CropBatch.FromString(open(sys.argv[1], "rb").read()).events)
-cfg = UplinkConfig.model_validate(
-    {"spool_path": sys.argv[2], "queue": 8, "connect_timeout_s": 0.2, "streams": 2}
+# The edge dies the moment the last offer returns (no stop, nothing flushed).
+_KILLED = KilledEdge(
+    "events",
+    step=3,  # as fast as a busy rules stage: the kill finds events unsent, in flight and acked
+    pause_s=0.0,
+    uplink={"queue": 8, "connect_timeout_s": 0.2, "streams": 2},
 )
-up = Uplink(sys.argv[3], cfg, EdgeMetrics())
-up.start()
-for i in range(0, len(events), 3):  # as fast as a busy rules stage: the kill finds
-    up.offer_events(events[i : i + 3])  # events unsent, in flight and acked
-os.kill(os.getpid(), signal.SIGKILL)
-"""
 
 
 def test_kill_9_of_the_edge_mid_flow_loses_no_event(
     cloud: Callable[[], CloudServer], port: int, tmp_path: Path
 ) -> None:
-    import subprocess
-
     server = cloud()
     story = walks(("door", "yard"), tracks=30)
-    batch = tmp_path / "events.bin"
-    batch.write_bytes(analytics_pb2.CropBatch(events=story).SerializeToString())
-    spool = tmp_path / "spool.sqlite"
-    child = subprocess.run(
-        [sys.executable, "-c", _KILLED_EDGE, str(batch), str(spool), f"127.0.0.1:{port}"],
-        capture_output=True,
-        timeout=60,
-    )
-    assert child.returncode == -9, child.stderr.decode()
+    spool = _KILLED.run(analytics_pb2.CropBatch(events=story), tmp_path, port)
     before = len(stored(server))
     left = CropSpool(str(spool), 10 << 20)
     on_disk = left.events
