@@ -47,6 +47,7 @@ from .metrics import CloudMetrics
 from .request_version import require_version
 from .service_parts import ServiceParts
 from .snapshot_service import Snapshots
+from .store_pages import store_pages
 from .track_filter import parse_track_uid
 from .track_service import TrackEvents
 from .watch import watched
@@ -448,22 +449,18 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             request.track_id,
             request.track_uid,
         )
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                events, after = await loop.run_in_executor(
-                    self.executor, self.store.query, q, after, size
-                )
-            except StoreError as exc:
-                self.drops(QUERY, "store_error", str(exc))
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"event store: {exc}")
+
+        def fetch(key: PageKey | None) -> tuple[list[analytics_pb2.Event], PageKey | None]:
+            return self.store.query(q, key, size)
+
+        async for events, key in store_pages(
+            fetch, after, self.executor, QUERY, self.drops, context
+        ):
             yield analytics_pb2.QueryEventsResponse(
                 version=current_version(),
                 events=events,
-                next_page_token=after.token() if after else "",
+                next_page_token=key.token() if key else "",
             )
-            if after is None:
-                break
         self.metrics.ok(QUERY)
 
     async def WatchEvents(  # noqa: N802

@@ -11,7 +11,6 @@ events in that batch get RETRY too, so a resend cannot store them ahead of it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from functools import partial
@@ -26,11 +25,12 @@ from strata.shared.contracts import (
 )
 
 from .batch_acks import BatchAcks
-from .event_store import StoredTrack, StoreError
+from .event_store import StoredTrack
 from .item_acks import Refusal, StoredItemAcks
 from .metrics import CloudMetrics
 from .request_version import require_version
 from .service_parts import ServiceParts
+from .store_pages import store_pages
 from .track_checks import check_event
 from .track_filter import TrackPageKey, TrackQuery, parse_track_uid, type_name
 from .watch import watched
@@ -183,22 +183,20 @@ class TrackEvents:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         lim = self.cfg.limits
         size = min(request.page_size or lim.default_page_size, lim.max_page_size)
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                events, after = await loop.run_in_executor(
-                    self.executor, self.store.query_tracks, q, after, size
-                )
-            except StoreError as exc:
-                self.drops(QUERY_TRACKS, "store_error", str(exc))
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"event store: {exc}")
+
+        def fetch(
+            key: TrackPageKey | None,
+        ) -> tuple[list[events_pb2.StoredTrackEvent], TrackPageKey | None]:
+            return self.store.query_tracks(q, key, size)
+
+        async for events, key in store_pages(
+            fetch, after, self.executor, QUERY_TRACKS, self.drops, context
+        ):
             yield events_pb2.QueryTrackEventsResponse(
                 version=current_version(),
                 events=events,
-                next_page_token=after.token() if after else "",
+                next_page_token=key.token() if key else "",
             )
-            if after is None:
-                break
         self.metrics.ok(QUERY_TRACKS)
 
     async def watch(
