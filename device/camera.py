@@ -75,7 +75,7 @@ class _SourceMetrics:
         (self.m.skipped_rate if reason == "max_fps" else self.m.skipped_undecoded).inc(frames)
 
     def lag(self, seconds: float) -> None:
-        self.m.source_lag.set(seconds)
+        self.m.lag(seconds)
 
 
 def backoff_delay(attempt: int, cfg: SourceConfig, rng: random.Random) -> float:

@@ -57,6 +57,32 @@ class GreyScaler:
         return rows.reshape(h, plane.line_size)[:, :w]
 
 
+class BgrScaler:
+    """Scales decoded frames and converts them to BGR through FFmpeg scaler contexts kept
+    from frame to frame: one per camera, on the gate worker's thread (not thread-safe).
+
+    PyAV's `VideoFrame.reformat` builds a new context on every call, a quarter of a kept
+    frame's conversion at 768x576 to 320x240 (0.29 -> 0.21 ms) and a fifth at 1080p; the
+    pixels are the same (the same scaler, flags and order).
+    """
+
+    def __init__(self) -> None:
+        from av.video.reformatter import Interpolation, VideoReformatter
+
+        self._scale = VideoReformatter()
+        self._convert = VideoReformatter()
+        self._area = Interpolation.AREA
+
+    def bgr(self, av_frame: Any, size: tuple[int, int]) -> np.ndarray:
+        """`av_frame` scaled to `size` (w, h) by area averaging in its own pixel format,
+        then converted: H x W x 3 BGR."""
+        small: Any = self._scale.reformat(
+            av_frame, size[0], size[1], interpolation=self._area, threads=1
+        )
+        out: np.ndarray = self._convert.reformat(small, format="bgr24", threads=1).to_ndarray()
+        return out
+
+
 class Frame:
     """One decoded frame: its place in the stream and lazy views of its pixels."""
 
@@ -100,8 +126,11 @@ class Frame:
                 return rows.reshape(self.height, plane.line_size)[:, : self.width]
         return self.bgr()
 
-    def bgr(self, size: tuple[int, int] | None = None) -> np.ndarray:
-        """The frame as contiguous H x W x 3 BGR, scaled to `size` (w, h) when given.
+    def bgr(
+        self, size: tuple[int, int] | None = None, scaler: BgrScaler | None = None
+    ) -> np.ndarray:
+        """The frame as contiguous H x W x 3 BGR, scaled to `size` (w, h) when given
+        (through the camera's `scaler` when given: the same pixels, cheaper).
 
         Converted once, then cached (the first call's size wins). A decoded frame is scaled
         by FFmpeg's scaler in its own pixel format first (area averaging), then converted:
@@ -111,11 +140,15 @@ class Frame:
         """
         if self._bgr is None:
             frame = self._av
-            if size is not None and size != (self.width, self.height):
-                frame = frame.reformat(
+            if size is None or size == (self.width, self.height):
+                self._bgr = frame.to_ndarray(format="bgr24", threads=1)
+            elif scaler is not None:
+                self._bgr = scaler.bgr(frame, size)
+            else:
+                small = frame.reformat(
                     width=size[0], height=size[1], interpolation="AREA", threads=1
                 )
-            self._bgr = frame.to_ndarray(format="bgr24", threads=1)
+                self._bgr = small.to_ndarray(format="bgr24", threads=1)
             self._av = None  # the decoder's buffer can go back to its pool
         elif size is not None and size != (self._bgr.shape[1], self._bgr.shape[0]):
             import cv2

@@ -115,6 +115,12 @@ class RelevanceGate:
         chunks = [self.runner.run(self._batch[i : i + k])[0] for i in range(0, n, k)]
         return np.concatenate(chunks)[:n].reshape(n, -1).astype(np.float32, copy=False)
 
+    @property
+    def can_drop(self) -> bool:
+        """False when the threshold is 0: every score (a probability) passes it, so running
+        the classifier would change nothing the edge sees (the gate worker skips it)."""
+        return self.cfg.threshold > 0
+
     def decide(self, scores: np.ndarray) -> np.ndarray:
         """Boolean keep mask for the scores."""
         return np.asarray(scores >= self.cfg.threshold)

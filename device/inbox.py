@@ -44,6 +44,9 @@ class GateInbox:
         self._next = 0
         self._cond = threading.Condition()
         self._closed = False
+        # Items over all queues: with many cameras, scanning every queue on each wake-up
+        # (and twice per batch) cost more than the frames they held.
+        self._count = 0
 
     def add_camera(self, camera_id: str) -> None:
         """Create the camera's queue."""
@@ -69,6 +72,7 @@ class GateInbox:
                 self._cond.wait(0.1)
             dropped = q.popleft() if len(q) >= self.per_camera else None
             q.append(item)
+            self._count += dropped is None
             self._cond.notify_all()
             return dropped
 
@@ -92,24 +96,25 @@ class GateInbox:
         return out
 
     def _any(self) -> bool:
-        return any(self._queues.values())
+        return self._count > 0
 
     def _drain_into(self, out: list[GateItem], max_items: int) -> None:
         n = len(self._order)
         empty_rounds = 0
-        while len(out) < max_items and n and empty_rounds < n:
+        while len(out) < max_items and n and empty_rounds < n and self._count:
             cam = self._order[self._next % n]
             self._next += 1
             q = self._queues[cam]
             if q:
                 out.append(q.popleft())
+                self._count -= 1
                 empty_rounds = 0
             else:
                 empty_rounds += 1
 
     def __len__(self) -> int:
         with self._cond:
-            return sum(len(q) for q in self._queues.values())
+            return self._count
 
     def close(self) -> None:
         """Wake everyone; producers stop waiting."""

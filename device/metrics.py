@@ -277,6 +277,9 @@ class CameraMetrics:
         self.skipped_rate = m.source_skipped.labels(c, "max_fps")
         self.skipped_undecoded = m.source_skipped.labels(c, "not_decoded")
         self.source_lag = m.source_lag.labels(c)
+        # The most lag reported since start (the gauge holds the latest): read without a
+        # registry scan by `strata bench cameras`, whose criterion is the worst frame.
+        self.worst_lag_s = 0.0
         self._decoder = ""
         self.spool_frames = m.spool_frames.labels(c)
         self.inflight_frames = m.inflight_frames.labels(c)
@@ -296,6 +299,11 @@ class CameraMetrics:
                 self._m.camera_state.labels(self._camera, self._state).set(0)
             self._m.camera_state.labels(self._camera, state).set(1)
             self._state = state
+
+    def lag(self, seconds: float) -> None:
+        """A frame delivered `seconds` behind its schedule (source.realtime)."""
+        self.source_lag.set(seconds)
+        self.worst_lag_s = max(self.worst_lag_s, seconds)
 
     def set_decoder(self, kind: str) -> None:
         """Mark the decoder the camera uses now (software or a hwaccel device type)."""

@@ -58,6 +58,10 @@ MoveHook = Callable[[str, str], None]
 
 # How often the placement is recomputed (membership, liveness, progressive moves).
 _ROUTE_S = 0.1
+# How often a camera with nothing waiting to be sent has its timers looked at (ack timeout,
+# degradation's calm time, the processed rate: all of them seconds long). A camera with
+# frames waiting is looked at on every pass, as before.
+_CHORES_S = 0.02
 
 
 class SenderError(RuntimeError):
@@ -65,7 +69,16 @@ class SenderError(RuntimeError):
 
 
 class _Camera:
-    __slots__ = ("box", "degrader", "drop_log", "edge", "m", "overflow_log", "previous_edge")
+    __slots__ = (
+        "box",
+        "degrader",
+        "drop_log",
+        "edge",
+        "m",
+        "overflow_log",
+        "previous_edge",
+        "shown",
+    )
 
     def __init__(
         self,
@@ -82,6 +95,8 @@ class _Camera:
         # The edge id that served it before its last move (stamped on every frame after),
         # so the new edge restores that edge's checkpoint for it; "" before any move.
         self.previous_edge = ""
+        # (degrade level, spooled, in flight) as the sender loop last set its gauges.
+        self.shown: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +166,7 @@ class Sender:
         self._drain_deadline = float("inf")
         self._thread = threading.Thread(target=self._run, name="sender", daemon=True)
         self._ready = threading.Event()
+        self._next_chores = 0.0
         self.started = False
         self.error: str | None = None
 
@@ -313,10 +329,11 @@ class Sender:
                 for link in pool.poll(_POLL_MS):
                     self._read_acks(link)
                 now = time.monotonic()
-                if now >= next_route:
+                routed = now >= next_route
+                if routed:
                     next_route = now + _ROUTE_S
                     self._route(pool, now)
-                self._send_ready(pool)
+                self._send_ready(pool, refresh=routed)
         finally:
             pool.close()
 
@@ -473,12 +490,22 @@ class Sender:
             cam.m.dropped(f"shed_{reason}").inc()
             cam.drop_log.add(1, f"the edge shed it: {reason}")
 
-    def _send_ready(self, pool: EdgePool) -> None:
+    def _send_ready(self, pool: EdgePool, refresh: bool = True) -> None:
+        """Every camera: expiry, degradation, then what its window lets go. Its gauges are
+        set when they change or on `refresh` (every _ROUTE_S: other threads set some of
+        them too), not on every pass. This loop runs for every ack: a camera with nothing
+        waiting is passed over but every _CHORES_S, so that many cameras do not cost every
+        pass a look at each of them."""
         import zmq
 
         now = time.monotonic()
+        chores = refresh or now >= self._next_chores
+        if chores:
+            self._next_chores = now + _CHORES_S
         for cam in self._cams.values():
             box = cam.box
+            if not chores and not box.spooled:
+                continue
             link = pool.links.get(cam.edge) if cam.edge is not None else None
             # No edge up for it: its frames wait in the spool (bounded, counted).
             sock = link.sock if link is not None and link.up else None
@@ -494,7 +521,6 @@ class Sender:
             if overflowed:
                 self._overflowed(cam, overflowed)
             cam.degrader.observe_backlog(box.spooled, box.window)
-            cam.m.degrade_level.set(cam.degrader.level)
             limit = cam.degrader.waiting_limit(box.window)
             if limit is not None:
                 dropped = box.limit_waiting(limit, self.degrade_cfg.drop_policy)
@@ -524,5 +550,9 @@ class Sender:
                     cam.m.bytes_sent.inc(item.nbytes)
                 else:
                     cam.m.retransmitted.inc()
-            cam.m.spool_frames.set(box.spooled)
-            cam.m.inflight_frames.set(box.inflight)
+            shown = (cam.degrader.level, box.spooled, box.inflight)
+            if refresh or shown != cam.shown:
+                cam.shown = shown
+                cam.m.degrade_level.set(shown[0])
+                cam.m.spool_frames.set(shown[1])
+                cam.m.inflight_frames.set(shown[2])

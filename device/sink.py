@@ -44,15 +44,26 @@ class SinkStats:
 
 
 class FrameSink:
-    """ROUTER bound to `endpoint` in its own thread; `ack=False` makes it a black hole."""
+    """ROUTER bound to `endpoint` in its own thread; `ack=False` makes it a black hole.
+
+    `model_input` (w, h): announced in the EdgeInfo of each camera's first ack, as the edge
+    node announces its detector's input, so an agent with `payload.scale_to_model` (the
+    default) scales its frames to fit it as it would against an edge; (0, 0): no EdgeInfo.
+    """
 
     def __init__(
-        self, endpoint: str, ack: bool = True, keep_log: bool = True, final: bool = True
+        self,
+        endpoint: str,
+        ack: bool = True,
+        keep_log: bool = True,
+        final: bool = True,
+        model_input: tuple[int, int] = (0, 0),
     ) -> None:
         self.endpoint = endpoint
         self.ack = ack
         self.final = final
         self.keep_log = keep_log
+        self.model_input = model_input
         self.stats = SinkStats()
         self._last: dict[tuple[int, str], int] = {}
         self._lock = threading.Lock()
@@ -129,6 +140,7 @@ class FrameSink:
             return
         h = msg.header
         key = (h.session_id, h.camera_id)
+        first = key not in self._last
         dup = h.sequence <= self._last.get(key, 0)
         if not dup:
             self._last[key] = h.sequence
@@ -149,4 +161,7 @@ class FrameSink:
                 else frame_pb2.ACK_STATUS_PROCESSED
             )
             ack = make_ack(h.camera_id, h.sequence, status, session_id=h.session_id)
+            if first and all(self.model_input):
+                w, h_ = self.model_input
+                ack.edge.model_input_width, ack.edge.model_input_height = w, h_
             sock.send_multipart([ident, *pack_ack(ack)])

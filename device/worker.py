@@ -26,6 +26,7 @@ from strata.shared.config.device import CascadeConfig, GateConfig, PayloadConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 
 from .encoder import H264Encoder, ScaleTarget
+from .frames import BgrScaler
 from .gate import RelevanceGate
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
@@ -198,6 +199,8 @@ class GateWorker:
         self.send_skipped = cascade is not None and cascade.enabled and cascade.send_skipped
         self.switcher = switcher
         self._cams: dict[str, tuple[CameraMetrics, DropLog]] = {}
+        # Each camera's scaler contexts for the conversion out of the decoder.
+        self._scalers: dict[str, BgrScaler] = {}
         self._finish = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gate", daemon=True)
         self.batches = 0
@@ -208,9 +211,15 @@ class GateWorker:
             self.metrics.camera(camera_id),
             DropLog(log, camera_id, "relevance gate dropped"),
         )
+        self._scalers[camera_id] = BgrScaler()
 
     def start(self) -> None:
         """Start the gate and payload threads."""
+        if self.gate is not None and not self.gate.can_drop:
+            log.info(
+                "relevance gate: threshold 0 keeps every frame, so its classifier is not run "
+                "(set device.gate.threshold above 0 to gate)"
+            )
         self.payloads.start()
         self._thread.start()
 
@@ -227,10 +236,12 @@ class GateWorker:
 
     def _run(self) -> None:
         max_batch = self.gate_cfg.max_batch if self.gate else 64
-        delay = self.gate_cfg.max_delay_ms / 1000.0 if self.gate else 0.0
         while True:
             if self.switcher is not None:
                 self._maybe_switch(self.switcher)
+            # Waiting for a batch to fill only pays for a classifier that runs.
+            gating = self.gate is not None and self.gate.can_drop
+            delay = self.gate_cfg.max_delay_ms / 1000.0 if gating else 0.0
             batch = self.inbox.take(max_batch, delay, timeout_s=0.05)
             if not batch:
                 if self._finish.is_set() and len(self.inbox) == 0:
@@ -256,7 +267,10 @@ class GateWorker:
         # and gated together; dropped frames' messages keep their place in the order.
         frames = [item for item in batch if not item.skip_reason]
         images = [
-            item.frame.bgr(self.scale.size_for(item.frame.width, item.frame.height))
+            item.frame.bgr(
+                self.scale.size_for(item.frame.width, item.frame.height),
+                self._scalers.get(item.camera_id),
+            )
             for item in frames
         ]
         gated = iter(self._gate(frames, images) if frames else [])
@@ -270,7 +284,11 @@ class GateWorker:
         out: list[_Kept | None] = []
         scores: np.ndarray | None = None
         keep: np.ndarray | None = None
-        if self.gate is not None:
+        if self.gate is not None and not self.gate.can_drop:
+            # Every frame passes (gate_score 1.0, as ungated); a canary still needs them.
+            if self.switcher is not None:
+                self.switcher.remember(images, self.gate, np.ones(len(images), bool))
+        elif self.gate is not None:
             try:
                 scores = self.gate.score(images)
                 keep = self.gate.decide(scores)

@@ -38,6 +38,7 @@ from ..track_filter import TYPES, TrackQuery, parse_track_uid, type_name
 from ..watch import WatchHub, WatchUnavailableError
 from . import editor, views
 from .clip_http import ClipSource, clip_response
+from .clip_view import ClipView, clip_view
 from .live import Item, LiveFeed
 from .queries import SNAPSHOT_KINDS, TRACK, ConsoleQueries, Cursor, EventFilter, Row, StoreReader
 from .scrape import Scraper
@@ -298,7 +299,7 @@ class Console:
         rules = self.parts.rules
         return rules.cameras.get(camera) if rules is not None else None
 
-    def _track(self, camera: str, uid: str) -> dict[str, Any] | None:
+    def _track(self, camera: str, uid: str, at_ns: int = 0) -> dict[str, Any] | None:
         store = self.parts.store
         events, _ = store.query_tracks(TrackQuery(camera_id=camera, track_uid=uid), None, 1000)
         crops, _ = store.query(EventQuery(camera_id=camera, track_uid=uid), None, 500)
@@ -308,11 +309,14 @@ class Console:
         frame = views.snapshot_url(camera, uid, "frame") if SNAPSHOT_KINDS["frame"] in kinds else ""
         crop = views.snapshot_url(camera, uid, "crop") if SNAPSHOT_KINDS["crop"] in kinds else ""
         last = events[-1].event
-        clip = store.find_clip(ClipQuery(camera_id=camera, track_uid=uid))
+        found = store.find_clip(ClipQuery(camera_id=camera, track_uid=uid))
+        clip = clip_view(found, camera, uid, at_ns) if found is not None else None
         return {
             "camera": camera,
             "track_uid": uid,
-            "clip": views.clip_url(camera, uid) if clip and clip.committed_bytes else "",
+            "at_ns": at_ns,
+            "clip": clip.url if clip else "",
+            "clip_state": clip,
             "label": last.after.label,
             "verdict": last.verdict.label if last.HasField("verdict") else "",
             "verdict_score": round(last.verdict.score, 4) if last.HasField("verdict") else None,
@@ -341,12 +345,24 @@ class Console:
             raise BadRequestError("camera is required")
         return camera, uid
 
+    @staticmethod
+    def _at(request: Request) -> int:
+        """The event's capture time (`at`, Unix ns) a detail page is opened for; 0: none."""
+        text = _text(request, "at")
+        if not text:
+            return 0
+        if not text.isdigit() or len(text) > 19:
+            raise BadRequestError("at must be a capture time in Unix nanoseconds (digits)")
+        return int(text)
+
     async def track_page(self, request: Request) -> Response:
-        """A track: its path over the snapshot, its events, crops and timings."""
+        """A track: its path over the snapshot, its clip (from the event at `at`), its
+        events, crops and timings."""
         camera, uid = self._track_args(request)
+        at_ns = self._at(request)
 
         async def work() -> Response:
-            track = await self._run(self._track, camera, uid)
+            track = await self._run(self._track, camera, uid, at_ns)
             if track is None:
                 return self.render("error.html", 404, title="Not found", message="no such track")
             return self.render("track.html", title=f"Track {uid}", **track)
@@ -354,11 +370,12 @@ class Console:
         return await self._guard(work())
 
     async def api_track(self, request: Request) -> Response:
-        """JSON of a track's detail."""
+        """JSON of a track's detail (the clip's seek from the event at `at`)."""
         camera, uid = self._track_args(request)
+        at_ns = self._at(request)
 
         async def work() -> Response:
-            track = await self._run(self._track, camera, uid)
+            track = await self._run(self._track, camera, uid, at_ns)
             if track is None:
                 return JSONResponse({"error": "no such track"}, status_code=404)
             return JSONResponse(_jsonable(track))
@@ -637,7 +654,7 @@ def _crop_record(c: Any) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, views.EventView | views.Series):
+    if isinstance(value, views.EventView | views.Series | ClipView):
         return value.as_json()
     if hasattr(value, "__slots__") and hasattr(value, "__dataclass_fields__"):
         return {f: _jsonable(getattr(value, f)) for f in value.__dataclass_fields__}

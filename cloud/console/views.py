@@ -41,9 +41,13 @@ def clip_url(camera: str, uid: str) -> str:
     return "/api/clip?" + urlencode({"camera": camera, "uid": uid})
 
 
-def track_url(camera: str, uid: str) -> str:
-    """The detail page of a track."""
-    return "/track?" + urlencode({"camera": camera, "uid": uid})
+def track_url(camera: str, uid: str, at_ns: int = 0) -> str:
+    """The detail page of a track; with `at_ns`, of its event captured then (the clip
+    player starts there)."""
+    query: dict[str, str | int] = {"camera": camera, "uid": uid}
+    if at_ns:
+        query["at"] = at_ns
+    return "/track?" + urlencode(query)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +101,7 @@ def crop_view(ev: analytics_pb2.Event, uid: str, time_ns: int, kinds: set[int]) 
         time=iso(time_ns),
         duration_s=None,
         thumb=_thumb(ev.camera_id, uid, kinds),
-        url=track_url(ev.camera_id, uid) if uid else f"/crop?id={ev.event_id}",
+        url=track_url(ev.camera_id, uid, time_ns) if uid else f"/crop?id={ev.event_id}",
         track_uid=uid,
         edge_id=ev.edge_id,
         stored_ns=ev.stored_ns,
@@ -146,7 +150,7 @@ def track_view(stored: events_pb2.StoredTrackEvent, kinds: set[int]) -> EventVie
         time=iso(ev.capture_ns),
         duration_s=duration_s(ev),
         thumb=_thumb(ev.camera_id, ev.track_uid, kinds),
-        url=track_url(ev.camera_id, ev.track_uid),
+        url=track_url(ev.camera_id, ev.track_uid, ev.capture_ns),
         track_uid=ev.track_uid,
         edge_id=ev.edge_id,
         stored_ns=stored.stored_ns,

@@ -35,7 +35,7 @@ from . import events as ev
 from .compiled import CompiledRules
 from .events import EventHeader, Fired, build_event
 from .frame import TrackFrame
-from .geometry import reference_points, segment_distance
+from .geometry import reference_matrix, segment_distance
 from .table import (
     ANCHOR_NS,
     AX,
@@ -173,6 +173,10 @@ class CameraEngine:
         self.frame_size = (0, 0)
         self._labels: Sequence[str] = ()
         self._label_cache: tuple[Sequence[str], int, tuple[np.ndarray, ...]] | None = None
+        self._ref_size = (0, 0)
+        self._ends_due = 0
+        self._ref_matrix = np.zeros((4, 2))
+        self._ref_size_px = np.zeros(2)
         r = self.rules
         self.table = TrackTable(Dims(r.n_lines, r.n_zones, r.n_dwell, settings.path_points))
 
@@ -196,19 +200,25 @@ class CameraEngine:
         tb, r = self.table, self.rules
         rows = np.zeros(0, np.intp)
         newly = rows
+        relabelled = False
         if len(f):
-            pts = reference_points(f.boxes, f.frame_size, r.reference)
+            if f.frame_size != self._ref_size:
+                self._ref_size = f.frame_size
+                self._ref_size_px = np.asarray(f.frame_size, np.float64)
+                self._ref_matrix = reference_matrix(f.frame_size, r.reference)
+            pts = f.boxes @ self._ref_matrix
             rows = tb.rows_of(f.track_ids)
             fresh = rows < 0
             if fresh.any():
                 rows[fresh] = new = tb.admit(f.track_ids[fresh], now, pts[fresh])
+                self._ends_due = min(self._ends_due, now + self.settings.end_after_ns)
                 if r.n_lines:
                     tb.lines[new, :, L_SIDE] = r.lines.side(pts[fresh])
             fr, ir = tb.F[rows], tb.I[rows]
             obs = f.observed.astype(bool, copy=False)
-            self._observe(f, rows, (fr, ir), obs)
+            relabelled = self._observe(f, rows, (fr, ir), obs)
             masks = self._label_masks(ir[:, LABEL])
-            due = np.zeros((0, 0), bool)
+            due = None
             if r.n_lines:
                 due = self._lines(rows, (fr, ir), (pts, obs), masks[0], now)
             zones = (
@@ -229,14 +239,15 @@ class CameraEngine:
             confirmed = f.confirmed.astype(bool, copy=False)
             reported = ir[:, REPORTED] != 0
             if zones is not None and r.n_dwell:
-                self._dwell(rows, (zones, ir), masks[2] & (confirmed | reported)[:, None], fired)
+                self._dwell(rows, (zones, ir), (masks[2], confirmed | reported), fired)
             if r.cfg.stationary.enabled:
                 self._stationary(f, rows, (fr, ir), pts, fired)
             tb.F[rows], tb.I[rows] = fr, ir
-            for i, k in zip(*np.nonzero(due), strict=True):
-                self._commit(int(rows[i]), int(k), fired)
-            newly = rows[confirmed & ~reported]
-        out = self._emit(f, (rows, newly), fired)
+            if due is not None and due.any():
+                for i, k in zip(*np.nonzero(due), strict=True):
+                    self._commit(int(rows[i]), int(k), fired)
+            newly = rows[:0] if reported.all() else rows[confirmed & ~reported]
+        out = self._emit(f, (rows, newly), fired, relabelled)
         out += self._ends(f)
         return out
 
@@ -246,20 +257,27 @@ class CameraEngine:
         rows: np.ndarray,
         fi: tuple[np.ndarray, np.ndarray],
         obs: np.ndarray,
-    ) -> None:
+    ) -> bool:
+        """Count, score and box of each track, and the label votes; whether any label
+        may have changed."""
         fr, ir = fi
         ir[:, COUNT] += 1
         ir[:, OBS] += obs
         fr[:, SCORE] = f.scores
-        fr[:, TOP] = np.maximum(fr[:, TOP], f.scores * obs)
         fr[:, BOX : BOX + 4] = f.boxes
+        # Only detections vote (and make the top score): a predicted box repeats the
+        # tracker's class, so a frame without one changes no label (but a track's first
+        # frame sets its label).
+        if not (obs.any() or (ir[:, LABEL] < 0).any()):
+            return False
+        fr[:, TOP] = np.maximum(fr[:, TOP], f.scores * obs)
         cls = np.maximum(f.class_ids, 0)
-        if cls.size:
-            tb = self.table
-            tb.classes(int(cls.max()) + 1)
-            # Only detections vote: a predicted box repeats the tracker's class.
-            np.add.at(tb.votes, (rows, cls), f.scores * obs)
-            ir[:, LABEL] = np.argmax(tb.votes[rows], axis=1)
+        tb = self.table
+        tb.classes(int(cls.max()) + 1)
+        # Each track at most once a frame: a plain fancy-index add.
+        tb.votes[rows, cls] += f.scores * obs
+        ir[:, LABEL] = np.argmax(tb.votes[rows], axis=1)
+        return True
 
     def _label_masks(self, label: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per track: does its label pass each line's, zone's and dwell rule's filter."""
@@ -291,15 +309,41 @@ class CameraEngine:
         step: tuple[np.ndarray, np.ndarray],
         labels_ok: np.ndarray,
         now: int,
-    ) -> np.ndarray:
+    ) -> np.ndarray | None:
         """Update every (track, line) state for the step to `pts`; the pending crossings
-        now due (rows index x line) for `_commit`."""
+        now due (rows index x line) for `_commit`, None when there are none."""
         (fr, ir), (pts, obs) = fi, step
         r, tb = self.rules, self.table
         st = tb.lines[rows]
-        crossed, s0, s1 = r.lines.cross(fr[:, X : Y + 1], pts)
+        p0 = fr[:, X : Y + 1]
+        s0, s1 = r.lines.sides(p0, pts)
+        pend = st[:, :, L_PEND]
+        if (s0 != s1).any():
+            self._line_steps(
+                st,
+                (p0, pts, (s0, s1)),
+                labels_ok & (fr[:, TOP, None] >= r.line_min_score[None, :]),
+                (ir[:, POS_OBS] + obs, now),
+            )
+            tb.lines[rows] = st
+        # Most frames no track changes side of any line: nothing to update, only the
+        # pending crossings to look at.
+        elif not pend.any():
+            return None
+        return np.asarray((pend != 0) & (now - st[:, :, L_PEND_NS] >= r.line_debounce_ns))
+
+    def _line_steps(
+        self,
+        st: np.ndarray,
+        step: tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]],
+        ok: np.ndarray,
+        when: tuple[np.ndarray, int],
+    ) -> None:
+        """The (track, line) states `st` after steps of which some changed side."""
+        p0, pts, (s0, s1) = step
+        obs_ends, now = when
+        crossed = self.rules.lines.crossed(p0, pts, (s0, s1))
         counted, pend = st[:, :, L_SIDE], st[:, :, L_PEND]
-        ok = labels_ok & (fr[:, TOP, None] >= r.line_min_score[None, :])
         # The invariant: the actual side is the pending one when there is one, else the
         # counted one. A side changed round a line's end (no crossing) or by a track the
         # line does not count for moves the counted side; crossing back cancels.
@@ -311,9 +355,7 @@ class CameraEngine:
         if start.any():
             np.copyto(pend, s1, where=start)
             np.copyto(st[:, :, L_PEND_NS], now, where=start)
-            np.copyto(st[:, :, L_PEND_OBS], (ir[:, POS_OBS] + obs)[:, None], where=start)
-        tb.lines[rows] = st
-        return np.asarray((pend != 0) & (now - st[:, :, L_PEND_NS] >= r.line_debounce_ns))
+            np.copyto(st[:, :, L_PEND_OBS], obs_ends[:, None], where=start)
 
     def _commit(self, row: int, k: int, fired: list[tuple[int, Fired]]) -> None:
         """The pending crossing of (row, line k) counts."""
@@ -345,19 +387,25 @@ class CameraEngine:
         (fr, ir), (pts, obs) = fi, step
         r, tb = self.rules, self.table
         now = f.capture_ns
-        w, h = f.frame_size
-        b = f.boxes
-        area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) / (w * h)
-        inside = (
-            r.polygons.contains(pts)
-            & labels_ok
-            & (fr[:, TOP, None] >= r.zone_min_score[None, :])
-            & (area[:, None] >= r.zone_min_area[None, :])
-        )
+        inside = r.polygons.contains(pts) & labels_ok
+        # Filters nobody set cost nothing.
+        if r.zone_min_score.any():
+            inside &= fr[:, TOP, None] >= r.zone_min_score[None, :]
+        if r.zone_min_area.any():
+            w, h = f.frame_size
+            b = f.boxes
+            area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) / (w * h)
+            inside &= area[:, None] >= r.zone_min_area[None, :]
         st = tb.zones[rows]
         z_in = st[:, :, Z_IN] != 0
+        raw = st[:, :, Z_RAW] != 0
+        # Most frames every track stays where it was and where its zones say it is: no
+        # state changes (a run's length matters only while a change waits for its inertia,
+        # and a new run starts at the next change of side).
+        if not ((inside != raw) | (z_in != raw)).any() and ir[:, COUNT].min() > 1:
+            return np.asarray(st)
         # A run of positions on one side starts when the side changes (or at the first).
-        new_run = (inside != (st[:, :, Z_RAW] != 0)) | (ir[:, COUNT] == 1)[:, None]
+        new_run = (inside != raw) | (ir[:, COUNT] == 1)[:, None]
         o = obs[:, None].astype(np.int64)
         run = np.where(new_run, 1, st[:, :, Z_RUN] + 1)
         run_obs = np.where(new_run, o, st[:, :, Z_RUN_OBS] + o)
@@ -404,14 +452,21 @@ class CameraEngine:
         self,
         rows: np.ndarray,
         blocks: tuple[np.ndarray, np.ndarray],
-        ok: np.ndarray,
+        ok: tuple[np.ndarray, np.ndarray],
         fired: list[tuple[int, Fired]],
     ) -> None:
+        """Dwell events of visits that just passed their limit; `ok`: (track x rule) label
+        filter, and whether the track is (or was) confirmed."""
         (zones, ir), r, tb = blocks, self.rules, self.table
         zi = r.dwell_zone
         since = self.last_ns - zones[:, zi, Z_ENTER_NS]
+        fire = (zones[:, zi, Z_IN] != 0) & (since >= r.dwell_ns)
+        if not fire.any():
+            return
+        labels_ok, counts = ok
+        fire &= labels_ok & counts[:, None]
         done = tb.dwell[rows]
-        fire = (zones[:, zi, Z_IN] != 0) & ~done & (since >= r.dwell_ns) & ok
+        fire &= ~done
         if not fire.any():
             return
         tb.dwell[rows] = done | fire
@@ -439,7 +494,7 @@ class CameraEngine:
         cfg = self.rules.cfg.stationary
         now = f.capture_ns
         w, h = f.frame_size
-        d = (pts - fr[:, AX : AY + 1]) * (w, h)
+        d = (pts - fr[:, AX : AY + 1]) * self._ref_size_px
         if cfg.relative_to == "box":
             b = f.boxes
             size = np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
@@ -447,12 +502,16 @@ class CameraEngine:
             size = np.float64(max(w, h))
         went = np.hypot(d[:, 0], d[:, 1]) > cfg.max_movement * size
         still = ir[:, STILL] != 0
-        np.copyto(fr[:, AX : AY + 1], pts, where=went[:, None])
-        np.copyto(ir[:, ANCHOR_NS], now, where=went)
+        if went.any():
+            np.copyto(fr[:, AX : AY + 1], pts, where=went[:, None])
+            np.copyto(ir[:, ANCHOR_NS], now, where=went)
         stops = ~went & ~still & (now - ir[:, ANCHOR_NS] >= int(cfg.seconds * NS))
         starts = went & still
-        ir[:, STILL] = (still | stops) & ~starts
-        for i in np.flatnonzero(stops | starts).tolist():
+        flips = stops | starts
+        if not flips.any():
+            return
+        ir[:, STILL] = still ^ flips
+        for i in np.flatnonzero(flips).tolist():
             kind = ev.STATIONARY if stops[i] else ev.ACTIVE
             fired.append((int(rows[i]), Fired(kind, rule=cfg.name, at_ns=now)))
 
@@ -463,9 +522,16 @@ class CameraEngine:
         f: TrackFrame,
         rows_newly: tuple[np.ndarray, np.ndarray],
         fired: list[tuple[int, Fired]],
+        relabelled: bool,
     ) -> list[events_pb2.TrackEvent]:
+        """The events of one frame: new tracks' (and their deferred results), what fired,
+        then an update for each reported track whose label changed (`relabelled`: the
+        votes moved; otherwise only an event, a new track or a stationary flip could have
+        changed what was said, and those all fire)."""
         tb = self.table
         rows, newly = rows_newly
+        if not (fired or newly.size or relabelled):
+            return []
         head = EventHeader(self.camera_id, self.settings.edge_id, f.capture_ns, f.frame_size)
         out: list[events_pb2.TrackEvent] = []
         for row in newly.tolist():
@@ -547,31 +613,42 @@ class CameraEngine:
         )
 
     def _path(self, row: int) -> events_pb2.TrackPath:
+        """The track's path summary: its last `path_points` positions, oldest first."""
         tb = self.table
         p = self.settings.path_points
         i = tb.I[row]
         n_all = int(i[PATH_N])
-        path = events_pb2.TrackPath(
+        # The ring's slots in age order, read out in one go per column.
+        at = np.arange(max(n_all - p, 0), n_all) % p
+        xy, ts, seen = (a[row, at].tolist() for a in (tb.path_xy, tb.path_t, tb.path_obs))
+        return events_pb2.TrackPath(
+            points=[
+                events_pb2.PathPoint(x=x, y=y, capture_ns=t, observed=o)
+                for (x, y), t, o in zip(xy, ts, seen, strict=True)
+            ],
             first_seen_ns=int(i[FIRST]),
             last_seen_ns=int(i[LAST]),
             count=int(i[COUNT]),
             observed_count=int(i[OBS]),
         )
-        for j in range(max(n_all - p, 0), n_all):
-            k = j % p
-            x, y = (float(v) for v in tb.path_xy[row, k])
-            t, seen = int(tb.path_t[row, k]), bool(tb.path_obs[row, k])
-            path.points.add(x=x, y=y, capture_ns=t, observed=seen)
-        return path
 
     def _ends(self, f: TrackFrame) -> list[events_pb2.TrackEvent]:
+        """End events of the tracks the tracker retired or `end_after_s` ended."""
         tb = self.table
-        ended = (tb.I[:, LIVE] != 0) & (f.capture_ns - tb.I[:, LAST] > self.settings.end_after_ns)
+        # No live track can time out before `_ends_due` (a track's last time only grows).
+        if not f.ended and f.capture_ns <= self._ends_due:
+            return []
+        live = tb.I[:, LIVE] != 0
+        last = np.where(live, tb.I[:, LAST], np.iinfo(np.int64).max)
+        ended = f.capture_ns - last > self.settings.end_after_ns
         if f.ended:
             rows = tb.rows_of(np.asarray(f.ended, np.int64))
             ended[rows[rows >= 0]] = True
         if not ended.any():
+            self._ends_due = int(last.min()) + self.settings.end_after_ns
             return []
+        # Worked out again at the next frame, after the rows are freed.
+        self._ends_due = 0
         head = EventHeader(self.camera_id, self.settings.edge_id, f.capture_ns, f.frame_size)
         out: list[events_pb2.TrackEvent] = []
         for row in np.flatnonzero(ended).tolist():

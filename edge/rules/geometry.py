@@ -23,12 +23,18 @@ def reference_points(
     boxes: np.ndarray, frame_size: tuple[int, int], where: tuple[float, float]
 ) -> np.ndarray:
     """(N, 4) source-pixel boxes -> (N, 2) points relative to the frame."""
+    return np.asarray(boxes @ reference_matrix(frame_size, where))
+
+
+def reference_matrix(frame_size: tuple[int, int], where: tuple[float, float]) -> np.ndarray:
+    """(4, 2): boxes (N, 4) @ it = their reference points relative to the frame (one
+    product a frame; the engine keeps it while the frame size stays)."""
     fx, fy = where
     w, h = frame_size
-    out = np.empty((boxes.shape[0], 2), np.float64)
-    out[:, 0] = (boxes[:, 0] + fx * (boxes[:, 2] - boxes[:, 0])) / w
-    out[:, 1] = (boxes[:, 1] + fy * (boxes[:, 3] - boxes[:, 1])) / h
-    return out
+    m = np.zeros((4, 2), np.float64)
+    m[0, 0], m[2, 0] = (1 - fx) / w, fx / w
+    m[1, 1], m[3, 1] = (1 - fy) / h, fy / h
+    return m
 
 
 class Lines:
@@ -56,14 +62,26 @@ class Lines:
         """Steps p0 -> p1 (S, 2) against every line: (crossed (S, L) bool, side of p0,
         side of p1). A proper intersection by the signs of cross products; sides are
         half-open (see the module docstring)."""
-        n, k = p0.shape[0], self.count
+        s0, s1 = self.sides(p0, p1)
+        return self.crossed(p0, p1, (s0, s1)), s0, s1
+
+    def sides(self, p0: np.ndarray, p1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The sides of both ends of every step, in one product."""
+        n = p0.shape[0]
         s = ((np.concatenate([p0, p1]) @ self.normal_t - self.offset) > 0) * 2 - 1
-        s0, s1 = s[:n], s[n:]
+        return s[:n], s[n:]
+
+    def crossed(
+        self, p0: np.ndarray, p1: np.ndarray, sides: tuple[np.ndarray, np.ndarray]
+    ) -> np.ndarray:
+        """(S, L): the step changed side (`sides`, from `sides`) and the line's two ends
+        lie on either side of the step (or on it)."""
+        s0, s1 = sides
+        k = self.count
         step = p1 - p0
         m = np.stack([-step[:, 1], step[:, 0]], axis=1)  # the step's normal
         ends = m @ self.ends_t - (m * p0).sum(axis=1)[:, None]  # (S, 2L)
-        crossed = (s0 != s1) & (ends[:, :k] * ends[:, k:] <= 0)
-        return crossed, s0, s1
+        return np.asarray((s0 != s1) & (ends[:, :k] * ends[:, k:] <= 0))
 
 
 def side(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -97,6 +115,11 @@ class Polygons:
         dy = self.q[:, 1] - self.p[:, 1]
         # dx/dy per edge; a horizontal edge never straddles a ray, so its value is unused.
         self._inv = (self.q[:, 0] - self.p[:, 0]) / np.where(dy == 0, 1.0, dy)
+        # Contiguous rows for the per-frame test: x where each edge meets a point's
+        # horizontal is px0 + py * inv, with px0 = p.x - p.y * inv.
+        self._py = self.p[None, :, 1].copy()
+        self._qy = self.q[None, :, 1].copy()
+        self._x0 = (self.p[:, 0] - self.p[:, 1] * self._inv)[None, :]
         owner = np.concatenate([np.full(len(p), i) for i, p in enumerate(polygons)])
         self.owner = np.zeros((owner.size, len(polygons)), np.int32)
         self.owner[np.arange(owner.size), owner] = 1
@@ -107,10 +130,9 @@ class Polygons:
             return np.zeros((points.shape[0], self.count), bool)
         px = points[:, 0:1]
         py = points[:, 1:2]
-        straddle = (self.p[None, :, 1] > py) != (self.q[None, :, 1] > py)  # (N, E)
-        x_at = self.p[None, :, 0] + (py - self.p[None, :, 1]) * self._inv[None, :]
-        hits = (straddle & (px < x_at)).astype(np.int32)
-        return np.asarray((hits @ self.owner) % 2 == 1)
+        straddle = (self._py > py) != (self._qy > py)  # (N, E)
+        hits = (straddle & (px < self._x0 + py * self._inv)).astype(np.int32)
+        return np.asarray((hits @ self.owner) & 1 == 1)
 
     def distance(self, points: np.ndarray) -> np.ndarray:
         """(N, 2) -> (N, Z): distance from each point to each polygon's boundary."""

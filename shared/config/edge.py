@@ -488,7 +488,9 @@ class TrackingConfig(StrictModel):
 
 
 class UplinkTlsConfig(StrictModel):
-    """TLS of the uplink (the cloud's cloud.tls); on when `enabled` or ca_file is set."""
+    """TLS of a connection to the cloud (the cloud's cloud.tls); on when `enabled` or ca_file
+    is set. Used under edge.uplink.tls and device.clips.upload.tls: its errors name no
+    section (the config error's path does)."""
 
     enabled: bool = Field(False, description="Use TLS, trusting the system's CA roots.")
     ca_file: str = Field(
@@ -510,9 +512,9 @@ class UplinkTlsConfig(StrictModel):
     @model_validator(mode="after")
     def _pair(self) -> UplinkTlsConfig:
         if bool(self.cert_file) != bool(self.key_file):
-            raise ValueError("edge.uplink.tls needs both cert_file and key_file (mTLS)")
+            raise ValueError("cert_file and key_file go together (mTLS): set both or neither")
         if self.cert_file and not self.on:
-            raise ValueError("edge.uplink.tls.cert_file needs TLS: set ca_file or enabled")
+            raise ValueError("cert_file needs TLS: set ca_file or enabled")
         return self
 
 

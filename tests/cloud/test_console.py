@@ -59,7 +59,8 @@ def test_list_merges_crops_and_track_events_newest_first(console: Running) -> No
     line = events[0]
     assert line["rules"] == ["gate-count", "line gate in"]
     assert line["verdict"] == "car" and line["score"] == pytest.approx(0.87)  # track's verdict
-    assert line["url"] == "/track?camera=door&uid=1000-7"
+    # The event's own detail page: its track, the clip player at its capture time.
+    assert line["url"] == f"/track?camera=door&uid=1000-7&at={line['time_ns']}"
     assert events[2]["zones"] == ["porch"]
     # The crop of track 7 links to its track; the yard dog has none.
     assert events[3]["track_uid"] == UID and events[1]["track_uid"] == ""

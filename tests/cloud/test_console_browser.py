@@ -3,12 +3,16 @@ chromium-driver, against a real `strata cloud` server (CloudServer with cloud.ht
 
 Events appear live, thumbnails load, a filter narrows the list, the detail page draws the
 path, a track's event clip (a real fMP4 from vtest.mp4, uploaded through UploadClip) plays
-in its <video>, the cameras page lists the camera, and the browser console has no errors.
-Screenshots of each page go to the test's tmp folder."""
+in its <video> from the event's moment, the cameras page lists the camera, the counts page
+counts the crossing, and the browser console has no errors. The events are dated minutes
+before the test (so the counts' week holds them). Screenshots of each page go to the test's
+tmp folder."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +39,23 @@ def rows(driver: Any) -> list[Any]:
     return list(driver.find_elements(By.CSS_SELECTOR, "#events tbody tr"))
 
 
+MS = 1_000_000
+# The seeded door track first seen two minutes before the test, its events milliseconds
+# apart after that.
+T0 = time.time_ns() - 120_000 * MS
+DOOR = (T0, 7)
+DOOR_UID = f"{T0}-7"
+
+
 def seed(server: CloudServer, db: Path) -> None:
     """Two cameras' crops, a door track that crosses the gate, and its snapshots."""
     store = server.store
-    store.submit_track(track_event(1, kind="new")).result(10)
-    store.submit(crop(1, "door", t=1_001_500, track_id=7)).result(10)
+    store.submit_track(track_event(1, track=DOOR, kind="new", capture_ns=T0 + MS)).result(10)
+    store.submit(crop(1, "door", t=T0 + 1_500_000, track_id=7)).result(10)
     crossing = track_event(
         2,
+        track=DOOR,
+        capture_ns=T0 + 2 * MS,
         kind="line_crossed",
         line="gate",
         rule="gate-count",
@@ -53,32 +67,70 @@ def seed(server: CloudServer, db: Path) -> None:
     crossing.after.box.x1, crossing.after.box.y1 = 150, 250
     crossing.after.box.x2, crossing.after.box.y2 = 290, 420
     store.submit_track(crossing).result(10)
-    store.submit(crop(2, "yard", t=1_002_500, label="dog")).result(10)
-    put_snapshot(db, "door", "1000-7", 1)
-    put_snapshot(db, "door", "1000-7", 2)
+    store.submit(crop(2, "yard", t=T0 + 2_500_000, label="dog")).result(10)
+    put_snapshot(db, "door", DOOR_UID, 1)
+    put_snapshot(db, "door", DOOR_UID, 2)
 
 
-def upload_clip(server: CloudServer, uid: str) -> None:
-    """A 2 s fMP4 of vtest.mp4 for the door track `uid`, through the real UploadClip rpc."""
+def upload_clip(server: CloudServer, uid: str, start_ns: int) -> None:
+    """A 2 s fMP4 of vtest.mp4 for the door track `uid` whose first frame was captured at
+    `start_ns`, through the real UploadClip rpc."""
     channel, stub = stub_for(server)
+    clip = info(tracks=(uid,), start_ns=start_ns)
     with channel:
-        acks = list(stub.UploadClip(iter(chunks(make_clip(2.0), 64 * 1024, info(tracks=(uid,))))))
+        acks = list(stub.UploadClip(iter(chunks(make_clip(2.0), 64 * 1024, clip))))
     assert acks[-1].complete
 
 
-def clip_plays(browser: Any, server: CloudServer, base: str, tmp_path: Path) -> None:
-    """A track with a clip plays it: the <video> gets to its current frame at least."""
+@dataclass(frozen=True)
+class Opened:
+    """An event of the list to open: its row's data-id, its track and capture time."""
+
+    row: str
+    track_uid: str
+    capture_ns: int
+
+
+SEEK_S = 1.2  # the event's capture, seconds into its clip
+
+
+def clip_plays(browser: Any, server: CloudServer, event: Any, tmp_path: Path) -> None:
+    """An event with a clip plays it from the event's moment: opened from the event's row,
+    the <video> gets to its current frame at least, at the event's capture time minus the
+    clip's start, and the page says the clip is complete."""
     from selenium.webdriver.common.by import By
 
-    upload_clip(server, "3000-9")
-    browser.get(base + "/track?camera=door&uid=3000-9")
-    video = browser.find_element(By.CSS_SELECTOR, "video#clip")
+    upload_clip(server, event.track_uid, event.capture_ns - int(SEEK_S * 1e9))
+    browser.find_element(By.CSS_SELECTOR, f'#events tr[data-id="{event.row}"] a').click()
+    video = wait_for("the player", lambda: browser.find_elements(By.CSS_SELECTOR, "video#clip"))[0]
     wait_for(
         "the clip to load",
         lambda: browser.execute_script("return arguments[0].readyState", video) >= 2,
     )
     assert browser.execute_script("return arguments[0].videoWidth", video) == 768
+    at = browser.execute_script("return arguments[0].currentTime", video)
+    assert abs(at - SEEK_S) < 0.05, f"the player starts at {at} s, not at the event"
+    state = browser.find_element(By.ID, "clip-state")
+    assert state.get_attribute("data-state") == "complete"
+    assert state.find_element(By.CLASS_NAME, "words").text == "complete"
+    selected = browser.find_elements(By.CSS_SELECTOR, "#track-events tr.selected td.type")
+    assert [td.text for td in selected] == ["new"], "the event's own row is marked"
     browser.save_screenshot(str(tmp_path / "clip.png"))
+
+
+def counts_show_the_crossing(browser: Any, base: str, tmp_path: Path) -> None:
+    """The week's counts hold the seeded crossing of the gate, charted."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(base + "/counts?period=week")
+    assert browser.find_element(By.ID, "counts")
+    counted = browser.find_elements(By.CSS_SELECTOR, "#counts tbody tr")
+    gate = [r for r in counted if "gate" in r.text]
+    assert [r.find_element(By.CLASS_NAME, "total").text for r in gate] == ["1"], [
+        r.text for r in counted
+    ]
+    assert browser.find_elements(By.CSS_SELECTOR, "#counts svg.chart rect.bar")
+    browser.save_screenshot(str(tmp_path / "counts.png"))
 
 
 def test_console_in_chromium(
@@ -106,9 +158,10 @@ def test_console_in_chromium(
             "the live stream", lambda: browser.find_element(By.ID, "live-status").text == "live"
         )
         # Live: stored after the page loaded, it appears without a reload.
-        fresh = store.submit_track(
-            track_event(3, track=(3000, 9), kind="new", label="bicycle", capture_ns=9_000_000)
-        ).result(10)
+        fresh_ev = track_event(
+            3, track=(T0 + 5_000 * MS, 9), kind="new", label="bicycle", capture_ns=T0 + 9_000 * MS
+        )
+        fresh = store.submit_track(fresh_ev).result(10)
         row_id = f"track-{fresh.stored.stored_id}"
         wait_for(
             "the live event",
@@ -152,16 +205,19 @@ def test_console_in_chromium(
         assert "kind=frame" in bg.get_attribute("href")
         browser.save_screenshot(str(tmp_path / "track.png"))
 
-        clip_plays(browser, server, base, tmp_path)
+        # The fresh event's detail page, from its row, plays its clip from its moment.
+        browser.get(base + "/?camera=door")
+        wait_for("the door's rows", lambda: len(rows(browser)) == 4)
+        clip_plays(
+            browser, server, Opened(row_id, fresh_ev.track_uid, fresh_ev.capture_ns), tmp_path
+        )
 
         browser.get(base + "/cameras")
         cam_rows = browser.find_elements(By.CSS_SELECTOR, "#cameras tr.camera")
         assert {r.get_attribute("data-camera") for r in cam_rows} == {"door", "yard"}
         browser.save_screenshot(str(tmp_path / "cameras.png"))
 
-        browser.get(base + "/counts?period=week")
-        assert browser.find_element(By.ID, "counts")
-        browser.save_screenshot(str(tmp_path / "counts.png"))
+        counts_show_the_crossing(browser, base, tmp_path)
 
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == []

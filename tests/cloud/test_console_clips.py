@@ -1,13 +1,15 @@
 """A track's event clip in the console over a real store (SQLite and a real PostgreSQL) on
 a real loopback port: video/mp4 with HTTP Range (206, 416), caching headers that follow a
-clip still being uploaded, and the <video> on the track page; the range parser alone."""
+clip still being uploaded, and the <video> on the track page, started at the event it is
+opened for, with the clip's state in words; the range parser alone."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from clip_helpers import chunk, chunks, info, make_clip
+from clip_helpers import C, chunk, chunks, info, make_clip
 from console_helpers import Running, get, put_track
 from strata.cloud.console.byte_range import ByteRange, RangeNotSatisfiableError, parse_range
 
@@ -86,3 +88,71 @@ def test_ranges_parse_as_rfc_9110_says() -> None:
     for bad in ("bytes=100-", "bytes=-0"):
         with pytest.raises(RangeNotSatisfiableError):
             parse_range(bad, 100)
+
+
+def clip_state(console: Running, at_ns: int = 0) -> tuple[dict[str, Any], str]:
+    """The track JSON's clip state and the track page's HTML, opened for capture time at_ns."""
+    q = {"camera": "door", "uid": UID, **({"at": str(at_ns)} if at_ns else {})}
+    detail = get(console.port, "/api/track?" + urlencode(q)).json()
+    return detail["clip_state"], get(console.port, "/track?" + urlencode(q)).text
+
+
+START = 5_000_000_000  # the clip's first frame on the capture clock
+
+
+def test_the_player_starts_at_the_event_and_the_page_says_the_clips_state(
+    console: Running, clip: bytes
+) -> None:
+    put_track(console, 1, kind="new")
+    ci = info(tracks=(UID,), start_ns=START)
+    parts = chunks(clip, 50_000, ci)
+    console.store.append_clip(parts[0])
+    state, html = clip_state(console, START + 1_500_000_000)
+    assert state["state"] == "uploading" and state["final"] is False
+    assert state["words"] == "still uploading" and "still uploading (50000 bytes so far)" in html
+    assert state["seek_s"] == 1.5 and state["url"] == URL
+    assert f'src="{URL.replace("&", "&amp;")}#t=1.500"' in html and 'data-seek="1.5"' in html
+    for c in parts[1:]:
+        console.store.append_clip(c)
+    state, html = clip_state(console, START + 1_500_000_000)
+    assert (state["state"], state["words"], state["final"]) == ("complete", "complete", True)
+    assert state["committed_bytes"] == state["size_bytes"] == len(clip)
+    assert 'data-state="complete"' in html and "s, the event's capture" in html
+    # Past the clip's end: its end (2 s, as the chunk helper closes it); before its start:
+    # its start; opened without an event: no fragment, as before.
+    assert clip_state(console, START + 9_000_000_000)[0]["seek_s"] == 2.0
+    assert clip_state(console, START - 1)[0]["seek_s"] == 0.0
+    state, html = clip_state(console)
+    assert state["seek_s"] is None and f'src="{URL.replace("&", "&amp;")}"' in html
+    api = get(console.port, "/api/track?" + urlencode({"camera": "door", "uid": UID, "at": "x"}))
+    assert api.status == 400 and "at must be" in api.json()["error"]
+    bad = get(console.port, "/track?" + urlencode({"camera": "door", "uid": UID, "at": "-5"}))
+    assert bad.status == 400 and "at must be" in bad.text
+
+
+@pytest.mark.parametrize(
+    ("outcome", "state", "words", "video"),
+    [
+        (C.CLIP_OUTCOME_CUT_SHORT, "cut_short", "cut short: the device stopped or crashed", True),
+        (C.CLIP_OUTCOME_DISCONNECTED, "disconnected", "disconnected: the camera", True),
+        (C.CLIP_OUTCOME_NO_KEYFRAME, "no_keyframe", "no keyframe: none came", False),
+        (C.CLIP_OUTCOME_CODEC, "codec", "codec: the camera&#39;s codec cannot", False),
+        (C.CLIP_OUTCOME_ERROR, "error", "error: writing the clip failed", True),
+    ],
+)
+def test_a_clip_that_fell_short_says_how_and_why(
+    console: Running, clip: bytes, outcome: int, state: str, words: str, video: bool
+) -> None:
+    put_track(console, 1, kind="new")
+    ci = info(tracks=(UID,), start_ns=START)
+    data = clip[:60_000] if video else b""
+    last = chunk(data, 0, len(data), ci, last=True)
+    last.info.outcome, last.info.reason = outcome, "agent <stopped> & gone"
+    last.info.notes.append("pre-roll short by 1.2s")
+    assert console.store.append_clip(last).status == 1
+    got, html = clip_state(console, START + 100_000_000)
+    assert got["state"] == state and got["final"] and got["reason"] == "agent <stopped> & gone"
+    assert f'data-state="{state}"' in html and words in html
+    assert "agent &lt;stopped&gt; &amp; gone" in html and "pre-roll short by 1.2s" in html
+    assert ('<video class="clip" id="clip"' in html) == video
+    assert (got["url"] == URL) == video and ("no clip" in html) != video

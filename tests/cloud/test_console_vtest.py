@@ -1,12 +1,16 @@
 """The console over the real three daemons on vtest (issue 27's check): `strata device` on
-data/vtest.mp4 in real time, `strata edge` with a zone and a line on the camera and
-snapshots on, `strata cloud` with the console and the daemons' /metrics to scrape; Debian's
-chromium, headless, reads the console while the clip plays.
+data/vtest.mp4 in real time cutting its tracks' clips and uploading them to the cloud,
+`strata edge` with a zone and a line on the camera and snapshots on, `strata cloud` with
+the console and the daemons' /metrics to scrape; Debian's chromium, headless, reads the
+console while the camera plays.
 
 Events appear live with their thumbnails (the images load), a filter narrows the list, the
-detail page draws the path over the frame, the cameras page shows the camera running with
-its frame rates, the counts page charts the crossings, and the browser console has no
-errors. Screenshots of every page go to the test's folder (and STRATA_SCREENSHOTS=DIR)."""
+detail page draws the path over the frame and plays the track's clip from the crossing's
+moment (the <video> has its current frame, a duration, and starts at the crossing's capture
+time minus the clip's first frame's, as GetClip tells it), the cameras page shows the
+camera running with its frame rates, the counts page charts the crossings, and the browser
+console has no errors. Screenshots of every page go to the test's folder (and
+STRATA_SCREENSHOTS=DIR)."""
 
 from __future__ import annotations
 
@@ -14,9 +18,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
+import grpc
 import pytest
 from browser_testkit import chromium, console_errors, images_loaded, screenshot, wait_for
+from strata.shared.contracts import analytics_pb2_grpc, clips_pb2, current_version
 from strata.shared.loopback import free_port
 from strata.tools.demo.stack import Camera, Stack
 
@@ -30,15 +37,31 @@ RULES = {
     "lines": [{"name": "west", "points": [[253, 173], [253, 547]], "in_side": "left"}],
 }
 LIVE_S = 60.0  # the first crossing comes about 10 s into vtest
+CLIP_S = 30.0  # the crossing's clip has the crossing's fragment uploaded (GOP 1 s)
+RELOAD_S = 3.0  # the page reloads for a clip that has grown since
+# The player's currentTime against the expected start: the media fragment's millisecond.
+SEEK_TOLERANCE_S = 0.01
 
 
 @pytest.fixture
 def stack(tmp_path: Path, vtest_mp4: Path) -> Iterator[Stack]:
     """Cloud (console on) and edge started; the device is the test's to start."""
-    s = Stack(tmp_path / "run", [Camera(CAMERA, str(vtest_mp4))])
+    workdir = tmp_path / "run"
+    s = Stack(workdir, [Camera(CAMERA, str(vtest_mp4))])
     s.extra_config = {
-        # Looped: the camera stays `running` however slow the machine (80 s a pass).
-        "device": {"source": {"realtime": True, "loop": True}},
+        "device": {
+            # Looped: the camera stays `running` however slow the machine (80 s a pass).
+            "source": {"realtime": True, "loop": True},
+            # Each track's clip, cut on the device and uploaded straight to the cloud.
+            "clips": {
+                "enabled": True,
+                "dir": str(workdir / "clips"),
+                "pre_roll_s": 1.0,
+                "post_roll_s": 1.0,
+                "ring_s": 8.0,
+                "upload": {"target": s.cloud_address, "poll_s": 0.2},
+            },
+        },
         "edge": {"snapshots": {"enabled": True}},
         "cloud": {
             "http": {
@@ -130,6 +153,64 @@ def check_detail(driver: Any, out: Path) -> None:
     screenshot(driver, out, "track")
 
 
+def clip_info(stack: Stack, uid: str) -> clips_pb2.ClipInfo:
+    """The track's clip as the cloud's GetClip describes it."""
+    req = clips_pb2.GetClipRequest(version=current_version(), camera_id=CAMERA, track_uid=uid)
+    with grpc.insecure_channel(stack.cloud_address) as channel:
+        stub = analytics_pb2_grpc.AnalyticsStub(channel)  # type: ignore[no-untyped-call]
+        for reply in stub.GetClip(req, timeout=10):
+            if reply.HasField("info"):
+                return reply.info
+    raise AssertionError(f"GetClip gave no info for {uid}")
+
+
+def playing(driver: Any, stack: Stack) -> dict[str, Any]:
+    """The detail page's <video> once it has its current frame (readyState >= 2), the page
+    reloaded while the clip has no bytes yet or has not reached the event's moment."""
+    script = (
+        "const v = arguments[0];"
+        "return {ready: v.readyState, duration: v.duration, at: v.currentTime,"
+        " width: v.videoWidth};"
+    )
+    deadline = time.monotonic() + CLIP_S
+    loaded = time.monotonic()
+    while True:
+        stack.check()
+        video = by_css(driver, "video#clip")
+        if video:
+            got: dict[str, Any] = driver.execute_script(script, video[0])
+            if got["ready"] >= 2:
+                return got
+        assert time.monotonic() < deadline, f"the clip did not play: {got if video else 'none'}"
+        time.sleep(0.2)
+        if time.monotonic() - loaded > RELOAD_S:
+            driver.refresh()
+            loaded = time.monotonic()
+
+
+def check_clip(driver: Any, stack: Stack, out: Path) -> None:
+    """The crossing's detail page plays its track's clip from the crossing's moment and
+    says the clip's state."""
+    q = parse_qs(urlsplit(driver.current_url).query)
+    uid, at_ns = q["uid"][0], int(q["at"][0])
+    got = playing(driver, stack)
+    assert got["duration"] > 0 and got["width"] == 768, got
+    info = clip_info(stack, uid)
+    assert info.start_ns, info
+    expected = max(0.0, (at_ns - info.start_ns) / 1e9)
+    if info.final:
+        expected = min(expected, (info.end_ns - info.start_ns) / 1e9)
+    assert abs(got["at"] - expected) <= SEEK_TOLERANCE_S, (got, expected)
+    assert expected > 0, "the clip starts before the crossing (pre-roll)"
+    state = by_css(driver, "#clip-state")[0]
+    words = state.find_element("css selector", ".words").text
+    if state.get_attribute("data-state") == "uploading":
+        assert words.startswith("still uploading"), words
+    else:
+        assert state.get_attribute("data-state") == "complete", words
+    screenshot(driver, out, "clip")
+
+
 def rate(driver: Any, column: int) -> float:
     text = by_css(driver, f"#cameras tr.camera td:nth-child({column})")[0].text
     return float(text) if text else 0.0
@@ -180,11 +261,12 @@ def test_console_over_the_three_daemons_on_vtest(stack: Stack, tmp_path: Path) -
     with chromium(tmp_path) as driver:
         check_events(driver, base, stack, tmp_path)
         check_detail(driver, tmp_path)
+        check_clip(driver, stack, tmp_path)
         check_cameras(driver, base, tmp_path)
         check_counts(driver, base, tmp_path)
         check_editor(driver, base, tmp_path)
         stack.check()
         assert console_errors(driver) == []
-    for name in ("events", "events-filtered", "track", "cameras", "counts", "editor"):
+    for name in ("events", "events-filtered", "track", "clip", "cameras", "counts", "editor"):
         assert (tmp_path / f"{name}.png").stat().st_size > 1000
     print(f"console screenshots in {tmp_path} after {time.monotonic() - started:.0f} s")

@@ -118,3 +118,29 @@ def start_rtsp(port: int, media: Path) -> subprocess.Popen[str]:
     line = proc.stdout.readline().strip()
     assert line == "READY", f"RTSP server did not start: {line!r}"
     return proc
+
+
+def mp4_boxes(path: Path) -> list[str]:
+    """The top-level box types of an MP4 file, in order (a fragmented one: ftyp, moov,
+    then moof/mdat pairs)."""
+    data = path.read_bytes()
+    boxes: list[str] = []
+    at = 0
+    while at + 8 <= len(data):
+        size = int.from_bytes(data[at : at + 4], "big")
+        kind = data[at + 4 : at + 8].decode("latin-1")
+        if size == 1:  # a 64-bit size follows the type
+            size = int.from_bytes(data[at + 8 : at + 16], "big")
+        boxes.append(kind)
+        if size < 8:
+            break
+        at += size
+    return boxes
+
+
+def codec_of(path: Path) -> str:
+    """The codec name of a file's video stream."""
+    import av
+
+    with av.open(str(path)) as c:
+        return str(c.streams.video[0].codec_context.name)

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from required_testkit import missing
 from strata.device.agent import Agent
+from strata.device.clip_spool import read_sidecar
 from strata.device.sink import FrameSink
 from strata.edge.build import build_node
 from strata.shared.config.device import (
@@ -30,7 +31,7 @@ from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 
 from .clip_cloud import Cloud
-from .clip_media import FPS, decode, encode_vtest, rtsp_missing, start_rtsp
+from .clip_media import FPS, SIZE, decode, encode_vtest, rtsp_missing, start_rtsp
 from .conftest import fast_config
 
 
@@ -237,3 +238,119 @@ def test_a_camera_that_disconnects_mid_clip_ends_it_with_a_reason_and_a_count(
     assert list(info.track_uids) == ["walker"]
     got = decode(clip.path)
     assert got.crcs and got.keys[0], "what was written plays"
+
+
+def _raw_video(dest: Path, frames: int) -> Path:
+    """vtest-sized frames as rawvideo in NUT: a codec MP4 cannot carry."""
+    from fractions import Fraction
+
+    import av
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    with av.open(str(dest), "w", format="nut") as out:
+        stream = out.add_stream("rawvideo", rate=FPS)
+        stream.width, stream.height = SIZE
+        stream.pix_fmt = "yuv420p"
+        for i in range(frames):
+            image = rng.integers(0, 255, (SIZE[1], SIZE[0], 3), dtype=np.uint8)
+            frame = av.VideoFrame.from_ndarray(image, format="bgr24").reformat(format="yuv420p")
+            frame.pts, frame.time_base = i, Fraction(1, FPS)
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return dest
+
+
+def _bad_source_clip(
+    port: int, source: Path, clips: ClipsConfig, ask_after_s: float
+) -> tuple[Agent, list[float]]:
+    """The real agent reads `source` in real time; `ask_after_s` into it, the edge's
+    demand (as its ack carries it) asks for a live track from a second ago. Returns the
+    agent, stopped, and its ring's byte gauge as sampled all along."""
+    cfg = fast_config(
+        f"tcp://127.0.0.1:{port}",
+        None,
+        cameras=[CameraConfig(id="cam", source=str(source))],
+        source=SourceConfig(realtime=True, open_timeout_s=2.0, read_timeout_s=2.0),
+        clips=clips,
+    )
+    agent = Agent(cfg, registry=CollectorRegistry())
+    gauge: list[float] = []
+    with FrameSink(f"tcp://127.0.0.1:{port}"):
+        agent.start()
+        ring = agent.clip_cutters["cam"].ring
+        deadline = time.monotonic() + 60
+        asked = False
+        while not agent.wait(0.05):
+            assert time.monotonic() < deadline, "the camera did not finish its file"
+            held = sample(
+                agent.metrics.registry, "strata_device_clip_ring_bytes", {"camera": "cam"}
+            )
+            gauge.append(held or 0.0)
+            clock = ring.clock
+            played_s = 0.0 if clock.empty else (clock.latest_ns - clock.to_capture(0.0)) / 1e9
+            if not asked and played_s >= ask_after_s:
+                ack = frame_pb2.FrameAck(camera_id="cam", clips_set=True)
+                ack.clips.add(track_uid="walker", start_ns=clock.latest_ns - 10**9)
+                agent.clip_demands.on_ack(ack)
+                asked = True
+        agent.stop(drain_timeout_s=1.0)
+    assert asked, "the file ended before the demand went"
+    return agent, gauge
+
+
+def _only_clip(agent: Agent) -> clips_pb2.ClipInfo:
+    """The one clip the device holds (no upload target: it stays), by its sidecar."""
+    assert agent.clip_spool is not None
+    (clip,) = agent.clip_spool.pending()
+    info = read_sidecar(clip.path)
+    assert info is not None and info == clip.info
+    assert info.final and list(info.track_uids) == ["walker"], info
+    return info
+
+
+@pytest.mark.timeout(90)
+def test_no_keyframe_for_longer_than_the_ring_ends_the_clip_with_a_reason_and_a_count(
+    vtest_mp4: Path, tmp_path: Path, port: int
+) -> None:
+    # One keyframe in 60 frames: a GOP of 1000 frames, far more than ring_s x fps (20).
+    long_gop = encode_vtest(vtest_mp4, tmp_path / "gop1000.mp4", "libx264", 1000, frames=60)
+    clips = ClipsConfig(
+        enabled=True, dir=str(tmp_path / "clips"), pre_roll_s=1, ring_s=2, ring_mib=0.05
+    )
+    agent, gauge = _bad_source_clip(port, long_gop, clips, ask_after_s=3.0)
+    registry = agent.metrics.registry
+    ring = agent.clip_cutters["cam"].ring
+    # Memory bounded all along: the ring let the keyframe's GOP go and held nothing after.
+    assert gauge and max(gauge) <= ring.cap_bytes, (max(gauge), ring.cap_bytes)
+    assert ring.starved and ring.packet_count == 0
+    dropped = sample(
+        registry,
+        "strata_device_clip_ring_dropped_packets_total",
+        {"camera": "cam", "reason": "no_keyframe"},
+    )
+    assert dropped and dropped == ring.dropped["no_keyframe"]
+    labels = {"camera": "cam", "outcome": "no_keyframe"}
+    assert sample(registry, "strata_device_clips_total", labels) == 1
+    info = _only_clip(agent)
+    assert info.outcome == clips_pb2.CLIP_OUTCOME_NO_KEYFRAME and info.size_bytes == 0
+    assert info.reason.startswith("no keyframe before the source closed"), info.reason
+    assert "the ring held no keyframe" in " ".join(info.notes), info.notes
+    assert not list((tmp_path / "clips").glob("*/*.mp4")), "nothing was written"
+
+
+@pytest.mark.timeout(90)
+def test_a_codec_mp4_cannot_carry_ends_the_clip_with_a_reason_and_the_camera_reads_on(
+    tmp_path: Path, port: int
+) -> None:
+    raw = _raw_video(tmp_path / "raw.nut", frames=40)
+    clips = ClipsConfig(enabled=True, dir=str(tmp_path / "clips"), pre_roll_s=1, ring_s=8)
+    agent, gauge = _bad_source_clip(port, raw, clips, ask_after_s=2.0)
+    registry = agent.metrics.registry
+    assert agent.cameras[0].frames == 40, "the camera read its whole file"
+    assert max(gauge) == 0, "nothing held for clips that cannot be cut"
+    labels = {"camera": "cam", "outcome": "codec"}
+    assert sample(registry, "strata_device_clips_total", labels) == 1
+    info = _only_clip(agent)
+    assert info.outcome == clips_pb2.CLIP_OUTCOME_CODEC and info.size_bytes == 0
+    assert info.reason.startswith("rawvideo cannot be stream-copied into MP4"), info.reason

@@ -18,7 +18,16 @@ from strata.device.packet_ring import PacketRing
 from strata.device.sources import AvSource, SourceError
 from strata.shared.config.device import ClipsConfig, SourceConfig
 
-from .clip_media import FPS, Decoded, decode, encode_vtest, rtsp_missing, start_rtsp
+from .clip_media import (
+    FPS,
+    Decoded,
+    codec_of,
+    decode,
+    encode_vtest,
+    mp4_boxes,
+    rtsp_missing,
+    start_rtsp,
+)
 
 FRAME_S = 1 / FPS
 Plan = dict[int, list[tuple[int, int, str]]]
@@ -68,6 +77,15 @@ class Run:
         )
 
 
+def _check_fmp4(clip: Path, source: Path) -> None:
+    """The clip is a fragmented MP4 (an empty moov, then a moof and mdat per fragment) of
+    the source's codec: stream-copied, not re-encoded into another."""
+    boxes = mp4_boxes(clip)
+    assert boxes[:2] == ["ftyp", "moov"] and boxes.count("moof") >= 2, boxes
+    assert boxes.count("moof") == boxes.count("mdat"), boxes
+    assert codec_of(clip) == codec_of(source)
+
+
 def _check_clip(clip: Clip, source: Decoded, wanted: tuple[float, float], cfg: ClipsConfig) -> None:
     """The clip is a run of the source's own frames, from a keyframe at or before the
     wanted start minus the pre-roll to the wanted end plus the post-roll (within a frame),
@@ -103,6 +121,8 @@ def test_clips_cover_their_request_with_the_sources_own_packets(
     for clip, (start, end) in ((past, (30, 80)), (live, (120, 170))):
         assert clip.outcome == "complete" and clip.reason == "" and clip.notes == (), clip
         _check_clip(clip, source, (run.times[start], run.times[end]), cfg)
+        assert clip.path is not None
+        _check_fmp4(clip.path, path)
         # Its times in the capture clock are those of the frames delivered.
         assert clip.start_ns == run.capture[run.times.index(clip.start_ts)]
     assert past.keys == ("past",) and live.keys == ("live",)

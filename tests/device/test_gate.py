@@ -2,10 +2,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
+from strata.device.agent import Agent
 from strata.device.frames import Frame
 from strata.device.gate import GateLoadError, load_gate
 from strata.device.inbox import GateInbox, GateItem
-from strata.shared.config.device import GateConfig
+from strata.device.metrics import CameraCounts
+from strata.device.sink import FrameSink
+from strata.shared.config.device import CameraConfig, GateConfig
+
+from .conftest import fast_config
 
 
 def _img(bgr: tuple[int, int, int], h: int = 48, w: int = 64) -> np.ndarray:
@@ -100,3 +106,31 @@ def test_default_gate_loads_the_starter_repository_model() -> None:
     gate.close()
     with pytest.raises(GateLoadError, match="not found"):
         load_gate(GateConfig(model="no_such_model"))
+
+
+def _gated_run(red_model: Path, port: int, threshold: float) -> tuple[list[int], float]:
+    """Frame indexes the edge got, and gate inferences run, for one threshold."""
+    edge = f"tcp://127.0.0.1:{port}"
+    gate = GateConfig(model_path=str(red_model), positive_class_ids=[0], threshold=threshold)
+    synth = "synthetic://?frames=40&seed=1&width=160&height=120"
+    cfg = fast_config(edge, None, cameras=[CameraConfig(id="cam", source=synth)], gate=gate)
+    with FrameSink(edge) as sink:
+        agent = Agent(cfg, registry=CollectorRegistry())
+        assert agent.run_until_done(timeout=60) == 0
+        got = [r.frame_index for r in sink.stats.log if not r.duplicate]
+    registry = agent.metrics.registry
+    counts = CameraCounts.read(registry, "cam")
+    assert counts.dropped_gate == 0
+    assert len(got) == counts.decoded - counts.dropped_motion > 10
+    return got, registry.get_sample_value("strata_device_gate_batch_size_count") or 0.0
+
+
+def test_a_gate_that_cannot_drop_is_not_run_and_the_edge_gets_the_same_frames(
+    red_model: Path, port: int
+) -> None:
+    # Class 0 ("not red") scores high on the grey synthetic scene: 0.01 keeps every frame
+    # too, but by running the classifier; 0 keeps them without it.
+    kept_without, batches_without = _gated_run(red_model, port, 0.0)
+    kept_with, batches_with = _gated_run(red_model, port, 0.01)
+    assert batches_without == 0 and batches_with > 0
+    assert kept_without == kept_with

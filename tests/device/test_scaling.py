@@ -46,3 +46,21 @@ def test_bgr_frames_scale_with_opencv(size: tuple[int, int] | None) -> None:
     image = np.random.default_rng(0).integers(0, 255, (96, 128, 3), np.uint8)
     out = Frame(0, 0.0, 0, bgr=image).bgr(size)
     assert out.shape == ((48, 64, 3) if size else (96, 128, 3))
+
+
+def test_a_cameras_kept_scaler_gives_the_same_pixels_frame_after_frame(
+    synthetic_mp4: Path,
+) -> None:
+    from strata.device.frames import BgrScaler
+
+    scaler = BgrScaler()
+    with av.open(str(synthetic_mp4)) as c:
+        for i, f in enumerate(c.decode(video=0)):
+            if i == 5:
+                break
+            # Two sizes in turn: a context kept across frames must follow a new size.
+            size = (160, 120) if i % 2 else (96, 72)
+            plain = Frame(0, 0.0, 0, av_frame=f).bgr(size)
+            kept = Frame(0, 0.0, 0, av_frame=f).bgr(size, scaler)
+            assert kept.shape == (size[1], size[0], 3) and kept.flags["C_CONTIGUOUS"]
+            assert np.array_equal(kept, plain)

@@ -467,3 +467,168 @@ def test_pixel_coordinates_survive_a_change_of_resolution() -> None:
         for i, y in enumerate([200, 260, 300, 350])
     ]
     assert crossings(run(eng, small)) == [(1, "in")]
+
+
+def _door(debounce_s: float = 0.5) -> RulesConfig:
+    door = {"name": "door", "points": [[0, 0.5], [1, 0.5]], "in_side": "right"}
+    return rules({"lines": [{**door, "debounce_s": debounce_s}], "zones": []})
+
+
+def test_a_crossing_between_two_kept_frames_far_apart_counts_once() -> None:
+    # Kept frames 3 s apart on either side of the line, nothing between them: the step
+    # crosses, once; the frames after it on the far side add nothing.
+    far = [frame(0.0, [T(1, 200, 100)]), frame(3.0, [T(1, 300, 900)])]
+    far += [frame(3.0 + 0.1 * i, [T(1, 300, 900 + i)]) for i in range(1, 10)]
+    assert crossings(run(engine(_door()), far)) == [(1, "in")]
+    # The same gap answered by the tracker's predictions, which overshoot, fall back across
+    # the line and cross again before the next kept frame: still one crossing, in.
+    predicted = [frame(0.0, [T(1, 200, 100)])]
+    ys = [300, 520, 560, 480, 530, 700]
+    predicted += [frame(0.5 * (i + 1), [T(1, 200, y, obs=False)]) for i, y in enumerate(ys)]
+    predicted += [frame(3.5, [T(1, 200, 900)]), frame(4.5, [T(1, 200, 910)])]
+    events = run(engine(_door()), predicted)
+    assert crossings(events) == [(1, "in")]
+    assert kinds(events).count("line_crossed") == 1
+
+
+def test_a_crossing_on_a_long_jump_is_found_among_quiet_frames() -> None:
+    # Many frames on one side (nothing changes: the quiet path), then one long step over
+    # the line and many frames on the other side.
+    eng = engine(_door(debounce_s=0))
+    above = [frame(0.1 * i, [T(1, 200 + i, 100), T(2, 600, 950)]) for i in range(30)]
+    below = [frame(3.0 + 0.1 * i, [T(1, 230, 940), T(2, 600, 950)]) for i in range(30)]
+    events = run(eng, above + below)
+    assert crossings(events) == [(1, "in")]
+    hit = next(e for e in events if e.type == events_pb2.TRACK_EVENT_TYPE_LINE_CROSSED)
+    assert hit.capture_ns == 3 * NS and hit.observed
+
+
+def test_a_long_stay_in_a_zone_then_leaving_reports_the_leave_run_and_the_stay() -> None:
+    cfg = rules(
+        {
+            "lines": [],
+            "zones": [
+                {
+                    "name": "shop",
+                    "enter_frames": 2,
+                    "leave_frames": 3,
+                    "points": [[0.6, 0.6], [0.9, 0.6], [0.9, 0.9], [0.6, 0.9]],
+                }
+            ],
+        }
+    )
+    eng = engine(cfg)
+    # 40 frames still inside (no state changes), 1 frame out, back in, then 3 frames out.
+    stay = [frame(0.1 * i, [T(1, 750, 750)]) for i in range(40)]
+    blip = [frame(4.0, [T(1, 500, 750)]), frame(4.1, [T(1, 750, 750)])]
+    out = [frame(4.2 + 0.1 * i, [T(1, 500, 750, obs=i != 1)]) for i in range(3)]
+    events = run(eng, stay + blip + out)
+    assert kinds(events) == ["new", "zone_entered", "zone_left"]
+    left = events[-1]
+    assert left.positions == 3 and left.observed_positions == 2
+    assert left.capture_ns == round(4.4 * NS)
+    # The visit: from the first position inside to the first one of the run outside.
+    assert left.dwell_s == pytest.approx(4.2)
+
+
+def test_tracks_time_out_across_empty_frames_and_later_arrivals() -> None:
+    eng = engine(rules({"lines": [], "zones": []}, end_after_s=2))
+    f = [frame(0.0, [T(1, 100, 100)])]
+    f += [frame(0.5 * i, []) for i in range(1, 12)]  # track 1 unseen past 2 s: ends
+    f += [frame(10.0, [T(2, 100, 100)])]  # after frames with no track at all
+    f += [frame(10.0 + 0.5 * i, []) for i in range(1, 6)]  # so does track 2
+    events = run(eng, f)
+    ends = [(e.track_id, e.capture_ns) for e in events if type_name(e.type) == "end"]
+    assert ends == [(1, round(2.5 * NS)), (2, round(12.5 * NS))]
+
+
+def test_predicted_boxes_do_not_vote_for_the_label() -> None:
+    eng = engine(rules({"lines": [], "zones": []}))
+    events = run(
+        eng,
+        [
+            frame(0.0, [T(1, 100, 100, cls=1, score=0.5)]),
+            # Predicted boxes do not vote: the class they carry changes nothing.
+            frame(0.1, [T(1, 110, 100, obs=False, cls=0, score=0.9)]),
+            frame(0.2, [T(1, 120, 100, obs=False, cls=0, score=0.9)]),
+        ],
+    )
+    assert kinds(events) == ["new"] and events[0].after.label == "car"
+    # A detection does.
+    events = run(eng, [frame(0.3, [T(1, 130, 100, cls=0, score=0.9)])])
+    assert kinds(events) == ["update"] and events[0].after.label == "person"
+    assert events[0].after.top_score == pytest.approx(0.9)
+
+
+def _random_scene(seed: int, frames: int) -> list[TrackFrame]:
+    """Tracks that come, walk, stop, turn, are predicted or detected, and go."""
+    rng = np.random.default_rng(seed)
+    live: dict[int, list[Any]] = {}
+    out = []
+    for i in range(frames):
+        if rng.random() < 0.25 or not live:
+            live[len(out) * 10 + 1] = [rng.random(2) * 800 + 100, rng.normal(0, 15, 2), 0]
+        ended = tuple(t for t in live if rng.random() < 0.03)
+        for t in ended:
+            del live[t]
+        tracks = []
+        for t, s in live.items():
+            if rng.random() < 0.1:
+                s[1] = rng.normal(0, 15, 2) * (rng.random() < 0.7)  # turn, or stop
+            s[0] = np.clip(s[0] + s[1] + rng.normal(0, 2, 2), 50, 950)
+            s[2] += 1
+            cls = int(rng.random() < 0.2)
+            obs = bool(rng.random() < 0.5)
+            tracks.append(T(t, s[0][0], s[0][1], obs=obs, conf=s[2] > 1, cls=cls))
+        out.append(frame(0.1 * i, tracks, ended))
+    return out
+
+
+def test_an_engine_restored_at_every_frame_says_what_one_that_ran_through_says() -> None:
+    # What the engine keeps between frames beyond its checkpoint (the quiet-frame shortcuts,
+    # caches of rows, labels and time-outs) never changes an event.
+    cfg = rules(
+        {
+            "lines": [
+                {"name": "door", "points": [[0.0, 0.5], [1.0, 0.5]], "debounce_s": 0.2},
+                {"name": "gate", "points": [[0.3, 0.0], [0.3, 1.0]], "labels": ["person"]},
+            ],
+            "zones": [
+                {
+                    "name": "shop",
+                    "points": [[0.6, 0.6], [0.9, 0.6], [0.9, 0.9], [0.6, 0.9]],
+                    "enter_frames": 2,
+                    "leave_frames": 3,
+                },
+                {"name": "lot", "points": [[0.1, 0.1], [0.5, 0.1], [0.3, 0.4]], "labels": ["car"]},
+            ],
+            "dwell": [{"name": "loiter", "zone": "shop", "seconds": 1}],
+            "stationary": {"seconds": 0.5},
+        },
+        end_after_s=1.5,
+    )
+    scene = _random_scene(7, 250)
+    through = engine(cfg)
+    expected = [_as_set(through.process(f)) for f in scene]
+    got = []
+    snapshot = None
+    for f in scene:
+        eng = engine(cfg)
+        if snapshot is not None:
+            eng.restore(json.loads(json.dumps(snapshot)))
+        got.append(_as_set(eng.process(f)))
+        snapshot = eng.snapshot()
+    assert got == expected
+    assert sum(len(e) for e in expected) > 150
+    seen = {type_name(events_pb2.TrackEvent.FromString(b).type) for e in expected for b in e}
+    assert {"line_crossed", "zone_entered", "zone_left", "dwell_exceeded", "stationary"} <= seen
+
+
+def _as_set(events: list[events_pb2.TrackEvent]) -> list[bytes]:
+    """One frame's events in a canonical order, camera sequence left out (a restored engine
+    numbers its rows, and so orders the events of one frame, its own way)."""
+    out = []
+    for e in events:
+        e.sequence = 0
+        out.append(e.SerializeToString())
+    return sorted(out)

@@ -39,3 +39,19 @@ def test_a_track_round_trips_through_json() -> None:
     assert other.zones[0, 1].tolist() == [0, 0, 0, 0, 10, 0]  # "shop" had nothing
     assert other.zones[0, 0].tolist() == [0, 0, 0, 0, 10, 0]  # "back" starts clean
     assert [int(t) for t in other.path_t[0]] == [2, 3, 4] and other.votes[0, 0] == 1.5
+
+
+def test_asking_for_the_same_ids_again_sees_tracks_that_came_and_went() -> None:
+    tb = TrackTable(Dims(lines=0, zones=0, dwell=0, path=2))
+    ids = np.array([4, 8], np.uint64)
+    assert tb.rows_of(ids).tolist() == [-1, -1]
+    rows = tb.admit(ids[:1], 0, np.zeros((1, 2)))
+    first = tb.rows_of(ids)
+    assert first.tolist() == [rows[0], -1]
+    first[0] = 99  # the caller's copy: the table's answer is not changed through it
+    assert tb.rows_of(ids).tolist() == [rows[0], -1]
+    more = tb.admit(ids[1:], 1, np.zeros((1, 2)))
+    assert tb.rows_of(ids).tolist() == [rows[0], more[0]]
+    tb.free(int(rows[0]))
+    tb.reindex()
+    assert tb.rows_of(ids).tolist() == [-1, more[0]]

@@ -60,3 +60,26 @@ def test_moved_edge_overload_keys_name_their_new_home(old: dict[str, Any], new: 
         EdgeConfig.model_validate(old)
     moved = EdgeConfig.model_validate({"overload": {"batch_limit": {"min_batch": 2}}})
     assert moved.overload.batch_limit.min_batch == 2
+
+
+@pytest.mark.parametrize("section", [("edge", "uplink"), ("device", "clips", "upload")])
+@pytest.mark.parametrize(
+    ("tls", "why"),
+    [
+        ({"cert_file": "c.pem"}, "cert_file and key_file go together (mTLS)"),
+        ({"key_file": "k.pem"}, "cert_file and key_file go together (mTLS)"),
+        ({"cert_file": "c.pem", "key_file": "k.pem"}, "cert_file needs TLS: set ca_file"),
+    ],
+)
+def test_tls_errors_name_the_section_they_are_in(
+    section: tuple[str, ...], tls: dict[str, str], why: str
+) -> None:
+    data: dict[str, Any] = {"tls": tls}
+    for key in reversed(section):
+        data = {key: data}
+    with pytest.raises(ConfigError) as err:
+        load_config(None, data)
+    message = str(err.value)
+    assert f"{'.'.join(section)}.tls: " in message and why in message
+    other = "device.clips" if section[0] == "edge" else "edge.uplink"
+    assert other not in message, message

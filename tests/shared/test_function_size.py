@@ -26,7 +26,6 @@ ALLOWED: dict[str, str] = {
     "tools/bench/schedsim.py::simulate": "simulation driver; regrouped with tools/bench",
     "edge/metrics.py::EdgeMetrics.__init__": "metric declarations, one per statement",
     "tools/bench/outage.py::measure": "benchmark driver",
-    "tools/bench/rules.py::measure": "benchmark driver: three runs scored in one report",
     "tools/bench/console.py::_track_rows": "benchmark data: one row of every column, in order",
 }
 

@@ -51,3 +51,19 @@ def test_bench_writes_its_json(tmp_path: Path, synthetic_mp4: Path) -> None:
     assert set(doc["clips"]) == {synthetic_mp4.name, "synthetic"}
     assert doc["machine"]["cores"] >= 1
     assert doc["command"].startswith("strata bench device --clip ")
+
+
+def test_the_sink_announces_the_edge_model_input_and_the_agent_scales_to_it(
+    synthetic_mp4: Path,
+) -> None:
+    from strata.shared.config.device import DeviceConfig, PayloadConfig
+    from strata.tools.bench.device import edge_model_input, run_agent
+
+    side = edge_model_input()
+    assert side > 0  # the starter detector's input (320)
+    base = DeviceConfig(agent_id="bench", payload=PayloadConfig())
+    full = run_agent(synthetic_mp4, base)
+    scaled = run_agent(synthetic_mp4, base, edge_input=side // 4)
+    # The same frames, smaller once the first ack has told the agent the detector's input.
+    assert scaled.sent == full.sent > 2
+    assert scaled.bytes_sent < full.bytes_sent / 2

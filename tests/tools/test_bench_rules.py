@@ -17,6 +17,9 @@ from strata.tools.bench.rules import (
     CAMERA,
     COST_TRACKS,
     VTEST_RULES,
+    BenchSetup,
+    Collected,
+    evaluate,
     rules_config,
     synthetic_frames,
     synthetic_rules,
@@ -50,7 +53,13 @@ def test_the_rules_part_reports_every_key_and_the_reference_agrees_with_itself(
     assert doc["clip"] == "synthetic.mp4" and doc["frames_total"] == 40
     assert doc["rules.reference_self_agreement"] == 1.0
     assert set(doc["runs"]) == {"reference", "cascade", "uniform"}
-    assert set(doc["agreement"]) == {"reference_self", "reference_replay", "cascade", "uniform"}
+    assert set(doc["agreement"]) == {
+        "reference_self",
+        "reference_replay",
+        "cascade",
+        "cascade_replay",
+        "uniform",
+    }
     ref = doc["runs"]["reference"]
     assert ref["share_to_edge"] == 1.0 and ref["source"] in ("edge", "replay")
     # The reference saw the synthetic objects: there is something to agree about.
@@ -196,6 +205,40 @@ def test_vtest_lines_count_a_rightward_walk_in_and_a_leftward_walk_out() -> None
     ]
     assert sorted(crossed[:2]) == [(1, "east", IN, True), (1, "west", IN, True)]
     assert sorted((t, ln, d) for t, ln, d, _ in crossed[2:]) == [(2, "east", OUT), (2, "west", OUT)]
+
+
+def test_saved_runs_are_evaluated_again_without_the_daemons(tmp_path: Path) -> None:
+    rules = rules_config(VTEST_RULES)
+    xs = (np.linspace(0.2, 0.8, 31) * 768).tolist()
+    ref = _walk(1, xs, [True] * 31, y=0.6 * 576, start=1)
+    # The cascade: one frame in five detected, the rest answered by the tracker.
+    cas = _walk(5, xs, [i % 5 == 0 for i in range(31)], y=0.6 * 576, start=1)
+    ref_events = replay_rules(track_frames(ref, SOURCE, TrackingConfig()), rules)
+    Collected(ref, cas, ref_events, [], ("person",), (768, 576), 10.0, ("a note",)).save(tmp_path)
+    got = Collected.load(tmp_path)
+    assert [f.index for f in got.cascade] == [f.index for f in cas]
+    assert [f.detected for f in got.cascade] == [f.detected for f in cas]
+    assert all(np.array_equal(a.boxes, b.boxes) for a, b in zip(got.cascade, cas, strict=True))
+    assert [e.SerializeToString() for e in got.reference_events] == [
+        e.SerializeToString() for e in ref_events
+    ]
+    assert got.cascade_events == [] and got.fps == 10.0 and got.notes == ("a note",)
+    setup = BenchSetup(tmp_path / "absent.mp4", tmp_path, VTEST_RULES, cost_frames=3)
+    body = evaluate(got, setup, progress=lambda _line: None)
+    runs, a = body["runs"], body["agreement"]
+    assert runs["reference"]["source"] == "edge" and runs["cascade"]["source"] == "replay"
+    assert runs["cascade"]["share_to_edge"] == pytest.approx(7 / 32)
+    assert a["reference_self"]["count_agreement"] == 1.0 and a["reference_replay"]["f1"] == 1.0
+    # Both walks cross both lines rightwards, whichever frames were detected.
+    per_rule = a["cascade"]["per_rule"]
+    assert (
+        per_rule["line_crossed west in"]["count"] == per_rule["line_crossed east in"]["count"] == 1
+    )
+    assert a["cascade"]["count_agreement"] == 1.0 and a["cascade_replay"] == a["cascade"]
+    assert body["notes"] == ["a note"]
+    # Uniform at every other phase of its spacing (1 in 5 here): the walk crosses anyway.
+    assert [p["shift"] for p in body["uniform_phases"]] == [1, 2, 3, 4]
+    assert all(p["count_agreement"] == 1.0 for p in body["uniform_phases"])
 
 
 def test_time_engine_reports_per_track_and_per_frame_microseconds() -> None:

@@ -93,10 +93,34 @@ def free_endpoint() -> str:
     return f"tcp://127.0.0.1:{free_port()}"
 
 
+def edge_model_input(repository: str = "") -> int:
+    """The input side of the edge's default detector (what an edge node announces in its
+    EdgeInfo, and a default agent scales its frames to fit); 0, said on stderr, when the
+    repository has no such model."""
+    from strata.shared.config.edge import EdgeModelConfig
+    from strata.shared.models import ModelError, ModelRepository
+
+    name = EdgeModelConfig().name
+    try:
+        manifest = ModelRepository(repository or None).manifest(name)
+    except ModelError as exc:
+        print(
+            f"bench: no edge detector input to announce ({exc}): full-size payloads",
+            file=sys.stderr,
+        )
+        return 0
+    return max(manifest.input.width or 0, manifest.input.height or 0)
+
+
 def run_agent(
-    path: Path, base: DeviceConfig, models_repository: str = "", camera_id: str = "bench"
+    path: Path,
+    base: DeviceConfig,
+    models_repository: str = "",
+    camera_id: str = "bench",
+    edge_input: int = 0,
 ) -> ClipReport:
-    """The agent over one clip, to a real acking ROUTER; timed from start to last ack."""
+    """The agent over one clip, to a real acking ROUTER that announces a detector input of
+    `edge_input` squared as the edge does (0: none); timed from start to last ack."""
     edge = free_endpoint()
     cfg = DeviceConfig.model_validate(
         {
@@ -105,7 +129,7 @@ def run_agent(
             "cameras": [CameraConfig(id=camera_id, source=str(path)).model_dump()],
         }
     )
-    with FrameSink(edge, keep_log=False) as sink:
+    with FrameSink(edge, keep_log=False, model_input=(edge_input, edge_input)) as sink:
         agent = Agent(cfg, models_repository, registry=CollectorRegistry())
         t, cpu = time.perf_counter(), time.process_time()
         rc = agent.run_until_done(timeout=600)
@@ -195,6 +219,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(0: full size)",
     )
     p.add_argument(
+        "--edge-input",
+        type=int,
+        default=-1,
+        help="detector input side the acking ROUTER announces, as an edge node does (the "
+        "default agent scales frames to fit it); -1: the edge's default detector's; 0: none "
+        "(full-size payloads)",
+    )
+    p.add_argument(
         "--encoding", choices=("jpeg", "bgr", "h264"), default="jpeg", help="payload encoding"
     )
     p.add_argument("--json", type=Path, help="write the results here")
@@ -250,10 +282,12 @@ def _base_config(args: argparse.Namespace) -> DeviceConfig:
     )
 
 
-def _throughput(clip: Path, base: DeviceConfig, repeats: int, repository: str) -> Throughput:
+def _throughput(
+    clip: Path, base: DeviceConfig, repeats: int, repository: str, edge_input: int
+) -> Throughput:
     out = Throughput(0, [], [], [], [], [])
     frames = 0
-    run_agent(clip, base, repository)  # warm-up: model load, page cache
+    run_agent(clip, base, repository, edge_input=edge_input)  # warm-up: model load, cache
     for _ in range(repeats):
         frames, s, cpu = decode_fps(clip, base.source)
         out.decode_fps.append(frames / s)
@@ -261,7 +295,7 @@ def _throughput(clip: Path, base: DeviceConfig, repeats: int, repository: str) -
         n, s, cpu = decode_fps(clip, base.source, bgr=True)
         out.decode_bgr_fps.append(n / s)
         out.decode_bgr_cpu_ms.append(cpu / n * 1000)
-        out.agent.append(run_agent(clip, base, repository))
+        out.agent.append(run_agent(clip, base, repository, edge_input=edge_input))
     return Throughput(
         frames,
         out.decode_fps,
@@ -273,7 +307,7 @@ def _throughput(clip: Path, base: DeviceConfig, repeats: int, repository: str) -
 
 
 def _motion_sweep(
-    clips: list[Path], base: DeviceConfig, thresholds: str, repository: str
+    clips: list[Path], base: DeviceConfig, thresholds: str, repository: str, edge_input: int
 ) -> list[dict[str, Any]]:
     """Frames kept by the motion gate alone at each threshold."""
     sweep: list[dict[str, Any]] = []
@@ -285,7 +319,7 @@ def _motion_sweep(
             }
         )
         for path in clips:
-            r = run_agent(path, cfg, repository)
+            r = run_agent(path, cfg, repository, edge_input=edge_input)
             kept = round(r.sent / r.frames, 4) if r.frames else 0.0
             sweep.append({"clip": path.name, "threshold": t, "kept_fraction": kept})
     return sweep
@@ -362,17 +396,19 @@ def run(args: argparse.Namespace) -> int:
     base = _base_config(args)
     info = machine()
     repo = args.models_repository
-    tp = _throughput(args.clip, base, args.repeats, repo)
+    edge_input = edge_model_input(repo) if args.edge_input < 0 else args.edge_input
+    tp = _throughput(args.clip, base, args.repeats, repo, edge_input)
     clips: dict[str, ClipReport] = {args.clip.name: tp.median_agent}
     if args.avi.exists():
-        clips[args.avi.name] = run_agent(args.avi, base, repo)
+        clips[args.avi.name] = run_agent(args.avi, base, repo, edge_input=edge_input)
     params = {k: int(v) for k, v in (kv.split("=") for kv in args.synthetic.split(",") if kv)}
     with tempfile.TemporaryDirectory() as tmp:
         syn = SyntheticClip(**params).write(Path(tmp) / "synthetic.mp4")  # type: ignore[arg-type]
-        clips["synthetic"] = run_agent(syn, base, repo)
+        clips["synthetic"] = run_agent(syn, base, repo, edge_input=edge_input)
         sweep_clips = [syn] if args.quick else [syn, args.clip]
-        sweep = _motion_sweep(sweep_clips, base, args.motion_sweep, repo)
+        sweep = _motion_sweep(sweep_clips, base, args.motion_sweep, repo, edge_input)
     result = _result(tp, clips, sweep, base, info, args.command_line)
+    result["config"]["edge_input"] = edge_input
     _print(result, clips, info)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -68,9 +68,7 @@ from strata.tools.bench.cascade import (
     GATES_OFF,
     NO_SHEDDING,
     Labels,
-    boxes_of,
     clip_fps,
-    detected_frames,
 )
 from strata.tools.bench.progress import say
 from strata.tools.bench.rules_agreement import RuleHit, RulesAgreement, compare, rule_hit
@@ -78,9 +76,11 @@ from strata.tools.bench.rules_frames import (
     EventTap,
     FrameSource,
     Tracked,
+    load_run,
     published,
     replay_rules,
     replayed,
+    save_run,
     track_frames,
 )
 from strata.tools.clips import find_vtest
@@ -359,17 +359,57 @@ class BenchSetup:
 
 
 def events_of(
-    run: DaemonRun, frames: Sequence[TrackFrame], rules: RulesConfig
+    published_events: list[events_pb2.TrackEvent],
+    frames: Sequence[TrackFrame],
+    rules: RulesConfig,
 ) -> tuple[str, list[events_pb2.TrackEvent]]:
     """The run's events from the edge's PUB copy when it sent any, else replayed offline."""
-    if run.events:
-        return "edge", run.events
+    if published_events:
+        return "edge", published_events
     return "replay", replay_rules(frames, rules)
 
 
-def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[str, Any]:
-    """Reference, cascade and uniform over one clip; the report's body."""
-    rules = rules_config(setup.camera_rules)
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """What the two daemon runs left: each one's published frames and the events its edge
+    published (saved as reference.npz and cascade.npz in the work folder; `--from DIR`
+    evaluates them again without the daemons)."""
+
+    reference: list[Tracked]
+    cascade: list[Tracked]
+    reference_events: list[events_pb2.TrackEvent]
+    cascade_events: list[events_pb2.TrackEvent]
+    labels: tuple[str, ...]
+    frame_size: tuple[int, int]
+    fps: float = 0.0  # the clip's (0: unknown)
+    notes: tuple[str, ...] = ()
+
+    def save(self, folder: Path) -> None:
+        """Into `folder` (frames and events per run, labels and frame size in meta.json)."""
+        save_run(folder / "reference.npz", self.reference, self.reference_events)
+        save_run(folder / "cascade.npz", self.cascade, self.cascade_events)
+        meta = {
+            "labels": list(self.labels),
+            "frame_size": list(self.frame_size),
+            "fps": self.fps,
+            "notes": list(self.notes),
+        }
+        (folder / "collected.json").write_text(json.dumps(meta) + "\n")
+
+    @classmethod
+    def load(cls, folder: Path) -> Collected:
+        """What `save` wrote; FileNotFoundError names the missing file."""
+        meta = json.loads((folder / "collected.json").read_text())
+        ref, ref_events = load_run(folder / "reference.npz")
+        cas, cas_events = load_run(folder / "cascade.npz")
+        w, h = meta["frame_size"]
+        labels = tuple(str(x) for x in meta["labels"])
+        fps, notes = float(meta.get("fps", 0.0)), tuple(str(n) for n in meta.get("notes", []))
+        return cls(ref, cas, ref_events, cas_events, labels, (int(w), int(h)), fps, notes)
+
+
+def collect(setup: BenchSetup, progress: Callable[[str], None] = say) -> Collected:
+    """The reference and cascade daemon runs over the clip, with the same rules."""
     extra = merge(NO_SHEDDING, {"rules": {"cameras": {CAMERA: setup.camera_rules}}})
     progress(f"rules on {setup.clip.name}: reference run (every frame to the detector) ...")
     ref = run_pipeline(
@@ -379,32 +419,55 @@ def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[st
     cas = run_pipeline(
         setup.workdir / "cascade", setup.clip, merge(CASCADE, extra), setup.timeout_s
     )
-    fps = clip_fps(setup.clip) or 10.0
-    tracking = TrackingConfig(answer="interpolate")
     labels = Labels()
-    ref_pub, cas_pub = (
-        published(ref.results, labels),
-        published(cas.results, labels),
+    ref_pub, cas_pub = published(ref.results, labels), published(cas.results, labels)
+    return Collected(
+        ref_pub,
+        cas_pub,
+        ref.events,
+        cas.events,
+        tuple(labels.ids),
+        _frame_size(ref.results),
+        clip_fps(setup.clip),
+        (*ref.outcome.notes, *cas.outcome.notes),
     )
+
+
+def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[str, Any]:
+    """Reference, cascade and uniform over one clip; the report's body."""
+    got = collect(setup, progress)
+    got.save(setup.workdir)
+    return evaluate(got, setup, progress)
+
+
+def evaluate(
+    got: Collected, setup: BenchSetup, progress: Callable[[str], None] = say
+) -> dict[str, Any]:
+    """The report's body from the daemon runs' frames and events."""
+    rules = rules_config(setup.camera_rules)
+    fps = got.fps or (clip_fps(setup.clip) if setup.clip.is_file() else 0.0) or 10.0
+    tracking = TrackingConfig(answer="interpolate")
+    ref_pub, cas_pub, size = got.reference, got.cascade, got.frame_size
     total = max((f.index for f in ref_pub), default=-1) + 1
-    size = _frame_size(ref.results)
-    ref_boxes = boxes_of(ref.results, labels)  # ids from the same `labels`
-    source = FrameSource(CAMERA, size, tuple(labels.ids))
+    source = FrameSource(CAMERA, size, got.labels)
     ref_frames = track_frames(ref_pub, source, TrackingConfig())
     cas_frames = track_frames(cas_pub, source, tracking)
     ref_clock, cas_clock = Clock.of(ref_pub, fps), Clock.of(cas_pub, fps)
-    ref_src, ref_events = events_of(ref, ref_frames, rules)
-    cas_src, cas_events = events_of(cas, cas_frames, rules)
-    detected = len(detected_frames(cas.results))
+    ref_src, ref_events = events_of(got.reference_events, ref_frames, rules)
+    cas_src, cas_events = events_of(got.cascade_events, cas_frames, rules)
+    detected = sum(f.detected for f in cas_pub)
     share = detected / total if total else 0.0
     progress(f"uniform sampling at {share:.1%} of frames, replayed through the same tracker ...")
     kept = uniform(total, share)
-    reference = [ref_boxes.get(i, FrameBoxes.empty()) for i in range(total)]
-    capture = _capture_times(ref_pub, total, fps)
-    uni_frames = track_frames(
-        replayed(replay(reference, kept, tracking, *size), capture), source, tracking
+    ref_boxes = {f.index: FrameBoxes.of(f.boxes, f.class_ids, f.scores) for f in ref_pub}
+    uni = Uniform(
+        [ref_boxes.get(i, FrameBoxes.empty()) for i in range(total)],
+        _capture_times(ref_pub, total, fps),
+        source,
+        rules,
+        tracking,
     )
-    uni_events = replay_rules(uni_frames, rules)
+    uni_events = uni.events(kept)
     runs = {
         "reference": RunRules(
             "reference", ref_src, ref_events, rule_hits(ref_events, ref_clock), total
@@ -418,15 +481,22 @@ def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[st
     }
     ref_hits = runs["reference"].hits
     # The reference's own replay: identical to its events when they came from the replay,
-    # and a check of the edge's rules stage against the offline engine when they did not.
+    # and a check of the edge's rules stage against the offline engine when they did not;
+    # the same for the cascade (the engine as it is now over the cascade's tracks).
     replay_hits = rule_hits(replay_rules(ref_frames, rules), ref_clock)
+    cas_replay_hits = rule_hits(replay_rules(cas_frames, rules), cas_clock)
     progress("rule cost: RulesEngine over the reference's frames and synthetic scenes ...")
     agreements = {
         "reference_self": compare(ref_hits, ref_hits, setup.tolerance_s),
         "reference_replay": compare(replay_hits, ref_hits, setup.tolerance_s),
         "cascade": compare(runs["cascade"].hits, ref_hits, setup.tolerance_s),
+        "cascade_replay": compare(cas_replay_hits, ref_hits, setup.tolerance_s),
         "uniform": compare(runs["uniform"].hits, ref_hits, setup.tolerance_s),
     }
+    progress("uniform sampling at the other phases of its spacing ...")
+    phases = uni.phases(
+        kept, lambda ev: compare(rule_hits(ev, ref_clock), ref_hits, setup.tolerance_s)
+    )
     cas_a = agreements["cascade"]
     return {
         "clip": setup.clip.name,
@@ -436,6 +506,7 @@ def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[st
         "camera_rules": setup.camera_rules,
         "runs": {name: summary(r, total, fps) for name, r in runs.items()},
         "agreement": {name: agreement_doc(a) for name, a in agreements.items()},
+        "uniform_phases": phases,
         "targets": {
             "agreement": TARGET_AGREEMENT,
             "share_to_edge": TARGET_SHARE,
@@ -446,8 +517,43 @@ def measure(setup: BenchSetup, progress: Callable[[str], None] = say) -> dict[st
             "reference_frames": time_engine(ref_frames, rules),
             "synthetic": synthetic_cost(setup.cost_frames),
         },
-        "notes": [*ref.outcome.notes, *cas.outcome.notes],
+        "notes": list(got.notes),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Uniform:
+    """The reference's detections kept at uniform spacing, the rest answered as the edge
+    answers skipped frames (the same tracker), then the same rules."""
+
+    reference: list[FrameBoxes]
+    capture_ns: list[int]
+    source: FrameSource
+    rules: RulesConfig
+    tracking: TrackingConfig
+
+    def events(self, kept: np.ndarray) -> list[events_pb2.TrackEvent]:
+        """The track events of keeping the frames where `kept`."""
+        answers = replay(self.reference, kept, self.tracking, *self.source.frame_size)
+        frames = track_frames(replayed(answers, self.capture_ns), self.source, self.tracking)
+        return replay_rules(frames, self.rules)
+
+    def phases(
+        self, kept: np.ndarray, score: Callable[[list[events_pb2.TrackEvent]], RulesAgreement]
+    ) -> list[dict[str, Any]]:
+        """`kept` shifted by 1, 2, ... frames up to its spacing, each scored: how far the
+        measure moves when nothing changes but which frames were kept."""
+        share = float(kept.mean()) if kept.size else 0.0
+        out = []
+        for k in range(1, _spacing(share)):
+            a = score(self.events(np.roll(kept, k)))
+            out.append({"shift": k, "count_agreement": a.count_agreement, "f1": a.f1})
+        return out
+
+
+def _spacing(share: float) -> int:
+    """Frames between two kept ones at `share`, rounded (1: every frame)."""
+    return max(1, round(1 / share)) if share > 0 else 1
 
 
 def _frame_size(results: Mapping[tuple[str, int], Received]) -> tuple[int, int]:
@@ -494,6 +600,20 @@ def headline(body: dict[str, Any]) -> dict[str, Any]:
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
+
+
+def _phases(doc: dict[str, Any]) -> str:
+    """The spread of uniform over the phases of its spacing, as a sentence ("" if none)."""
+    phases = doc.get("uniform_phases") or []
+    if not phases:
+        return ""
+    count = [p["count_agreement"] for p in phases]
+    f1 = [p["f1"] for p in phases]
+    return (
+        f" Uniform with its kept frames shifted by 1 to {len(phases)} frames: count "
+        f"{min(count):.3f} to {max(count):.3f}, F1 {min(f1):.3f} to {max(f1):.3f} (the "
+        "measure's spread when only which frames were kept changes)."
+    )
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -553,11 +673,13 @@ def markdown(doc: dict[str, Any]) -> str:
 
     for t in types:
         figure(f"{t} events per minute", per_minute(t))
-    c, replay = doc["cost"], a["reference_replay"]
+    c, replay, cas_replay = doc["cost"], a["reference_replay"], a["cascade_replay"]
     lines += [
         "",
         "The reference's tracks replayed offline through RulesEngine, against its events: "
-        f"count {_pct(replay['count_agreement'])}, F1 {_pct(replay['f1'])}.",
+        f"count {_pct(replay['count_agreement'])}, F1 {_pct(replay['f1'])}. The cascade's "
+        "tracks replayed the same way, against the reference: count "
+        f"{_pct(cas_replay['count_agreement'])}, F1 {_pct(cas_replay['f1'])}.{_phases(doc)}",
         "",
         "| rule cost (RulesEngine.process) | per track per frame | per frame |",
         "| --- | --- | --- |",
@@ -587,6 +709,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tolerance", type=float, default=1.0, metavar="S", help="event match window (1 s)"
     )
     p.add_argument("--json", metavar="OUT", help="write the report here too")
+    p.add_argument(
+        "--from",
+        dest="from_dir",
+        metavar="DIR",
+        help="no daemons: evaluate the frames and events an earlier run saved in DIR "
+        "(its --out) with the rules engine as it is now",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -607,7 +736,10 @@ def run(args: argparse.Namespace) -> int:
             say("vtest.mp4 not found (python .ci/test_data.py fetches it); use --quick")
             return 2
         setup = BenchSetup(vtest, out, VTEST_RULES, args.tolerance)
-    body = measure(setup)
+    if getattr(args, "from_dir", None):
+        body = evaluate(Collected.load(Path(args.from_dir)), setup)
+    else:
+        body = measure(setup)
     doc = {
         "command": getattr(args, "command_line", "strata bench rules"),
         "machine": {

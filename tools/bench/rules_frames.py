@@ -21,6 +21,7 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -146,6 +147,53 @@ def replay_rules(frames: Sequence[TrackFrame], rules: RulesConfig) -> list[event
     for f in frames:
         out += engine.process(f)
     return out
+
+
+def save_run(
+    path: Path, frames: Sequence[Tracked], events: Sequence[events_pb2.TrackEvent]
+) -> None:
+    """One run's published frames and events in one .npz (`load_run` reads it back), so
+    the rules can be evaluated again offline (`strata bench rules --from DIR`)."""
+    counts = np.array([f.boxes.shape[0] for f in frames], np.int64)
+
+    def cat(name: str, dtype: type, width: int = 0) -> np.ndarray:
+        parts: list[np.ndarray] = [np.asarray(getattr(f, name), dtype) for f in frames]
+        shape = (0, width) if width else (0,)
+        return np.concatenate(parts) if parts else np.zeros(shape, dtype)
+
+    np.savez_compressed(
+        path,
+        index=np.array([f.index for f in frames], np.int64),
+        capture_ns=np.array([f.capture_ns for f in frames], np.int64),
+        detected=np.array([f.detected for f in frames], bool),
+        counts=counts,
+        boxes=cat("boxes", np.float64, 4),
+        scores=cat("scores", np.float64),
+        class_ids=cat("class_ids", np.int64),
+        track_ids=cat("track_ids", np.uint64),
+        events=np.array([e.SerializeToString() for e in events], dtype=object),
+    )
+
+
+def load_run(path: Path) -> tuple[list[Tracked], list[events_pb2.TrackEvent]]:
+    """Inverse of `save_run`."""
+    with np.load(path, allow_pickle=True) as z:
+        ends = np.cumsum(z["counts"])
+        starts = ends - z["counts"]
+        boxes, scores, cls, ids = z["boxes"], z["scores"], z["class_ids"], z["track_ids"]
+        frames = [
+            Tracked(int(i), int(t), boxes[a:b], scores[a:b], cls[a:b], ids[a:b], bool(d))
+            for i, t, d, a, b in zip(
+                z["index"].tolist(),
+                z["capture_ns"].tolist(),
+                z["detected"].tolist(),
+                starts.tolist(),
+                ends.tolist(),
+                strict=True,
+            )
+        ]
+        events = [events_pb2.TrackEvent.FromString(bytes(b)) for b in z["events"].tolist()]
+    return frames, events
 
 
 class EventTap:

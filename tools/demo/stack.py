@@ -154,6 +154,13 @@ class Stack:
         """The device agent (start it once a results subscriber is connected)."""
         self._start("device")
 
+    def restart(self, tier: str, timeout: float = 60.0) -> None:
+        """Start `tier` again after it stopped or was killed (its log starts over); a server
+        is awaited on its metrics port."""
+        self._start(tier)
+        if tier != "device":
+            self.wait_metrics(tier, timeout)
+
     def check(self, allow_exit: tuple[str, ...] = ()) -> None:
         """Raise TierExitedError for a daemon that exited, unless cleanly and in allow_exit."""
         for name, proc in self.procs.items():

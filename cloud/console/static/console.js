@@ -76,3 +76,16 @@
   source.onopen = function () { if (status) status.textContent = "live"; };
   source.onerror = function () { if (status) status.textContent = "reconnecting"; };
 })();
+
+// The clip player starts at the event the detail page is for. The src's media fragment
+// (#t=) does it where the browser honours one; this covers those that do not.
+(function () {
+  const video = document.getElementById("clip");
+  if (!video || video.tagName !== "VIDEO" || !video.dataset.seek) return;
+  const seek = parseFloat(video.dataset.seek);
+  function start() {
+    if (Math.abs(video.currentTime - seek) > 0.05) video.currentTime = seek;
+  }
+  if (video.readyState >= 1) start();
+  else video.addEventListener("loadedmetadata", start, { once: true });
+})();
