@@ -12,8 +12,9 @@ from typing import Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
 
-from .client_channel import open_channel
+from .client_channel import not_found_as_lookup, open_channel
 from .clip_cli import register_clip
+from .store_file import open_store_file
 
 log = logging.getLogger(__name__)
 
@@ -231,20 +232,11 @@ def _print_track_event(stored: Any, as_json: bool) -> None:
 
 def _query_file(args: argparse.Namespace) -> int:
     """Print events of a SQLite store file, oldest first, without an endpoint."""
-    from pathlib import Path
-
-    from strata.shared.config.cloud import CloudStoreConfig
-
-    from .metrics import CloudMetrics
-    from .sqlite_store import SQLiteStore
     from .store import StoreError
 
-    if not Path(args.db).is_file():
-        print(f"strata cloud query: no such event store: {args.db}", file=sys.stderr)
-        return 2
     try:
-        store = SQLiteStore(CloudStoreConfig(path=args.db), CloudMetrics())
-    except StoreError as exc:
+        store = open_store_file(args.db)
+    except (LookupError, StoreError) as exc:
         print(f"strata cloud query: {exc}", file=sys.stderr)
         return 2
     try:
@@ -383,16 +375,7 @@ def snapshot_query(ref: str, camera: str = "", kind: str = "") -> Any:
 
 def _fetch_file(args: argparse.Namespace, q: Any) -> Any:
     """The SnapshotRow from a SQLite store file; raises the store's errors."""
-    from pathlib import Path
-
-    from strata.shared.config.cloud import CloudStoreConfig
-
-    from .metrics import CloudMetrics
-    from .sqlite_store import SQLiteStore
-
-    if not Path(args.db).is_file():
-        raise LookupError(f"no such event store: {args.db}")
-    store = SQLiteStore(CloudStoreConfig(path=args.db), CloudMetrics())
+    store = open_store_file(args.db)
     try:
         return store.find_snapshot(q)
     finally:
@@ -401,7 +384,6 @@ def _fetch_file(args: argparse.Namespace, q: Any) -> Any:
 
 def _fetch_remote(args: argparse.Namespace, q: Any) -> Any:
     """The GetSnapshotResponse from an endpoint (None: NOT_FOUND); raises grpc.RpcError."""
-    import grpc
     from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
 
     channel, metadata = open_channel(args)
@@ -415,12 +397,8 @@ def _fetch_remote(args: argparse.Namespace, q: Any) -> Any:
             track_uid=q.track_uid,
             kind=q.kind,
         )
-        try:
+        with not_found_as_lookup():
             return stub.GetSnapshot(req, metadata=metadata, timeout=30)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
-                raise LookupError(exc.details()) from None
-            raise
     finally:
         channel.close()
 

@@ -4,6 +4,8 @@ files, --token-file); shared by `strata cloud query`, `snapshot` and `clip`."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -27,3 +29,17 @@ def open_channel(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]]:
         token = Path(args.token_file).read_text().strip()
         metadata.append(("authorization", f"Bearer {token}"))
     return channel, metadata
+
+
+@contextmanager
+def not_found_as_lookup() -> Iterator[None]:
+    """A call's NOT_FOUND raised as LookupError with its details (the subcommands answer 1,
+    none stored, for it, as for a store file); other gRPC errors as they are."""
+    import grpc
+
+    try:
+        yield
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            raise LookupError(exc.details()) from None
+        raise

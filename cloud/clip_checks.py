@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from strata.shared.contracts import ProtocolVersionError, check_version, clips_pb2
 
-from .track_checks import MAX_TEXT, Invalid
+from .track_checks import Invalid, check_text
 from .track_filter import parse_track_uid
 
 # Tracks one clip may name (overlapping tracks of a camera share a clip).
@@ -18,12 +18,10 @@ _OUTCOMES = frozenset(clips_pb2.ClipOutcome.values())
 
 
 def _ids(info: clips_pb2.ClipInfo) -> Invalid | None:
-    for field in ("clip_id", "camera_id"):
-        if not getattr(info, field):
-            return Invalid(f"no_{field}", f"info.{field} is empty")
-    for field in ("clip_id", "camera_id", "agent_id", "codec"):
-        if len(getattr(info, field)) > MAX_TEXT:
-            return Invalid("too_long", f"info.{field} is longer than {MAX_TEXT} characters")
+    keys = ("clip_id", "camera_id")
+    bad = check_text(info, keys, (*keys, "agent_id", "codec"), "info.")
+    if bad is not None:
+        return bad
     if not info.clip_id.startswith(info.camera_id + "/"):
         return Invalid("bad_clip_id", f"clip id {info.clip_id!r} is not <camera_id>/<session>/<n>")
     if len(info.track_uids) > MAX_TRACKS:

@@ -42,14 +42,9 @@ def clip_query(ref: str, camera: str = "") -> ClipQuery:
 
 
 def _from_file(db: str, q: ClipQuery) -> tuple[clips_pb2.ClipInfo, Iterator[bytes]]:
-    from strata.shared.config.cloud import CloudStoreConfig
+    from .store_file import open_store_file
 
-    from .metrics import CloudMetrics
-    from .sqlite_store import SQLiteStore
-
-    if not Path(db).is_file():
-        raise LookupError(f"no such event store: {db}")
-    store = SQLiteStore(CloudStoreConfig(path=db), CloudMetrics())
+    store = open_store_file(db)
     found = store.find_clip(q)
     if found is None:
         store.close()
@@ -74,10 +69,9 @@ def _from_file(db: str, q: ClipQuery) -> tuple[clips_pb2.ClipInfo, Iterator[byte
 def _from_endpoint(
     args: argparse.Namespace, q: ClipQuery
 ) -> tuple[clips_pb2.ClipInfo, Iterator[bytes]]:
-    import grpc
     from strata.shared.contracts import analytics_pb2_grpc, clips_pb2, current_version
 
-    from .client_channel import open_channel
+    from .client_channel import not_found_as_lookup, open_channel
 
     channel, metadata = open_channel(args)
     stub = analytics_pb2_grpc.AnalyticsStub(channel)  # type: ignore[no-untyped-call]
@@ -90,15 +84,14 @@ def _from_endpoint(
     )
     calls = stub.GetClip(req, metadata=metadata, timeout=args.timeout)
     try:
-        first = next(calls)
-    except grpc.RpcError as exc:
+        with not_found_as_lookup():
+            first = next(calls, None)
+    except BaseException:
         channel.close()
-        if exc.code() == grpc.StatusCode.NOT_FOUND:
-            raise LookupError(exc.details()) from None
         raise
-    except StopIteration:
+    if first is None:
         channel.close()
-        raise LookupError("the endpoint sent no clip") from None
+        raise LookupError("the endpoint sent no clip")
 
     def read() -> Iterator[bytes]:
         try:

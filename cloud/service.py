@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import grpc
@@ -41,12 +42,15 @@ from .batcher import (
 from .clip_service import Clips
 from .event_store import EventQuery, PageKey, StoreBusyError, Stored, StoreError
 from .images import ImageLimits, InvalidImageError, decode, to_model_size
+from .item_acks import ItemAcks, Refusal
 from .metrics import CloudMetrics
+from .request_version import require_version
 from .service_parts import ServiceParts
 from .snapshot_service import Snapshots
+from .store_pages import store_pages
 from .track_filter import parse_track_uid
 from .track_service import TrackEvents
-from .watch import WatchUnavailableError, relay
+from .watch import watched
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,10 @@ _DEADLINE_SLACK_S = 0.05
 # Larger images decode on the thread pool, so one big request cannot stall the event loop.
 _INLINE_DECODE_BYTES = 64 * 1024
 UPLINK, CLASSIFY, QUERY, WATCH = "Uplink", "Classify", "QueryEvents", "WatchEvents"
+_REFUSED = {
+    Refusal.INVALID: analytics_pb2.CROP_STATUS_INVALID,
+    Refusal.RETRY: analytics_pb2.CROP_STATUS_RETRY,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,19 +73,30 @@ class _Abort:
     message: str
 
 
-def _invalid(crop_id: str, reason: str) -> analytics_pb2.CropAck:
-    return analytics_pb2.CropAck(
-        crop_id=crop_id, status=analytics_pb2.CROP_STATUS_INVALID, reason=reason
-    )
+class CropAcks(ItemAcks[analytics_pb2.Crop]):
+    """How a crop is named and refused (its STORED ack carries its labels: _stored_ack)."""
 
+    what, code_prefix = "crop", ""
 
-def _retry(crop_id: str, reason: str, after_ms: int) -> analytics_pb2.CropAck:
-    return analytics_pb2.CropAck(
-        crop_id=crop_id,
-        status=analytics_pb2.CROP_STATUS_RETRY,
-        reason=reason,
-        retry_after_ms=after_ms,
-    )
+    def key(self, item: analytics_pb2.Crop) -> str:
+        return item.crop_id
+
+    def ack(
+        self,
+        acks: BatchAcks,
+        i: int,
+        item: analytics_pb2.Crop,
+        refusal: Refusal,
+        reason: str,
+        after_ms: int = 0,
+    ) -> None:
+        status = _REFUSED[refusal]
+        acks.set(
+            i,
+            analytics_pb2.CropAck(
+                crop_id=item.crop_id, status=status, reason=reason, retry_after_ms=after_ms
+            ),
+        )
 
 
 class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[misc]
@@ -95,7 +114,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         self.image_limits = ImageLimits(
             lim.max_image_width, lim.max_image_height, lim.max_image_pixels
         )
-        self.retry_ms = cfg.batcher.retry_after_ms
+        self.answers = CropAcks(parts.drops, metrics, cfg.batcher.retry_after_ms)
         self.tracks = TrackEvents(cfg, parts, metrics)
         self.snapshots = Snapshots(cfg, parts, metrics)
         self.clips = Clips(cfg, parts, metrics)
@@ -200,41 +219,22 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         if n > limit:
             reason = f"too_many_crops: batch has {n} crops; the limit is {limit}"
             for i, crop in enumerate(batch.crops):
-                self.drops(UPLINK, "too_many_crops", reason)
-                acks.set(i, _invalid(crop.crop_id, reason))
+                self.answers.invalid(i, crop, acks, "too_many_crops", reason)
             return None
         for i, crop in enumerate(batch.crops):
-            self._guarded(self._start_crop, i, crop, acks, deadline)
+            self.answers.guarded(i, crop, acks, partial(self._start_crop, i, crop, acks, deadline))
         return None
-
-    def _guarded(
-        self,
-        step: Callable[..., None],
-        i: int,
-        crop: analytics_pb2.Crop,
-        acks: BatchAcks,
-        *a: object,
-    ) -> None:
-        """Run one step of a crop; a bug still answers the crop (RETRY) instead of hanging."""
-        try:
-            step(i, crop, acks, *a)
-        except Exception as exc:
-            log.exception("uplink crop %s failed", crop.crop_id)
-            self.drops(UPLINK, "internal", f"crop {crop.crop_id}: {exc}")
-            acks.set(i, _retry(crop.crop_id, f"internal: {exc}", self.retry_ms))
 
     def _start_crop(
         self, i: int, crop: analytics_pb2.Crop, acks: BatchAcks, deadline: float | None
     ) -> None:
         if not crop.crop_id:
-            self.drops(UPLINK, "no_crop_id", f"crop {i} of a batch has no crop_id")
-            acks.set(i, _invalid("", "no_crop_id: crop_id is empty"))
+            self.answers.invalid(i, crop, acks, "no_crop_id", "no_crop_id: crop_id is empty")
             return
         try:
             existing = self.store.find(crop.edge_id, crop.crop_id)
         except StoreError as exc:
-            self.drops(UPLINK, "store_error", f"crop {crop.crop_id}: {exc}")
-            acks.set(i, _retry(crop.crop_id, f"store_error: {exc}", self.retry_ms))
+            self.answers.retry(i, crop, acks, "store_error", f"store_error: {exc}")
             return
         if existing is not None:
             self.metrics.crops_duplicate.inc()
@@ -245,20 +245,23 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         try:
             img = self._image(crop.image, crop.encoding, crop.width, crop.height)
         except InvalidImageError as exc:
-            self.drops(UPLINK, exc.reason, f"crop {crop.crop_id} from {crop.edge_id}: {exc}")
-            acks.set(i, _invalid(crop.crop_id, f"{exc.reason}: {exc}"))
+            self.answers.invalid(i, crop, acks, exc.reason, f"{exc.reason}: {exc}")
             return
         try:
             fut = self.batcher.submit(img, deadline, crop.camera_id)
         except QueueFullError as exc:
-            self.drops(UPLINK, "queue_full", f"crop {crop.crop_id}: {exc}")
-            acks.set(i, _retry(crop.crop_id, f"queue_full: {exc}", exc.retry_after_ms))
+            self.answers.retry(
+                i, crop, acks, "queue_full", f"queue_full: {exc}", exc.retry_after_ms
+            )
             return
         except BatcherClosedError as exc:
-            self.drops(UPLINK, "shutting_down", f"crop {crop.crop_id}: {exc}")
-            acks.set(i, _retry(crop.crop_id, f"shutting_down: {exc}", self.retry_ms))
+            self.answers.retry(i, crop, acks, "shutting_down", f"shutting_down: {exc}")
             return
-        fut.add_done_callback(lambda f: self._guarded(self._classified, i, crop, acks, f))
+        fut.add_done_callback(
+            lambda f: self.answers.guarded(
+                i, crop, acks, partial(self._classified, i, crop, acks, f)
+            )
+        )
 
     def _classified(
         self, i: int, crop: analytics_pb2.Crop, acks: BatchAcks, fut: Future[Scored]
@@ -272,8 +275,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
                 if isinstance(exc, BatcherClosedError)
                 else "model_error"
             )
-            self.drops(UPLINK, reason, f"crop {crop.crop_id}: {exc}")
-            acks.set(i, _retry(crop.crop_id, f"{reason}: {exc}", self.retry_ms))
+            self.answers.retry(i, crop, acks, reason, f"{reason}: {exc}")
             return
         scored = fut.result()
         top = scored.classifier.top_k(scored.probs, self.cfg.model.top_k)
@@ -293,11 +295,11 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         try:
             sfut = self.store.submit(event)
         except StoreBusyError as exc:
-            self.drops(UPLINK, "store_busy", f"crop {crop.crop_id}: {exc}")
-            acks.set(i, _retry(crop.crop_id, f"store_busy: {exc}", self.retry_ms))
+            self.answers.retry(i, crop, acks, "store_busy", f"store_busy: {exc}")
             return
+        stored = partial(self._stored, i, crop, acks)
         sfut.add_done_callback(
-            lambda f: self._guarded(self._stored, i, crop, acks, f, top, version)
+            lambda f: self.answers.guarded(i, crop, acks, partial(stored, f, top, version))
         )
 
     def _stored(
@@ -312,8 +314,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         crop_id = crop.crop_id
         exc = fut.exception()
         if exc is not None:
-            self.drops(UPLINK, "store_error", f"crop {crop_id}: {exc}")
-            acks.set(i, _retry(crop_id, f"store_error: {exc}", self.retry_ms))
+            self.answers.retry(i, crop, acks, "store_error", f"store_error: {exc}")
             return
         stored = fut.result()
         if stored.duplicate:
@@ -354,11 +355,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> analytics_pb2.ClassifyResponse:
         """One image, classified through the shared batcher."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(CLASSIFY, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, CLASSIFY, self.drops, context)
         args = (request.image, request.encoding, request.width, request.height)
         try:
             if len(request.image) <= _INLINE_DECODE_BYTES:
@@ -424,11 +421,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[analytics_pb2.QueryEventsResponse]:
         """Pages of stored events, oldest first; each page carries the token of the next."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(QUERY, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, QUERY, self.drops, context)
         if request.end_ns and request.end_ns < request.start_ns:
             self.drops(QUERY, "bad_range", f"end_ns {request.end_ns} < start_ns")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "end_ns is before start_ns")
@@ -456,22 +449,18 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             request.track_id,
             request.track_uid,
         )
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                events, after = await loop.run_in_executor(
-                    self.executor, self.store.query, q, after, size
-                )
-            except StoreError as exc:
-                self.drops(QUERY, "store_error", str(exc))
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"event store: {exc}")
+
+        def fetch(key: PageKey | None) -> tuple[list[analytics_pb2.Event], PageKey | None]:
+            return self.store.query(q, key, size)
+
+        async for events, key in store_pages(
+            fetch, after, self.executor, QUERY, self.drops, context
+        ):
             yield analytics_pb2.QueryEventsResponse(
                 version=current_version(),
                 events=events,
-                next_page_token=after.token() if after else "",
+                next_page_token=key.token() if key else "",
             )
-            if after is None:
-                break
         self.metrics.ok(QUERY)
 
     async def WatchEvents(  # noqa: N802
@@ -480,26 +469,10 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[analytics_pb2.Event]:
         """New events as they are committed, until the client goes away."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(WATCH, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        try:
-            sub = self.hub.subscribe(
-                request.camera_id, request.label, request.track_id, request.track_uid
-            )
-        except ValueError as exc:
-            self.drops(WATCH, "bad_request", str(exc))
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except WatchUnavailableError as exc:
-            self.drops(WATCH, "feed_lost", str(exc))
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"event feed down, retry: {exc}")
-        if sub is None:
-            self.drops(WATCH, "too_many_watchers", f"limit {self.hub.max_watchers}")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many WatchEvents streams")
-        assert sub is not None
-        async for ev in relay(sub, self.hub, context, WATCH, self.drops):
+        await require_version(request.version, WATCH, self.drops, context)
+        r = request
+        sub = partial(self.hub.subscribe, r.camera_id, r.label, r.track_id, r.track_uid)
+        async for ev in watched(sub, self.hub, context, WATCH, self.drops):
             yield ev
         self.metrics.ok(WATCH)
 

@@ -13,8 +13,7 @@ from strata.shared.contracts import ProtocolVersionError, check_version, events_
 from strata.shared.imagecheck import ImageLimits, InvalidImageError, jpeg_size
 from strata.shared.snapshot_ids import KINDS, snapshot_id
 
-from .track_checks import MAX_TEXT, Invalid
-from .track_filter import parse_track_uid
+from .track_checks import Invalid, check_text, check_track_uid
 
 _KNOWN = frozenset(KINDS.values())
 
@@ -32,20 +31,15 @@ def check_snapshot(
         return Invalid(
             "too_large", f"snapshot JPEG is {size} bytes; cloud.snapshots.max_bytes is {max_bytes}"
         )
-    for field in ("snapshot_id", "camera_id", "track_uid"):
-        if not getattr(snap, field):
-            return Invalid(f"no_{field}", f"{field} is empty")
-    for field in ("snapshot_id", "camera_id", "track_uid", "edge_id", "label"):
-        if len(getattr(snap, field)) > MAX_TEXT:
-            return Invalid("too_long", f"{field} is longer than {MAX_TEXT} characters")
+    keys = ("snapshot_id", "camera_id", "track_uid")
+    bad = check_text(snap, keys, (*keys, "edge_id", "label"))
+    if bad is not None:
+        return bad
     if snap.kind not in _KNOWN:
         return Invalid("bad_kind", f"kind {snap.kind} is not a known SnapshotKind")
-    try:
-        _, uid_track = parse_track_uid(snap.track_uid)
-    except ValueError as exc:
-        return Invalid("bad_track_uid", str(exc))
-    if uid_track != snap.track_id:
-        return Invalid("bad_track_uid", f"track_uid {snap.track_uid!r} names another track_id")
+    bad = check_track_uid(snap.track_uid, snap.track_id)
+    if bad is not None:
+        return bad
     want = snapshot_id(snap.camera_id, snap.track_uid, snap.kind, snap.revision)
     if snap.snapshot_id != want:
         return Invalid(

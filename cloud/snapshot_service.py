@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 import grpc
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.contracts import (
-    ProtocolVersionError,
     analytics_pb2,
-    check_version,
     current_version,
     events_pb2,
 )
@@ -28,8 +26,10 @@ from strata.shared.imagecheck import ImageLimits
 from strata.shared.snapshot_ids import kind_name
 
 from .batch_acks import BatchAcks
-from .event_store import StoreBusyError, StoreError
+from .event_store import StoreError
+from .item_acks import Refusal, StoredItemAcks
 from .metrics import CloudMetrics
+from .request_version import require_version
 from .service_parts import ServiceParts
 from .snapshot_checks import check_snapshot
 from .snapshot_rows import SnapshotLookupError, SnapshotQuery, StoredSnapshot
@@ -38,6 +38,52 @@ log = logging.getLogger(__name__)
 
 UPLINK, GET_SNAPSHOT = "Uplink", "GetSnapshot"
 _S = events_pb2
+
+
+_REFUSED = {
+    Refusal.INVALID: _S.SNAPSHOT_STATUS_INVALID,
+    Refusal.RETRY: _S.SNAPSHOT_STATUS_RETRY,
+}
+
+
+class SnapshotAcks(StoredItemAcks[events_pb2.Snapshot, StoredSnapshot]):
+    """How a snapshot is named, counted and acked."""
+
+    what, code_prefix = "snapshot", "snapshot_"
+
+    def key(self, item: events_pb2.Snapshot) -> str:
+        return item.snapshot_id
+
+    def count(self, item: events_pb2.Snapshot, refusal: Refusal, code: str) -> None:
+        if refusal is Refusal.INVALID:
+            self.metrics.snapshots_invalid.labels(kind_name(item.kind), code).inc()
+        else:
+            self.metrics.snapshots_retry.labels(kind_name(item.kind)).inc()
+
+    def ack(
+        self,
+        acks: BatchAcks,
+        i: int,
+        item: events_pb2.Snapshot,
+        refusal: Refusal,
+        reason: str,
+        after_ms: int = 0,
+    ) -> None:
+        acks.set_snapshot(i, _ack(item.snapshot_id, _REFUSED[refusal], reason, after_ms))
+
+    def ack_stored(
+        self, acks: BatchAcks, i: int, item: events_pb2.Snapshot, got: StoredSnapshot
+    ) -> None:
+        kind = kind_name(item.kind)
+        if got.duplicate:
+            self.metrics.snapshots_duplicate.labels(kind).inc()
+            status = _S.SNAPSHOT_STATUS_DUPLICATE
+        else:
+            self.metrics.snapshots_stored.labels(kind).inc()
+            self.metrics.snapshot_bytes.labels(item.camera_id).inc(len(item.jpeg))
+            status = _S.SNAPSHOT_STATUS_STORED
+        reason = "" if got.snapshot_id == item.snapshot_id else f"kept {got.snapshot_id}"
+        acks.set_snapshot(i, _ack(item.snapshot_id, status, reason))
 
 
 def _ack(sid: str, status: int, reason: str = "", after_ms: int = 0) -> events_pb2.SnapshotAck:
@@ -59,7 +105,7 @@ class Snapshots:
         self.drops = parts.drops
         self.executor = parts.executor
         self.metrics = metrics
-        self.retry_ms = cfg.batcher.retry_after_ms
+        self.answers = SnapshotAcks(parts.drops, metrics, cfg.batcher.retry_after_ms)
         lim = cfg.limits
         self.limits = ImageLimits(lim.max_image_width, lim.max_image_height, lim.max_image_pixels)
 
@@ -69,64 +115,15 @@ class Snapshots:
         """Check and hand over a batch's snapshots (on a request thread); each is acked
         through `acks` when its fate is known."""
         for k, snap in enumerate(snaps):
-            try:
-                self._start_one(k, snap, acks)
-            except Exception as exc:
-                log.exception("uplink snapshot %s failed", snap.snapshot_id)
-                self._retry(k, snap, acks, "internal", f"internal: {exc}")
+            self.answers.guarded(k, snap, acks, partial(self._start_one, k, snap, acks))
 
     def _start_one(self, k: int, snap: events_pb2.Snapshot, acks: BatchAcks) -> None:
         self.metrics.snapshots_received.labels(kind_name(snap.kind)).inc()
         bad = check_snapshot(snap, self.cfg.snapshots.max_bytes, self.limits)
         if bad is not None:
-            self.metrics.snapshots_invalid.labels(kind_name(snap.kind), bad.code).inc()
-            self.drops(
-                UPLINK,
-                f"snapshot_{bad.code}",
-                f"snapshot {snap.snapshot_id!r} of camera {snap.camera_id!r} from edge "
-                f"{snap.edge_id!r}: {bad}",
-            )
-            acks.set_snapshot(k, _ack(snap.snapshot_id, _S.SNAPSHOT_STATUS_INVALID, str(bad)))
+            self.answers.invalid(k, snap, acks, bad.code, str(bad))
             return
-        try:
-            fut = self.store.submit_snapshot(snap)
-        except StoreBusyError as exc:
-            self._retry(k, snap, acks, "store_busy", f"store_busy: {exc}")
-            return
-        fut.add_done_callback(lambda f: self._stored(k, snap, acks, f))
-
-    def _stored(
-        self, k: int, snap: events_pb2.Snapshot, acks: BatchAcks, fut: Future[StoredSnapshot]
-    ) -> None:
-        try:
-            exc = fut.exception()
-            if exc is not None:
-                self._retry(k, snap, acks, "store_error", f"store_error: {exc}")
-                return
-            got = fut.result()
-            kind = kind_name(snap.kind)
-            if got.duplicate:
-                self.metrics.snapshots_duplicate.labels(kind).inc()
-                status = _S.SNAPSHOT_STATUS_DUPLICATE
-            else:
-                self.metrics.snapshots_stored.labels(kind).inc()
-                self.metrics.snapshot_bytes.labels(snap.camera_id).inc(len(snap.jpeg))
-                status = _S.SNAPSHOT_STATUS_STORED
-            self.metrics.ok(UPLINK)
-            reason = "" if got.snapshot_id == snap.snapshot_id else f"kept {got.snapshot_id}"
-            acks.set_snapshot(k, _ack(snap.snapshot_id, status, reason))
-        except Exception as exc:  # a bug still answers the snapshot instead of hanging
-            log.exception("uplink snapshot %s failed", snap.snapshot_id)
-            self._retry(k, snap, acks, "internal", f"internal: {exc}")
-
-    def _retry(
-        self, k: int, snap: events_pb2.Snapshot, acks: BatchAcks, code: str, reason: str
-    ) -> None:
-        self.metrics.snapshots_retry.labels(kind_name(snap.kind)).inc()
-        self.drops(UPLINK, code, f"snapshot {snap.snapshot_id!r}: {reason}")
-        acks.set_snapshot(
-            k, _ack(snap.snapshot_id, _S.SNAPSHOT_STATUS_RETRY, reason, self.retry_ms)
-        )
+        self.answers.submit(k, snap, acks, self.store.submit_snapshot)
 
     # GetSnapshot
 
@@ -136,11 +133,7 @@ class Snapshots:
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> analytics_pb2.GetSnapshotResponse:
         """The snapshot the request names, JPEG included; NOT_FOUND when none is stored."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(GET_SNAPSHOT, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, GET_SNAPSHOT, self.drops, context)
         q = SnapshotQuery(
             event_key=request.event_key,
             snapshot_id=request.snapshot_id,

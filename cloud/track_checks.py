@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from google.protobuf.message import Message
 from strata.shared.contracts import ProtocolVersionError, check_version, events_pb2
 
 from .track_filter import TYPES, idempotency_key, parse_track_uid
@@ -35,6 +36,32 @@ class Invalid:
         return f"{self.code}: {self.detail}"
 
 
+def check_text(
+    msg: Message, required: tuple[str, ...], bounded: tuple[str, ...], prefix: str = ""
+) -> Invalid | None:
+    """The first of the `required` text fields that is empty (no_<field>), else the first of
+    the `bounded` ones longer than MAX_TEXT (too_long); None when all are fine. `prefix`
+    names where the fields are in the request ("info.")."""
+    for field in required:
+        if not getattr(msg, field):
+            return Invalid(f"no_{field}", f"{prefix}{field} is empty")
+    for field in bounded:
+        if len(getattr(msg, field)) > MAX_TEXT:
+            return Invalid("too_long", f"{prefix}{field} is longer than {MAX_TEXT} characters")
+    return None
+
+
+def check_track_uid(track_uid: str, track_id: int) -> Invalid | None:
+    """None when `track_uid` parses and names `track_id`, else bad_track_uid."""
+    try:
+        _, uid_track = parse_track_uid(track_uid)
+    except ValueError as exc:
+        return Invalid("bad_track_uid", str(exc))
+    if uid_track != track_id:
+        return Invalid("bad_track_uid", f"track_uid {track_uid!r} names another track_id")
+    return None
+
+
 def check_event(ev: events_pb2.TrackEvent, max_bytes: int) -> Invalid | None:
     """None when the event can be stored, else why not."""
     try:
@@ -44,21 +71,15 @@ def check_event(ev: events_pb2.TrackEvent, max_bytes: int) -> Invalid | None:
     size = ev.ByteSize()
     if size > max_bytes:
         return Invalid("too_large", f"event is {size} bytes; the limit is {max_bytes}")
-    for field in ("idempotency_key", "camera_id", "track_uid"):
-        value = getattr(ev, field)
-        if not value:
-            return Invalid(f"no_{field}", f"{field} is empty")
-    for field in ("idempotency_key", "camera_id", "track_uid", "edge_id", "rule", "zone", "line"):
-        if len(getattr(ev, field)) > MAX_TEXT:
-            return Invalid("too_long", f"{field} is longer than {MAX_TEXT} characters")
+    keys = ("idempotency_key", "camera_id", "track_uid")
+    bad = check_text(ev, keys, (*keys, "edge_id", "rule", "zone", "line"))
+    if bad is not None:
+        return bad
     if ev.type not in _KNOWN:
         return Invalid("bad_type", f"type {ev.type} is not a known TrackEventType")
-    try:
-        _, uid_track = parse_track_uid(ev.track_uid)
-    except ValueError as exc:
-        return Invalid("bad_track_uid", str(exc))
-    if uid_track != ev.track_id:
-        return Invalid("bad_track_uid", f"track_uid {ev.track_uid!r} names another track_id")
+    bad = check_track_uid(ev.track_uid, ev.track_id)
+    if bad is not None:
+        return bad
     if ev.sequence == 0:
         return Invalid("no_sequence", "sequence is 0 (per camera, it starts above 0)")
     if ev.capture_ns <= 0:

@@ -167,6 +167,21 @@ def query_sql(
 ) -> tuple[str, list[object]]:
     """SELECT of one page plus one row (to know whether more follow), in (capture_ns,
     sequence, stored_id) order, verdicts joined."""
+    where, args = filter_terms(q, ph)
+    if after is not None:
+        where.append(f"({_ORDER}) > ({ph}, {ph}, {ph})")
+        args += [after.time_ns, _signed(after.sequence), after.stored_id]
+    args.append(limit + 1)
+    inner = (
+        f"SELECT {_PAGE_COLUMNS} FROM track_events WHERE {' AND '.join(where)} "
+        f"ORDER BY {_ORDER} LIMIT {ph}"
+    )
+    return with_verdicts(inner, "m.capture_ns, m.sequence, m.stored_id"), args
+
+
+def filter_terms(q: TrackQuery, ph: str) -> tuple[list[str], list[object]]:
+    """The WHERE terms on track_events that `q` asks for (to be ANDed), and their arguments
+    in placeholder order."""
     where = [f"capture_ns >= {ph}"]
     args: list[object] = [q.start_ns]
     if q.end_ns:
@@ -189,15 +204,7 @@ def query_sql(
     if q.types:
         where.append(f"type IN ({', '.join([ph] * len(q.types))})")
         args += [int(t) for t in q.types]
-    if after is not None:
-        where.append(f"({_ORDER}) > ({ph}, {ph}, {ph})")
-        args += [after.time_ns, _signed(after.sequence), after.stored_id]
-    args.append(limit + 1)
-    inner = (
-        f"SELECT {_PAGE_COLUMNS} FROM track_events WHERE {' AND '.join(where)} "
-        f"ORDER BY {_ORDER} LIMIT {ph}"
-    )
-    return with_verdicts(inner, "m.capture_ns, m.sequence, m.stored_id"), args
+    return where, args
 
 
 def page(

@@ -11,34 +11,78 @@ events in that batch get RETRY too, so a resend cannot store them ahead of it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
-from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 import grpc
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.contracts import (
-    ProtocolVersionError,
     analytics_pb2,
-    check_version,
     current_version,
     events_pb2,
 )
 
 from .batch_acks import BatchAcks
-from .event_store import StoreBusyError, StoredTrack, StoreError
+from .event_store import StoredTrack
+from .item_acks import Refusal, StoredItemAcks
 from .metrics import CloudMetrics
+from .request_version import require_version
 from .service_parts import ServiceParts
+from .store_pages import store_pages
 from .track_checks import check_event
 from .track_filter import TrackPageKey, TrackQuery, parse_track_uid, type_name
-from .watch import WatchUnavailableError, relay
+from .watch import watched
 
 log = logging.getLogger(__name__)
 
 UPLINK, QUERY_TRACKS, WATCH_TRACKS = "Uplink", "QueryTrackEvents", "WatchTrackEvents"
 _S = events_pb2
+
+
+_REFUSED = {
+    Refusal.INVALID: _S.TRACK_EVENT_STATUS_INVALID,
+    Refusal.RETRY: _S.TRACK_EVENT_STATUS_RETRY,
+}
+
+
+class EventAcks(StoredItemAcks[events_pb2.TrackEvent, StoredTrack]):
+    """How a track event is named, counted and acked."""
+
+    what, code_prefix = "track event", "event_"
+
+    def key(self, item: events_pb2.TrackEvent) -> str:
+        return item.idempotency_key
+
+    def count(self, item: events_pb2.TrackEvent, refusal: Refusal, code: str) -> None:
+        if refusal is Refusal.INVALID:
+            self.metrics.track_events_invalid.labels(type_name(item.type), code).inc()
+        else:
+            self.metrics.track_events_retry.labels(type_name(item.type)).inc()
+
+    def ack(
+        self,
+        acks: BatchAcks,
+        i: int,
+        item: events_pb2.TrackEvent,
+        refusal: Refusal,
+        reason: str,
+        after_ms: int = 0,
+    ) -> None:
+        acks.set_event(i, _ack(item.idempotency_key, _REFUSED[refusal], reason, after_ms))
+
+    def ack_stored(
+        self, acks: BatchAcks, i: int, item: events_pb2.TrackEvent, got: StoredTrack
+    ) -> None:
+        name = type_name(item.type)
+        if got.duplicate:
+            self.metrics.track_events_duplicate.labels(name).inc()
+            status = _S.TRACK_EVENT_STATUS_DUPLICATE
+        else:
+            self.metrics.track_events_stored.labels(name).inc()
+            status = _S.TRACK_EVENT_STATUS_STORED
+        acks.set_event(i, _ack(item.idempotency_key, status, stored_id=got.stored.stored_id))
 
 
 def _ack(
@@ -63,7 +107,7 @@ class TrackEvents:
         self.drops = parts.drops
         self.executor = parts.executor
         self.metrics = metrics
-        self.retry_ms = cfg.batcher.retry_after_ms
+        self.answers = EventAcks(parts.drops, metrics, cfg.batcher.retry_after_ms)
 
     # Uplink
 
@@ -74,83 +118,25 @@ class TrackEvents:
         if len(events) > limit:
             reason = f"too_many_events: batch has {len(events)} track events; the limit is {limit}"
             for j, ev in enumerate(events):
-                self._invalid(j, ev, acks, "too_many_events", reason)
+                self.answers.invalid(j, ev, acks, "too_many_events", reason)
             return
         held: dict[str, str] = {}  # camera -> why its earlier event got RETRY
         for j, ev in enumerate(events):
-            try:
-                self._start_one(j, ev, acks, held)
-            except Exception as exc:
-                log.exception("uplink track event %s failed", ev.idempotency_key)
-                self._retry(j, ev, acks, "internal", f"internal: {exc}")
+            self.answers.guarded(j, ev, acks, partial(self._start_one, j, ev, acks, held))
 
     def _start_one(
         self, j: int, ev: events_pb2.TrackEvent, acks: BatchAcks, held: dict[str, str]
     ) -> None:
-        name = type_name(ev.type)
-        self.metrics.track_events_received.labels(name).inc()
+        self.metrics.track_events_received.labels(type_name(ev.type)).inc()
         bad = check_event(ev, self.cfg.limits.max_event_bytes)
         if bad is not None:
-            self._invalid(j, ev, acks, bad.code, str(bad))
+            self.answers.invalid(j, ev, acks, bad.code, str(bad))
             return
         if ev.camera_id in held:
-            self._retry(j, ev, acks, "held", f"held: {held[ev.camera_id]}")
+            self.answers.retry(j, ev, acks, "held", f"held: {held[ev.camera_id]}")
             return
-        try:
-            fut = self.store.submit_track(ev)
-        except StoreBusyError as exc:
+        if not self.answers.submit(j, ev, acks, self.store.submit_track):
             held[ev.camera_id] = f"an earlier event of camera {ev.camera_id} got RETRY"
-            self._retry(j, ev, acks, "store_busy", f"store_busy: {exc}")
-            return
-        fut.add_done_callback(lambda f: self._stored(j, ev, acks, f))
-
-    def _stored(
-        self, j: int, ev: events_pb2.TrackEvent, acks: BatchAcks, fut: Future[StoredTrack]
-    ) -> None:
-        try:
-            exc = fut.exception()
-            if exc is not None:
-                self._retry(j, ev, acks, "store_error", f"store_error: {exc}")
-                return
-            got = fut.result()
-            name = type_name(ev.type)
-            if got.duplicate:
-                self.metrics.track_events_duplicate.labels(name).inc()
-                status = _S.TRACK_EVENT_STATUS_DUPLICATE
-            else:
-                self.metrics.track_events_stored.labels(name).inc()
-                status = _S.TRACK_EVENT_STATUS_STORED
-            self.metrics.ok(UPLINK)
-            acks.set_event(j, _ack(ev.idempotency_key, status, stored_id=got.stored.stored_id))
-        except Exception as exc:  # a bug still answers the event instead of hanging the batch
-            log.exception("uplink track event %s failed", ev.idempotency_key)
-            self._retry(j, ev, acks, "internal", f"internal: {exc}")
-
-    def _invalid(
-        self, j: int, ev: events_pb2.TrackEvent, acks: BatchAcks, code: str, reason: str
-    ) -> None:
-        self.metrics.track_events_invalid.labels(type_name(ev.type), code).inc()
-        self.drops(
-            UPLINK,
-            f"event_{code}",
-            f"track event {ev.idempotency_key!r} of camera {ev.camera_id!r} from edge "
-            f"{ev.edge_id!r}: {reason}",
-        )
-        acks.set_event(j, _ack(ev.idempotency_key, _S.TRACK_EVENT_STATUS_INVALID, reason))
-
-    def _retry(
-        self,
-        j: int,
-        ev: events_pb2.TrackEvent,
-        acks: BatchAcks,
-        code: str,
-        reason: str,
-    ) -> None:
-        self.metrics.track_events_retry.labels(type_name(ev.type)).inc()
-        self.drops(UPLINK, code, f"track event {ev.idempotency_key!r}: {reason}")
-        acks.set_event(
-            j, _ack(ev.idempotency_key, _S.TRACK_EVENT_STATUS_RETRY, reason, self.retry_ms)
-        )
 
     # queries
 
@@ -183,11 +169,7 @@ class TrackEvents:
     ) -> AsyncIterator[events_pb2.QueryTrackEventsResponse]:
         """Pages of stored track events, oldest first ((capture_ns, sequence, stored_id)
         order), each with its track's verdict and the token of the next page."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(QUERY_TRACKS, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, QUERY_TRACKS, self.drops, context)
         if request.end_ns and request.end_ns < request.start_ns:
             self.drops(QUERY_TRACKS, "bad_range", f"end_ns {request.end_ns} < start_ns")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "end_ns is before start_ns")
@@ -201,22 +183,20 @@ class TrackEvents:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         lim = self.cfg.limits
         size = min(request.page_size or lim.default_page_size, lim.max_page_size)
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                events, after = await loop.run_in_executor(
-                    self.executor, self.store.query_tracks, q, after, size
-                )
-            except StoreError as exc:
-                self.drops(QUERY_TRACKS, "store_error", str(exc))
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"event store: {exc}")
+
+        def fetch(
+            key: TrackPageKey | None,
+        ) -> tuple[list[events_pb2.StoredTrackEvent], TrackPageKey | None]:
+            return self.store.query_tracks(q, key, size)
+
+        async for events, key in store_pages(
+            fetch, after, self.executor, QUERY_TRACKS, self.drops, context
+        ):
             yield events_pb2.QueryTrackEventsResponse(
                 version=current_version(),
                 events=events,
-                next_page_token=after.token() if after else "",
+                next_page_token=key.token() if key else "",
             )
-            if after is None:
-                break
         self.metrics.ok(QUERY_TRACKS)
 
     async def watch(
@@ -225,25 +205,13 @@ class TrackEvents:
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[events_pb2.StoredTrackEvent]:
         """New track events as they are committed (by any replica), until the client goes."""
-        try:
-            check_version(request.version)
-        except ProtocolVersionError as exc:
-            self.drops(WATCH_TRACKS, "protocol_version", str(exc))
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await require_version(request.version, WATCH_TRACKS, self.drops, context)
         try:
             q = self._filter(request)
         except ValueError as exc:
             self.drops(WATCH_TRACKS, "bad_request", str(exc))
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        try:
-            sub = self.hub.subscribe_tracks(q)
-        except WatchUnavailableError as exc:
-            self.drops(WATCH_TRACKS, "feed_lost", str(exc))
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"event feed down, retry: {exc}")
-        if sub is None:
-            self.drops(WATCH_TRACKS, "too_many_watchers", f"limit {self.hub.max_watchers}")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many watch streams")
-        assert sub is not None
-        async for ev in relay(sub, self.hub, context, WATCH_TRACKS, self.drops):
+        sub = partial(self.hub.subscribe_tracks, q)
+        async for ev in watched(sub, self.hub, context, WATCH_TRACKS, self.drops):
             yield ev
         self.metrics.ok(WATCH_TRACKS)

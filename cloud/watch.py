@@ -222,6 +222,31 @@ class WatchHub:
 Drops = Callable[[str, str, str], None]
 
 
+async def watched(
+    subscribe: Callable[[], Subscription[M] | None],
+    hub: WatchHub,
+    context: grpc.aio.ServicerContext[Any, Any],
+    method: str,
+    drops: Drops,
+) -> AsyncIterator[M]:
+    """The events of the subscription `subscribe` opens, relayed; a call that cannot have one
+    is aborted with why, counted: a bad filter (ValueError), the feed down, max_watchers open."""
+    try:
+        sub = subscribe()
+    except ValueError as exc:
+        drops(method, "bad_request", str(exc))
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    except WatchUnavailableError as exc:
+        drops(method, "feed_lost", str(exc))
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"event feed down, retry: {exc}")
+    if sub is None:
+        drops(method, "too_many_watchers", f"limit {hub.max_watchers}")
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many {method} streams")
+    assert sub is not None
+    async for ev in relay(sub, hub, context, method, drops):
+        yield ev
+
+
 async def relay(
     sub: Subscription[M],
     hub: WatchHub,

@@ -17,7 +17,6 @@ from typing import Any
 
 from strata.shared.contracts import analytics_pb2, events_pb2
 
-from ..track_filter import TrackQuery
 from ..watch import Subscription, WatchHub
 from .queries import EventFilter
 
@@ -33,20 +32,6 @@ def crop_wanted(f: EventFilter, ev: analytics_pb2.Event) -> bool:
     """The list filter's test of a new classified crop (the hub tests camera and label)."""
     t = ev.capture_ns or ev.stored_ns
     return f.wants_crops and t >= f.start_ns and (not f.end_ns or t < f.end_ns)
-
-
-def track_query(f: EventFilter) -> TrackQuery:
-    """The hub filter of track events for a list filter (lines and rules as the list's)."""
-    return TrackQuery(
-        camera_id=f.camera,
-        label=f.label,
-        start_ns=f.start_ns,
-        end_ns=f.end_ns,
-        types=f.track_types(),
-        zone=f.zone,
-        line=f.line,
-        rule=f.rule,
-    )
 
 
 class LiveFeed:
@@ -68,7 +53,7 @@ class LiveFeed:
                 return False
             self.subs.append(sub)
         if f.wants_tracks:
-            tsub = self.hub.subscribe_tracks(track_query(f))
+            tsub = self.hub.subscribe_tracks(f.track_query())
             if tsub is None:
                 self.close()
                 return False

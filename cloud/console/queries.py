@@ -18,7 +18,7 @@ from strata.shared.contracts import analytics_pb2, events_pb2
 
 from .. import event_rows, track_rows
 from ..event_store import EventStore, StoreError
-from ..track_filter import TYPES
+from ..track_filter import TYPES, TrackQuery
 
 # Rows of one instant are ordered crops before track events (descending kind), then by id.
 CROP, TRACK = 1, 0
@@ -87,6 +87,20 @@ class EventFilter:
     def track_types(self) -> tuple[int, ...]:
         """The track event types wanted (() for any)."""
         return (TYPES[self.kind],) if self.kind and self.kind != "crop" else ()
+
+    def track_query(self) -> TrackQuery:
+        """The track-event filter of this list filter: the list's query and the live feed's
+        hub filter alike."""
+        return TrackQuery(
+            camera_id=self.camera,
+            label=self.label,
+            start_ns=self.start_ns,
+            end_ns=self.end_ns,
+            types=self.track_types(),
+            zone=self.zone,
+            line=self.line,
+            rule=self.rule,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,25 +220,7 @@ class ConsoleQueries:
     def tracks(self, f: EventFilter, cursor: Cursor | None, limit: int) -> list[Row]:
         """Up to `limit` track events, newest first, older than `cursor`, verdicts joined."""
         ph = self.ph
-        where = [f"capture_ns >= {ph}"]
-        args: list[object] = [f.start_ns]
-        if f.end_ns:
-            where.append(f"capture_ns < {ph}")
-            args.append(f.end_ns)
-        for column, value in (
-            ("camera_id", f.camera),
-            ("label", f.label),
-            ("zone", f.zone),
-            ("line", f.line),
-            ("rule", f.rule),
-        ):
-            if value:
-                where.append(f"{column} = {ph}")
-                args.append(value)
-        types = f.track_types()
-        if types:
-            where.append(f"type IN ({', '.join([ph] * len(types))})")
-            args += list(types)
+        where, args = track_rows.filter_terms(f.track_query(), ph)
         older = _before(cursor, TRACK, "capture_ns", "stored_id", ph)
         if older is not None:
             where.append(older[0])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,23 @@ def make_config(
 def stub_for(server: CloudServer) -> tuple[grpc.Channel, analytics_pb2_grpc.AnalyticsStub]:
     channel = grpc.insecure_channel(server.address)
     return channel, analytics_pb2_grpc.AnalyticsStub(channel)
+
+
+def read_watch(call: Any) -> queue.Queue[Any]:
+    """A watch call's messages, put in a queue by a thread once the call is subscribed (its
+    header came); the thread ends quietly with the call."""
+    call.initial_metadata()  # subscribed once the header arrives
+    got: queue.Queue[Any] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for ev in call:
+                got.put(ev)
+        except grpc.RpcError:
+            pass
+
+    threading.Thread(target=read, daemon=True).start()
+    return got
 
 
 def jpeg(bgr: tuple[int, int, int], w: int = 48, h: int = 40) -> bytes:

@@ -8,6 +8,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -17,6 +18,9 @@ from required_testkit import missing
 from strata.cloud.server import CloudServer
 from strata.shared.config.cloud import CloudConfig
 from strata.tools.postgres_temp import PostgresUnavailableError, TempPostgres
+
+if TYPE_CHECKING:
+    from console_helpers import Running
 
 SLOW_SIZE, SLOW_LAYERS = 128, 14
 
@@ -94,3 +98,16 @@ _databases = itertools.count()
 def pg_url(postgres: TempPostgres) -> str:
     """The URL of a fresh, empty database on the session's server."""
     return postgres.create_database(f"t{next(_databases)}")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def console(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Running]:
+    """The console over a SQLite file, then over a fresh PostgreSQL database."""
+    from console_helpers import cloud_config, start_console
+
+    db: Path | str = tmp_path / "events.sqlite"
+    if request.param == "postgres":
+        db = request.getfixturevalue("pg_url")
+    run = start_console(cloud_config(db))
+    yield run
+    run.stop()

@@ -1,5 +1,6 @@
 """Helpers of the outbox tests: a real mosquitto broker the test starts, a real HTTP
-receiver on 127.0.0.1, a store filled with classified-crop events, a subscriber."""
+receiver on 127.0.0.1, a store filled with classified-crop events, a subscriber, and the
+config and crops of a `strata cloud` daemon delivering to them."""
 
 from __future__ import annotations
 
@@ -10,18 +11,23 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import grpc
 import paho.mqtt.client as paho
 import pytest
+from cloud_helpers import jpeg
 from paho.mqtt.enums import CallbackAPIVersion
 from strata.cloud.event_store import EventStore
-from strata.shared.contracts import analytics_pb2, common_pb2
+from strata.cloud.metrics import CloudMetrics
+from strata.cloud.store import open_store
+from strata.shared.config.cloud import CloudStoreConfig
+from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, current_version
 from strata.shared.loopback import free_port
+from strata.tools.bench.delivery_receivers import HookServer
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
@@ -203,37 +209,91 @@ class Receiver:
         self.answer = answer
         self.delay_s = delay_s
         self._lock = threading.Lock()
-        outer = self
+        self._http = HookServer(self._post, "test-webhook")
+        self.url = self._http.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with outer._lock:
-                    n = outer.tries
-                    outer.tries += 1
-                if outer.delay_s:
-                    time.sleep(outer.delay_s)
-                status = outer.answer(n)
-                if status == 200:
-                    with outer._lock:
-                        outer.posts.append((dict(self.headers.items()), body))
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+    def _post(self, headers: dict[str, str], body: bytes) -> int:
+        with self._lock:
+            n = self.tries
+            self.tries += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        status = self.answer(n)
+        if status == 200:
+            with self._lock:
+                self.posts.append((headers, body))
+        return status
 
     def bodies(self) -> list[dict[str, Any]]:
         with self._lock:
             return [json.loads(b) for _, b in self.posts]
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._http.close()
+
+
+# --- a `strata cloud` daemon -----------------------------------------------------------------
+
+
+def daemon_config(
+    tmp_path: Path, model: tuple[Path, Path], address: str, sinks: str, metrics_port: int = 0
+) -> Path:
+    """A config file for `strata cloud` on `address` over tmp_path's SQLite store, delivering
+    to `sinks` (YAML lines under cloud.sinks, indented four spaces) with quick retries."""
+    path = tmp_path / "strata.yaml"
+    path.write_text(
+        f"""
+cloud:
+  listen: "{address}"
+  grace_s: 0.5
+  model: {{path: "{model[0]}", labels_file: "{model[1]}"}}
+  store: {{path: "{tmp_path / "events.sqlite"}", write_delay_ms: 1.0}}
+  metrics: {{port: {metrics_port}}}
+  sinks:
+    start: all
+    poll_s: 0.1
+    retry_s: 0.2
+    max_retry_s: 1
+{sinks}
+"""
+    )
+    return path
+
+
+def send(address: str, first: int, n: int) -> None:
+    """Uplink n crops (two cameras) and check they were stored."""
+    crops = [
+        analytics_pb2.Crop(
+            crop_id=f"k{i}",
+            edge_id="edge-1",
+            camera_id=f"cam-{i % 2}",
+            encoding=common_pb2.ENCODING_JPEG,
+            image=jpeg((40 * (i % 5), 90, 200)),
+            timing=common_pb2.Timing(capture_ns=time.time_ns()),
+        )
+        for i in range(first, first + n)
+    ]
+    with grpc.insecure_channel(address) as channel:
+        stub = analytics_pb2_grpc.AnalyticsStub(channel)
+        batch = analytics_pb2.CropBatch(version=current_version(), crops=crops)
+        acks = [a for r in stub.Uplink(iter([batch]), timeout=60) for a in r.acks]
+    assert [a.status for a in acks] == [analytics_pb2.CROP_STATUS_STORED] * n
+
+
+# --- fixture bodies (a fixture yields from these) -------------------------------------------
+
+
+def started_store(tmp_path: Path) -> Iterator[tuple[EventStore, CloudStoreConfig]]:
+    """A started SQLite store under tmp_path and its config; closed at the end."""
+    cfg = CloudStoreConfig(path=str(tmp_path / "events.sqlite"), write_delay_ms=1.0)
+    s = open_store(cfg, CloudMetrics())
+    s.start()
+    yield s, cfg
+    s.close()
+
+
+def started_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A started mosquitto under tmp_path/mqtt; stopped at the end."""
+    b = Broker(tmp_path / "mqtt").start()
+    yield b
+    b.stop()

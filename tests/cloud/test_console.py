@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.client
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -15,29 +14,16 @@ from urllib.parse import quote, urlencode
 import pytest
 from console_helpers import (
     Running,
-    cloud_config,
     crop,
     execute,
     get,
     put_crop,
     put_snapshot,
     put_track,
-    start_console,
 )
 from strata.shared.contracts import events_pb2
 
 UID = "1000-7"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def console(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Running]:
-    """The console over a SQLite file, then over a fresh PostgreSQL database."""
-    db: Path | str = tmp_path / "events.sqlite"
-    if request.param == "postgres":
-        db = request.getfixturevalue("pg_url")
-    run = start_console(cloud_config(db))
-    yield run
-    run.stop()
 
 
 def _seed(run: Running) -> None:

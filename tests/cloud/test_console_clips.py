@@ -5,28 +5,16 @@ opened for, with the clip's state in words; the range parser alone."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 from clip_helpers import C, chunk, chunks, info, make_clip
-from console_helpers import Running, cloud_config, get, put_track, start_console
+from console_helpers import Running, get, put_track
 from strata.cloud.console.byte_range import ByteRange, RangeNotSatisfiableError, parse_range
 
 UID = "1000-7"
 URL = "/api/clip?" + urlencode({"camera": "door", "uid": UID})
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def console(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Running]:
-    db: Path | str = tmp_path / "events.sqlite"
-    if request.param == "postgres":
-        db = request.getfixturevalue("pg_url")
-    run = start_console(cloud_config(db))
-    yield run
-    run.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,38 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from outbox_helpers import Broker, Receiver, Subscriber, wait_for
+from outbox_helpers import Broker, Receiver, Subscriber, daemon_config, send, wait_for
 from strata.shared.loopback import free_port
 from strata.tools.demo.scrape import scrape
 from test_cloud_cli import wait_serving
-from test_outbox_fault import send
 
 STRATA = [sys.executable, "-m", "strata.tools.cli"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
-
-
-def config(
-    tmp_path: Path, model: tuple[Path, Path], address: str, sinks: str, metrics_port: int = 0
-) -> Path:
-    path = tmp_path / "strata.yaml"
-    path.write_text(
-        f"""
-cloud:
-  listen: "{address}"
-  grace_s: 0.5
-  model: {{path: "{model[0]}", labels_file: "{model[1]}"}}
-  store: {{path: "{tmp_path / "events.sqlite"}", write_delay_ms: 1.0}}
-  metrics: {{port: {metrics_port}}}
-  sinks:
-    start: all
-    poll_s: 0.1
-    retry_s: 0.2
-    max_retry_s: 1
-{sinks}
-"""
-    )
-    return path
 
 
 def test_bad_sinks_are_clear_errors_and_metrics_and_hold_back_no_good_one(
@@ -58,7 +34,7 @@ def test_bad_sinks_are_clear_errors_and_metrics_and_hold_back_no_good_one(
     hangs, slow, fine = Receiver(delay_s=30.0), Receiver(delay_s=0.3), Receiver()
     address = f"127.0.0.1:{free_port()}"
     metrics_port = free_port()
-    cfg = config(
+    cfg = daemon_config(
         tmp_path,
         colour_model,
         address,
@@ -137,7 +113,7 @@ def test_an_unreadable_password_file_stops_the_start_with_one_line(
 ) -> None:
     address = f"127.0.0.1:{free_port()}"
     missing = tmp_path / "no-such-password.txt"
-    cfg = config(
+    cfg = daemon_config(
         tmp_path,
         colour_model,
         address,

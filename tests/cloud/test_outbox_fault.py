@@ -12,35 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
-from cloud_helpers import jpeg
-from outbox_helpers import Broker, Receiver, Subscriber, wait_for
-from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, current_version
+from outbox_helpers import Broker, Receiver, Subscriber, daemon_config, send, wait_for
 from strata.shared.loopback import free_port
 from test_cloud_cli import wait_serving
 
 STRATA = [sys.executable, "-m", "strata.tools.cli"]
-
-
-def send(address: str, first: int, n: int) -> None:
-    """Uplink n crops (two cameras) and check they were stored."""
-    crops = [
-        analytics_pb2.Crop(
-            crop_id=f"k{i}",
-            edge_id="edge-1",
-            camera_id=f"cam-{i % 2}",
-            encoding=common_pb2.ENCODING_JPEG,
-            image=jpeg((40 * (i % 5), 90, 200)),
-            timing=common_pb2.Timing(capture_ns=time.time_ns()),
-        )
-        for i in range(first, first + n)
-    ]
-    with grpc.insecure_channel(address) as channel:
-        stub = analytics_pb2_grpc.AnalyticsStub(channel)
-        batch = analytics_pb2.CropBatch(version=current_version(), crops=crops)
-        acks = [a for r in stub.Uplink(iter([batch]), timeout=60) for a in r.acks]
-    assert [a.status for a in acks] == [analytics_pb2.CROP_STATUS_STORED] * n
 
 
 def unique_in_order(items: list[Any], key: str) -> None:
@@ -59,31 +36,15 @@ def unique_in_order(items: list[Any], key: str) -> None:
 def test_outage_500s_and_kill_9_lose_nothing(
     tmp_path: Path, colour_model: tuple[Path, Path]
 ) -> None:
-    model, labels = colour_model
     broker = Broker(tmp_path / "mqtt", persistent=True).start()
     sub = Subscriber(broker.port, ["strata/events"], client_id="ha", persistent=True)
     failing_until = [time.monotonic() + 1e6]
     rx = Receiver(answer=lambda _n: 500 if time.monotonic() < failing_until[0] else 200)
     address = f"127.0.0.1:{free_port()}"
-    cfg = tmp_path / "strata.yaml"
-    cfg.write_text(
-        f"""
-cloud:
-  listen: "{address}"
-  grace_s: 0.5
-  model: {{path: "{model}", labels_file: "{labels}"}}
-  store: {{path: "{tmp_path / "events.sqlite"}", write_delay_ms: 1.0}}
-  metrics: {{port: 0}}
-  sinks:
-    start: all
-    poll_s: 0.1
-    lease_s: 3
-    retry_s: 0.2
-    max_retry_s: 1
+    sinks = f"""    lease_s: 3
     mqtt: [{{port: {broker.port}, keepalive_s: 5}}]
-    webhooks: [{{url: "{rx.url}", cooldown_s: 0, backoff_s: 0.1, max_backoff_s: 0.5}}]
-"""
-    )
+    webhooks: [{{url: "{rx.url}", cooldown_s: 0, backoff_s: 0.1, max_backoff_s: 0.5}}]"""
+    cfg = daemon_config(tmp_path, colour_model, address, sinks)
 
     def cloud() -> subprocess.Popen[str]:
         proc = subprocess.Popen(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from outbox_helpers import crop_event, fill, sample, wait_for
+from outbox_helpers import crop_event, fill, sample, started_store, wait_for
 from strata.cloud.event_rows import INSERT_COLUMNS, insert_row, placeholders
 from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
@@ -63,11 +63,7 @@ class RecordingSink:
 
 @pytest.fixture
 def sqlite_store(tmp_path: Path) -> Iterator[tuple[EventStore, CloudStoreConfig]]:
-    cfg = CloudStoreConfig(path=str(tmp_path / "events.sqlite"), write_delay_ms=1.0)
-    store = open_store(cfg, CloudMetrics())
-    store.start()
-    yield store, cfg
-    store.close()
+    yield from started_store(tmp_path)
 
 
 @pytest.fixture

@@ -18,14 +18,22 @@ from typing import Any
 
 import pytest
 from cloud_helpers import track_event
-from outbox_helpers import Broker, Subscriber, crop_event, fill, sample, wait_for
+from outbox_helpers import (
+    Broker,
+    Subscriber,
+    crop_event,
+    fill,
+    sample,
+    started_broker,
+    started_store,
+    wait_for,
+)
 from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.outbox.events import ObjectState, OutboxEvent
 from strata.cloud.outbox.mqtt import MqttSink
 from strata.cloud.outbox.sink import DeliveryError
 from strata.cloud.outbox.worker import SinkWorker, WorkerParts
-from strata.cloud.store import open_store
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import MqttSinkConfig, SinksConfig
 from tls_certs import make_pki
@@ -96,18 +104,12 @@ def check_discovery(topic: str, config: dict[str, Any], prefix: str) -> str:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[tuple[EventStore, CloudStoreConfig]]:
-    cfg = CloudStoreConfig(path=str(tmp_path / "events.sqlite"), write_delay_ms=1.0)
-    s = open_store(cfg, CloudMetrics())
-    s.start()
-    yield s, cfg
-    s.close()
+    yield from started_store(tmp_path)
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(tmp_path / "mqtt").start()
-    yield b
-    b.stop()
+    yield from started_broker(tmp_path)
 
 
 def mqtt_worker(

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 from cloud_helpers import decodes, snapshot, track_event
-from outbox_helpers import Broker, Subscriber, wait_for
+from outbox_helpers import Broker, Subscriber, started_broker, started_store, wait_for
 from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.outbox.mqtt import MqttSink
 from strata.cloud.outbox.snapshots import SnapshotReader
 from strata.cloud.outbox.worker import SinkWorker, WorkerParts
-from strata.cloud.store import open_store
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import MqttSinkConfig, SinksConfig
 
@@ -28,18 +27,12 @@ TOPIC = "strata/door/person/snapshot"
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[tuple[EventStore, CloudStoreConfig]]:
-    cfg = CloudStoreConfig(path=str(tmp_path / "events.sqlite"), write_delay_ms=1.0)
-    s = open_store(cfg, CloudMetrics())
-    s.start()
-    yield s, cfg
-    s.close()
+    yield from started_store(tmp_path)
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(tmp_path / "mqtt").start()
-    yield b
-    b.stop()
+    yield from started_broker(tmp_path)
 
 
 def test_a_track_event_publishes_its_tracks_best_crop_once(

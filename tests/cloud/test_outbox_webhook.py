@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from outbox_helpers import Broker, Receiver, Subscriber, crop_event, fill, sample, wait_for
+from outbox_helpers import (
+    Broker,
+    Receiver,
+    Subscriber,
+    crop_event,
+    fill,
+    sample,
+    started_store,
+    wait_for,
+)
 from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.outbox.events import ObjectState, OutboxEvent
@@ -21,7 +30,6 @@ from strata.cloud.outbox.mqtt import MqttSink
 from strata.cloud.outbox.signature import sign, verify
 from strata.cloud.outbox.webhook import WebhookSink
 from strata.cloud.outbox.worker import SinkWorker, WorkerParts
-from strata.cloud.store import open_store
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import (
     MqttSinkConfig,
@@ -35,11 +43,7 @@ FAST = {"start": "all", "poll_s": 0.05, "lease_s": 30.0, "retry_s": 0.1, "max_re
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[tuple[EventStore, CloudStoreConfig]]:
-    cfg = CloudStoreConfig(path=str(tmp_path / "events.sqlite"), write_delay_ms=1.0)
-    s = open_store(cfg, CloudMetrics())
-    s.start()
-    yield s, cfg
-    s.close()
+    yield from started_store(tmp_path)
 
 
 def webhook_worker(store: CloudStoreConfig, metrics: CloudMetrics, **sink: Any) -> SinkWorker:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import queue
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from cloud_helpers import jpeg, make_config, stub_for
+from cloud_helpers import jpeg, make_config, read_watch, stub_for
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from strata.cloud.server import CloudServer
@@ -198,17 +197,7 @@ def test_watch_events_sees_new_events(colour_server: CloudServer) -> None:
         analytics_pb2.WatchEventsRequest(version=current_version(), camera_id="cam-9"),
         timeout=20,
     )
-    call.initial_metadata()  # subscribed once the header arrives
-    got: queue.Queue[analytics_pb2.Event] = queue.Queue()
-
-    def read() -> None:
-        try:
-            for ev in call:
-                got.put(ev)
-        except grpc.RpcError:
-            pass
-
-    threading.Thread(target=read, daemon=True).start()
+    got: queue.Queue[analytics_pb2.Event] = read_watch(call)
     uplink(
         stub,
         [

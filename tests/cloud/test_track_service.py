@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cloud_helpers import jpeg, make_config, stub_for, track_event
+from cloud_helpers import jpeg, make_config, read_watch, stub_for, track_event
 from strata.cloud.server import CloudServer
 from strata.cloud.track_filter import parse_type
 from strata.shared.config.cloud import CloudConfig
@@ -201,17 +201,7 @@ def test_watch_receives_new_events_live_with_its_filter(colour_server: CloudServ
         ),
         timeout=20,
     )
-    call.initial_metadata()  # subscribed once the header arrives
-    got: queue.Queue[events_pb2.StoredTrackEvent] = queue.Queue()
-
-    def read() -> None:
-        try:
-            for ev in call:
-                got.put(ev)
-        except grpc.RpcError:
-            pass
-
-    threading.Thread(target=read, daemon=True).start()
+    got: queue.Queue[events_pb2.StoredTrackEvent] = read_watch(call)
     story = door_story()
     yard = track_event(
         1, camera="yard", kind="line_crossed", line="gate", direction=S.CROSSING_DIRECTION_OUT

@@ -23,9 +23,7 @@ from strata.edge.rules.engine import RulesEngine
 from strata.edge.rules.frame import TrackFrame
 from strata.edge.uplink.breaker import BreakerState
 from strata.edge.uplink.spool import CropSpool
-from strata.edge.uplink.stream import Uplink
 from strata.shared.config import validate_model
-from strata.shared.config.edge import UplinkConfig
 from strata.shared.config.rules import RulesConfig
 from strata.shared.contracts import (
     analytics_pb2,
@@ -35,6 +33,7 @@ from strata.shared.contracts import (
     events_pb2,
 )
 from strata.shared.metrics import sample
+from uplink_testkit import KilledEdge, clouds, make, wait_for
 
 # The cloud tests' classifier and config builders (tests/ has no packages; tools' conftest
 # joins these folders the same way).
@@ -42,7 +41,7 @@ _CLOUD_TESTS = str(Path(__file__).resolve().parents[1] / "cloud")
 if _CLOUD_TESTS not in sys.path:
     sys.path.append(_CLOUD_TESTS)
 
-from cloud_helpers import jpeg, make_config  # noqa: E402
+from cloud_helpers import jpeg  # noqa: E402
 from cloud_models import LABELS, build_colour_classifier  # noqa: E402
 from strata.cloud.server import CloudServer  # noqa: E402
 
@@ -121,19 +120,8 @@ def cloud(
     classifier: tuple[Path, Path], tmp_path: Path, port: int
 ) -> Iterator[Callable[[], CloudServer]]:
     """Starts the real cloud service on `port` over one SQLite store (again after a stop)."""
-    running: list[CloudServer] = []
     model, labels = classifier
-
-    def start() -> CloudServer:
-        cfg = make_config(model, tmp_path / "events.sqlite", labels, listen=f"127.0.0.1:{port}")
-        server = CloudServer(cfg)
-        server.start()
-        running.append(server)
-        return server
-
-    yield start
-    for server in running:
-        server.stop(0.5)
+    yield from clouds(model, labels, tmp_path / "events.sqlite", port)
 
 
 def stored(server: CloudServer) -> list[events_pb2.StoredTrackEvent]:
@@ -150,30 +138,6 @@ def stored(server: CloudServer) -> list[events_pb2.StoredTrackEvent]:
 
 def cloud_count(server: CloudServer, name: str, **labels: str) -> float:
     return sample(server.metrics.registry, f"strata_cloud_track_events_{name}_total", labels) or 0
-
-
-def wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return cond()
-
-
-def make(port: int, tmp_path: Path | None = None, **over: Any) -> tuple[Uplink, EdgeMetrics]:
-    metrics = EdgeMetrics()
-    spool = str(tmp_path / "spool.sqlite") if tmp_path is not None else ""
-    cfg = UplinkConfig.model_validate(
-        {
-            "connect_timeout_s": 0.2,
-            "open_s": 0.3,
-            "failure_threshold": 2,
-            "spool_path": spool,
-            **over,
-        }
-    )
-    up = Uplink(f"127.0.0.1:{port}", cfg, metrics)
-    up.start()
-    return up, metrics
 
 
 def events_total(m: EdgeMetrics, status: str) -> float:
@@ -520,43 +484,21 @@ def test_events_wait_for_a_cloud_that_acks_them(
     assert_in_order_once(stored(new), story)
 
 
-# A child edge process: offers the events of a batch file through a spooled Uplink, then
-# dies by SIGKILL the moment the last offer returns (no stop, nothing flushed).
-_KILLED_EDGE = """
-import os, signal, sys
-from strata.edge.metrics import EdgeMetrics
-from strata.edge.uplink.stream import Uplink
-from strata.shared.config.edge import UplinkConfig
-from strata.shared.contracts import analytics_pb2
-
-events = list(analytics_pb2.CropBatch.FromString(open(sys.argv[1], "rb").read()).events)
-cfg = UplinkConfig.model_validate(
-    {"spool_path": sys.argv[2], "queue": 8, "connect_timeout_s": 0.2, "streams": 2}
+# The edge dies the moment the last offer returns (no stop, nothing flushed).
+_KILLED = KilledEdge(
+    "events",
+    step=3,  # as fast as a busy rules stage: the kill finds events unsent, in flight and acked
+    pause_s=0.0,
+    uplink={"queue": 8, "connect_timeout_s": 0.2, "streams": 2},
 )
-up = Uplink(sys.argv[3], cfg, EdgeMetrics())
-up.start()
-for i in range(0, len(events), 3):  # as fast as a busy rules stage: the kill finds
-    up.offer_events(events[i : i + 3])  # events unsent, in flight and acked
-os.kill(os.getpid(), signal.SIGKILL)
-"""
 
 
 def test_kill_9_of_the_edge_mid_flow_loses_no_event(
     cloud: Callable[[], CloudServer], port: int, tmp_path: Path
 ) -> None:
-    import subprocess
-
     server = cloud()
     story = walks(("door", "yard"), tracks=30)
-    batch = tmp_path / "events.bin"
-    batch.write_bytes(analytics_pb2.CropBatch(events=story).SerializeToString())
-    spool = tmp_path / "spool.sqlite"
-    child = subprocess.run(
-        [sys.executable, "-c", _KILLED_EDGE, str(batch), str(spool), f"127.0.0.1:{port}"],
-        capture_output=True,
-        timeout=60,
-    )
-    assert child.returncode == -9, child.stderr.decode()
+    spool = _KILLED.run(analytics_pb2.CropBatch(events=story), tmp_path, port)
     before = len(stored(server))
     left = CropSpool(str(spool), 10 << 20)
     on_disk = left.events

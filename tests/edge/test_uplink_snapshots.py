@@ -14,16 +14,15 @@ from typing import Any
 import pytest
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.uplink.spool import CropSpool
-from strata.edge.uplink.stream import Uplink
-from strata.shared.config.edge import UplinkConfig
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, events_pb2
 from strata.shared.metrics import sample
+from uplink_testkit import KilledEdge, clouds, make, wait_for
 
 _CLOUD_TESTS = str(Path(__file__).resolve().parents[1] / "cloud")
 if _CLOUD_TESTS not in sys.path:
     sys.path.append(_CLOUD_TESTS)
 
-from cloud_helpers import make_config, picture, snapshot, track_event  # noqa: E402
+from cloud_helpers import picture, snapshot, track_event  # noqa: E402
 from cloud_models import LABELS, build_colour_classifier  # noqa: E402
 from strata.cloud.server import CloudServer  # noqa: E402
 
@@ -32,39 +31,10 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def cloud(tmp_path: Path, port: int) -> Iterator[Callable[..., CloudServer]]:
-    running: list[CloudServer] = []
     labels = tmp_path / "labels.txt"
     labels.write_text("\n".join(LABELS) + "\n")
     model = build_colour_classifier(tmp_path / "colour.onnx", size=32)
-
-    def start(**extra: Any) -> CloudServer:
-        cfg = make_config(
-            model, tmp_path / "events.sqlite", labels, listen=f"127.0.0.1:{port}", **extra
-        )
-        server = CloudServer(cfg)
-        server.start()
-        running.append(server)
-        return server
-
-    yield start
-    for s in running:
-        s.stop(0.5)
-
-
-def make(port: int, tmp_path: Path, **over: Any) -> tuple[Uplink, EdgeMetrics]:
-    metrics = EdgeMetrics()
-    cfg = UplinkConfig.model_validate(
-        {
-            "connect_timeout_s": 0.2,
-            "open_s": 0.3,
-            "failure_threshold": 2,
-            "spool_path": str(tmp_path / "spool.sqlite"),
-            **over,
-        }
-    )
-    up = Uplink(f"127.0.0.1:{port}", cfg, metrics)
-    up.start()
-    return up, metrics
+    yield from clouds(model, labels, tmp_path / "events.sqlite", port)
 
 
 def snaps_total(m: EdgeMetrics, status: str) -> float:
@@ -73,13 +43,6 @@ def snaps_total(m: EdgeMetrics, status: str) -> float:
 
 def drops(m: EdgeMetrics, reason: str) -> float:
     return sample(m.registry, "strata_edge_uplink_snapshot_drops_total", {"reason": reason}) or 0.0
-
-
-def wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return cond()
 
 
 def test_an_outage_spills_snapshots_to_the_spool_and_loses_none(
@@ -194,48 +157,25 @@ def test_a_cloud_before_2_2_gets_no_snapshot_and_they_do_not_pile_up(
         server.stop(0)
 
 
-# A child edge process: offers the snapshots of a batch file through a spooled Uplink whose
-# cloud is down, then dies by SIGKILL (no stop, nothing parked): before write-through, the
-# ones in memory (up to snapshot_queue) died with it.
-_KILLED_EDGE = """
-import os, signal, sys, time
-from strata.edge.metrics import EdgeMetrics
-from strata.edge.uplink.stream import Uplink
-from strata.shared.config.edge import UplinkConfig
-from strata.shared.contracts import analytics_pb2
-
-snaps = list(analytics_pb2.CropBatch.FromString(open(sys.argv[1], "rb").read()).snapshots)
-cfg = UplinkConfig.model_validate(
-    {"spool_path": sys.argv[2], "snapshot_queue": 4, "connect_timeout_s": 0.2, "open_s": 0.2}
+# Before write-through, the snapshots in memory (up to snapshot_queue) died with the edge.
+_KILLED = KilledEdge(
+    "snapshots",
+    step=2,  # a new track's two pictures at a time
+    pause_s=0.5,  # the sender tries the dead cloud: some are taken, in flight, requeued
+    uplink={"snapshot_queue": 4, "connect_timeout_s": 0.2, "open_s": 0.2},
 )
-up = Uplink(sys.argv[3], cfg, EdgeMetrics())
-up.start()
-for i in range(0, len(snaps), 2):  # a new track's two pictures at a time
-    up.offer_snapshots(snaps[i : i + 2])
-time.sleep(0.5)  # the sender tries the dead cloud: some are taken, in flight, requeued
-os.kill(os.getpid(), signal.SIGKILL)
-"""
 
 
 def test_kill_9_of_the_edge_with_snapshots_unacked_loses_none(
     cloud: Callable[..., CloudServer], port: int, tmp_path: Path
 ) -> None:
-    import subprocess
-
     snaps = [
         snapshot(track=(1_000, k), kind=kind)
         for k in range(1, 11)
         for kind in ("best_crop", "full_frame")
     ]
-    batch = tmp_path / "snaps.bin"
-    batch.write_bytes(analytics_pb2.CropBatch(snapshots=snaps).SerializeToString())
-    spool = tmp_path / "spool.sqlite"
-    child = subprocess.run(  # the cloud is down: nothing is acked before the kill
-        [sys.executable, "-c", _KILLED_EDGE, str(batch), str(spool), f"127.0.0.1:{port}"],
-        capture_output=True,
-        timeout=60,
-    )
-    assert child.returncode == -9, child.stderr.decode()
+    # The cloud is down: nothing is acked before the kill.
+    spool = _KILLED.run(analytics_pb2.CropBatch(snapshots=snaps), tmp_path, port)
     left = CropSpool(str(spool), 10 << 20)
     on_disk = left.snapshots
     left.close()

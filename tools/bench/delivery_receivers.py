@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -119,27 +120,15 @@ class MqttRecorder:
         self.client.loop_stop()
 
 
-class WebhookRecorder:
-    """An HTTP endpoint on 127.0.0.1 recording POSTs; 500 while `fail_until` lies ahead."""
+class HookServer:
+    """An HTTP server on 127.0.0.1 (a free port: `url`) that hands every POST's headers and
+    body to `on_post` and answers the status it returns, with no body."""
 
-    def __init__(self) -> None:
-        self.log = _Log()
-        self.tries = 0
-        self.refused = 0
-        self.fail_until = 0.0
-        self._lock = threading.Lock()
-        outer = self
-
+    def __init__(self, on_post: Callable[[dict[str, str], bytes], int], name: str) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                failing = time.monotonic() < outer.fail_until
-                with outer._lock:
-                    outer.tries += 1
-                    outer.refused += failing
-                if not failing:
-                    outer.log.add(body)  # before the answer: the sink sends the next after it
-                self.send_response(500 if failing else 200)
+                self.send_response(on_post(dict(self.headers.items()), body))
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -149,10 +138,34 @@ class WebhookRecorder:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, name="bench-webhook", daemon=True
-        )
+        self._thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
         self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class WebhookRecorder:
+    """An HTTP endpoint on 127.0.0.1 recording POSTs; 500 while `fail_until` lies ahead."""
+
+    def __init__(self) -> None:
+        self.log = _Log()
+        self.tries = 0
+        self.refused = 0
+        self.fail_until = 0.0
+        self._lock = threading.Lock()
+        self._http = HookServer(self._post, "bench-webhook")
+        self.url = self._http.url
+
+    def _post(self, _headers: dict[str, str], body: bytes) -> int:
+        failing = time.monotonic() < self.fail_until
+        with self._lock:
+            self.tries += 1
+            self.refused += failing
+        if not failing:
+            self.log.add(body)  # before the answer: the sink sends the next after it
+        return 500 if failing else 200
 
     def fail_for(self, seconds: float) -> None:
         """Answer 500 to every POST for `seconds` from now."""
@@ -163,5 +176,4 @@ class WebhookRecorder:
         return self.log.receipts()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._http.close()
