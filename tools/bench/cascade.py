@@ -332,18 +332,17 @@ def measure_clip(
 ) -> ClipResult:
     """Reference and cascade runs over `clip`, compared."""
     labels = truth_labels or Labels()
-    timeout_s, curve = setup.timeout_s, setup.curve
     extra = merge(NO_SHEDDING, setup.overrides)
     paced = merge(merge(extra, GATES_OFF), reference_overrides(*clip_shape(clip)))
     paced = merge(paced, scaled_reference(setup.model_input))
-    ref = run_once(workdir / "reference", clip, paced, timeout_s)
+    ref = run_once(workdir / "reference", clip, paced, setup.timeout_s)
     decoded = int(value(ref.scrapes, COUNTS["decoded"]))
     ref_boxes = boxes_of(ref.results, labels)
     total = decoded or (max(ref_boxes, default=-1) + 1)
     # Refused before the cascade runs: its figures would be scored against holes.
     reference = reference_frames(clip.name, ref_boxes, total, drops(ref.scrapes))
     cascade = merge(merge(CASCADE, extra), clips_overrides(workdir / "cascade"))
-    cas = run_once(workdir / "cascade", clip, cascade, timeout_s)
+    cas = run_once(workdir / "cascade", clip, cascade, setup.timeout_s)
     cas_boxes = boxes_of(cas.results, labels)
     # Every frame is scored with what the edge published for it (detected or answered by
     # its tracker); a frame without any result counts as empty, and is counted.
@@ -399,16 +398,29 @@ def measure_clip(
     if unanswered:
         result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")
     _count_crops(result, cas)
-    if curve:
-        result.curve = uniform_curve(reference, CURVE_FRACTIONS, tracking, *size)
-        side = max(size) or 320
-        result.bytes_curve = bytes_curve(clip, total, CURVE_FRACTIONS, side)
+    if setup.curve:
+        _curves(result, clip, reference, size)
     if truth is not None:
-        truth = truth[:total]
-        truth_kept = {i: truth[i] for i in detected if i < len(truth)}
-        result.vs_truth = agreement(truth, propagate(truth_kept, len(truth)))
-        result.detector_vs_truth = agreement(truth, reference[: len(truth)])
+        _score_truth(result, truth[:total], reference, detected)
     return result
+
+
+def _curves(
+    result: ClipResult, clip: Path, reference: list[FrameBoxes], size: tuple[int, int]
+) -> None:
+    """Uniform spacing's agreement and bytes at several shares (the cost curve)."""
+    tracking = TrackingConfig(answer="interpolate")
+    result.curve = uniform_curve(reference, CURVE_FRACTIONS, tracking, *size)
+    result.bytes_curve = bytes_curve(clip, len(reference), CURVE_FRACTIONS, max(size) or 320)
+
+
+def _score_truth(
+    result: ClipResult, truth: list[FrameBoxes], reference: list[FrameBoxes], detected: set[int]
+) -> None:
+    """Against a synthetic clip's ground truth: the cascade's kept frames, and the detector."""
+    truth_kept = {i: truth[i] for i in detected if i < len(truth)}
+    result.vs_truth = agreement(truth, propagate(truth_kept, len(truth)))
+    result.detector_vs_truth = agreement(truth, reference[: len(truth)])
 
 
 CURVE_FRACTIONS = (0.1, 0.15, 0.2, 0.3, 0.4, 0.6)

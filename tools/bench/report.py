@@ -320,9 +320,19 @@ def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> s
     lines += ["", *meaning(clips)]
     lines += promise_markdown(clips, r.get("detector"))
     lines += cost_markdown(r.get("cost") or {})
-    side = r.get("ultralytics")
+    lines += _ultralytics_markdown(r.get("ultralytics"))
+    if r.get("missing"):
+        lines += ["", f"Missing (a benchmark failed or is absent): {', '.join(r['missing'])}"]
+    errors = {t: x["error"] for t, x in r.get("tier_runs", {}).items() if x.get("error")}
+    for tier, err in errors.items():
+        lines += ["", f"{tier} benchmark: {err}"]
+    return "\n".join(lines) + "\n"
+
+
+def _ultralytics_markdown(side: dict[str, Any] | None) -> list[str]:
+    """The ultralytics side-by-side paragraph (or why it failed); none when not run."""
     if side and "ultralytics_fps" in side:
-        lines += [
+        return [
             "",
             "## ultralytics side by side",
             "",
@@ -333,11 +343,6 @@ def markdown(report: dict[str, Any], clips: list[ClipResult], command: str) -> s
             f"(ratio {side['ratio']} at the same batch, {side.get('ratio_vs_batch1')} against "
             f"batch 1). {side['what']}.",
         ]
-    elif side:
-        lines += ["", f"ultralytics side by side failed: {side.get('error')}"]
-    if r.get("missing"):
-        lines += ["", f"Missing (a benchmark failed or is absent): {', '.join(r['missing'])}"]
-    errors = {t: x["error"] for t, x in r.get("tier_runs", {}).items() if x.get("error")}
-    for tier, err in errors.items():
-        lines += ["", f"{tier} benchmark: {err}"]
-    return "\n".join(lines) + "\n"
+    if side:
+        return ["", f"ultralytics side by side failed: {side.get('error')}"]
+    return []
