@@ -8,10 +8,10 @@ Kalman filter on (cx, cy, w, h); time is the source frame index, so a gap of k f
 device did not send is one prediction step of length k, not k steps.
 
 Then OC-SORT's observation-centric recovery (Cao et al. 2023): tracks still unmatched, and
-missed at the previous detected frame too, are tried against the unmatched confident detections by their last observed box, not their
-prediction, which drifts on a stale velocity while a person is hidden or meets another
-(two people who meet and part otherwise come out with new ids, and a new id born inside
-a zone counts as an entry).
+missed at the previous detected frame too, are tried against the unmatched confident
+detections by their last observed box, not their prediction, which drifts on a stale
+velocity while a person is hidden or meets another (two people who meet and part
+otherwise come out with new ids, and a new id born inside a zone counts as an entry).
 
 Why not a library: supervision >= 0.28 moved ByteTrack into `trackers`, which (like
 supervision <= 0.27 and boxmot) requires `opencv-python`, a second OpenCV beside our
