@@ -12,6 +12,9 @@ missed at the previous detected frame too, are tried against the unmatched confi
 detections by their last observed box, not their prediction, which drifts on a stale
 velocity while a person is hidden or meets another (two people who meet and part
 otherwise come out with new ids, and a new id born inside a zone counts as an entry).
+The first association's cost also has OC-SORT's direction term: a detection that lies
+behind a moving track's last observation costs more, so where two people meet and pass,
+each keeps the one ahead of it.
 
 Why not a library: supervision >= 0.28 moved ByteTrack into `trackers`, which (like
 supervision <= 0.27 and boxmot) requires `opencv-python`, a second OpenCV beside our
@@ -255,7 +258,10 @@ class Tracker:
         ok = (self._cls[:, None] == dets.class_ids[None, :]) & (
             (dist <= cfg.match_distance) | (ov >= cfg.match_iou)
         )
-        m = np.where(ok, dist - ov, _FORBIDDEN)
+        cost = dist - ov
+        if cfg.direction_weight > 0:
+            cost += cfg.direction_weight * self._direction_cost(frame, dets.boxes)
+        m = np.where(ok, cost, _FORBIDDEN)
         free = np.ones(len(self), bool)
         confirmed = np.zeros(n_det, bool)
         matched_t: list[np.ndarray] = []
@@ -302,6 +308,21 @@ class Tracker:
             confirmed,
             ended,
         )
+
+    def _direction_cost(self, frame: int, boxes: np.ndarray) -> np.ndarray:
+        """OC-SORT's direction consistency (N, M): 0 where the step from a track's last
+        observation to a detection goes the way the track moves, 1 where it goes back; 0
+        for a track or a step too short to have a direction (a fifth of a box height)."""
+        v = self._x[:, 4:6]
+        speed = np.linalg.norm(v, axis=1)
+        h = np.maximum(self._x[:, 3], 1.0)
+        step = (boxes[None, :, :2] + boxes[None, :, 2:]) / 2 - (
+            self._obs[:, None, :2] + self._obs[:, None, 2:]
+        ) / 2
+        size = np.linalg.norm(step, axis=2)
+        cos = (step * v[:, None, :]).sum(2) / np.maximum(size * speed[:, None], 1e-9)
+        moving = speed * np.maximum(frame - self._seen, 1) > 0.2 * h
+        return np.where(moving[:, None] & (size > 0.2 * h[:, None]), (1.0 - cos) / 2, 0.0)
 
     def _recover(
         self, free: np.ndarray, high: np.ndarray, taken: np.ndarray, dets: FrameBoxes
