@@ -153,3 +153,19 @@ def test_the_last_observation_survives_a_checkpoint() -> None:
     old = Tracker(TrackingConfig())
     old.restore(state.model_copy(update={"obs": []}))
     assert len(old) == 1 and old.snapshot().obs != []
+
+
+def _ahead_or_behind(cfg: TrackingConfig) -> list[int]:
+    """A walker seen every 5th frame; at the next look two boxes as far from its
+    prediction, one behind where it was last seen: the ids of (behind, ahead)."""
+    t = Tracker(cfg)
+    for f in range(0, 41, 5):
+        t.update(f, dets(walker(f)))
+    behind, ahead = walker(45, x0=50.0), walker(45, x0=150.0)
+    return [int(i) for i in t.update(45, dets(behind, ahead)).track_ids]
+
+
+def test_a_detection_behind_a_moving_track_costs_more() -> None:
+    # Equal distances: without the direction term the tie goes to the first box.
+    assert _ahead_or_behind(TrackingConfig(direction_weight=0.0)) == [1, 2]
+    assert _ahead_or_behind(TrackingConfig()) == [2, 1]
