@@ -7,6 +7,15 @@ Unmatched high-score detections start tracks. Each track carries a constant-velo
 Kalman filter on (cx, cy, w, h); time is the source frame index, so a gap of k frames the
 device did not send is one prediction step of length k, not k steps.
 
+Then OC-SORT's observation-centric recovery (Cao et al. 2023): tracks still unmatched, and
+missed at the previous detected frame too, are tried against the unmatched confident
+detections by their last observed box, not their prediction, which drifts on a stale
+velocity while a person is hidden or meets another (two people who meet and part
+otherwise come out with new ids, and a new id born inside a zone counts as an entry).
+The first association's cost also has OC-SORT's direction term: a detection that lies
+behind a moving track's last observation costs more, so where two people meet and pass,
+each keeps the one ahead of it.
+
 Why not a library: supervision >= 0.28 moved ByteTrack into `trackers`, which (like
 supervision <= 0.27 and boxmot) requires `opencv-python`, a second OpenCV beside our
 headless one (boxmot also pulls PyTorch); norfair requires numpy < 2. The assignment is
@@ -96,6 +105,8 @@ class TrackerState(StrictModel):
     ids: list[int] = Field(default_factory=list)
     cls: list[int] = Field(default_factory=list)
     score: list[float] = Field(default_factory=list)
+    # Last observed box (x1 y1 x2 y2) per track; empty (older checkpoints): the state's box.
+    obs: list[list[float]] = Field(default_factory=list)
 
 
 def _to_xywh(boxes: np.ndarray) -> np.ndarray:
@@ -146,6 +157,7 @@ class Tracker:
         self._ids = np.zeros(0, np.uint64)
         self._cls = np.zeros(0, np.int32)
         self._score = np.zeros(0, np.float32)
+        self._obs = np.zeros((0, 4), np.float32)  # last observed box
         self._last_frame = -1
         self._last_update = -1
         self.started = 0  # tracks ever started (for metrics)
@@ -174,6 +186,7 @@ class Tracker:
             ids=self._ids.tolist(),
             cls=self._cls.tolist(),
             score=self._score.tolist(),
+            obs=self._obs.tolist(),
         )
 
     def restore(self, state: TrackerState) -> None:
@@ -182,7 +195,13 @@ class Tracker:
         x = np.asarray(state.x, np.float64).reshape(-1, 8) if n else np.zeros((0, 8))
         p = np.asarray(state.p, np.float64).reshape(-1, 8, 8) if n else np.zeros((0, 8, 8))
         per_track = (state.frame, state.seen, state.hits, state.cls, state.score)
-        if x.shape[0] != n or p.shape[0] != n or any(len(a) != n for a in per_track):
+        obs = np.asarray(state.obs, np.float32).reshape(-1, 4) if state.obs else _to_xyxy(x)
+        if (
+            x.shape[0] != n
+            or p.shape[0] != n
+            or obs.shape[0] != n
+            or any(len(a) != n for a in per_track)
+        ):
             raise ValueError(f"tracker state of {n} tracks has arrays of other lengths")
         if n and max(state.ids) >= state.next_id:
             raise ValueError("tracker state: a track id at or above the next id")
@@ -193,6 +212,7 @@ class Tracker:
         self._ids = np.asarray(state.ids, np.uint64)
         self._cls = np.asarray(state.cls, np.int32)
         self._score = np.asarray(state.score, np.float32)
+        self._obs = obs
         self._next_id, self.started = state.next_id, state.started
         self._last_frame, self._last_update = state.last_frame, state.last_update
 
@@ -221,7 +241,7 @@ class Tracker:
     def update(self, frame: int, dets: FrameBoxes) -> TrackedBoxes:
         """Associate the detector's boxes of `frame`; returns them with their track ids."""
         self._last_frame = max(self._last_frame, frame)
-        self._last_update = frame
+        previous, self._last_update = self._last_update, frame
         x, p = self._predicted(frame)
         pred = _to_xyxy(x)
         n_det = len(dets)
@@ -238,7 +258,10 @@ class Tracker:
         ok = (self._cls[:, None] == dets.class_ids[None, :]) & (
             (dist <= cfg.match_distance) | (ov >= cfg.match_iou)
         )
-        m = np.where(ok, dist - ov, _FORBIDDEN)
+        cost = dist - ov
+        if cfg.direction_weight > 0:
+            cost += cfg.direction_weight * self._direction_cost(frame, dets.boxes)
+        m = np.where(ok, cost, _FORBIDDEN)
         free = np.ones(len(self), bool)
         confirmed = np.zeros(n_det, bool)
         matched_t: list[np.ndarray] = []
@@ -250,13 +273,19 @@ class Tracker:
             free[t] = False
             matched_t.append(t)
             matched_d.append(d)
-        t = np.concatenate(matched_t)
-        d = np.concatenate(matched_d)
+        # Only tracks already missed at the previous detected frame: one seen there has its
+        # last observation just behind its prediction, and a newcomer beside it is no one's.
+        rt, rd = self._recover(
+            free & (self._seen < previous), high, np.concatenate(matched_d), dets
+        )
+        t = np.concatenate([*matched_t, rt])
+        d = np.concatenate([*matched_d, rd])
         if t.size:
             x[t], p[t] = self._correct(x[t], p[t], _to_xywh(dets.boxes[d]))
             self._seen[t] = frame
             self._hits[t] += 1
             self._score[t] = scores[d]
+            self._obs[t] = dets.boxes[d]
             det_ids[d] = self._ids[t]
             confirmed[d] = self._hits[t] >= cfg.min_hits
         self._x, self._p = x, p
@@ -279,6 +308,43 @@ class Tracker:
             confirmed,
             ended,
         )
+
+    def _direction_cost(self, frame: int, boxes: np.ndarray) -> np.ndarray:
+        """OC-SORT's direction consistency (N, M): 0 where the step from a track's last
+        observation to a detection goes the way the track moves, 1 where it goes back; 0
+        for a track or a step too short to have a direction (a fifth of a box height)."""
+        v = self._x[:, 4:6]
+        speed = np.linalg.norm(v, axis=1)
+        h = np.maximum(self._x[:, 3], 1.0)
+        step = (boxes[None, :, :2] + boxes[None, :, 2:]) / 2 - (
+            self._obs[:, None, :2] + self._obs[:, None, 2:]
+        ) / 2
+        size = np.linalg.norm(step, axis=2)
+        cos = (step * v[:, None, :]).sum(2) / np.maximum(size * speed[:, None], 1e-9)
+        moving = speed * np.maximum(frame - self._seen, 1) > 0.2 * h
+        return np.where(moving[:, None] & (size > 0.2 * h[:, None]), (1.0 - cos) / 2, 0.0)
+
+    def _recover(
+        self, free: np.ndarray, high: np.ndarray, taken: np.ndarray, dets: FrameBoxes
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Tracks left over (`free`) against confident detections no track took, by the
+        track's last observed box: centre distance in box heights, gated by
+        `recover_distance` and class; (tracks, detections) matched."""
+        empty = np.zeros(0, np.int64)
+        if self.cfg.recover_distance <= 0:
+            return empty, empty
+        tracks = np.flatnonzero(free)
+        group = np.setdiff1d(high, taken)
+        if not tracks.size or not group.size:
+            return empty, empty
+        boxes = dets.boxes[group]
+        dist = centre_distance(self._obs[tracks], boxes)
+        ov = iou(self._obs[tracks], boxes)
+        ok = (self._cls[tracks, None] == dets.class_ids[None, group]) & (
+            dist <= self.cfg.recover_distance
+        )
+        r, c = _assign(np.where(ok, dist - ov, _FORBIDDEN))
+        return tracks[r], group[c]
 
     def predict(self, frame: int, width: int = 0, height: int = 0) -> TrackedBoxes:
         """Boxes of the live tracks moved to `frame` (nothing stored), clipped to the frame.
@@ -371,6 +437,7 @@ class Tracker:
         self._ids = np.concatenate([self._ids, ids])
         self._cls = np.concatenate([self._cls, dets.class_ids[idx].astype(np.int32)])
         self._score = np.concatenate([self._score, dets.scores[idx].astype(np.float32)])
+        self._obs = np.concatenate([self._obs, dets.boxes[idx].astype(np.float32)])
         return ids
 
     def clear(self) -> tuple[int, ...]:
@@ -391,4 +458,5 @@ class Tracker:
         self._frame, self._seen = self._frame[keep], self._seen[keep]
         self._hits, self._ids = self._hits[keep], self._ids[keep]
         self._cls, self._score = self._cls[keep], self._score[keep]
+        self._obs = self._obs[keep]
         return gone

@@ -95,3 +95,77 @@ def test_unseen_at_the_last_detection_is_not_predicted() -> None:
     t2.update(0, dets(walker(0), walker(0, y0=400.0)))
     t2.update(1, dets(walker(1)))
     assert sorted(t2.predict(2).track_ids.tolist()) == [1, 2]
+
+
+def test_two_people_crossing_paths_keep_their_ids() -> None:
+    # Face to face on one path, one frame in five seen; the one in front hides the other
+    # for three looks while they pass.
+    t = Tracker(TrackingConfig())
+    hidden = range(20, 31)
+    for f in range(0, 56, 5):
+        boxes = [walker(f, x0=100.0)]
+        if f not in hidden:
+            boxes.append(walker(f, x0=400.0, vx=-6.0, y0=205.0))
+        r = t.update(f, dets(*boxes))
+        assert r.track_ids.tolist() == [1, 2][: len(boxes)], f
+    assert t.started == 2
+
+
+def _stop_behind_a_pillar(cfg: TrackingConfig) -> list[int]:
+    """Walks right for 20 frames, unseen for 20 while it stops, seen again where it went
+    out of sight: the ids of its reappearance, then of a look later."""
+    t = Tracker(cfg)
+    for f in range(0, 21):
+        t.update(f, dets(walker(f)))
+    t.update(30, dets())  # looked, not there
+    stopped = walker(20, x0=106.0)
+    return [int(t.update(f, dets(stopped)).track_ids[0]) for f in (40, 41)]
+
+
+def test_a_track_unseen_for_a_gap_is_recovered_by_its_last_observation() -> None:
+    # The prediction carried it 120 px (1.3 box heights) on: too far to match it.
+    assert _stop_behind_a_pillar(TrackingConfig(recover_distance=0.0)) == [2, 2]
+    assert _stop_behind_a_pillar(TrackingConfig()) == [1, 1]
+
+
+def test_recovery_leaves_a_newcomer_to_a_track_seen_at_the_last_look() -> None:
+    t = Tracker(TrackingConfig())
+    for f in range(0, 46, 5):
+        t.update(f, dets(walker(f)))
+    # The walker is missed at the next look; someone new stands 0.9 box heights behind
+    # where it was last seen (its prediction is 30 px further on: no match by prediction).
+    last = walker(45)
+    r = t.update(50, dets((last[0] - 81.0, last[1], last[2] - 81.0, last[3])))
+    assert r.track_ids.tolist() == [2]
+
+
+def test_the_last_observation_survives_a_checkpoint() -> None:
+    t = Tracker(TrackingConfig())
+    for f in range(0, 21):
+        t.update(f, dets(walker(f)))
+    t.update(30, dets())
+    state = t.snapshot()
+    assert state.obs == [list(map(float, walker(20)))]
+    back = Tracker(TrackingConfig())
+    back.restore(state)
+    assert int(back.update(40, dets(walker(20, x0=106.0))).track_ids[0]) == 1
+    # An older checkpoint (no last observations) restores with the state's boxes.
+    old = Tracker(TrackingConfig())
+    old.restore(state.model_copy(update={"obs": []}))
+    assert len(old) == 1 and old.snapshot().obs != []
+
+
+def _ahead_or_behind(cfg: TrackingConfig) -> list[int]:
+    """A walker seen every 5th frame; at the next look two boxes as far from its
+    prediction, one behind where it was last seen: the ids of (behind, ahead)."""
+    t = Tracker(cfg)
+    for f in range(0, 41, 5):
+        t.update(f, dets(walker(f)))
+    behind, ahead = walker(45, x0=50.0), walker(45, x0=150.0)
+    return [int(i) for i in t.update(45, dets(behind, ahead)).track_ids]
+
+
+def test_a_detection_behind_a_moving_track_costs_more() -> None:
+    # Equal distances: without the direction term the tie goes to the first box.
+    assert _ahead_or_behind(TrackingConfig(direction_weight=0.0)) == [1, 2]
+    assert _ahead_or_behind(TrackingConfig()) == [2, 1]

@@ -5,7 +5,12 @@ clip with `--quick`):
 
 - **reference**: the cascade bench's reference run (tools/bench/cascade.py: the device's
   gates off, full-resolution raw frames, so the edge's detector and tracker see every
-  original frame) of the real daemons over loopback;
+  original frame) of the real daemons over loopback, paced as the cascade bench paces its
+  reference (the file read as fast as the edge takes it, no degradation: no frame dropped),
+  and scored on the source's clock (frame index over the clip's fps,
+  rules_retrack.pts_clock), not the wall clock the device stamped: a reference run on a
+  loaded machine dropped 23 of 795 frames and its capture clock stalled up to 1.8 s, so
+  two runs of the same code disagreed; its events are then replayed offline;
 - **cascade**: the cascade as shipped (the cascade bench's second run), same rules;
 - **uniform**: the reference's detections kept at uniform spacing, at the cascade's share
   of frames, replayed offline through the edge's own answering code (the same tracker,
@@ -47,7 +52,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +74,8 @@ from strata.tools.bench.cascade import (
     NO_SHEDDING,
     Labels,
     clip_fps,
+    clip_shape,
+    reference_overrides,
 )
 from strata.tools.bench.progress import say
 from strata.tools.bench.rules_agreement import RuleHit, RulesAgreement, compare, rule_hit
@@ -83,6 +90,7 @@ from strata.tools.bench.rules_frames import (
     save_run,
     track_frames,
 )
+from strata.tools.bench.rules_retrack import on_pts_clock, pts_clock, pts_origin, retrack
 from strata.tools.clips import find_vtest
 from strata.tools.demo.pipeline import Outcome, PipelineRun, RunOptions
 from strata.tools.demo.results import Received
@@ -356,6 +364,9 @@ class BenchSetup:
     tolerance_s: float = 1.0
     timeout_s: float = 1800.0
     cost_frames: int = 400
+    # Set: both runs' saved detections tracked again with this (rules_retrack), not the
+    # edge's published tracks (try a tracker setting offline; `--retrack`).
+    retrack: TrackingConfig | None = None
 
 
 def events_of(
@@ -412,9 +423,8 @@ def collect(setup: BenchSetup, progress: Callable[[str], None] = say) -> Collect
     """The reference and cascade daemon runs over the clip, with the same rules."""
     extra = merge(NO_SHEDDING, {"rules": {"cameras": {CAMERA: setup.camera_rules}}})
     progress(f"rules on {setup.clip.name}: reference run (every frame to the detector) ...")
-    ref = run_pipeline(
-        setup.workdir / "reference", setup.clip, merge(extra, GATES_OFF), setup.timeout_s
-    )
+    paced = merge(merge(extra, GATES_OFF), reference_overrides(*clip_shape(setup.clip)))
+    ref = run_pipeline(setup.workdir / "reference", setup.clip, paced, setup.timeout_s)
     progress(f"rules on {setup.clip.name}: cascade run ...")
     cas = run_pipeline(
         setup.workdir / "cascade", setup.clip, merge(CASCADE, extra), setup.timeout_s
@@ -446,15 +456,27 @@ def evaluate(
     """The report's body from the daemon runs' frames and events."""
     rules = rules_config(setup.camera_rules)
     fps = got.fps or (clip_fps(setup.clip) if setup.clip.is_file() else 0.0) or 10.0
-    tracking = TrackingConfig(answer="interpolate")
-    ref_pub, cas_pub, size = got.reference, got.cascade, got.frame_size
-    total = max((f.index for f in ref_pub), default=-1) + 1
+    base = setup.retrack or TrackingConfig()
+    tracking = base.model_copy(update={"answer": "interpolate"})
+    size = got.frame_size
+    total = max((f.index for f in got.reference), default=-1) + 1
+    ref_pub = on_pts_clock(got.reference, fps)
+    # The edge's own events only where they were stamped on the source's clock already.
+    on_clock = [f.capture_ns for f in ref_pub] == [f.capture_ns for f in got.reference]
+    ref_events_in = got.reference_events if on_clock else []
+    cas_pub, cas_events_in = got.cascade, got.cascade_events
+    if setup.retrack is not None:
+        origin = pts_origin(ref_pub, fps)
+        ref_pub = retrack(ref_pub, total, size, base, pts_clock(total, fps, origin))
+        cas_ns = _capture_times(cas_pub, total, fps)
+        cas_pub = retrack(cas_pub, total, size, tracking, cas_ns)
+        ref_events_in, cas_events_in = [], []
     source = FrameSource(CAMERA, size, got.labels)
-    ref_frames = track_frames(ref_pub, source, TrackingConfig())
+    ref_frames = track_frames(ref_pub, source, base)
     cas_frames = track_frames(cas_pub, source, tracking)
     ref_clock, cas_clock = Clock.of(ref_pub, fps), Clock.of(cas_pub, fps)
-    ref_src, ref_events = events_of(got.reference_events, ref_frames, rules)
-    cas_src, cas_events = events_of(got.cascade_events, cas_frames, rules)
+    ref_src, ref_events = events_of(ref_events_in, ref_frames, rules)
+    cas_src, cas_events = events_of(cas_events_in, cas_frames, rules)
     detected = sum(f.detected for f in cas_pub)
     share = detected / total if total else 0.0
     progress(f"uniform sampling at {share:.1%} of frames, replayed through the same tracker ...")
@@ -561,6 +583,13 @@ def _frame_size(results: Mapping[tuple[str, int], Received]) -> tuple[int, int]:
         if r.message.width and r.message.height:
             return int(r.message.width), int(r.message.height)
     return 0, 0
+
+
+def _tracking(text: str) -> TrackingConfig:
+    """`--retrack`'s inline YAML as the tracking section."""
+    import yaml
+
+    return validate_model(TrackingConfig, yaml.safe_load(text) or {})
 
 
 def _capture_times(frames: Sequence[Tracked], total: int, fps: float) -> list[int]:
@@ -716,6 +745,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="no daemons: evaluate the frames and events an earlier run saved in DIR "
         "(its --out) with the rules engine as it is now",
     )
+    p.add_argument(
+        "--retrack",
+        metavar="YAML",
+        nargs="?",
+        const="{}",
+        help="with --from: track both runs' saved detections again with the tracker as it "
+        "is now, with these edge.tracking settings (inline YAML, e.g. '{recover_distance: 1}')",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -737,6 +774,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         setup = BenchSetup(vtest, out, VTEST_RULES, args.tolerance)
     if getattr(args, "from_dir", None):
+        if getattr(args, "retrack", None) is not None:
+            setup = replace(setup, retrack=_tracking(args.retrack))
         body = evaluate(Collected.load(Path(args.from_dir)), setup)
     else:
         body = measure(setup)
