@@ -481,14 +481,7 @@ def evaluate(
     share = detected / total if total else 0.0
     progress(f"uniform sampling at {share:.1%} of frames, replayed through the same tracker ...")
     kept = uniform(total, share)
-    ref_boxes = {f.index: FrameBoxes.of(f.boxes, f.class_ids, f.scores) for f in ref_pub}
-    uni = Uniform(
-        [ref_boxes.get(i, FrameBoxes.empty()) for i in range(total)],
-        _capture_times(ref_pub, total, fps),
-        source,
-        rules,
-        tracking,
-    )
+    uni = _uniform_of(ref_pub, total, fps, source, rules, tracking)
     uni_events = uni.events(kept)
     runs = {
         "reference": RunRules(
@@ -529,18 +522,32 @@ def evaluate(
         "runs": {name: summary(r, total, fps) for name, r in runs.items()},
         "agreement": {name: agreement_doc(a) for name, a in agreements.items()},
         "uniform_phases": phases,
-        "targets": {
-            "agreement": TARGET_AGREEMENT,
-            "share_to_edge": TARGET_SHARE,
-            "met": min(cas_a.count_agreement, cas_a.f1) >= TARGET_AGREEMENT
-            and share <= TARGET_SHARE,
-        },
+        "targets": _targets(cas_a.count_agreement, cas_a.f1, share),
         "cost": {
             "reference_frames": time_engine(ref_frames, rules),
             "synthetic": synthetic_cost(setup.cost_frames),
         },
         "notes": list(got.notes),
     }
+
+
+def _targets(count_agreement: float, f1: float, share: float) -> dict[str, Any]:
+    met = min(count_agreement, f1) >= TARGET_AGREEMENT and share <= TARGET_SHARE
+    return {"agreement": TARGET_AGREEMENT, "share_to_edge": TARGET_SHARE, "met": met}
+
+
+def _uniform_of(
+    ref_pub: Sequence[Tracked],
+    total: int,
+    fps: float,
+    source: FrameSource,
+    rules: RulesConfig,
+    tracking: TrackingConfig,
+) -> Uniform:
+    """The reference's detections, ready to be kept at uniform spacing and replayed."""
+    ref_boxes = {f.index: FrameBoxes.of(f.boxes, f.class_ids, f.scores) for f in ref_pub}
+    boxes = [ref_boxes.get(i, FrameBoxes.empty()) for i in range(total)]
+    return Uniform(boxes, _capture_times(ref_pub, total, fps), source, rules, tracking)
 
 
 @dataclass(frozen=True, slots=True)
