@@ -199,6 +199,9 @@ def test_every_dashboard_query_has_data_from_a_real_run(
     run = PipelineRun(
         tmp_path / "run",
         [Camera("cam0-synthetic", synthetic_source(FRAMES))],
+        # A gate that can drop (a threshold above 0) runs, so its panel has data; the
+        # shipped default keeps every frame without running it.
+        overrides={"device": {"gate": {"threshold": 1e-6}}},
         options=RunOptions(startup_timeout_s=90.0, quiet_s=3.0, drain_timeout_s=30.0),
     )
     prom = prometheus_for(run.stack.ports.metrics)

@@ -10,7 +10,8 @@ a webhook endpoint in the bench that records every POST. Phases, in order:
     cloud_kill   the broker back; at the first event the subscriber gets after it (the
                  backlog being delivered), kill -9 of the cloud; restarted after
                  `--cloud-down-s` over the same store
-    webhook_500  the webhook answers 500 for `--webhook-500-s`
+    webhook_500  the webhook answers 500 for `--webhook-500-s`, and on until it has refused
+                 a POST (at most `--kill-wait-s` more)
     calm         all well again, `--calm-s`
     drain        the device stops; wait until the store stands still and both receivers
                  have every stored event (`--drain-timeout-s` at most)
@@ -194,8 +195,13 @@ def _phases(run: Run, args: argparse.Namespace) -> None:
     stack.wait_metrics("cloud", args.startup_timeout_s)
 
     tl.begin("webhook_500")
-    run.hook.fail_for(args.webhook_500_s)
+    # At least webhook_500_s, and until a POST was refused: after the restart the cloud may
+    # have had nothing to send in a short window, which would test nothing.
+    run.hook.fail_for(args.webhook_500_s + args.kill_wait_s)
     _wait(stack, args.webhook_500_s)
+    if not _wait(stack, args.kill_wait_s, lambda: run.hook.refused > 0):
+        run.notes.append(f"no POST reached the failing webhook in {args.kill_wait_s:g} s more")
+    run.hook.fail_for(0.0)
 
     tl.begin("calm")
     _wait(stack, args.calm_s)
