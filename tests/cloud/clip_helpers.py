@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from clip_testkit import first_seconds
 from strata.shared.contracts import clips_pb2, current_version
 
 VTEST = Path(__file__).resolve().parents[2] / "data" / "vtest.mp4"
@@ -15,27 +16,8 @@ C = clips_pb2
 
 def make_clip(seconds: float = 2.0) -> bytes:
     """The first `seconds` of vtest.mp4, stream-copied into fragmented MP4 (no re-encode)."""
-    import av
-
     out = io.BytesIO()
-    with (
-        av.open(str(VTEST)) as src,
-        av.open(
-            out,
-            "w",
-            format="mp4",
-            options={"movflags": "frag_keyframe+empty_moov+default_base_moof"},
-        ) as dst,
-    ):
-        vin = src.streams.video[0]
-        vout = dst.add_stream_from_template(vin)
-        for packet in src.demux(vin):
-            if packet.dts is None:
-                continue
-            if packet.pts is not None and float(packet.pts * vin.time_base) > seconds:
-                break
-            packet.stream = vout
-            dst.mux(packet)
+    first_seconds(VTEST, out, seconds, fragmented=True, inclusive=True)
     return out.getvalue()
 
 

@@ -6,35 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
+from clip_testkit import first_seconds
 from strata.device.clip_spool import write_sidecar
 from strata.shared.contracts import clips_pb2
 from strata.tools.cli import main
-
-FRAG = {"movflags": "frag_keyframe+empty_moov+default_base_moof"}
-
-
-def cut(src: Path, dest: Path, seconds: float) -> None:
-    """The first `seconds` of `src`, stream-copied into fragmented MP4 (as the agent cuts)."""
-    import av
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(src)) as inp, av.open(str(dest), "w", format="mp4", options=FRAG) as out:
-        vin = inp.streams.video[0]
-        vout = out.add_stream_from_template(vin)
-        for packet in inp.demux(vin):
-            if packet.dts is None:
-                continue
-            if packet.pts is not None and float(packet.pts * vin.time_base) > seconds:
-                break
-            packet.stream = vout
-            out.mux(packet)
 
 
 @pytest.fixture
 def folder(tmp_path: Path, vtest_mp4: Path) -> Path:
     clips = tmp_path / "clips"
     done = clips / "door" / "s1-1.mp4"
-    cut(vtest_mp4, done, 2.0)
+    done.parent.mkdir(parents=True)
+    first_seconds(vtest_mp4, done, 2.0, fragmented=True, inclusive=True)
     info = clips_pb2.ClipInfo(
         clip_id="door/s1/1",
         camera_id="door",
@@ -47,7 +30,7 @@ def folder(tmp_path: Path, vtest_mp4: Path) -> Path:
     )
     write_sidecar(done, info, sync=False)
     # A clip the agent is still cutting: its first sidecar not written yet.
-    cut(vtest_mp4, clips / "door" / "s1-2.mp4", 1.0)
+    first_seconds(vtest_mp4, clips / "door" / "s1-2.mp4", 1.0, fragmented=True, inclusive=True)
     return clips
 
 

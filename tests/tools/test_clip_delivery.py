@@ -13,29 +13,13 @@ from typing import Any
 
 import grpc
 import pytest
+from clip_testkit import first_seconds
 from strata.shared.contracts import analytics_pb2_grpc, clips_pb2, current_version
 from strata.tools.demo.stack import Camera, Stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SECONDS = 15.0
-
-
-def first_seconds(src: Path, dest: Path, seconds: float) -> Path:
-    """The first `seconds` of an H.264 file, stream-copied (its own packets)."""
-    import av
-
-    with av.open(str(src)) as inp, av.open(str(dest), "w") as out:
-        vin = inp.streams.video[0]
-        vout = out.add_stream_from_template(vin)
-        for packet in inp.demux(vin):
-            if packet.dts is None:
-                continue
-            if packet.pts is not None and float(packet.pts * vin.time_base) >= seconds:
-                break
-            packet.stream = vout
-            out.mux(packet)
-    return dest
 
 
 def frame_crcs(path: Path) -> list[int]:

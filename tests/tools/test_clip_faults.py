@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
+from clip_testkit import first_seconds
 from strata.shared.contracts import analytics_pb2_grpc, clips_pb2, current_version
 from strata.shared.contracts.events_pb2 import TRACK_EVENT_TYPE_END, TRACK_EVENT_TYPE_NEW
 from strata.tools.demo.stack import Camera, Stack
@@ -31,23 +32,6 @@ FRAME_NS = 10**8  # vtest: 10 fps
 COMPLETE = clips_pb2.CLIP_OUTCOME_COMPLETE
 DISCONNECTED = clips_pb2.CLIP_OUTCOME_DISCONNECTED
 CUT_SHORT = "the device stopped mid-clip"  # device/clip_spool.py says it so
-
-
-def first_seconds(src: Path, dest: Path, seconds: float) -> Path:
-    """The first `seconds` of an H.264 file, stream-copied (its own packets)."""
-    import av
-
-    with av.open(str(src)) as inp, av.open(str(dest), "w") as out:
-        vin = inp.streams.video[0]
-        vout = out.add_stream_from_template(vin)
-        for packet in inp.demux(vin):
-            if packet.dts is None:
-                continue
-            if packet.pts is not None and float(packet.pts * vin.time_base) >= seconds:
-                break
-            packet.stream = vout
-            out.mux(packet)
-    return dest
 
 
 def stack_for(tmp_path: Path, vtest_mp4: Path) -> Stack:
