@@ -1,11 +1,14 @@
-"""The device agent: camera threads -> gate worker -> sender, with one metrics registry.
+"""The device agent: a thread per camera from decoding to the sender, with one metrics registry.
 
-camera thread (decode, motion gate) ─┐
-camera thread (decode, motion gate) ─┼─▶ gate inbox ─▶ gate worker (MobileNetV3, JPEG)
-camera thread ...                   ─┘                     │
-                                                           ▼
-                              edge ROUTER ◀──frames── sender (DEALER, window, spool)
-                                          ───acks──▶
+camera thread (decode, motion, BGR, JPEG) ─┐
+camera thread (decode, motion, BGR, JPEG) ─┼─▶ outboxes ─▶ sender (DEALER, window, spool)
+camera thread ...                         ─┘                  │ ▲
+                                                     frames ──┘ └── acks
+                                                      edge ROUTER
+
+A relevance gate that can drop frames (threshold above 0) sits between a camera's motion
+decision and its encoding: camera threads -> gate inbox -> gate worker (batches across
+cameras, MobileNetV3) -> encoding on the gate worker's thread (device/pipeline.py).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .gate import RelevanceGate, load_gate
 from .inbox import GateInbox
 from .metrics import ClipMetrics, DeviceMetrics
 from .packet_ring import PacketRing
+from .pipeline import CameraPipeline, KeyframeRequests, PipelineSetup
 from .sender import Sender, SenderHooks, SenderSetup
 from .sources import camera_name
 from .versions import GateSwitcher, device_version_metrics
@@ -88,14 +92,16 @@ class Agent:
         # Frames are scaled to fit this: the configured size, else the edge model's input
         # once the edge announces it (EdgeInfo).
         self.scale = ScaleTarget(cfg.payload.max_width, cfg.payload.max_height)
+        self.keyframes = KeyframeRequests()
+        self._setup = PipelineSetup(
+            self.agent_id, cfg.sender, cfg.payload, self.scale, self.keyframes
+        )
+        # Per camera id, kept across a removal: a camera added again continues its H.264
+        # stream's numbering (from a keyframe).
+        self.pipelines: dict[str, CameraPipeline] = {}
         self.switcher = self._gate_switcher(models_repository) if from_repo else None
         self.worker = GateWorker(
-            self.inbox,
-            self.sender,
-            self.metrics,
-            GateSetup(self.agent_id, cfg.gate, cfg.sender, cfg.payload, cfg.cascade, self.scale),
-            self.gate,
-            self.switcher,
+            self.inbox, self.metrics, GateSetup(cfg.gate, cfg.cascade), self.gate, self.switcher
         )
         self.cascade_metrics = CascadeMetrics(self.metrics.registry)
         self.cameras: list[CameraWorker] = []
@@ -118,7 +124,7 @@ class Agent:
         self.link = EdgeLink(
             {c.camera_id: c.policy for c in self.cameras if c.policy is not None},
             self.scale,
-            self.worker.payloads,
+            self.keyframes,
             cfg.payload.scale_to_model and not (cfg.payload.max_width or cfg.payload.max_height),
         )
         self._started = False
@@ -142,13 +148,24 @@ class Agent:
     def _make_camera(self, cam_id: str, cam: CameraConfig) -> CameraWorker:
         self.inbox.add_camera(cam_id)
         self.sender.add_camera(cam_id, cam.model)
-        self.worker.add_camera(cam_id)
+        pipeline = self.pipelines.get(cam_id)
+        if pipeline is None:
+            worker = self.worker
+            pipeline = self.pipelines[cam_id] = CameraPipeline(
+                cam_id,
+                self._setup,
+                self.sender.submit,
+                self.metrics.camera(cam_id),
+                inbox=self.inbox if worker.gating else None,
+                passed=worker.passed if worker.switcher is not None else None,
+            )
+        self.worker.add_camera(cam_id, pipeline)
         return CameraWorker(
             cam_id,
             cam.source,
             self.cfg.source,
             self.cfg.motion,
-            self.inbox,
+            pipeline,
             self.metrics.camera(cam_id),
             self.cfg.cascade,
             self.cascade_metrics,
@@ -197,7 +214,7 @@ class Agent:
                 self.cameras.append(worker)
                 # A camera added again after a removal restarts its H.264 stream (its encoder
                 # outlives the removal; the edge may have forgotten the decoder).
-                self.worker.payloads.request_keyframe(cam_id, "camera added")
+                self.keyframes.request_keyframe(cam_id, "camera added")
                 if self._started:
                     log.info("camera %s added: %s", cam_id, worker.source)
                     worker.start()
@@ -212,7 +229,7 @@ class Agent:
         deadline = time.monotonic() + self.cfg.sender.drain_timeout_s
         quiet_since: float | None = None
         while time.monotonic() < deadline:
-            # Settled for a while: nothing left in the gate inbox, the encoder or the sender.
+            # Settled for a while: nothing left in the gate inbox or the sender.
             if self.inbox.waiting(cam_id) == 0 and self.sender.pending_of(cam_id) == 0:
                 quiet_since = quiet_since or time.monotonic()
                 if time.monotonic() - quiet_since >= 0.5:
@@ -249,11 +266,11 @@ class Agent:
 
     def _moved(self, camera_id: str, edge: str) -> None:
         # An H.264 stream must start with a keyframe on its new edge.
-        self.worker.payloads.request_keyframe(camera_id, f"moved to edge {edge}")
+        self.keyframes.request_keyframe(camera_id, f"moved to edge {edge}")
 
     def start(self) -> None:
-        """Start the sender, the gate worker and every camera; SenderError if the edge
-        endpoint is unusable."""
+        """Start the sender, the gate worker (where it has work) and every camera;
+        SenderError if the edge endpoint is unusable."""
         if not self.sender.started:
             self.sender.start()
         self.worker.start()

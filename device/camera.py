@@ -1,4 +1,6 @@
-"""One camera: its own thread reads the source, applies the motion gate, feeds the gate queue.
+"""One camera: its own thread reads the source, applies the motion gate, and hands what it
+keeps to its outlet (the camera's pipeline: converted, encoded and submitted on this same
+thread, device/pipeline.py).
 
 A stream that dies or stalls is reopened with exponential backoff and jitter; an error
 that retrying cannot fix (missing file, not a video) ends this camera with one clear log
@@ -20,9 +22,10 @@ from strata.shared.logs import RateLimitedLog
 from .cascade import CascadeMetrics, CascadePolicy
 from .degrade import REASON_MOTION, REASON_RATE, SourceDegrader
 from .frames import Frame
-from .inbox import GateInbox, GateItem
+from .inbox import GateItem
 from .metrics import CameraMetrics, DropLog
 from .motion import MotionDecision, MotionGate
+from .pipeline import FrameOutlet
 from .sources import (
     DecoderChoice,
     PacketTap,
@@ -93,7 +96,7 @@ class CameraWorker:
         source: str,
         source_cfg: SourceConfig,
         motion_cfg: MotionConfig,
-        inbox: GateInbox,
+        outlet: FrameOutlet,
         metrics: CameraMetrics,
         cascade: CascadeConfig | None = None,
         cascade_metrics: CascadeMetrics | None = None,
@@ -115,7 +118,7 @@ class CameraWorker:
             self.send_skipped = cascade.send_skipped
         self._calibrating = False
         self._scene_change = False
-        self.inbox = inbox
+        self.outlet = outlet
         self.m = metrics
         self._source_events = _SourceMetrics(metrics)
         self._state = CameraState.STARTING
@@ -344,7 +347,7 @@ class CameraWorker:
                 self._calibrating,
                 keep and self._scene_change,
             )
-            dropped = self.inbox.put(item, wait, self._stop)
+            dropped = self.outlet.put(item, wait, self._stop)
             if dropped is item:
                 break  # stopping while waiting for room
             if dropped is not None:

@@ -1,0 +1,227 @@
+"""One camera's frames after the motion decision, on the camera's own thread, to the sender.
+
+    camera thread: decode -> motion score (luma plane) -> keep or drop (cascade, motion,
+        degradation) -> CameraPipeline.put:
+            the relevance gate can drop: GateInbox -> gate worker (batches across cameras)
+                -> CameraPipeline.emit on the gate worker's thread
+            else (the default): scale + BGR (FFmpeg) -> JPEG / raw / H.264 -> Sender.submit
+    sender thread: owns the ZeroMQ sockets, takes what the outboxes hold
+
+A kept frame crosses no thread between its decoder and the sender's outbox (a lock, a
+deque append): handing each frame through a gate inbox and an encoder queue cost more
+Python than converting and encoding it (docs/device.md, "Third pass"). The relevance gate
+is the one stage that gains from a thread of its own (a batch across cameras per
+inference), and only where it can drop a frame; whether it can is fixed for the agent's
+life (its threshold), so each camera's frames take one route and its scaler and H.264
+stream are only ever touched by one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import cv2
+import numpy as np
+from strata.shared.config.device import PayloadConfig, SenderConfig
+from strata.shared.contracts import common_pb2, frame_pb2
+
+from .encoder import H264Encoder, ScaleTarget
+from .frames import BgrScaler
+from .inbox import GateInbox, GateItem
+from .metrics import CameraMetrics
+
+log = logging.getLogger(__name__)
+
+
+class FrameOutlet(Protocol):
+    """Where a camera thread puts the frames it keeps (and dropped frames' notices)."""
+
+    def put(
+        self, item: GateItem, wait: bool, stop: threading.Event | None = None
+    ) -> GateItem | None:
+        """Take `item`; returns a frame given up to make room (the oldest waiting, counted
+        by the caller as overload), or `item` itself when stopping while waiting."""
+        ...
+
+
+class Submit(Protocol):
+    """The sender's entry (strata.device.sender.Sender.submit): thread-safe, never blocks."""
+
+    def __call__(self, camera_id: str, header: frame_pb2.FrameHeader, payload: Any) -> int: ...
+
+
+class KeyframeRequests:
+    """Cameras whose next H.264 frame must start a GOP, asked from any thread (acks, lost
+    frames, moves) and taken by the thread encoding that camera."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._want: dict[str, str] = {}
+        # Cameras with an H.264 stream open: "every stream restarts" reaches these.
+        self._streams: set[str] = set()
+        # Read without the lock on every frame: most frames find nothing asked.
+        self._any = False
+
+    def request_keyframe(self, camera_id: str, why: str) -> None:
+        """The next H.264 frame of `camera_id` starts a GOP (any thread)."""
+        with self._lock:
+            self._want.setdefault(camera_id, why)
+            self._any = True
+
+    def request_keyframes(self, why: str) -> None:
+        """Every open stream's next frame starts a GOP (a new edge session)."""
+        with self._lock:
+            for cam in self._streams:
+                self._want.setdefault(cam, why)
+            self._any = bool(self._want)
+
+    def opened(self, camera_id: str) -> None:
+        """`camera_id` has an H.264 stream now."""
+        with self._lock:
+            self._streams.add(camera_id)
+
+    def take(self, camera_id: str) -> str:
+        """Why the camera's next frame must be a keyframe ("": it need not)."""
+        if not self._any:
+            return ""
+        with self._lock:
+            why = self._want.pop(camera_id, "")
+            self._any = bool(self._want)
+            return why
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSetup:
+    """What every camera's pipeline is built with: the agent's id stamped on headers, the
+    payload sections of the config, the size frames are scaled to (shared with the edge
+    link, which sets it from the edge's EdgeInfo) and the keyframe requests."""
+
+    agent_id: str
+    sender: SenderConfig = field(default_factory=SenderConfig)
+    payload: PayloadConfig = field(default_factory=PayloadConfig)
+    scale: ScaleTarget = field(default_factory=ScaleTarget)
+    keyframes: KeyframeRequests = field(default_factory=KeyframeRequests)
+
+
+# Frames that passed a relevance gate that cannot drop, for the canary of a new gate
+# version: (frames as they would have been gated); None when no version switch is watched.
+PassedHook = Callable[[np.ndarray], None]
+
+
+class CameraPipeline:
+    """One camera's route from its kept frames to the sender (see the module docstring).
+
+    Not thread-safe: `put` runs on the camera's thread, `emit` on the thread that owns the
+    camera's frames at that point (the camera's, or the gate worker's when `inbox` is set).
+    """
+
+    def __init__(
+        self,
+        camera_id: str,
+        setup: PipelineSetup,
+        submit: Submit,
+        metrics: CameraMetrics,
+        inbox: GateInbox | None = None,
+        passed: PassedHook | None = None,
+    ) -> None:
+        self.camera_id = camera_id
+        self.agent_id = setup.agent_id
+        self.encoding = setup.sender.encoding
+        self.payload = setup.payload
+        self.scale = setup.scale
+        self.keyframes = setup.keyframes
+        self.submit = submit
+        self.m = metrics
+        # Set: frames go through the relevance gate's worker (it can drop them).
+        self.inbox = inbox
+        self.passed = passed
+        self._params = [cv2.IMWRITE_JPEG_QUALITY, setup.sender.jpeg_quality]
+        self._scaler = BgrScaler()
+        self._h264: H264Encoder | None = None
+        self._stream_index = 0
+
+    def put(
+        self, item: GateItem, wait: bool, stop: threading.Event | None = None
+    ) -> GateItem | None:
+        """A frame the camera kept, or a dropped frame's notice: to the gate's inbox when
+        it can drop frames, else converted, encoded and submitted now."""
+        if self.inbox is not None:
+            return self.inbox.put(item, wait, stop)
+        if item.skip_reason:
+            self.emit(item, None, 0.0)
+            return None
+        image = self.bgr(item)
+        if self.passed is not None:
+            self.passed(image)
+        self.emit(item, image, 1.0)  # gate_score 1.0: as ungated
+        return None
+
+    def bgr(self, item: GateItem) -> np.ndarray:
+        """The frame as BGR at the payload size (scaled by FFmpeg while converting)."""
+        frame = item.frame
+        return frame.bgr(self.scale.size_for(frame.width, frame.height), self._scaler)
+
+    def emit(self, item: GateItem, image: np.ndarray | None, gate_score: float) -> None:
+        """Encode and submit one frame (`image` None: the header-only notice of a dropped
+        frame, `item.skip_reason` says why). A frame the encoder fails on is counted as
+        given up (`encode_error`) and its camera's H.264 stream restarts."""
+        try:
+            self._emit(item, image, gate_score)
+        except Exception:  # keep the camera alive; the frame is counted and logged
+            self.m.dropped("encode_error").inc()
+            log.exception("camera %s: frame lost to an encoding error", self.camera_id)
+            self.keyframes.request_keyframe(self.camera_id, "encoding error")
+
+    def _emit(self, item: GateItem, image: np.ndarray | None, gate_score: float) -> None:
+        src_w, src_h = item.frame.width, item.frame.height
+        header = frame_pb2.FrameHeader(
+            agent_id=self.agent_id,
+            camera_id=self.camera_id,
+            capture_ns=item.capture_ns,
+            motion_score=item.motion_score,
+            gate_score=gate_score,
+            frame_index=item.index,
+            calibration=item.calibration,
+            scene_change=item.scene_change,
+            source_width=src_w,
+            source_height=src_h,
+        )
+        if image is None:
+            header.kind = frame_pb2.FRAME_KIND_SKIPPED
+            header.skip_reason = item.skip_reason
+            header.width, header.height = src_w, src_h
+            self.submit(self.camera_id, header, b"")
+            return
+        header.width, header.height = image.shape[1], image.shape[0]
+        payload: Any
+        if self.encoding == "jpeg":
+            ok, payload = cv2.imencode(".jpg", image, self._params)
+            if not ok:
+                raise RuntimeError("JPEG encoding failed")
+            header.encoding = common_pb2.ENCODING_JPEG
+        elif self.encoding == "h264":
+            payload = self._h264_unit(image, header)
+        else:
+            payload = np.ascontiguousarray(image)
+            header.encoding = common_pb2.ENCODING_BGR
+        self.submit(self.camera_id, header, payload)
+
+    def _h264_unit(self, image: np.ndarray, header: frame_pb2.FrameHeader) -> bytes:
+        enc = self._h264
+        if enc is None:
+            p = self.payload
+            enc = self._h264 = H264Encoder(p.keyframe_interval, p.crf, p.preset)
+            self.keyframes.opened(self.camera_id)
+        why = self.keyframes.take(self.camera_id)
+        if why:
+            enc.request_keyframe(why)
+        unit = enc.encode(np.ascontiguousarray(image))
+        self._stream_index += 1
+        header.encoding = common_pb2.ENCODING_H264
+        header.keyframe = unit.keyframe
+        header.stream_index = self._stream_index
+        return unit.data
