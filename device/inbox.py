@@ -1,4 +1,5 @@
-"""Frames that passed motion, waiting for the relevance gate: a bounded queue per camera.
+"""Frames that passed motion, waiting for a relevance gate that can drop them: a bounded
+queue per camera (a gate that cannot drop is not waited for: device/pipeline.py).
 
 The gate worker takes batches round-robin over cameras, so a fast file camera cannot starve
 a live one. A full queue makes a file camera wait (reading a file faster than the gate is
@@ -17,8 +18,8 @@ from .frames import Frame
 
 @dataclass(slots=True)
 class GateItem:
-    """A frame that passed motion (still in decoder format: BGR conversion happens in the
-    gate worker, off the decode thread), with what its header will need."""
+    """A frame that passed motion (still in decoder format: it is converted to BGR only at
+    the size it is sent at), with what its header will need; or a dropped frame's notice."""
 
     camera_id: str
     index: int

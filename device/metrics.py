@@ -48,7 +48,7 @@ class DeviceMetrics:
         self.dropped_reason = Counter(
             "strata_device_frames_dropped",
             "Frames the agent gave up on after keeping them, by reason (spool_full, rejected, "
-            "shed_*, degraded_motion, degraded_rate, degraded_policy).",
+            "shed_*, degraded_motion, degraded_rate, degraded_policy, encode_error, removed).",
             ["camera", "reason"],
             registry=r,
         )
@@ -280,6 +280,8 @@ class CameraMetrics:
         # The most lag reported since start (the gauge holds the latest): read without a
         # registry scan by `strata bench cameras`, whose criterion is the worst frame.
         self.worst_lag_s = 0.0
+        # The lag gauge holds more than 0 (a frame on time after it must set it back).
+        self._lagged = False
         self._decoder = ""
         self.spool_frames = m.spool_frames.labels(c)
         self.inflight_frames = m.inflight_frames.labels(c)
@@ -302,7 +304,9 @@ class CameraMetrics:
 
     def lag(self, seconds: float) -> None:
         """A frame delivered `seconds` behind its schedule (source.realtime)."""
-        self.source_lag.set(seconds)
+        if seconds or self._lagged:  # a camera on time sets its gauge once, not per frame
+            self.source_lag.set(seconds)
+            self._lagged = seconds > 0
         self.worst_lag_s = max(self.worst_lag_s, seconds)
 
     def set_decoder(self, kind: str) -> None:

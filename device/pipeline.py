@@ -154,9 +154,13 @@ class CameraPipeline:
         if item.skip_reason:
             self.emit(item, None, 0.0)
             return None
-        image = self.bgr(item)
-        if self.passed is not None:
-            self.passed(image)
+        try:
+            image = self.bgr(item)
+            if self.passed is not None:
+                self.passed(image)
+        except Exception:  # a frame that cannot be converted must not end the camera
+            self._lost("a conversion error")
+            return None
         self.emit(item, image, 1.0)  # gate_score 1.0: as ungated
         return None
 
@@ -172,9 +176,14 @@ class CameraPipeline:
         try:
             self._emit(item, image, gate_score)
         except Exception:  # keep the camera alive; the frame is counted and logged
-            self.m.dropped("encode_error").inc()
-            log.exception("camera %s: frame lost to an encoding error", self.camera_id)
-            self.keyframes.request_keyframe(self.camera_id, "encoding error")
+            self._lost("an encoding error")
+
+    def _lost(self, why: str) -> None:
+        """A kept frame that never reached the sender: counted (`encode_error`), logged
+        with its traceback; the camera's H.264 stream restarts after it."""
+        self.m.dropped("encode_error").inc()
+        log.exception("camera %s: frame lost to %s", self.camera_id, why)
+        self.keyframes.request_keyframe(self.camera_id, why)
 
     def _emit(self, item: GateItem, image: np.ndarray | None, gate_score: float) -> None:
         src_w, src_h = item.frame.width, item.frame.height

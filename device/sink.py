@@ -118,12 +118,17 @@ class FrameSink:
             self._ready.set()
             return
         self._ready.set()
+        # One poller for the socket's life (Socket.poll builds one per call), and every
+        # message there on each wake-up.
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                if not sock.poll(20, zmq.POLLIN):
+                if not poller.poll(20):
                     continue
-                ident, *parts = sock.recv_multipart(copy=False)
-                self._handle(sock, ident.bytes, parts)
+                while int(sock.get(zmq.EVENTS)) & zmq.POLLIN:
+                    ident, *parts = sock.recv_multipart(copy=False)
+                    self._handle(sock, ident.bytes, parts)
         finally:
             sock.close(0)
 

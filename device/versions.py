@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter
@@ -55,13 +56,19 @@ class GateSwitcher(VersionSwitcher[RelevanceGate]):
         # (frame as gated, serving version's keep); references, not copies.
         self._recent: deque[tuple[np.ndarray, bool]] = deque(maxlen=cfg.canary_frames)
         self._lock = threading.Lock()
+        self._gated_by: dict[int, Any] = {}
         super().__init__(
             repo, gate.model, serving.version, cfg, self._build, self._score, metrics, "device"
         )
 
     def remember(self, images: list[np.ndarray], gate: RelevanceGate, keep: np.ndarray) -> None:
-        """A batch's frames and the serving gate's decisions (gate worker thread)."""
-        self.gated.labels(str(gate.version)).inc(len(images))
+        """A batch's frames and the serving gate's decisions (the gate worker's thread, or
+        a camera's for a gate that cannot drop: every kept frame, so the version's counter
+        is looked up once per version, not per call)."""
+        counter = self._gated_by.get(gate.version)
+        if counter is None:
+            counter = self._gated_by[gate.version] = self.gated.labels(str(gate.version))
+        counter.inc(len(images))
         if gate.version != self.serving:
             return
         with self._lock:
