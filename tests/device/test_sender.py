@@ -180,3 +180,11 @@ def test_payload_encodings_arrive_intact(port: int, red_model: Path, encoding: s
         assert img.shape == (120, 160, 3)
     else:
         assert msg.payload.nbytes == 160 * 120 * 3
+
+
+def test_the_senders_plain_send_flags_are_zeromqs() -> None:
+    import zmq
+    from strata.device import sender
+
+    assert sender._NOBLOCK == zmq.NOBLOCK
+    assert sender._MORE == zmq.NOBLOCK | zmq.SNDMORE

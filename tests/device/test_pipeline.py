@@ -1,0 +1,145 @@
+"""A camera's route from its kept frames to the sender, on its own thread (device/pipeline.py):
+order kept, every frame accounted for, nothing between the camera and the sender, a removed
+camera's thread gone."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+from strata.device.agent import Agent
+from strata.device.frames import Frame
+from strata.device.inbox import GateItem
+from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
+from strata.device.pipeline import CameraPipeline, KeyframeRequests, PipelineSetup
+from strata.device.sender import Sender
+from strata.device.sink import FrameSink
+from strata.shared.config.device import CameraConfig, SenderConfig, SourceConfig
+from strata.shared.contracts import frame_pb2
+
+from .conftest import fast_config
+
+SYNTH = "synthetic://?frames=60&seed=3&width=160&height=120"
+
+
+def _item(index: int, image: np.ndarray, skip: str = "") -> GateItem:
+    return GateItem("cam", index, index, Frame(index, index / 10, index, bgr=image), 1.0, 0.0, skip)
+
+
+def _wait(cond: object, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_frames_reach_the_edge_in_order_every_one_accounted_with_no_thread_between(
+    port: int,
+) -> None:
+    edge = f"tcp://127.0.0.1:{port}"
+    cfg = fast_config(edge, None, cameras=[CameraConfig(id="cam", source=SYNTH)])
+    with FrameSink(edge) as sink:
+        agent = Agent(cfg, registry=CollectorRegistry())
+        agent.start()
+        names = {t.name for t in threading.enumerate()}
+        assert agent.run_until_done(timeout=60) == 0
+        got = sink.received()
+    # The camera's thread, the sender and nothing else of the agent's between them.
+    assert "camera-cam" in names or agent.cameras_done()
+    assert not names & {"gate", "payload"}
+    counts = CameraCounts.read(agent.metrics.registry, "cam")
+    assert counts.decoded == 60
+    # Offered = sent + dropped by reason: nothing unaccounted, nothing given up here.
+    assert counts.sent + counts.dropped_motion == counts.decoded
+    assert dropped_by_reason(agent.metrics.registry, "cam") == {}
+    fresh = [r for r in got if not r.duplicate]
+    assert len(fresh) == counts.sent > 10
+    seqs = [r.sequence for r in fresh]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    indexes = [r.frame_index for r in fresh]
+    assert indexes == sorted(indexes) and len(set(indexes)) == len(indexes)
+
+
+def test_dropped_frames_notices_keep_their_place_in_the_order(port: int) -> None:
+    # The default cascade sends a header-only notice for each frame it drops.
+    edge = f"tcp://127.0.0.1:{port}"
+    cfg = fast_config(edge, None, cameras=[CameraConfig(id="cam", source=SYNTH)])
+    cfg = cfg.model_copy(update={"cascade": cfg.cascade.model_copy(update={"enabled": True})})
+    with FrameSink(edge) as sink:
+        agent = Agent(cfg, registry=CollectorRegistry())
+        assert agent.run_until_done(timeout=60) == 0
+        got = [r for r in sink.received() if not r.duplicate]
+    assert [r.frame_index for r in got] == list(range(60))  # every frame, in order
+    counts = CameraCounts.read(agent.metrics.registry, "cam")
+    skipped = agent.metrics.registry.get_sample_value(
+        "strata_device_skipped_sent_total", {"camera": "cam"}
+    )
+    assert skipped is not None and skipped > 0
+    assert counts.sent + skipped == 60
+
+
+def test_a_frame_that_cannot_be_encoded_is_counted_and_the_camera_goes_on(port: int) -> None:
+    metrics = DeviceMetrics(CollectorRegistry())
+    sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
+    box = sender.add_camera("cam")
+    keys = KeyframeRequests()
+    pipe = CameraPipeline(
+        "cam", PipelineSetup("agent", keyframes=keys), sender.submit, metrics.camera("cam")
+    )
+    good = np.full((32, 48, 3), 90, np.uint8)
+    bad = np.zeros((32, 48, 7), np.uint8)  # seven channels: no JPEG encoder takes it
+    for i, image in enumerate((good, bad, good)):
+        assert pipe.put(_item(i, image), wait=False) is None
+    assert pipe.put(_item(3, good, skip="motion"), wait=False) is None
+    assert box.pending == 3
+    assert dropped_by_reason(metrics.registry, "cam") == {"encode_error": 1}
+    first = box.take(time.monotonic())
+    assert first is not None and first.header.frame_index == 0
+    assert (first.header.width, first.header.height) == (48, 32)
+    assert first.header.gate_score == 1.0 and bytes(first.payload[:2]) == b"\xff\xd8"
+    second = box.take(time.monotonic())
+    assert second is not None and second.header.frame_index == 2
+    third = box.take(time.monotonic())
+    assert third is not None and third.header.kind == frame_pb2.FRAME_KIND_SKIPPED
+    assert third.header.skip_reason == "motion" and third.nbytes == 0
+
+
+def test_keyframe_requests_reach_the_camera_encoding_them_once() -> None:
+    keys = KeyframeRequests()
+    assert keys.take("a") == ""
+    keys.request_keyframe("a", "the edge asked")
+    keys.request_keyframe("a", "later")  # the first reason stands
+    assert keys.take("b") == ""
+    assert keys.take("a") == "the edge asked" and keys.take("a") == ""
+    keys.request_keyframes("new edge session")  # no stream open yet: nobody to restart
+    assert keys.take("a") == ""
+    keys.opened("a")
+    keys.request_keyframes("new edge session")
+    assert keys.take("b") == "" and keys.take("a") == "new edge session"
+
+
+def test_a_removed_camera_releases_its_thread(synthetic_mp4: Path, port: int) -> None:
+    edge = f"tcp://127.0.0.1:{port}"
+    cams = [CameraConfig(id=c, source=str(synthetic_mp4)) for c in ("a", "b")]
+    cfg = fast_config(edge, None, cameras=cams, source=SourceConfig(loop=True, realtime=True))
+    with FrameSink(edge) as sink:
+        agent = Agent(cfg, registry=CollectorRegistry())
+        agent.start()
+        try:
+            assert sink.wait_for(4, 20.0)
+            before = {t.name for t in threading.enumerate()}
+            assert {"camera-a", "camera-b"} <= before
+            assert agent.reload(cams[:1]) == ([], ["b"])
+            assert _wait(lambda: not agent.draining(), 20.0)
+            alive = {t.name for t in threading.enumerate()}
+            assert "camera-b" not in alive and "drain-b" not in alive
+            assert "camera-a" in alive and not agent.cameras_done()
+            assert agent.sender.pending_of("b") == 0
+        finally:
+            agent.stop(drain_timeout_s=2.0)
+    assert not {t.name for t in threading.enumerate()} & {"camera-a", "camera-b", "sender"}
