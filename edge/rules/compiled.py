@@ -43,6 +43,8 @@ class CompiledRules:
     zone_enter: np.ndarray  # (Z,) frames
     zone_leave: np.ndarray  # (Z,) frames
     zone_occupancy: np.ndarray  # (Z,) bool
+    zone_score_filter: bool  # some zone has a min_score (a filter nobody set costs nothing)
+    zone_area_filter: bool  # some zone has a min_area
     line_names: tuple[str, ...]
     lines: Lines
     line_in: np.ndarray  # (L,) int8: the side (as geometry.side) called "in"
@@ -61,6 +63,8 @@ class CompiledRules:
         polys = [relative(z.points, cfg) for z in cfg.zones]
         lines = [relative(ln.points, cfg) for ln in cfg.lines]
         zone_index = {z.name: i for i, z in enumerate(cfg.zones)}
+        min_score = np.array([z.min_score for z in cfg.zones], np.float64)
+        min_area = np.array([z.min_area / frame_area for z in cfg.zones], np.float64)
         line_a = np.array([ln[0] for ln in lines]).reshape(-1, 2)
         line_b = np.array([ln[1] for ln in lines]).reshape(-1, 2)
         return cls(
@@ -69,11 +73,13 @@ class CompiledRules:
             zone_names=tuple(z.name for z in cfg.zones),
             polygons=Polygons(polys),
             zone_labels=LabelFilter(tuple(frozenset(z.labels) for z in cfg.zones)),
-            zone_min_score=np.array([z.min_score for z in cfg.zones], np.float64),
-            zone_min_area=np.array([z.min_area / frame_area for z in cfg.zones], np.float64),
+            zone_min_score=min_score,
+            zone_min_area=min_area,
             zone_enter=np.array([z.enter_frames for z in cfg.zones], np.int64),
             zone_leave=np.array([z.leave_frames for z in cfg.zones], np.int64),
             zone_occupancy=np.array([z.occupancy for z in cfg.zones], bool),
+            zone_score_filter=bool(min_score.any()),
+            zone_area_filter=bool(min_area.any()),
             line_names=tuple(ln.name for ln in cfg.lines),
             lines=Lines(line_a, line_b),
             # Left of a -> b has a negative cross product in image axes (y down).
