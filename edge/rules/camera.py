@@ -185,6 +185,10 @@ class CameraEngine:
         self._dwell_due = 0
         self._still_due = 0
         self._still_ns = int(rules.stationary.seconds * NS)
+        # The frame's rows as an index into the table's blocks (`TrackTable.index`): with
+        # a slice the blocks the frame works on are views, written in place.
+        self._ix: slice | np.ndarray = slice(0, 0)
+        self._views = False
         r = self.rules
         self.table = TrackTable(Dims(r.n_lines, r.n_zones, r.n_dwell, settings.path_points))
 
@@ -225,14 +229,16 @@ class CameraEngine:
         pts = f.boxes @ self._ref_matrix
         rows = tb.rows_of(f.track_ids)
         fresh = rows < 0
-        first = bool(fresh.any())
+        first = bool(np.count_nonzero(fresh))
         if first:
             rows[fresh] = new = tb.admit(f.track_ids[fresh], now, pts[fresh])
             self._ends_due = min(self._ends_due, now + self.settings.end_after_ns)
             self._still_due = min(self._still_due, now + self._still_ns)
             if r.n_lines:
                 tb.lines[new, :, L_SIDE] = r.lines.side(pts[fresh])
-        fr, ir = tb.F[rows], tb.I[rows]
+        ix = self._ix = tb.index(rows)
+        self._views = isinstance(ix, slice)
+        fr, ir = tb.F[ix], tb.I[ix]
         obs = f.observed.astype(bool, copy=False)
         relabelled = self._observe(f, rows, (fr, ir), obs)
         cls = np.maximum(ir[:, LABEL], 0)
@@ -261,13 +267,14 @@ class CameraEngine:
             self._dwell(rows, (zones, ir), (cls, confirmed | reported), fired)
         if r.cfg.stationary.enabled:
             self._stationary(f, rows, (fr, ir), pts, fired)
-        tb.F[rows], tb.I[rows] = fr, ir
+        if not self._views:
+            tb.F[rows], tb.I[rows] = fr, ir
         if self._still_due < 0:
             self._still_due = self._next_still()
-        if due is not None and due.any():
+        if due is not None and np.count_nonzero(due):
             for i, k in zip(*np.nonzero(due), strict=True):
                 self._commit(int(rows[i]), int(k), fired)
-        newly = rows[:0] if reported.all() else rows[confirmed & ~reported]
+        newly = rows[:0] if np.count_nonzero(reported) == len(rows) else rows[confirmed & ~reported]
         return rows, newly, relabelled
 
     def _observe(
@@ -287,7 +294,7 @@ class CameraEngine:
         # Only detections vote (and make the top score): a predicted box repeats the
         # tracker's class, so a frame without one changes no label (but a track's first
         # frame sets its label).
-        if not (obs.any() or (ir[:, LABEL] < 0).any()):
+        if not (np.count_nonzero(obs) or np.count_nonzero(ir[:, LABEL] < 0)):
             return False
         voted = f.scores * obs
         fr[:, TOP] = np.maximum(fr[:, TOP], voted)
@@ -296,10 +303,10 @@ class CameraEngine:
         tb.classes(int(cls.max()) + 1)
         # Each track at most once a frame: a plain fancy-index add.
         tb.votes[rows, cls] += voted
-        label = ir[:, LABEL] = np.argmax(tb.votes[rows], axis=1)
+        label = ir[:, LABEL] = np.argmax(tb.votes[self._ix], axis=1)
         # An update goes out only where the label differs from the one last said, and an
         # event this frame only sets the said label to the label: none differ, none will.
-        return bool((ir[:, SAID] != label).any())
+        return bool(np.count_nonzero(ir[:, SAID] != label))
 
     def _label_masks(self) -> tuple[np.ndarray, ...]:
         """(classes, rules): does a class pass each line's, zone's and dwell rule's
@@ -338,25 +345,26 @@ class CameraEngine:
         p0 = fr[:, X : Y + 1]
         right = r.lines.right_of(p0, pts)
         n = right.shape[0] // 2
-        if (right[:n] != right[n:]).any():
+        if np.count_nonzero(right[:n] != right[n:]):
             side = right * 2 - 1
             s0, s1 = side[:n], side[n:]
-            st = tb.lines[rows]
+            st = tb.lines[self._ix]
             self._line_steps(
                 st,
                 (p0, pts, (s0, s1)),
                 self._label_masks()[0][cls] & (fr[:, TOP, None] >= r.line_min_score[None, :]),
                 (ir[:, POS_OBS] + obs, now),
             )
-            tb.lines[rows] = st
+            if not self._views:
+                tb.lines[rows] = st
             self._pending = True
         # Most frames no track changes side of any line: nothing to update, only the
         # pending crossings to look at, when a track has one.
         elif not self._pending:
             return None
         else:
-            st = tb.lines[rows]
-            if not st[:, :, L_PEND].any():
+            st = tb.lines[self._ix]
+            if not np.count_nonzero(st[:, :, L_PEND]):
                 live = tb.lines[tb.I[:, LIVE] != 0]
                 self._pending = bool(live[:, :, L_PEND].any())
                 return None
@@ -383,7 +391,7 @@ class CameraEngine:
         start = hit & (pend == 0)
         np.copyto(counted, s1, where=(around & (pend == 0)) | (crossed & ~ok))
         pend[around | (crossed & ~ok) | (hit & (pend != 0))] = 0
-        if start.any():
+        if np.count_nonzero(start):
             np.copyto(pend, s1, where=start)
             np.copyto(st[:, :, L_PEND_NS], now, where=start)
             np.copyto(st[:, :, L_PEND_OBS], obs_ends[:, None], where=start)
@@ -426,12 +434,15 @@ class CameraEngine:
             b = f.boxes
             area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) / (w * h)
             inside &= area[:, None] >= r.zone_min_area[None, :]
-        st = tb.zones[rows]
+        st = tb.zones[self._ix]
         raw = st[:, :, Z_RAW]
         # Most frames every track stays where it was and where its zones say it is: no
         # state changes (a run's length matters only while a change waits for its inertia,
         # and a new run starts at the next change of side). The flags are 0/1.
-        if not ((inside != raw) | (st[:, :, Z_IN] != raw)).any() and ir[:, COUNT].min() > 1:
+        if (
+            not np.count_nonzero((inside != raw) | (st[:, :, Z_IN] != raw))
+            and ir[:, COUNT].min() > 1
+        ):
             return np.asarray(st)
         z_in = st[:, :, Z_IN] != 0
         raw = raw != 0
@@ -449,14 +460,15 @@ class CameraEngine:
         st[:, :, Z_RUN_OBS] = run_obs
         st[:, :, Z_RUN_NS] = run_ns
         changed = enter | leave
-        if changed.any():
+        if np.count_nonzero(changed):
             np.copyto(st[:, :, Z_ENTER_NS], run_ns, where=enter)
             self._dwell_due = 0  # a visit began: its limit is new
             if r.n_dwell:  # leaving ends the visit's dwell
-                tb.dwell[rows] &= ~leave[:, r.dwell_zone]
+                tb.dwell[self._ix] &= ~leave[:, r.dwell_zone]
             for i, k in zip(*np.nonzero(changed), strict=True):
                 self._zone_event(int(rows[i]), int(k), bool(enter[i, k]), st[i, k], fired)
-        tb.zones[rows] = st
+        if not self._views:
+            tb.zones[rows] = st
         return np.asarray(st)
 
     def _zone_event(
@@ -492,9 +504,9 @@ class CameraEngine:
         (zones, ir), r, tb = blocks, self.rules, self.table
         zi = r.dwell_zone
         since = self.last_ns - zones[:, zi, Z_ENTER_NS]
-        done = tb.dwell[rows]
+        done = tb.dwell[self._ix]
         fire = (zones[:, zi, Z_IN] != 0) & (since >= r.dwell_ns) & ~done
-        if not fire.any():
+        if not np.count_nonzero(fire):
             self._dwell_due = self._next_dwell()
             return
         # A visit past its limit may wait on its label or its confirmation: look again
@@ -502,9 +514,9 @@ class CameraEngine:
         self._dwell_due = 0
         cls, counts = ok
         fire &= self._label_masks()[2][cls] & counts[:, None]
-        if not fire.any():
+        if not np.count_nonzero(fire):
             return
-        tb.dwell[rows] = done | fire
+        tb.dwell[self._ix] = done | fire
         for i, k in zip(*np.nonzero(fire), strict=True):
             row = int(rows[i])
             what = Fired(
@@ -555,7 +567,7 @@ class CameraEngine:
         else:
             size = np.float64(max(w, h))
         went = np.hypot(d[:, 0], d[:, 1]) > cfg.max_movement * size
-        moved = bool(went.any())
+        moved = bool(np.count_nonzero(went))
         still = ir[:, STILL] != 0
         if moved:
             np.copyto(fr[:, AX : AY + 1], pts, where=went[:, None])
@@ -571,9 +583,9 @@ class CameraEngine:
             stops = np.zeros_like(went)
         starts = went & still
         flips = stops | starts
-        if not flips.any():
+        if not np.count_nonzero(flips):
             return
-        if starts.any():  # moving again: still at the earliest `seconds` from now
+        if np.count_nonzero(starts):  # moving again: still at the earliest `seconds` from now
             self._still_due = min(self._still_due, now + self._still_ns)
         ir[:, STILL] = still ^ flips
         for i in np.flatnonzero(flips).tolist():
@@ -709,7 +721,7 @@ class CameraEngine:
         if f.ended:
             rows = tb.rows_of(np.asarray(f.ended, np.int64))
             ended[rows[rows >= 0]] = True
-        if not ended.any():
+        if not np.count_nonzero(ended):
             self._ends_due = int(last.min()) + self.settings.end_after_ns
             return []
         # Worked out again at the next frame, after the rows are freed.

@@ -107,6 +107,7 @@ class TrackTable:
         # The last `rows_of` question (its ids' bytes) and answer: a camera's frames mostly
         # carry the same ids in the same order, frame after frame.
         self._asked = (b"", np.zeros(0, np.intp))
+        self._indexed: tuple[bytes, slice | np.ndarray] = (b"", slice(0, 0))
         self.grow(cap)
 
     _BLOCKS = ("F", "I", "votes", "path_xy", "path_t", "path_obs", "lines", "zones", "dwell")
@@ -154,6 +155,21 @@ class TrackTable:
         rows = np.where(self._keys[at] == ids, self._key_rows[at], -1)
         self._asked = (key, rows)
         return rows.copy()
+
+    def index(self, rows: np.ndarray) -> slice | np.ndarray:
+        """`rows` (distinct) as an index into the blocks: a slice when they are
+        consecutive and ascending (a block indexed by it is a view: nothing to gather or
+        scatter back), else `rows` itself."""
+        key = rows.tobytes()
+        if key == self._indexed[0]:
+            return self._indexed[1]
+        n = rows.shape[0]
+        first = int(rows[0]) if n else 0
+        ix: slice | np.ndarray = rows
+        if n and int(rows[-1]) - first == n - 1 and not np.count_nonzero(np.diff(rows) != 1):
+            ix = slice(first, first + n)
+        self._indexed = (key, ix)
+        return ix
 
     def admit(self, ids: np.ndarray, now: int, pts: np.ndarray) -> np.ndarray:
         """Rows for new tracks first seen at `now` at `pts`; every value zero but these."""
