@@ -462,7 +462,9 @@ class CameraEngine:
         changed = enter | leave
         if np.count_nonzero(changed):
             np.copyto(st[:, :, Z_ENTER_NS], run_ns, where=enter)
-            self._dwell_due = 0  # a visit began: its limit is new
+            if r.n_dwell and np.count_nonzero(enter):  # a visit began: its limit is new
+                first = int(run_ns[enter].min()) + r.min_dwell_ns
+                self._dwell_due = min(self._dwell_due, first)
             if r.n_dwell:  # leaving ends the visit's dwell
                 tb.dwell[self._ix] &= ~leave[:, r.dwell_zone]
             for i, k in zip(*np.nonzero(changed), strict=True):
@@ -568,28 +570,28 @@ class CameraEngine:
             size = np.float64(max(w, h))
         went = np.hypot(d[:, 0], d[:, 1]) > cfg.max_movement * size
         moved = bool(np.count_nonzero(went))
+        # Before `_still_due` no moving track has been still long enough: nothing stops.
+        if now < self._still_due and not moved:
+            return
         still = ir[:, STILL] != 0
         if moved:
             np.copyto(fr[:, AX : AY + 1], pts, where=went[:, None])
             np.copyto(ir[:, ANCHOR_NS], now, where=went)
-        # Before `_still_due` no moving track has been still long enough.
+        starts = went & still
+        flips = starts
+        stops = None
         if now >= self._still_due:
             stops = ~went & ~still & (now - ir[:, ANCHOR_NS] >= self._still_ns)
+            flips = stops | starts
             # Worked out again after this frame's rows are written back.
             self._still_due = -1
-        elif not moved:
-            return
-        else:
-            stops = np.zeros_like(went)
-        starts = went & still
-        flips = stops | starts
         if not np.count_nonzero(flips):
             return
         if np.count_nonzero(starts):  # moving again: still at the earliest `seconds` from now
             self._still_due = min(self._still_due, now + self._still_ns)
         ir[:, STILL] = still ^ flips
         for i in np.flatnonzero(flips).tolist():
-            kind = ev.STATIONARY if stops[i] else ev.ACTIVE
+            kind = ev.STATIONARY if stops is not None and stops[i] else ev.ACTIVE
             fired.append((int(rows[i]), Fired(kind, rule=cfg.name, at_ns=now)))
 
     # ---- events --------------------------------------------------------------------------

@@ -55,6 +55,7 @@ class CompiledRules:
     dwell_zone: np.ndarray  # (D,) zone index
     dwell_ns: np.ndarray  # (D,) int64
     dwell_labels: LabelFilter
+    min_dwell_ns: int  # the shortest dwell limit (none: 0)
 
     @classmethod
     def of(cls, cfg: CameraRules) -> CompiledRules:
@@ -91,6 +92,7 @@ class CompiledRules:
             dwell_zone=np.array([zone_index[d.zone] for d in cfg.dwell], np.intp),
             dwell_ns=np.array([int(d.seconds * _NS) for d in cfg.dwell], np.int64),
             dwell_labels=LabelFilter(tuple(frozenset(d.labels) for d in cfg.dwell)),
+            min_dwell_ns=min((int(d.seconds * _NS) for d in cfg.dwell), default=0),
         )
 
     @property
