@@ -13,11 +13,19 @@ Per answered frame (`process`), in capture order, for all tracks and all rules a
 5. stationary: the point stayed within `max_movement` of an anchor for `seconds`;
 6. label: the class with the largest summed detection score.
 
-Only a Python loop over what FIRED (rare) builds events. A track that is not yet confirmed
-evolves the same state, but its results wait (`deferred`) and go out after its `new` event
-when it is confirmed; one that never is leaves nothing but a count. Invariant per
-(track, line): the track's actual side is the pending side when one is pending, else the
-counted side.
+A frame costs a fixed number of numpy calls (at a few tracks the cost is their count,
+not their size), so work that cannot change anything is skipped whole: the pending
+crossings when no track has one, dwell and stationary before the earliest time either can
+fire (`_dwell_due`, `_still_due`, lower bounds kept conservative), the update check when
+no label differs from the one last said; and when the frame's rows are consecutive the
+blocks are views, so nothing is gathered or scattered back. Every skip leaves the outputs
+as they were without it (tests/edge/test_rules_golden.py). Only a Python loop over what
+FIRED (rare) builds events.
+
+A track that is not yet confirmed evolves the same state, but its results wait
+(`deferred`) and go out after its `new` event when it is confirmed; one that never is
+leaves nothing but a count. Invariant per (track, line): the track's actual side is the
+pending side when one is pending, else the counted side.
 """
 
 from __future__ import annotations
