@@ -249,7 +249,7 @@ class CameraEngine:
         fr, ir = tb.F[ix], tb.I[ix]
         obs = f.observed.astype(bool, copy=False)
         relabelled = self._observe(f, rows, (fr, ir), obs)
-        cls = np.maximum(ir[:, LABEL], 0)
+        cls = ir[:, LABEL]  # every track has a label (a class id) after `_observe`
         due = self._lines(rows, (fr, ir), (pts, obs), cls, now) if r.n_lines else None
         zones = None
         if r.n_zones:
@@ -433,7 +433,9 @@ class CameraEngine:
         (fr, ir), (pts, obs, cls) = fi, step
         r, tb = self.rules, self.table
         now = f.capture_ns
-        inside = r.polygons.contains(pts) & self._label_masks()[1][cls]
+        inside = r.polygons.contains(pts)
+        if r.zone_label_filter:
+            inside &= self._label_masks()[1][cls]
         # Filters nobody set cost nothing.
         if r.zone_score_filter:
             inside &= fr[:, TOP, None] >= r.zone_min_score[None, :]

@@ -45,6 +45,7 @@ class CompiledRules:
     zone_occupancy: np.ndarray  # (Z,) bool
     zone_score_filter: bool  # some zone has a min_score (a filter nobody set costs nothing)
     zone_area_filter: bool  # some zone has a min_area
+    zone_label_filter: bool  # some zone has labels
     line_names: tuple[str, ...]
     lines: Lines
     line_in: np.ndarray  # (L,) int8: the side (as geometry.side) called "in"
@@ -81,6 +82,7 @@ class CompiledRules:
             zone_occupancy=np.array([z.occupancy for z in cfg.zones], bool),
             zone_score_filter=bool(min_score.any()),
             zone_area_filter=bool(min_area.any()),
+            zone_label_filter=any(z.labels for z in cfg.zones),
             line_names=tuple(ln.name for ln in cfg.lines),
             lines=Lines(line_a, line_b),
             # Left of a -> b has a negative cross product in image axes (y down).
