@@ -247,6 +247,8 @@ class CameraEngine:
                 for i, k in zip(*np.nonzero(due), strict=True):
                     self._commit(int(rows[i]), int(k), fired)
             newly = rows[:0] if reported.all() else rows[confirmed & ~reported]
+        if r.n_dwell:
+            self._dwell_unseen(rows, fired)
         out = self._emit(f, (rows, newly), fired, relabelled)
         out += self._ends(f)
         return out
@@ -481,6 +483,21 @@ class CameraEngine:
                 at_ns=self.last_ns,
             )
             fired.append((row, what))
+
+    def _dwell_unseen(self, rows: np.ndarray, fired: list[tuple[int, Fired]]) -> None:
+        """Dwell runs on the clock: a reported track in its zone that this frame lacks (the
+        detector missed it, or its look was skipped; it has not ended) passes its limit
+        now, not when it is next seen."""
+        tb, r = self.table, self.rules
+        waiting = (tb.zones[:, r.dwell_zone, Z_IN] != 0) & ~tb.dwell
+        waiting[rows] = False
+        waiting &= ((tb.I[:, LIVE] != 0) & (tb.I[:, REPORTED] != 0))[:, None]
+        if not waiting.any():
+            return
+        other = np.flatnonzero(waiting.any(axis=1))
+        ir = tb.I[other]
+        labels_ok = self._label_masks(ir[:, LABEL])[2]
+        self._dwell(other, (tb.zones[other], ir), (labels_ok, ir[:, REPORTED] != 0), fired)
 
     def _stationary(
         self,
