@@ -467,7 +467,7 @@ class TrackingConfig(StrictModel):
     )
     # vtest, saved detections replayed through the tracker at 1 frame in 5 (5 phases,
     # `strata bench rules-policy`): rule events F1 0.835 -> 0.872, count 0.899 -> 0.915,
-    # box F1 0.931 -> 0.934; id switches against the every-frame run 81 -> 68.
+    # box F1 0.931 -> 0.934; id switches against the every-frame run 81 -> 64.
     size_weight: float = Field(
         1.0,
         ge=0.0,
