@@ -164,6 +164,7 @@ def _bump(d: dict[Any, int], key: Any) -> None:
 
 _DEFERRED = (ev.LINE_CROSSED, ev.ZONE_ENTERED, ev.ZONE_LEFT)
 _NEVER = np.iinfo(np.int64).max
+_NO_ROWS = np.zeros(0, np.intp)
 
 
 class CameraEngine:
@@ -216,11 +217,14 @@ class CameraEngine:
         self.last_ns = now
         self.frame_size = f.frame_size
         self._labels = f.labels
-        out: list[events_pb2.TrackEvent] = []
+        fired: list[tuple[int, Fired]] = []
+        rows = newly = _NO_ROWS
+        relabelled = False
         if len(f):
-            fired: list[tuple[int, Fired]] = []
             rows, newly, relabelled = self._evaluate(f, fired)
-            out = self._emit(f, (rows, newly), fired, relabelled)
+        if self.rules.n_dwell and now >= self._dwell_due:
+            self._dwell_unseen(rows, fired)
+        out = self._emit(f, (rows, newly), fired, relabelled)
         out += self._ends(f)
         return out
 
@@ -272,7 +276,7 @@ class CameraEngine:
         confirmed = f.confirmed.astype(bool, copy=False)
         reported = ir[:, REPORTED] != 0
         if zones is not None and r.n_dwell and now >= self._dwell_due:
-            self._dwell(rows, (zones, ir), (cls, confirmed | reported), fired)
+            self._dwell((rows, self._ix), (zones, ir), (cls, confirmed | reported), fired)
         if r.cfg.stationary.enabled:
             self._stationary(f, rows, (fr, ir), pts, fired)
         if not self._views:
@@ -506,17 +510,19 @@ class CameraEngine:
 
     def _dwell(
         self,
-        rows: np.ndarray,
+        rows_ix: tuple[np.ndarray, slice | np.ndarray],
         blocks: tuple[np.ndarray, np.ndarray],
         ok: tuple[np.ndarray, np.ndarray],
         fired: list[tuple[int, Fired]],
     ) -> None:
-        """Dwell events of visits that just passed their limit; `ok`: the tracks' class
-        ids and whether each is (or was) confirmed."""
+        """Dwell events of visits that just passed their limit (`rows_ix`: the rows, and
+        them as an index, `TrackTable.index`); `ok`: the tracks' class ids and whether
+        each is (or was) confirmed."""
         (zones, ir), r, tb = blocks, self.rules, self.table
+        rows, ix = rows_ix
         zi = r.dwell_zone
         since = self.last_ns - zones[:, zi, Z_ENTER_NS]
-        done = tb.dwell[self._ix]
+        done = tb.dwell[ix]
         fire = (zones[:, zi, Z_IN] != 0) & (since >= r.dwell_ns) & ~done
         if not np.count_nonzero(fire):
             self._dwell_due = self._next_dwell()
@@ -528,7 +534,7 @@ class CameraEngine:
         fire &= self._label_masks()[2][cls] & counts[:, None]
         if not np.count_nonzero(fire):
             return
-        tb.dwell[self._ix] = done | fire
+        tb.dwell[ix] = done | fire
         for i, k in zip(*np.nonzero(fire), strict=True):
             row = int(rows[i])
             what = Fired(
@@ -559,6 +565,21 @@ class CameraEngine:
         if not moving.any():
             return _NEVER
         return int(i[moving, ANCHOR_NS].min()) + self._still_ns
+
+    def _dwell_unseen(self, rows: np.ndarray, fired: list[tuple[int, Fired]]) -> None:
+        """Dwell runs on the clock: a reported track in its zone that this frame lacks (the
+        detector missed it, or its look was skipped; it has not ended) passes its limit
+        now, not when it is next seen."""
+        tb, r = self.table, self.rules
+        waiting = (tb.zones[:, r.dwell_zone, Z_IN] != 0) & ~tb.dwell
+        waiting[rows] = False
+        waiting &= ((tb.I[:, LIVE] != 0) & (tb.I[:, REPORTED] != 0))[:, None]
+        if not np.count_nonzero(waiting):
+            return
+        other = np.flatnonzero(waiting.any(axis=1))
+        ir = tb.I[other]
+        cls = np.maximum(ir[:, LABEL], 0)
+        self._dwell((other, other), (tb.zones[other], ir), (cls, ir[:, REPORTED] != 0), fired)
 
     def _stationary(
         self,
