@@ -13,11 +13,19 @@ Per answered frame (`process`), in capture order, for all tracks and all rules a
 5. stationary: the point stayed within `max_movement` of an anchor for `seconds`;
 6. label: the class with the largest summed detection score.
 
-Only a Python loop over what FIRED (rare) builds events. A track that is not yet confirmed
-evolves the same state, but its results wait (`deferred`) and go out after its `new` event
-when it is confirmed; one that never is leaves nothing but a count. Invariant per
-(track, line): the track's actual side is the pending side when one is pending, else the
-counted side.
+A frame costs a fixed number of numpy calls (at a few tracks the cost is their count,
+not their size), so work that cannot change anything is skipped whole: the pending
+crossings when no track has one, dwell and stationary before the earliest time either can
+fire (`_dwell_due`, `_still_due`, lower bounds kept conservative), the update check when
+no label differs from the one last said; and when the frame's rows are consecutive the
+blocks are views, so nothing is gathered or scattered back. Every skip leaves the outputs
+as they were without it (tests/edge/test_rules_golden.py). Only a Python loop over what
+FIRED (rare) builds events.
+
+A track that is not yet confirmed evolves the same state, but its results wait
+(`deferred`) and go out after its `new` event when it is confirmed; one that never is
+leaves nothing but a count. Invariant per (track, line): the track's actual side is the
+pending side when one is pending, else the counted side.
 """
 
 from __future__ import annotations
@@ -155,6 +163,8 @@ def _bump(d: dict[Any, int], key: Any) -> None:
 
 
 _DEFERRED = (ev.LINE_CROSSED, ev.ZONE_ENTERED, ev.ZONE_LEFT)
+_NEVER = np.iinfo(np.int64).max
+_NO_ROWS = np.zeros(0, np.intp)
 
 
 class CameraEngine:
@@ -177,6 +187,17 @@ class CameraEngine:
         self._ends_due = 0
         self._ref_matrix = np.zeros((4, 2))
         self._ref_size_px = np.zeros(2)
+        # Work a frame can skip, kept conservative (a restore starts them over): a track
+        # may have a pending crossing; no visit reaches its dwell limit before
+        # `_dwell_due`, no moving track its stationary time before `_still_due`.
+        self._pending = True
+        self._dwell_due = 0
+        self._still_due = 0
+        self._still_ns = int(rules.stationary.seconds * NS)
+        # The frame's rows as an index into the table's blocks (`TrackTable.index`): with
+        # a slice the blocks the frame works on are views, written in place.
+        self._ix: slice | np.ndarray = slice(0, 0)
+        self._views = False
         r = self.rules
         self.table = TrackTable(Dims(r.n_lines, r.n_zones, r.n_dwell, settings.path_points))
 
@@ -197,59 +218,76 @@ class CameraEngine:
         self.frame_size = f.frame_size
         self._labels = f.labels
         fired: list[tuple[int, Fired]] = []
-        tb, r = self.table, self.rules
-        rows = np.zeros(0, np.intp)
-        newly = rows
+        rows = newly = _NO_ROWS
         relabelled = False
         if len(f):
-            if f.frame_size != self._ref_size:
-                self._ref_size = f.frame_size
-                self._ref_size_px = np.asarray(f.frame_size, np.float64)
-                self._ref_matrix = reference_matrix(f.frame_size, r.reference)
-            pts = f.boxes @ self._ref_matrix
-            rows = tb.rows_of(f.track_ids)
-            fresh = rows < 0
-            if fresh.any():
-                rows[fresh] = new = tb.admit(f.track_ids[fresh], now, pts[fresh])
-                self._ends_due = min(self._ends_due, now + self.settings.end_after_ns)
-                if r.n_lines:
-                    tb.lines[new, :, L_SIDE] = r.lines.side(pts[fresh])
-            fr, ir = tb.F[rows], tb.I[rows]
-            obs = f.observed.astype(bool, copy=False)
-            relabelled = self._observe(f, rows, (fr, ir), obs)
-            masks = self._label_masks(ir[:, LABEL])
-            due = None
-            if r.n_lines:
-                due = self._lines(rows, (fr, ir), (pts, obs), masks[0], now)
-            zones = (
-                self._zones(f, rows, (fr, ir), (pts, obs), masks[1], fired) if r.n_zones else None
-            )
-            # Move on: velocity, position, path.
-            dt = now - ir[:, LAST]
-            step = (pts - fr[:, X : Y + 1]) / np.maximum(dt, 1)[:, None]
-            np.copyto(fr[:, VX : VY + 1], step, where=(dt > 0)[:, None])
-            fr[:, X : Y + 1] = pts
-            ir[:, POS_OBS] = obs
-            ir[:, LAST] = now
-            at = ir[:, PATH_N] % self.settings.path_points
-            tb.path_xy[rows, at] = pts
-            tb.path_t[rows, at] = now
-            tb.path_obs[rows, at] = obs
-            ir[:, PATH_N] += 1
-            confirmed = f.confirmed.astype(bool, copy=False)
-            reported = ir[:, REPORTED] != 0
-            if zones is not None and r.n_dwell:
-                self._dwell(rows, (zones, ir), (masks[2], confirmed | reported), fired)
-            if r.cfg.stationary.enabled:
-                self._stationary(f, rows, (fr, ir), pts, fired)
-            tb.F[rows], tb.I[rows] = fr, ir
-            if due is not None and due.any():
-                for i, k in zip(*np.nonzero(due), strict=True):
-                    self._commit(int(rows[i]), int(k), fired)
-            newly = rows[:0] if reported.all() else rows[confirmed & ~reported]
+            rows, newly, relabelled = self._evaluate(f, fired)
+        if self.rules.n_dwell and now >= self._dwell_due:
+            self._dwell_unseen(rows, fired)
         out = self._emit(f, (rows, newly), fired, relabelled)
         out += self._ends(f)
         return out
+
+    def _evaluate(
+        self, f: TrackFrame, fired: list[tuple[int, Fired]]
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Every rule over a frame with tracks: (rows, rows newly confirmed, whether a
+        label may need an update); what fired goes into `fired`."""
+        tb, r, now = self.table, self.rules, f.capture_ns
+        if f.frame_size != self._ref_size:
+            self._ref_size = f.frame_size
+            self._ref_size_px = np.asarray(f.frame_size, np.float64)
+            self._ref_matrix = reference_matrix(f.frame_size, r.reference)
+        pts = f.boxes @ self._ref_matrix
+        rows = tb.rows_of(f.track_ids)
+        fresh = rows < 0
+        first = bool(np.count_nonzero(fresh))
+        if first:
+            rows[fresh] = new = tb.admit(f.track_ids[fresh], now, pts[fresh])
+            self._ends_due = min(self._ends_due, now + self.settings.end_after_ns)
+            self._still_due = min(self._still_due, now + self._still_ns)
+            if r.n_lines:
+                tb.lines[new, :, L_SIDE] = r.lines.side(pts[fresh])
+        ix = self._ix = tb.index(rows)
+        self._views = isinstance(ix, slice)
+        fr, ir = tb.F[ix], tb.I[ix]
+        obs = f.observed.astype(bool, copy=False)
+        relabelled = self._observe(f, rows, (fr, ir), obs)
+        cls = ir[:, LABEL]  # every track has a label (a class id) after `_observe`
+        due = self._lines(rows, (fr, ir), (pts, obs), cls, now) if r.n_lines else None
+        zones = None
+        if r.n_zones:
+            zones = self._zones(f, rows, (fr, ir), (pts, obs, cls), fired)
+        # Move on: velocity, position, path.
+        dt = now - ir[:, LAST]
+        if dt.min() > 0:  # every track's last position is older: all steps count
+            fr[:, VX : VY + 1] = (pts - fr[:, X : Y + 1]) / dt[:, None]
+        else:
+            step = (pts - fr[:, X : Y + 1]) / np.maximum(dt, 1)[:, None]
+            np.copyto(fr[:, VX : VY + 1], step, where=(dt > 0)[:, None])
+        fr[:, X : Y + 1] = pts
+        ir[:, POS_OBS] = obs
+        ir[:, LAST] = now
+        at = ir[:, PATH_N] % self.settings.path_points
+        tb.path_xy[rows, at] = pts
+        tb.path_t[rows, at] = now
+        tb.path_obs[rows, at] = obs
+        ir[:, PATH_N] += 1
+        confirmed = f.confirmed.astype(bool, copy=False)
+        reported = ir[:, REPORTED] != 0
+        if zones is not None and r.n_dwell and now >= self._dwell_due:
+            self._dwell((rows, self._ix), (zones, ir), (cls, confirmed | reported), fired)
+        if r.cfg.stationary.enabled:
+            self._stationary(f, rows, (fr, ir), pts, fired)
+        if not self._views:
+            tb.F[rows], tb.I[rows] = fr, ir
+        if self._still_due < 0:
+            self._still_due = self._next_still()
+        if due is not None and np.count_nonzero(due):
+            for i, k in zip(*np.nonzero(due), strict=True):
+                self._commit(int(rows[i]), int(k), fired)
+        newly = rows[:0] if np.count_nonzero(reported) == len(rows) else rows[confirmed & ~reported]
+        return rows, newly, relabelled
 
     def _observe(
         self,
@@ -268,19 +306,23 @@ class CameraEngine:
         # Only detections vote (and make the top score): a predicted box repeats the
         # tracker's class, so a frame without one changes no label (but a track's first
         # frame sets its label).
-        if not (obs.any() or (ir[:, LABEL] < 0).any()):
+        if not (np.count_nonzero(obs) or np.count_nonzero(ir[:, LABEL] < 0)):
             return False
-        fr[:, TOP] = np.maximum(fr[:, TOP], f.scores * obs)
+        voted = f.scores * obs
+        fr[:, TOP] = np.maximum(fr[:, TOP], voted)
         cls = np.maximum(f.class_ids, 0)
         tb = self.table
         tb.classes(int(cls.max()) + 1)
         # Each track at most once a frame: a plain fancy-index add.
-        tb.votes[rows, cls] += f.scores * obs
-        ir[:, LABEL] = np.argmax(tb.votes[rows], axis=1)
-        return True
+        tb.votes[rows, cls] += voted
+        label = ir[:, LABEL] = np.argmax(tb.votes[self._ix], axis=1)
+        # An update goes out only where the label differs from the one last said, and an
+        # event this frame only sets the said label to the label: none differ, none will.
+        return bool(np.count_nonzero(ir[:, SAID] != label))
 
-    def _label_masks(self, label: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per track: does its label pass each line's, zone's and dwell rule's filter."""
+    def _label_masks(self) -> tuple[np.ndarray, ...]:
+        """(classes, rules): does a class pass each line's, zone's and dwell rule's
+        filter; index with a frame's labels (`np.maximum(label, 0)`) where needed."""
         n_classes = self.table.votes.shape[1]
         cache = self._label_cache
         labels = self._labels
@@ -298,38 +340,47 @@ class CameraEngine:
             )
             cache = (self._labels, n_classes, masks)
             self._label_cache = cache
-        cls = np.maximum(label, 0)
-        lm, zm, dm = cache[2]
-        return lm[cls], zm[cls], dm[cls]
+        return cache[2]
 
     def _lines(
         self,
         rows: np.ndarray,
         fi: tuple[np.ndarray, np.ndarray],
         step: tuple[np.ndarray, np.ndarray],
-        labels_ok: np.ndarray,
+        cls: np.ndarray,
         now: int,
     ) -> np.ndarray | None:
         """Update every (track, line) state for the step to `pts`; the pending crossings
         now due (rows index x line) for `_commit`, None when there are none."""
         (fr, ir), (pts, obs) = fi, step
         r, tb = self.rules, self.table
-        st = tb.lines[rows]
         p0 = fr[:, X : Y + 1]
-        s0, s1 = r.lines.sides(p0, pts)
-        pend = st[:, :, L_PEND]
-        if (s0 != s1).any():
+        right = r.lines.right_of(p0, pts)
+        n = right.shape[0] // 2
+        if np.count_nonzero(right[:n] != right[n:]):
+            side = right * 2 - 1
+            s0, s1 = side[:n], side[n:]
+            st = tb.lines[self._ix]
             self._line_steps(
                 st,
                 (p0, pts, (s0, s1)),
-                labels_ok & (fr[:, TOP, None] >= r.line_min_score[None, :]),
+                self._label_masks()[0][cls] & (fr[:, TOP, None] >= r.line_min_score[None, :]),
                 (ir[:, POS_OBS] + obs, now),
             )
-            tb.lines[rows] = st
+            if not self._views:
+                tb.lines[rows] = st
+            self._pending = True
         # Most frames no track changes side of any line: nothing to update, only the
-        # pending crossings to look at.
-        elif not pend.any():
+        # pending crossings to look at, when a track has one.
+        elif not self._pending:
             return None
+        else:
+            st = tb.lines[self._ix]
+            if not np.count_nonzero(st[:, :, L_PEND]):
+                live = tb.lines[tb.I[:, LIVE] != 0]
+                self._pending = bool(live[:, :, L_PEND].any())
+                return None
+        pend = st[:, :, L_PEND]
         return np.asarray((pend != 0) & (now - st[:, :, L_PEND_NS] >= r.line_debounce_ns))
 
     def _line_steps(
@@ -352,7 +403,7 @@ class CameraEngine:
         start = hit & (pend == 0)
         np.copyto(counted, s1, where=(around & (pend == 0)) | (crossed & ~ok))
         pend[around | (crossed & ~ok) | (hit & (pend != 0))] = 0
-        if start.any():
+        if np.count_nonzero(start):
             np.copyto(pend, s1, where=start)
             np.copyto(st[:, :, L_PEND_NS], now, where=start)
             np.copyto(st[:, :, L_PEND_OBS], obs_ends[:, None], where=start)
@@ -379,31 +430,36 @@ class CameraEngine:
         f: TrackFrame,
         rows: np.ndarray,
         fi: tuple[np.ndarray, np.ndarray],
-        step: tuple[np.ndarray, np.ndarray],
-        labels_ok: np.ndarray,
+        step: tuple[np.ndarray, np.ndarray, np.ndarray],
         fired: list[tuple[int, Fired]],
     ) -> np.ndarray:
         """Update every (track, zone) state; returns the rows' zone block (after)."""
-        (fr, ir), (pts, obs) = fi, step
+        (fr, ir), (pts, obs, cls) = fi, step
         r, tb = self.rules, self.table
         now = f.capture_ns
-        inside = r.polygons.contains(pts) & labels_ok
+        inside = r.polygons.contains(pts)
+        if r.zone_label_filter:
+            inside &= self._label_masks()[1][cls]
         # Filters nobody set cost nothing.
-        if r.zone_min_score.any():
+        if r.zone_score_filter:
             inside &= fr[:, TOP, None] >= r.zone_min_score[None, :]
-        if r.zone_min_area.any():
+        if r.zone_area_filter:
             w, h = f.frame_size
             b = f.boxes
             area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) / (w * h)
             inside &= area[:, None] >= r.zone_min_area[None, :]
-        st = tb.zones[rows]
-        z_in = st[:, :, Z_IN] != 0
-        raw = st[:, :, Z_RAW] != 0
+        st = tb.zones[self._ix]
+        raw = st[:, :, Z_RAW]
         # Most frames every track stays where it was and where its zones say it is: no
         # state changes (a run's length matters only while a change waits for its inertia,
-        # and a new run starts at the next change of side).
-        if not ((inside != raw) | (z_in != raw)).any() and ir[:, COUNT].min() > 1:
+        # and a new run starts at the next change of side). The flags are 0/1.
+        if (
+            not np.count_nonzero((inside != raw) | (st[:, :, Z_IN] != raw))
+            and ir[:, COUNT].min() > 1
+        ):
             return np.asarray(st)
+        z_in = st[:, :, Z_IN] != 0
+        raw = raw != 0
         # A run of positions on one side starts when the side changes (or at the first).
         new_run = (inside != raw) | (ir[:, COUNT] == 1)[:, None]
         o = obs[:, None].astype(np.int64)
@@ -418,13 +474,17 @@ class CameraEngine:
         st[:, :, Z_RUN_OBS] = run_obs
         st[:, :, Z_RUN_NS] = run_ns
         changed = enter | leave
-        if changed.any():
+        if np.count_nonzero(changed):
             np.copyto(st[:, :, Z_ENTER_NS], run_ns, where=enter)
+            if r.n_dwell and np.count_nonzero(enter):  # a visit began: its limit is new
+                first = int(run_ns[enter].min()) + r.min_dwell_ns
+                self._dwell_due = min(self._dwell_due, first)
             if r.n_dwell:  # leaving ends the visit's dwell
-                tb.dwell[rows] &= ~leave[:, r.dwell_zone]
+                tb.dwell[self._ix] &= ~leave[:, r.dwell_zone]
             for i, k in zip(*np.nonzero(changed), strict=True):
                 self._zone_event(int(rows[i]), int(k), bool(enter[i, k]), st[i, k], fired)
-        tb.zones[rows] = st
+        if not self._views:
+            tb.zones[rows] = st
         return np.asarray(st)
 
     def _zone_event(
@@ -450,26 +510,31 @@ class CameraEngine:
 
     def _dwell(
         self,
-        rows: np.ndarray,
+        rows_ix: tuple[np.ndarray, slice | np.ndarray],
         blocks: tuple[np.ndarray, np.ndarray],
         ok: tuple[np.ndarray, np.ndarray],
         fired: list[tuple[int, Fired]],
     ) -> None:
-        """Dwell events of visits that just passed their limit; `ok`: (track x rule) label
-        filter, and whether the track is (or was) confirmed."""
+        """Dwell events of visits that just passed their limit (`rows_ix`: the rows, and
+        them as an index, `TrackTable.index`); `ok`: the tracks' class ids and whether
+        each is (or was) confirmed."""
         (zones, ir), r, tb = blocks, self.rules, self.table
+        rows, ix = rows_ix
         zi = r.dwell_zone
         since = self.last_ns - zones[:, zi, Z_ENTER_NS]
-        fire = (zones[:, zi, Z_IN] != 0) & (since >= r.dwell_ns)
-        if not fire.any():
+        done = tb.dwell[ix]
+        fire = (zones[:, zi, Z_IN] != 0) & (since >= r.dwell_ns) & ~done
+        if not np.count_nonzero(fire):
+            self._dwell_due = self._next_dwell()
             return
-        labels_ok, counts = ok
-        fire &= labels_ok & counts[:, None]
-        done = tb.dwell[rows]
-        fire &= ~done
-        if not fire.any():
+        # A visit past its limit may wait on its label or its confirmation: look again
+        # at the next frame.
+        self._dwell_due = 0
+        cls, counts = ok
+        fire &= self._label_masks()[2][cls] & counts[:, None]
+        if not np.count_nonzero(fire):
             return
-        tb.dwell[rows] = done | fire
+        tb.dwell[ix] = done | fire
         for i, k in zip(*np.nonzero(fire), strict=True):
             row = int(rows[i])
             what = Fired(
@@ -481,6 +546,40 @@ class CameraEngine:
                 at_ns=self.last_ns,
             )
             fired.append((row, what))
+
+    def _next_dwell(self) -> int:
+        """The earliest capture time at which a visit not yet past its dwell limit
+        reaches it, over every live track (one absent from a frame keeps its visit)."""
+        tb, r = self.table, self.rules
+        z = tb.zones[:, r.dwell_zone]
+        wait = (z[:, :, Z_IN] != 0) & ~tb.dwell & (tb.I[:, LIVE] != 0)[:, None]
+        if not wait.any():
+            return _NEVER
+        return int((z[:, :, Z_ENTER_NS] + r.dwell_ns)[wait].min())
+
+    def _next_still(self) -> int:
+        """The earliest capture time at which a live moving track, if it stays within
+        `max_movement` of its anchor, becomes stationary."""
+        i = self.table.I
+        moving = (i[:, LIVE] != 0) & (i[:, STILL] == 0)
+        if not moving.any():
+            return _NEVER
+        return int(i[moving, ANCHOR_NS].min()) + self._still_ns
+
+    def _dwell_unseen(self, rows: np.ndarray, fired: list[tuple[int, Fired]]) -> None:
+        """Dwell runs on the clock: a reported track in its zone that this frame lacks (the
+        detector missed it, or its look was skipped; it has not ended) passes its limit
+        now, not when it is next seen."""
+        tb, r = self.table, self.rules
+        waiting = (tb.zones[:, r.dwell_zone, Z_IN] != 0) & ~tb.dwell
+        waiting[rows] = False
+        waiting &= ((tb.I[:, LIVE] != 0) & (tb.I[:, REPORTED] != 0))[:, None]
+        if not np.count_nonzero(waiting):
+            return
+        other = np.flatnonzero(waiting.any(axis=1))
+        ir = tb.I[other]
+        cls = np.maximum(ir[:, LABEL], 0)
+        self._dwell((other, other), (tb.zones[other], ir), (cls, ir[:, REPORTED] != 0), fired)
 
     def _stationary(
         self,
@@ -497,22 +596,33 @@ class CameraEngine:
         d = (pts - fr[:, AX : AY + 1]) * self._ref_size_px
         if cfg.relative_to == "box":
             b = f.boxes
-            size = np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
+            size = (b[:, 2:] - b[:, :2]).max(axis=1)
         else:
             size = np.float64(max(w, h))
         went = np.hypot(d[:, 0], d[:, 1]) > cfg.max_movement * size
+        moved = bool(np.count_nonzero(went))
+        # Before `_still_due` no moving track has been still long enough: nothing stops.
+        if now < self._still_due and not moved:
+            return
         still = ir[:, STILL] != 0
-        if went.any():
+        if moved:
             np.copyto(fr[:, AX : AY + 1], pts, where=went[:, None])
             np.copyto(ir[:, ANCHOR_NS], now, where=went)
-        stops = ~went & ~still & (now - ir[:, ANCHOR_NS] >= int(cfg.seconds * NS))
         starts = went & still
-        flips = stops | starts
-        if not flips.any():
+        flips = starts
+        stops = None
+        if now >= self._still_due:
+            stops = ~went & ~still & (now - ir[:, ANCHOR_NS] >= self._still_ns)
+            flips = stops | starts
+            # Worked out again after this frame's rows are written back.
+            self._still_due = -1
+        if not np.count_nonzero(flips):
             return
+        if np.count_nonzero(starts):  # moving again: still at the earliest `seconds` from now
+            self._still_due = min(self._still_due, now + self._still_ns)
         ir[:, STILL] = still ^ flips
         for i in np.flatnonzero(flips).tolist():
-            kind = ev.STATIONARY if stops[i] else ev.ACTIVE
+            kind = ev.STATIONARY if stops is not None and stops[i] else ev.ACTIVE
             fired.append((int(rows[i]), Fired(kind, rule=cfg.name, at_ns=now)))
 
     # ---- events --------------------------------------------------------------------------
@@ -644,7 +754,7 @@ class CameraEngine:
         if f.ended:
             rows = tb.rows_of(np.asarray(f.ended, np.int64))
             ended[rows[rows >= 0]] = True
-        if not ended.any():
+        if not np.count_nonzero(ended):
             self._ends_due = int(last.min()) + self.settings.end_after_ns
             return []
         # Worked out again at the next frame, after the rows are freed.

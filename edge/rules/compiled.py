@@ -43,6 +43,9 @@ class CompiledRules:
     zone_enter: np.ndarray  # (Z,) frames
     zone_leave: np.ndarray  # (Z,) frames
     zone_occupancy: np.ndarray  # (Z,) bool
+    zone_score_filter: bool  # some zone has a min_score (a filter nobody set costs nothing)
+    zone_area_filter: bool  # some zone has a min_area
+    zone_label_filter: bool  # some zone has labels
     line_names: tuple[str, ...]
     lines: Lines
     line_in: np.ndarray  # (L,) int8: the side (as geometry.side) called "in"
@@ -53,6 +56,7 @@ class CompiledRules:
     dwell_zone: np.ndarray  # (D,) zone index
     dwell_ns: np.ndarray  # (D,) int64
     dwell_labels: LabelFilter
+    min_dwell_ns: int  # the shortest dwell limit (none: 0)
 
     @classmethod
     def of(cls, cfg: CameraRules) -> CompiledRules:
@@ -61,6 +65,8 @@ class CompiledRules:
         polys = [relative(z.points, cfg) for z in cfg.zones]
         lines = [relative(ln.points, cfg) for ln in cfg.lines]
         zone_index = {z.name: i for i, z in enumerate(cfg.zones)}
+        min_score = np.array([z.min_score for z in cfg.zones], np.float64)
+        min_area = np.array([z.min_area / frame_area for z in cfg.zones], np.float64)
         line_a = np.array([ln[0] for ln in lines]).reshape(-1, 2)
         line_b = np.array([ln[1] for ln in lines]).reshape(-1, 2)
         return cls(
@@ -69,11 +75,14 @@ class CompiledRules:
             zone_names=tuple(z.name for z in cfg.zones),
             polygons=Polygons(polys),
             zone_labels=LabelFilter(tuple(frozenset(z.labels) for z in cfg.zones)),
-            zone_min_score=np.array([z.min_score for z in cfg.zones], np.float64),
-            zone_min_area=np.array([z.min_area / frame_area for z in cfg.zones], np.float64),
+            zone_min_score=min_score,
+            zone_min_area=min_area,
             zone_enter=np.array([z.enter_frames for z in cfg.zones], np.int64),
             zone_leave=np.array([z.leave_frames for z in cfg.zones], np.int64),
             zone_occupancy=np.array([z.occupancy for z in cfg.zones], bool),
+            zone_score_filter=bool(min_score.any()),
+            zone_area_filter=bool(min_area.any()),
+            zone_label_filter=any(z.labels for z in cfg.zones),
             line_names=tuple(ln.name for ln in cfg.lines),
             lines=Lines(line_a, line_b),
             # Left of a -> b has a negative cross product in image axes (y down).
@@ -85,6 +94,7 @@ class CompiledRules:
             dwell_zone=np.array([zone_index[d.zone] for d in cfg.dwell], np.intp),
             dwell_ns=np.array([int(d.seconds * _NS) for d in cfg.dwell], np.int64),
             dwell_labels=LabelFilter(tuple(frozenset(d.labels) for d in cfg.dwell)),
+            min_dwell_ns=min((int(d.seconds * _NS) for d in cfg.dwell), default=0),
         )
 
     @property

@@ -68,8 +68,14 @@ class Lines:
     def sides(self, p0: np.ndarray, p1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The sides of both ends of every step, in one product."""
         n = p0.shape[0]
-        s = ((np.concatenate([p0, p1]) @ self.normal_t - self.offset) > 0) * 2 - 1
+        s = self.right_of(p0, p1) * 2 - 1
         return s[:n], s[n:]
+
+    def right_of(self, p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
+        """(2S, L) bool: p0's rows then p1's are right of each line (`sides` before the
+        +-1). One product over both ends: its rounding depends on the operands' shapes,
+        so every caller tests sides with this same product."""
+        return np.asarray((np.concatenate([p0, p1]) @ self.normal_t - self.offset) > 0)
 
     def crossed(
         self, p0: np.ndarray, p1: np.ndarray, sides: tuple[np.ndarray, np.ndarray]
@@ -104,7 +110,6 @@ class Polygons:
         if not polygons:
             self.p = np.zeros((0, 2))
             self.q = np.zeros((0, 2))
-            self.owner = np.zeros((0, 0), np.int32)
             self._inv = np.zeros(0)
             self._first = np.zeros(0, np.intp)
             return
@@ -120,9 +125,6 @@ class Polygons:
         self._py = self.p[None, :, 1].copy()
         self._qy = self.q[None, :, 1].copy()
         self._x0 = (self.p[:, 0] - self.p[:, 1] * self._inv)[None, :]
-        owner = np.concatenate([np.full(len(p), i) for i, p in enumerate(polygons)])
-        self.owner = np.zeros((owner.size, len(polygons)), np.int32)
-        self.owner[np.arange(owner.size), owner] = 1
 
     def contains(self, points: np.ndarray) -> np.ndarray:
         """(N, 2) -> (N, Z) bool: even-odd ray casting towards +x over every edge at once."""
@@ -131,8 +133,9 @@ class Polygons:
         px = points[:, 0:1]
         py = points[:, 1:2]
         straddle = (self._py > py) != (self._qy > py)  # (N, E)
-        hits = (straddle & (px < self._x0 + py * self._inv)).astype(np.int32)
-        return np.asarray((hits @ self.owner) & 1 == 1)
+        hits = straddle & (px < self._x0 + py * self._inv)
+        # Each polygon's parity over its own (contiguous) edges.
+        return np.asarray(np.logical_xor.reduceat(hits, self._first, axis=1))
 
     def distance(self, points: np.ndarray) -> np.ndarray:
         """(N, 2) -> (N, Z): distance from each point to each polygon's boundary."""

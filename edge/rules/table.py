@@ -104,9 +104,10 @@ class TrackTable:
         self.last_state: list[events_pb2.TrackState | None] = []
         self._keys = np.zeros(0, np.int64)
         self._key_rows = np.zeros(0, np.intp)
-        # The last `rows_of` question and answer: a camera's frames mostly carry the same
-        # ids in the same order, frame after frame.
-        self._asked = (np.zeros(0, np.int64), np.zeros(0, np.intp))
+        # The last `rows_of` question (its ids' bytes) and answer: a camera's frames mostly
+        # carry the same ids in the same order, frame after frame.
+        self._asked = (b"", np.zeros(0, np.intp))
+        self._indexed: tuple[bytes, slice | np.ndarray] = (b"", slice(0, 0))
         self.grow(cap)
 
     _BLOCKS = ("F", "I", "votes", "path_xy", "path_t", "path_obs", "lines", "zones", "dwell")
@@ -138,20 +139,37 @@ class TrackTable:
         order = np.argsort(ids, kind="stable")
         self._keys = ids[order]
         self._key_rows = rows[order]
-        self._asked = (np.zeros(0, np.int64), np.zeros(0, np.intp))
+        self._asked = (b"", np.zeros(0, np.intp))
 
     def rows_of(self, ids: np.ndarray) -> np.ndarray:
         """Rows of the track `ids` (-1: not live)."""
-        ids = ids.astype(np.int64, copy=False)
-        last_ids, last_rows = self._asked
-        if ids.shape == last_ids.shape and (ids == last_ids).all():
+        # One C call and a bytes comparison: cheaper than comparing arrays.
+        key = ids.dtype.str.encode() + ids.tobytes()
+        last_key, last_rows = self._asked
+        if key == last_key:
             return last_rows.copy()
+        ids = ids.astype(np.int64, copy=False)
         if not self._keys.size:
             return np.full(ids.shape[0], -1, np.intp)
         at = np.minimum(np.searchsorted(self._keys, ids), self._keys.size - 1)
         rows = np.where(self._keys[at] == ids, self._key_rows[at], -1)
-        self._asked = (ids.copy(), rows)
+        self._asked = (key, rows)
         return rows.copy()
+
+    def index(self, rows: np.ndarray) -> slice | np.ndarray:
+        """`rows` (distinct) as an index into the blocks: a slice when they are
+        consecutive and ascending (a block indexed by it is a view: nothing to gather or
+        scatter back), else `rows` itself."""
+        key = rows.tobytes()
+        if key == self._indexed[0]:
+            return self._indexed[1]
+        n = rows.shape[0]
+        first = int(rows[0]) if n else 0
+        ix: slice | np.ndarray = rows
+        if n and int(rows[-1]) - first == n - 1 and not np.count_nonzero(np.diff(rows) != 1):
+            ix = slice(first, first + n)
+        self._indexed = (key, ix)
+        return ix
 
     def admit(self, ids: np.ndarray, now: int, pts: np.ndarray) -> np.ndarray:
         """Rows for new tracks first seen at `now` at `pts`; every value zero but these."""

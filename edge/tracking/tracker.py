@@ -129,6 +129,13 @@ def centre_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(np.linalg.norm(ca - cb, axis=2) / np.maximum(h, 1.0), np.float32)
 
 
+def size_cost(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|log| of the height ratio of boxes (N, M): 0 for equal heights, 0.69 for double."""
+    ha = np.maximum(a[:, 3] - a[:, 1], 1.0)
+    hb = np.maximum(b[:, 3] - b[:, 1], 1.0)
+    return np.asarray(np.abs(np.log(ha[:, None] / hb[None, :])), np.float32)
+
+
 # Cost of a pair that must not match (gated out).
 _FORBIDDEN = 1e6
 
@@ -261,6 +268,8 @@ class Tracker:
         cost = dist - ov
         if cfg.direction_weight > 0:
             cost += cfg.direction_weight * self._direction_cost(frame, dets.boxes)
+        if cfg.size_weight > 0:
+            cost += cfg.size_weight * size_cost(pred, dets.boxes)
         m = np.where(ok, cost, _FORBIDDEN)
         free = np.ones(len(self), bool)
         confirmed = np.zeros(n_det, bool)

@@ -298,6 +298,24 @@ def test_dwell_fires_once_per_visit() -> None:
     assert dwell[0].capture_ns == 5 * NS
 
 
+def test_dwell_runs_on_the_clock_while_the_track_is_unseen() -> None:
+    # Seen in the zone for 1 s, then missed by the detector (frames without it, another
+    # track far away) until 6 s: the dwell fires at 3 s, not when it is seen again.
+    cfg = rules({"lines": [], "dwell": [{"name": "loiter", "zone": "shop", "seconds": 3}]})
+    eng = engine(cfg)
+    seen = [frame(0.5 * i, [T(1, 700, 750), T(2, 100, 100)]) for i in range(3)]
+    unseen = [frame(1.5 + 0.5 * i, [T(2, 100, 100)]) for i in range(9)]
+    back = [frame(6.0, [T(1, 700, 750), T(2, 100, 100)])]
+    events = run(eng, seen + unseen + back)
+    dwell = [e for e in events if e.type == events_pb2.TRACK_EVENT_TYPE_DWELL_EXCEEDED]
+    assert [(e.track_id, e.capture_ns) for e in dwell] == [(1, 3 * NS)]
+    assert dwell[0].dwell_s == 3.0 and dwell[0].zone == "shop"
+    # An empty frame moves the clock too.
+    eng = engine(cfg)
+    events = run(eng, [*seen, frame(4.0, [])])
+    assert [e.capture_ns for e in events if e.rule == "loiter"] == [4 * NS]
+
+
 def test_a_parked_object_gives_one_new_and_no_updates_until_it_moves() -> None:
     eng = engine(rules({"lines": [], "zones": [], "stationary": {"seconds": 10}}))
     rng = np.random.default_rng(4)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from strata.edge.tracking.tracker import Tracker, centre_distance
+import pytest
+from strata.edge.tracking.tracker import Tracker, centre_distance, size_cost
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
 
@@ -169,3 +170,26 @@ def test_a_detection_behind_a_moving_track_costs_more() -> None:
     # Equal distances: without the direction term the tie goes to the first box.
     assert _ahead_or_behind(TrackingConfig(direction_weight=0.0)) == [1, 2]
     assert _ahead_or_behind(TrackingConfig()) == [2, 1]
+
+
+def _person(cx: float, feet: float, height: float) -> tuple[float, float, float, float]:
+    return (cx - height / 6, feet - height, cx + height / 6, feet)
+
+
+def _near_hidden_far_seen(cfg: TrackingConfig) -> list[int]:
+    """A near person (90 px tall) walking right and a far one (45 px) walking left, seen
+    every 5th frame; at the look where their paths meet the near one is hidden and only a
+    far-sized box is seen, nearer the near one's prediction than the far one's: its id."""
+    t = Tracker(cfg)
+    for f in range(0, 41, 5):
+        t.update(f, dets(_person(100 + 6 * f, 300, 90), _person(500 - 3 * f, 280, 45)))
+    return [int(i) for i in t.update(45, dets(_person(380, 285, 45))).track_ids]
+
+
+def test_a_detection_of_another_size_costs_more() -> None:
+    assert size_cost(np.array([[0, 0, 10, 40]]), np.array([[0, 0, 10, 40], [0, 0, 5, 20]])) == (
+        pytest.approx(np.array([[0.0, np.log(2)]]))
+    )
+    # Without the size term the far person's box takes the near one's id (a swap).
+    assert _near_hidden_far_seen(TrackingConfig(size_weight=0.0)) == [1]
+    assert _near_hidden_far_seen(TrackingConfig()) == [2]

@@ -67,6 +67,10 @@ PARTS: dict[str, Part] = {
     "rules": Part(
         "strata.tools.bench.rules", "lines, zones, dwell: cascade and uniform against every frame"
     ),
+    "rules-policy": Part(
+        "strata.tools.bench.rules_policy",
+        "sampling policies replayed on a saved rules run: what the rules agree at a share",
+    ),
     "cameras": Part(
         "strata.tools.bench.cameras", "cameras per core at their frame rate, against bare decode"
     ),

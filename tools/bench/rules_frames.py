@@ -103,39 +103,50 @@ class FrameSource:
     labels: tuple[str, ...]
 
 
-def track_frames(
-    frames: Iterable[Tracked], source: FrameSource, tracking: TrackingConfig
-) -> list[TrackFrame]:
-    """The TrackFrames the edge's tracking stage would hand the rules stage."""
-    hits: dict[int, int] = {}
-    seen: dict[int, int] = {}
-    out = []
-    for f in frames:
+class TrackFrames:
+    """Published frames of one camera, one at a time, into the TrackFrames the edge's
+    tracking stage would hand the rules stage (`track_frames` for a whole list)."""
+
+    def __init__(self, source: FrameSource, tracking: TrackingConfig) -> None:
+        self.source = source
+        self.tracking = tracking
+        self._hits: dict[int, int] = {}
+        self._seen: dict[int, int] = {}
+
+    def __call__(self, f: Tracked) -> TrackFrame:
+        hits, seen, source = self._hits, self._seen, self.source
         keep = f.track_ids != 0
         ids = f.track_ids[keep]
         if f.detected:
             for t in ids.tolist():
                 hits[t] = hits.get(t, 0) + 1
                 seen[t] = f.index
-        gone = tuple(t for t, s in seen.items() if f.detected and f.index - s > tracking.max_lost)
+        gone = tuple(
+            t for t, s in seen.items() if f.detected and f.index - s > self.tracking.max_lost
+        )
         for t in gone:
             del seen[t]
-        out.append(
-            TrackFrame(
-                camera_id=source.camera_id,
-                capture_ns=f.capture_ns,
-                frame_size=source.frame_size,
-                track_ids=ids,
-                boxes=f.boxes[keep],
-                scores=f.scores[keep],
-                class_ids=f.class_ids[keep],
-                confirmed=np.array([hits.get(t, 0) >= tracking.min_hits for t in ids.tolist()]),
-                observed=np.full(ids.shape[0], f.detected),
-                labels=source.labels,
-                ended=gone,
-            )
+        return TrackFrame(
+            camera_id=source.camera_id,
+            capture_ns=f.capture_ns,
+            frame_size=source.frame_size,
+            track_ids=ids,
+            boxes=f.boxes[keep],
+            scores=f.scores[keep],
+            class_ids=f.class_ids[keep],
+            confirmed=np.array([hits.get(t, 0) >= self.tracking.min_hits for t in ids.tolist()]),
+            observed=np.full(ids.shape[0], f.detected),
+            labels=source.labels,
+            ended=gone,
         )
-    return out
+
+
+def track_frames(
+    frames: Iterable[Tracked], source: FrameSource, tracking: TrackingConfig
+) -> list[TrackFrame]:
+    """The TrackFrames the edge's tracking stage would hand the rules stage."""
+    build = TrackFrames(source, tracking)
+    return [build(f) for f in frames]
 
 
 def replay_rules(frames: Sequence[TrackFrame], rules: RulesConfig) -> list[events_pb2.TrackEvent]:
