@@ -25,6 +25,7 @@ import cv2
 import numpy as np
 from strata.shared.config.device import MotionConfig
 
+from .camera_shift import ShiftMeter
 from .frames import Frame, GreyScaler
 
 
@@ -39,6 +40,9 @@ class MotionDecision:
     why: str
     # Most of the frame changed against the last kept one (a cut or a pan).
     scene_change: bool = False
+    # Kept: how far the whole picture moved since the last kept frame, in the gate's pixels
+    # (device/camera_shift.py); None when unknown (the first, a cut, nothing shared).
+    shift: float | None = None
 
 
 # Side of a scene-change cell in pixels of the gate's grey frame.
@@ -59,6 +63,7 @@ class MotionGate:
         self._small_bgr = np.empty((h, w, 3), np.uint8)
         self._have_kept = False
         self._kept_ts = 0.0
+        self._shift = ShiftMeter(w, h)
         self._scaler: GreyScaler | None = None
         self._mask: np.ndarray | None = None
         pixels = w * h
@@ -126,6 +131,19 @@ class MotionGate:
             scene = score >= self.cfg.threshold and self._scene_changed()
         return self._keep(ts, score, why, scene)
 
+    def cut(self, image: np.ndarray, ts: float) -> MotionDecision | None:
+        """Score `image` for a scene change only (the cascade drops it otherwise: its
+        min_gap has not passed): kept and flagged when it is one, else None, and the last
+        kept frame stays the reference. A cut is seen on the frame it happens, not when the
+        gap runs out (the frames in between would be answered from the old scene)."""
+        if not self._have_kept or not self._scale:
+            return None
+        self._load(image)
+        score = float(cv2.norm(self._grey, self._kept, cv2.NORM_L2, self._mask)) * self._scale
+        if score >= self.cfg.threshold and self._scene_changed():
+            return self._keep(ts, score, "scene_change", True)
+        return None
+
     def changed_share(self) -> float:
         """Share of cells (outside ignored regions) whose grey changed against the last
         kept frame, for the frame last loaded."""
@@ -157,8 +175,12 @@ class MotionGate:
             cv2.cvtColor(self._small_bgr, cv2.COLOR_BGR2GRAY, dst=self._grey)
 
     def _keep(self, ts: float, score: float, why: str, scene: bool = False) -> MotionDecision:
+        shift = None
+        if self._have_kept:
+            # A fast pan is a scene change and still a translation: measured too.
+            shift = self._shift.shift(self._kept, self._grey)
         # Swap buffers instead of copying: the new grey becomes the reference.
         self._grey, self._kept = self._kept, self._grey
         self._have_kept = True
         self._kept_ts = ts
-        return MotionDecision(True, score, why, scene)
+        return MotionDecision(True, score, why, scene, shift)
