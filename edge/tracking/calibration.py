@@ -234,19 +234,27 @@ class Calibration:
     ) -> tuple[_Burst | None, Tally]:
         """The frame noted (locked): the burst it ends, if any, and what it adds to the
         run's estimate."""
+        scored = Tally()
         if h.scene_change:
-            # Measured on the scene before the cut: says nothing of this one.
+            # Measured on the scene before the cut: says nothing of this one. The frames up
+            # to the cut were the old scene's, and are scored on its curves (forgotten,
+            # they would drop out of the run's estimate: the pans clip, +0.12).
+            old = self._cameras.pop(key, None)
+            if old is not None:
+                span = old.spacing.saw(h.frame_index, len(boxes), calibration=True)
+                scored = old.score([span] if span is not None else [])
             self._bursts.pop(key, None)
             self._feedback.pop(key, None)
-            self._cameras.pop(key, None)
         cam = self._cameras.get(key)
         if cam is None:
             cam = self._cameras[key] = _Camera(self.window)
         if h.scene_change:
             # The device calibrates the new scene from its next frame on: nothing to ask.
             cam.calibrating = True
-        span = cam.spacing.saw(h.frame_index, len(boxes), h.calibration)
-        scored = cam.score([span] if span is not None else [])
+            cam.spacing.saw(h.frame_index, len(boxes), h.calibration)
+        else:
+            span = cam.spacing.saw(h.frame_index, len(boxes), h.calibration)
+            scored = cam.score([span] if span is not None else [])
         burst = self._bursts.get(key)
         if (
             not h.calibration
