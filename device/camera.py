@@ -261,6 +261,13 @@ class CameraWorker:
         else:
             self._retry_log.warn(self.camera_id, fmt, *args)
 
+    def _whole_picture(self, frame: Frame) -> MotionDecision | None:
+        """A frame the cascade's gap holds back: kept all the same when the whole picture
+        changed (a cut, seen on its frame) or moved (a pan, followed from its start)."""
+        if self.motion is None:
+            return None
+        return self.motion.cut(self.motion.score_input(frame), frame.ts)
+
     def _decide(self, frame: Frame) -> tuple[bool, str, float]:
         """Keep the frame or drop it, why, and its motion score; counted per reason."""
         index = self.frames - 1
@@ -270,9 +277,7 @@ class CameraWorker:
         pre = policy.before_motion(index) if policy is not None else None
         cut = None
         if policy is not None and pre is not None and pre.block:
-            # Not yet due, unless the scene changed as a whole (a cut): seen on its frame.
-            if self.motion is not None:
-                cut = self.motion.cut(self.motion.score_input(frame), frame.ts)
+            cut = self._whole_picture(frame)
             if cut is None:
                 policy.count("dropped", "min_gap")
                 return False, "min_gap", 0.0

@@ -19,6 +19,10 @@ import numpy as np
 # changed as a whole): no shift is reported. Measured on the pans clip at the gate's
 # 192x144: a pan's kept frames 0.3-0.8, across a cut 0.0-0.2.
 MIN_RESPONSE = 0.25
+# Gate pixels (192 wide) the picture may move between kept frames while the camera moves:
+# about 2% of the frame, under half the width of vtest's people, so the edge's tracker
+# still matches their boxes by overlap across the gap.
+PAN_SHIFT = 4.0
 # The shifted old frame must differ from the new one by at most this share of what the
 # old frame as it is differs (a pan over texture: far less; objects over a still scene:
 # more, the background no longer lines up).

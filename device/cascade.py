@@ -50,6 +50,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.shared.config.device import CascadeConfig
 from strata.shared.contracts import frame_pb2
 
+from .camera_shift import PAN_SHIFT
+
 log = logging.getLogger(__name__)
 
 KEEP_REASONS = ("first", "motion", "max_gap", "calibration", "uncertain", "pan")
@@ -111,9 +113,6 @@ class PreDecision:
     calibration: bool
 
 
-# Gate pixels (192 wide) the picture may move between kept frames while the camera moves;
-# about 2% of the frame, under half the width of the clip's people.
-PAN_SHIFT = 4.0
 # Speed (gate pixels a frame) under which the camera counts as still: the phase
 # correlation of two still frames with noise or people moving reads 0.1-0.3 px in all.
 PAN_SPEED = 0.5

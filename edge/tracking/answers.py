@@ -29,7 +29,6 @@ from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.vision import FrameBoxes, iou
 
-
 # The device's skip reason of a frame its motion gate dropped: it differed from the last
 # kept frame by less than the threshold (device/camera.py).
 STILL_REASON = "motion"

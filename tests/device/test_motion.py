@@ -194,3 +194,19 @@ def test_the_picture_s_shift_is_measured_on_a_pan_and_not_on_objects() -> None:
     a, b = _cut_clip(2)[1], _cut_clip(2)[2]
     cut.check(a, 0.0)
     assert cut.check(b, 0.1).shift is None
+
+
+def test_a_pan_that_starts_while_the_cascade_waits_is_followed_from_its_first_pixels() -> None:
+    clip = SyntheticClip(width=320, height=240, frames=1, objects=0, seed=4)
+    wide = np.concatenate([clip.background, clip.background[:, ::-1]], axis=1)
+    gate = MotionGate(MotionConfig(threshold=1.0, max_interval_s=0, scene_change=0.95))
+    gate.check(wide[:, :320], 0.0)
+    # 2 source pixels a frame: 1.2 of the gate's; kept once it moved PAN_SHIFT (4) of them.
+    waited = [gate.cut(wide[:, x : x + 320], x / 20) for x in range(2, 30, 2)]
+    kept = [2 * (i + 1) for i, d in enumerate(waited) if d is not None]
+    assert kept and kept[0] == 8, kept
+    d = waited[3]
+    assert d is not None and d.why == "pan" and not d.scene_change
+    assert d.shift == pytest.approx(8 * 0.6, abs=0.5)
+    # Measured from the kept frame on: the next is kept 8 pixels later.
+    assert kept[:2] == [8, 16]
