@@ -304,7 +304,7 @@ def interpolate(a: TrackedBoxes, b: TrackedBoxes, w: float, appear: bool = True)
         parts_cls.append(a.class_ids[gone])
         parts_id.append(a.track_ids[gone])
         parts_conf.append(conf_a[gone])
-    elif appear:
+    else:
         new = np.array([ib[t] for t in ib if t not in ia], np.int64)
         parts_box.append(b.boxes[new])
         parts_score.append(b.scores[new])
