@@ -50,6 +50,8 @@ class CascadeOptions:
     frames: int = 0
     # The edge's detector; None: the starter repository's yolov8n.
     detector: BenchDetector | None = None
+    # What the cascade run's device sends the edge (clip_args.ENCODINGS).
+    encoding: str = "jpeg"
 
 
 def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
@@ -67,7 +69,8 @@ def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
     say(f"detector: {detector.one_line()} from {detector.repository}")
     say(f"cascade on the synthetic clip ({frames} frames): reference run, then cascade run ...")
     truth = synthetic_truth(clip, labels)
-    setup = ClipSetup(model, (detector.input_width, detector.input_height))
+    setup = ClipSetup(model, (detector.input_width, detector.input_height), encoding=opts.encoding)
+    say(f"the cascade run's device sends the edge {opts.encoding} payloads")
     clips.append(measure_clip(path, work / "synthetic", setup, truth, labels))
     if opts.skip_vtest:
         return clips
@@ -124,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         clips=clips_of(args.clip),
         frames=args.frames,
         detector=detector,
+        encoding=args.encoding,
     )
     try:
         clips = run_cascade(out, opts)
@@ -137,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         "command": args.command_line,
         "machine": rep["machine"],
         "detector": rep["detector"],
+        "encoding": args.encoding,
         **{k: v for k, v in rep.items() if k.startswith(("cascade.", "cascade_synthetic."))},
         "clips": rep["clips"],
     }

@@ -121,8 +121,6 @@ def reference_frames(
     return [boxes[i] for i in range(total)]
 
 
-# The cascade as shipped for the bench: H.264 at the model's input size, relevance gate
-# off (the starter gate keeps nearly every vtest frame), answers interpolated.
 # Event clips the device cut in the cascade run (kept on the device: no upload target), to
 # put beside the cascade's bytes: what clips would cost a camera-day (issue 26).
 CLIP_BYTES = Metric("device", "strata_device_clip_bytes_total")
@@ -133,10 +131,17 @@ def clips_overrides(workdir: Path) -> dict[str, Any]:
     return {"device": {"clips": {"enabled": True, "dir": str(workdir / "clips")}}}
 
 
+# The cascade as shipped for the bench: payloads at the model's input size, relevance
+# gate off (the starter gate keeps nearly every vtest frame), answers interpolated.
 CASCADE: dict[str, Any] = {
-    "device": {"sender": {"encoding": "h264"}, "gate": {"enabled": False}},
+    "device": {"gate": {"enabled": False}},
     "edge": {"tracking": {"answer": "interpolate"}},
 }
+
+
+def cascade_config(encoding: str = "jpeg") -> dict[str, Any]:
+    """The cascade run's config, its device sending `encoding` (jpeg: the default)."""
+    return merge(CASCADE, {"device": {"sender": {"encoding": encoding}}})
 
 
 class Labels:
@@ -313,6 +318,8 @@ class ClipSetup:
     timeout_s: float = 1800.0
     # The uniform baseline's curve and its bytes.
     curve: bool = False
+    # What the cascade run's device sends the edge (the reference always sends raw frames).
+    encoding: str = "jpeg"
 
 
 def scaled_reference(model_input: tuple[int, int] | None) -> dict[str, Any]:
@@ -341,7 +348,8 @@ def measure_clip(
     total = decoded or (max(ref_boxes, default=-1) + 1)
     # Refused before the cascade runs: its figures would be scored against holes.
     reference = reference_frames(clip.name, ref_boxes, total, drops(ref.scrapes))
-    cascade = merge(merge(CASCADE, extra), clips_overrides(workdir / "cascade"))
+    cascade = merge(cascade_config(setup.encoding), extra)
+    cascade = merge(cascade, clips_overrides(workdir / "cascade"))
     cas = run_once(workdir / "cascade", clip, cascade, setup.timeout_s)
     cas_boxes = boxes_of(cas.results, labels)
     # Every frame is scored with what the edge published for it (detected or answered by

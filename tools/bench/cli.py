@@ -185,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
         frames=args.frames,
         model_repository=args.model_repository,
         model=args.model,
+        encoding=args.encoding,
     )
     try:
         report: dict[str, Any] = run_bench(opts)

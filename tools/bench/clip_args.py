@@ -9,9 +9,12 @@ import argparse
 # (the quiet footage, pans and cuts).
 CLIPS: tuple[str, ...] = ("vtest", "quiet", "pans")
 
+# What the cascade run's device sends the edge: the device's default (JPEG) unless told.
+ENCODINGS: tuple[str, ...] = ("jpeg", "h264")
+
 
 def add_clip_arguments(p: argparse.ArgumentParser) -> None:
-    """--clip, --frames, --model-repository, --model."""
+    """--clip, --frames, --model-repository, --model, --encoding."""
     p.add_argument(
         "--clip",
         action="append",
@@ -37,6 +40,19 @@ def add_clip_arguments(p: argparse.ArgumentParser) -> None:
         default="yolov8n",
         metavar="NAME",
         help="the detector's name in that repository (default yolov8n)",
+    )
+    add_encoding_argument(p)
+
+
+def add_encoding_argument(p: argparse.ArgumentParser) -> None:
+    """--encoding: the cascade run's payloads to the edge."""
+    p.add_argument(
+        "--encoding",
+        choices=ENCODINGS,
+        default="jpeg",
+        help="what the cascade run's device sends the edge (default jpeg, the device's "
+        "default; h264 spends fewer bytes, and its still pictures can hold a detection near "
+        "the score threshold on every frame: docs/benchmarks.md, Cascade)",
     )
 
 

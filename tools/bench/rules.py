@@ -69,14 +69,15 @@ from strata.shared.config.rules import RulesConfig
 from strata.shared.contracts import events_pb2
 from strata.shared.vision.boxes import FrameBoxes
 from strata.tools.bench.cascade import (
-    CASCADE,
     GATES_OFF,
     NO_SHEDDING,
     Labels,
+    cascade_config,
     clip_fps,
     clip_shape,
     reference_overrides,
 )
+from strata.tools.bench.clip_args import add_encoding_argument
 from strata.tools.bench.progress import say
 from strata.tools.bench.rules_agreement import RuleHit, RulesAgreement, compare, rule_hit
 from strata.tools.bench.rules_frames import (
@@ -367,6 +368,8 @@ class BenchSetup:
     # Set: both runs' saved detections tracked again with this (rules_retrack), not the
     # edge's published tracks (try a tracker setting offline; `--retrack`).
     retrack: TrackingConfig | None = None
+    # What the cascade run's device sends the edge (jpeg: the device's default).
+    encoding: str = "jpeg"
 
 
 def events_of(
@@ -427,7 +430,10 @@ def collect(setup: BenchSetup, progress: Callable[[str], None] = say) -> Collect
     ref = run_pipeline(setup.workdir / "reference", setup.clip, paced, setup.timeout_s)
     progress(f"rules on {setup.clip.name}: cascade run ...")
     cas = run_pipeline(
-        setup.workdir / "cascade", setup.clip, merge(CASCADE, extra), setup.timeout_s
+        setup.workdir / "cascade",
+        setup.clip,
+        merge(cascade_config(setup.encoding), extra),
+        setup.timeout_s,
     )
     labels = Labels()
     ref_pub, cas_pub = published(ref.results, labels), published(cas.results, labels)
@@ -745,6 +751,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tolerance", type=float, default=1.0, metavar="S", help="event match window (1 s)"
     )
     p.add_argument("--json", metavar="OUT", help="write the report here too")
+    add_encoding_argument(p)
     p.add_argument(
         "--from",
         dest="from_dir",
@@ -764,6 +771,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The report as JSON on stdout; 1 when the reference does not agree with itself."""
+    encoding = getattr(args, "encoding", "jpeg")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()[0]
@@ -772,14 +780,20 @@ def run(args: argparse.Namespace) -> int:
 
         clip = SyntheticClip(width=640, height=480, frames=40, fps=10, objects=4, seed=0)
         setup = BenchSetup(
-            clip.write(out / "synthetic.mp4"), out, SYNTHETIC_RULES, args.tolerance, 600.0, 50
+            clip.write(out / "synthetic.mp4"),
+            out,
+            SYNTHETIC_RULES,
+            args.tolerance,
+            600.0,
+            50,
+            encoding=encoding,
         )
     else:
         vtest = find_vtest(args.vtest)
         if vtest is None or not vtest.is_file():
             say("vtest.mp4 not found (python .ci/test_data.py fetches it); use --quick")
             return 2
-        setup = BenchSetup(vtest, out, VTEST_RULES, args.tolerance)
+        setup = BenchSetup(vtest, out, VTEST_RULES, args.tolerance, encoding=encoding)
     if getattr(args, "from_dir", None):
         if getattr(args, "retrack", None) is not None:
             setup = replace(setup, retrack=_tracking(args.retrack))
@@ -788,6 +802,7 @@ def run(args: argparse.Namespace) -> int:
         body = measure(setup)
     doc = {
         "command": getattr(args, "command_line", "strata bench rules"),
+        "encoding": encoding,
         "machine": {
             **machine.describe(),
             "load_avg_1m_at_start": load_start,

@@ -40,6 +40,7 @@ class BenchOptions:
     frames: int = 0
     model_repository: str = ""
     model: str = "yolov8n"
+    encoding: str = "jpeg"
 
 
 def run_tiers(opts: BenchOptions, logs: Path) -> dict[str, TierRun]:
@@ -127,7 +128,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     detector = resolve(opts.model_repository, opts.model)
     runs = run_tiers(opts, logs)
     clips: list[ClipResult] = []
-    extra: dict[str, Any] = {"detector": detector.describe()}
+    extra: dict[str, Any] = {"detector": detector.describe(), "encoding": opts.encoding}
     if "cascade" not in opts.skip:
         cascade = CascadeOptions(
             quick=opts.quick,
@@ -136,6 +137,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
             clips=opts.clips,
             frames=opts.frames,
             detector=detector,
+            encoding=opts.encoding,
         )
         try:
             clips = run_cascade(out / "cascade", cascade)
