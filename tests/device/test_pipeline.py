@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import av
-import cv2
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
@@ -21,8 +20,8 @@ from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
 from strata.device.pipeline import CameraPipeline, KeyframeRequests, PipelineSetup
 from strata.device.sender import Sender
 from strata.device.sink import FrameSink
-from strata.shared.config.device import CameraConfig, SenderConfig, SourceConfig
 from strata.edge.ingest.frames import QueuedFrame
+from strata.shared.config.device import CameraConfig, SenderConfig, SourceConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.imagecheck import ImageLimits, check_image
 
@@ -179,7 +178,8 @@ def test_kept_frames_jpeg_from_yuv_reads_at_the_edge_like_the_bgr_route(
         planes = Frame(i, 0.0, i, av_frame=f).yuv420((96, 72), Yuv420Scaler())
         assert (planes is None) == (fmt is not None)
         ref = Frame(i, 0.0, i, av_frame=f).bgr(setup.scale.size_for(f.width, f.height))
-        assert pipe.put(GateItem("cam", i, i, Frame(i, 0.0, i, av_frame=f), 1.0, 0.0), False) is None
+        item = GateItem("cam", i, i, Frame(i, 0.0, i, av_frame=f), 1.0, 0.0)
+        assert pipe.put(item, wait=False) is None
         out = box.take(time.monotonic())
         assert out is not None and out.header.frame_index == i
         h = out.header
@@ -198,4 +198,3 @@ def test_kept_frames_jpeg_from_yuv_reads_at_the_edge_like_the_bgr_route(
         assert diff.mean() < 4.0, diff.mean()
         assert np.abs(image.mean(axis=(0, 1)) - ref.mean(axis=(0, 1))).max() < 3.0
     assert dropped_by_reason(metrics.registry, "cam") == {}
-
