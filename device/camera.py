@@ -264,6 +264,13 @@ class CameraWorker:
         else:
             self._retry_log.warn(self.camera_id, fmt, *args)
 
+    def _whole_picture(self, frame: Frame) -> MotionDecision | None:
+        """A frame the cascade's gap holds back: kept all the same when the whole picture
+        changed (a cut, seen on its frame) or moved (a pan, followed from its start)."""
+        if self.motion is None:
+            return None
+        return self.motion.cut(self.motion.score_input(frame), frame.ts)
+
     def _decide(self, frame: Frame) -> tuple[bool, str, float]:
         """Keep the frame or drop it, why, and its motion score; counted per reason."""
         index = self.frames - 1
@@ -271,10 +278,15 @@ class CameraWorker:
         self._calibrating = False
         self._scene_change = False
         pre = policy.before_motion(index) if policy is not None else None
+        cut = None
         if policy is not None and pre is not None and pre.block:
-            policy.count("dropped", "min_gap")
-            return False, "min_gap", 0.0
-        if self.motion is None:
+            cut = self._whole_picture(frame)
+            if cut is None:
+                policy.count("dropped", "min_gap")
+                return False, "min_gap", 0.0
+        if cut is not None:
+            verdict = cut
+        elif self.motion is None:
             verdict = MotionDecision(True, 0.0, pre.force if pre and pre.force else "motion_off")
         elif pre is not None and pre.force:
             verdict = self.motion.keep_now(self.motion.score_input(frame), frame.ts, pre.force)
@@ -308,6 +320,8 @@ class CameraWorker:
                 policy.count("dropped", REASON_RATE)
             return False, REASON_RATE, verdict.score
         if policy is not None:
+            # A cut's shift (a jump within one view, or nothing shared) is no speed.
+            policy.camera_moved(index, None if verdict.scene_change else verdict.shift)
             policy.kept(index)
             policy.count("kept", verdict.why)
             self._calibrating = bool(pre and pre.calibration)

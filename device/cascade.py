@@ -25,8 +25,15 @@ for motion: over an empty street it would measure nothing and cost its frames. A
 asked for (the edge, a scene change) starts at once, and so does one where the edge tracks
 objects (a gate blind to them is what the target's estimate must catch).
 
+A camera that pans or tilts (the motion gate measures how far the whole picture moved
+between kept frames: device/camera_shift.py) keeps a frame whenever the picture has moved
+about PAN_SHIFT of the gate's pixels at its speed, whatever the calibrated gap: the edge's
+tracker associates boxes across a gap by overlap, and a gap the still scene allowed moves
+them past it (pans clip, gap 15 at 4 px a frame: box F1 0.4-0.6 over those frames). Back
+to the calibrated gap once a kept frame shows the camera still.
+
 Each decision has a reason, counted per camera: kept first/motion/max_gap/calibration/
-uncertain; dropped motion (nothing changed) or min_gap (changed, but the target allows
+uncertain/pan; dropped motion (nothing changed) or min_gap (changed, but the target allows
 the wait).
 """
 
@@ -43,9 +50,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.shared.config.device import CascadeConfig
 from strata.shared.contracts import frame_pb2
 
+from .camera_shift import PAN_SHIFT
+
 log = logging.getLogger(__name__)
 
-KEEP_REASONS = ("first", "motion", "max_gap", "calibration", "uncertain")
+KEEP_REASONS = ("first", "motion", "max_gap", "calibration", "uncertain", "pan")
 DROP_REASONS = ("motion", "min_gap")
 
 
@@ -104,6 +113,20 @@ class PreDecision:
     calibration: bool
 
 
+# Speed (gate pixels a frame) under which the camera counts as still: the phase
+# correlation of two still frames with noise or people moving reads 0.1-0.3 px in all.
+PAN_SPEED = 0.5
+
+
+def pan_gap(shift: float | None, gap: int) -> int:
+    """The gap that keeps a camera moving `shift` gate pixels over `gap` frames within
+    PAN_SHIFT between kept frames; 0: the camera is still (or the shift is unknown)."""
+    if shift is None or gap <= 0:
+        return 0
+    speed = shift / gap
+    return max(1, int(PAN_SHIFT / speed)) if speed >= PAN_SPEED else 0
+
+
 def choose_gap(accuracy_by_gap: Sequence[float], target: float, current: int) -> int:
     """The longest gap (1-based index into `accuracy_by_gap`) whose accuracy meets `target`.
 
@@ -147,6 +170,8 @@ class CascadePolicy:
         # the edge's last feedback tracked no object for the camera.
         self._still = False
         self._edge_sees_nothing = False
+        # While the camera moves: keep one frame in this many (0: it is still).
+        self.pan_gap = 0
 
     def before_motion(self, index: int) -> PreDecision:
         """What to do with source frame `index` before its motion is scored."""
@@ -161,6 +186,8 @@ class CascadePolicy:
             gap = index - self._last_kept
             if self._send_next:
                 return PreDecision("uncertain", False, False)
+            if self.pan_gap and gap >= self.pan_gap:
+                return PreDecision("pan", False, False)
             if gap >= self.max_gap:
                 return PreDecision("max_gap", False, False)
             return PreDecision("", gap < self.min_gap, False)
@@ -177,6 +204,19 @@ class CascadePolicy:
             c = self._metrics.decisions.labels(self.camera_id, decision, reason)
             self._counters[(decision, reason)] = c
         c.inc()
+
+    def camera_moved(self, index: int, shift: float | None) -> None:
+        """Source frame `index` is kept and the picture moved `shift` gate pixels since the
+        last kept frame (None: unknown, a cut): call before `kept(index)`."""
+        with self._lock:
+            old = self.pan_gap
+            self.pan_gap = pan_gap(shift, index - self._last_kept if self._last_kept >= 0 else 0)
+        if bool(self.pan_gap) != bool(old):
+            log.info(
+                "camera %s: the camera %s",
+                self.camera_id,
+                f"moves: 1 frame in {self.pan_gap} kept" if self.pan_gap else "is still again",
+            )
 
     def kept(self, index: int) -> None:
         """Source frame `index` goes to the edge."""

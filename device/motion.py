@@ -25,6 +25,7 @@ import cv2
 import numpy as np
 from strata.shared.config.device import MotionConfig
 
+from .camera_shift import PAN_SHIFT, ShiftMeter
 from .frames import Frame, GreyScaler
 
 
@@ -39,6 +40,9 @@ class MotionDecision:
     why: str
     # Most of the frame changed against the last kept one (a cut or a pan).
     scene_change: bool = False
+    # Kept: how far the whole picture moved since the last kept frame, in the gate's pixels
+    # (device/camera_shift.py); None when unknown (the first, a cut, nothing shared).
+    shift: float | None = None
 
 
 # Side of a scene-change cell in pixels of the gate's grey frame.
@@ -46,6 +50,9 @@ _CELL = 8
 # A cell changed when its mean absolute grey difference reaches this: well above sensor noise
 # (averaged over a cell) and a slow change of light, below what a cut or a shifted texture gives.
 _CELL_LEVEL = 12
+# While the cascade waits out its gap, a share of changed cells from which the camera may be
+# moving (a pan of 4 gate pixels over vtest: 0.25-0.30; its people over 15 frames: 0.06-0.12).
+PAN_CELLS = 0.2
 
 
 class MotionGate:
@@ -59,6 +66,7 @@ class MotionGate:
         self._small_bgr = np.empty((h, w, 3), np.uint8)
         self._have_kept = False
         self._kept_ts = 0.0
+        self._shift = ShiftMeter(w, h)
         self._scaler: GreyScaler | None = None
         self._mask: np.ndarray | None = None
         pixels = w * h
@@ -126,6 +134,30 @@ class MotionGate:
             scene = score >= self.cfg.threshold and self._scene_changed()
         return self._keep(ts, score, why, scene)
 
+    def cut(self, image: np.ndarray, ts: float) -> MotionDecision | None:
+        """Score `image` for a change of the whole picture only (the cascade drops it
+        otherwise: its min_gap has not passed): a scene change (kept, flagged) or a camera
+        that moved PAN_SHIFT pixels since the last kept frame (kept, "pan"); else None, and
+        the last kept frame stays the reference. A cut is seen on the frame it happens, not
+        when the gap runs out (the frames in between would be answered from the old
+        scene), and a pan that starts in a long gap is followed from its first pixels."""
+        if not self._have_kept or not self._scale:
+            return None
+        self._load(image)
+        score = float(cv2.norm(self._grey, self._kept, cv2.NORM_L2, self._mask)) * self._scale
+        if score < self.cfg.threshold:
+            return None
+        share = self.changed_share()
+        if self.cfg.scene_change > 0 and share >= self.cfg.scene_change:
+            return self._keep(ts, score, "scene_change", True)
+        if share >= PAN_CELLS:
+            # Many cells changed, not all: the camera may be moving. Kept once the picture
+            # moved PAN_SHIFT pixels, so the edge's tracker follows the boxes across.
+            shift = self._shift.shift(self._kept, self._grey)
+            if shift is not None and shift >= PAN_SHIFT:
+                return self._keep(ts, score, "pan", shift=shift)
+        return None
+
     def changed_share(self) -> float:
         """Share of cells (outside ignored regions) whose grey changed against the last
         kept frame, for the frame last loaded."""
@@ -156,9 +188,14 @@ class MotionGate:
             cv2.resize(image, size, dst=self._small_bgr, interpolation=cv2.INTER_AREA)
             cv2.cvtColor(self._small_bgr, cv2.COLOR_BGR2GRAY, dst=self._grey)
 
-    def _keep(self, ts: float, score: float, why: str, scene: bool = False) -> MotionDecision:
+    def _keep(
+        self, ts: float, score: float, why: str, scene: bool = False, shift: float | None = None
+    ) -> MotionDecision:
+        if shift is None and self._have_kept:
+            # A fast pan is a scene change and still a translation: measured too.
+            shift = self._shift.shift(self._kept, self._grey)
         # Swap buffers instead of copying: the new grey becomes the reference.
         self._grey, self._kept = self._kept, self._grey
         self._have_kept = True
         self._kept_ts = ts
-        return MotionDecision(True, score, why, scene)
+        return MotionDecision(True, score, why, scene, shift)

@@ -2,7 +2,8 @@
 
 A kept frame ends a span: the `gap` frames since the camera's previous kept frame (the
 ones answered by the tracker, and itself). A span is scored with the accuracy at its gap
-of the mean curve of the camera's recent bursts (a gap past the curve: its end) and
+of the mean curve of the camera's recent bursts (a gap past the curve: its loss grown on
+linearly) and
 weighted the way the figure it estimates is pooled against the every-frame reference:
 
 - box F1 pools boxes, so a span weighs the detector's boxes in it (gap x the mean of the
@@ -57,7 +58,16 @@ class Curves:
 
 
 def _at(curve: np.ndarray, gap: int) -> float:
-    return float(curve[min(max(gap, 1), len(curve)) - 1])
+    """The curve at `gap`; past its end, the loss grows on as it did from gap 1 to the end
+    (linearly: a frame's error grows with its distance from a kept frame), not held at the
+    end's value (a max_gap span of 50 frames scored as the burst's 7)."""
+    n = len(curve)
+    if gap <= n:
+        return float(curve[max(gap, 1) - 1])
+    end = float(curve[-1])
+    if n < 2:
+        return end
+    return max(0.0, 1.0 - (1.0 - end) * (gap - 1) / (n - 1))
 
 
 @dataclass

@@ -6,7 +6,7 @@ import itertools
 
 from prometheus_client import CollectorRegistry
 from pytest import approx
-from strata.device.cascade import CascadeMetrics, CascadePolicy, choose_gap
+from strata.device.cascade import CascadeMetrics, CascadePolicy, choose_gap, pan_gap
 from strata.shared.config.device import CascadeConfig
 from strata.shared.contracts import frame_pb2
 
@@ -202,3 +202,26 @@ def test_no_calibration_means_no_burst_even_when_the_edge_asks() -> None:
     p.feedback(frame_pb2.CascadeFeedback(burst_frames=20))
     assert run(p, range(7)) == ["first", "-", "-", "motion", "-", "-", "motion"]
     assert p.calibrations == 0
+
+
+def test_a_panning_camera_keeps_a_frame_per_few_pixels_then_the_calibrated_gap() -> None:
+    p = CascadePolicy(CascadeConfig(calibrate_every=0, max_gap=50))
+    p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0] * 10))
+    assert p.min_gap == 10
+    assert run(p, range(0, 30), motion=True).count("motion") == 2  # 10, 20
+    assert not p.before_motion(30).block
+    # The frame kept at 30 moved 12 gate pixels in 10 frames: 1.2 a frame, so a frame is
+    # kept every 3 (PAN_SHIFT 4 pixels), forced, even with no motion score.
+    p.camera_moved(30, 12.0)
+    p.kept(30)
+    assert p.pan_gap == 3
+    assert run(p, range(31, 40), motion=False) == ["-", "-", "pan"] * 3
+    # Still again (a kept frame with no shift): the calibrated gap is back.
+    p.camera_moved(40, 0.1)
+    p.kept(40)
+    assert p.pan_gap == 0
+    assert run(p, range(41, 51), motion=True) == ["-"] * 9 + ["motion"]
+    # A cut (no shift known) is no speed either.
+    p.camera_moved(60, None)
+    assert p.pan_gap == 0
+    assert pan_gap(4.0, 10) == 0 and pan_gap(12.0, 10) == 3 and pan_gap(100.0, 1) == 1

@@ -161,3 +161,52 @@ def test_scene_change_off_and_forced_keeps_still_flag_it() -> None:
     gate.check(a, 0.0)
     d = gate.keep_now(b, 0.1, "calibration")
     assert d.why == "calibration" and d.scene_change
+
+
+def test_a_cut_while_the_cascade_waits_is_kept_on_its_frame() -> None:
+    """`cut` (the cascade's min_gap not yet passed) keeps a cut and nothing else: ordinary
+    motion waits, and the last kept frame stays the reference."""
+    frames = _cut_clip()
+    gate = MotionGate(MotionConfig(threshold=2.0, max_interval_s=0))
+    assert gate.check(frames[0], 0.0).keep
+    waited = [gate.cut(img, i / 10) for i, img in enumerate(frames[1:], start=1)]
+    assert [i for i, d in enumerate(waited, start=1) if d is not None] == [20]
+    d = waited[19]
+    assert d is not None and d.keep and d.scene_change and d.why == "scene_change"
+    # The cut is the reference now: the same frame again is no change.
+    assert gate.check(frames[20], 2.1).keep is False
+
+
+def test_the_picture_s_shift_is_measured_on_a_pan_and_not_on_objects() -> None:
+    clip = SyntheticClip(width=320, height=240, frames=30, objects=6, seed=5)
+    wide = np.concatenate([clip.background, clip.background[:, ::-1]], axis=1)
+    gate = MotionGate(MotionConfig(threshold=0.5, max_interval_s=0, scene_change=0))
+    gate.check(wide[:, :320], 0.0)
+    # 12 source pixels to the right: 7.2 of the gate's 192.
+    d = gate.keep_now(wide[:, 12:332], 0.1, "pan")
+    assert d.shift is not None and d.shift == pytest.approx(12 * 192 / 320, abs=0.5)
+    still = MotionGate(MotionConfig(threshold=0.5, max_interval_s=0, scene_change=0))
+    shifts = [still.keep_now(f.image, f.index / 10, "motion").shift for f in clip]
+    assert shifts[0] is None  # nothing to compare the first with
+    assert max(s for s in shifts[1:] if s is not None) < 0.5
+    # Across a cut the two frames share no translation.
+    cut = MotionGate(MotionConfig(threshold=0.5, max_interval_s=0))
+    a, b = _cut_clip(2)[1], _cut_clip(2)[2]
+    cut.check(a, 0.0)
+    assert cut.check(b, 0.1).shift is None
+
+
+def test_a_pan_that_starts_while_the_cascade_waits_is_followed_from_its_first_pixels() -> None:
+    clip = SyntheticClip(width=320, height=240, frames=1, objects=0, seed=4)
+    wide = np.concatenate([clip.background, clip.background[:, ::-1]], axis=1)
+    gate = MotionGate(MotionConfig(threshold=1.0, max_interval_s=0, scene_change=0.95))
+    gate.check(wide[:, :320], 0.0)
+    # 2 source pixels a frame: 1.2 of the gate's; kept once it moved PAN_SHIFT (4) of them.
+    waited = [gate.cut(wide[:, x : x + 320], x / 20) for x in range(2, 30, 2)]
+    kept = [2 * (i + 1) for i, d in enumerate(waited) if d is not None]
+    assert kept and kept[0] == 8, kept
+    d = waited[3]
+    assert d is not None and d.why == "pan" and not d.scene_change
+    assert d.shift == pytest.approx(8 * 0.6, abs=0.5)
+    # Measured from the kept frame on: the next is kept 8 pixels later.
+    assert kept[:2] == [8, 16]

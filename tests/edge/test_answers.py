@@ -145,3 +145,33 @@ def test_a_scene_change_ends_the_tracks_and_is_not_interpolated_across() -> None
     assert tracked.track_ids.tolist() == [2] and tracked.ended == (1,)
     tracker = a.tracker(7, "cam")
     assert tracker is not None and len(tracker) == 1
+
+
+def test_frames_the_motion_gate_found_unchanged_show_no_one_who_arrives_later() -> None:
+    """A passage starts after an empty street: frames dropped for no motion (the device's
+    skip reason) looked like the last kept one, so the people first detected at the next
+    kept frame are not drawn over them; frames dropped for the gap (min_gap) still are."""
+
+    def skipped(i: int, reason: str) -> frame_pb2.FrameHeader:
+        h = header(i)
+        h.skip_reason = reason
+        return h
+
+    for reason, want in (("motion", [0] * 9), ("min_gap", [0, 0, 0, 0, 1, 1, 1, 1, 1])):
+        a = Answers(TrackingConfig(answer="interpolate"))
+        a.expect(header(0))
+        a.detected(header(0), FrameBoxes.empty())
+        for i in range(1, 10):
+            a.skipped(skipped(i, reason), 0.0, 0)
+        a.expect(header(10))
+        _, done = a.detected(header(10), walker(10))
+        assert [len(x.boxes) for x in done] == want, reason
+    # And someone there on the kept frame before them stays there all along.
+    a = Answers(TrackingConfig(answer="interpolate"))
+    a.expect(header(0))
+    a.detected(header(0), walker(0))
+    for i in range(1, 10):
+        a.skipped(skipped(i, "motion"), 0.0, 0)
+    a.expect(header(10))
+    _, done = a.detected(header(10), FrameBoxes.empty())
+    assert [len(x.boxes) for x in done] == [1] * 9

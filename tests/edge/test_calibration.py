@@ -109,7 +109,9 @@ def test_the_estimate_weighs_counting_by_frames_and_f1_by_boxes() -> None:
     assert t.counting() == approx((1.0 + 3 * 0.7) / 4)
     # F1: only the span with boxes counts.
     assert t.f1() == approx(0.7)
-    assert _tally(curves, Span(9, 2.0)).f1() == approx(0.7)
+    # Past the curve: its loss grows on linearly (0.3 over 2 gaps), to 0 at worst.
+    assert _tally(curves, Span(4, 2.0)).f1() == approx(0.55)
+    assert _tally(curves, Span(9, 2.0)).f1() == approx(0.0)
     # No box anywhere: no F1 estimate, a counting one.
     empty = _tally(curves, Span(3, 0.0))
     assert empty.f1() is None and empty.counting() == approx(0.7)
@@ -305,5 +307,25 @@ def test_a_scene_change_does_not_ask_the_device_calibrates_it_anyway() -> None:
         cal.detected(cut, scene(0, 4.0))
         cal.detected(head(1, False), scene(1, 4.0))
         assert cal.take_feedback(3, "cam") is None
+    finally:
+        cal.close()
+
+
+def test_the_frames_up_to_a_cut_stay_in_the_run_s_estimate() -> None:
+    """A cut forgets the old scene's curves, but the span it ends (the old scene's frames)
+    is scored on them first: dropped, a clip cut every few seconds is estimated on its
+    bursts alone."""
+    scored: list[Tally] = []
+    cal = Calibration(TrackingConfig(), max_gap=6, on_scored=lambda cam, t: scored.append(t))
+    try:
+        feed(cal, range(0, 30), True)
+        end = feed(cal, range(34, 50), False, step=4)
+        assert isinstance(end, Future) and end.result(timeout=30) is not None
+        cut = head(54, False)
+        cut.scene_change = True
+        cal.detected(cut, scene(54, 6.0))
+        counted = sum(t.counting_weight for t in scored)
+        # 29 burst frames, spans of 5, 4, 4, 4 (29 .. 46), and the 8 frames up to the cut.
+        assert counted == 29 + 5 + 3 * 4 + 8
     finally:
         cal.close()

@@ -1,0 +1,88 @@
+"""A camera's cascade on a real file: a cut and a pan, seen by the frames they happen on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+from prometheus_client import CollectorRegistry
+from strata.device.camera import CameraState, CameraWorker
+from strata.device.cascade import CascadeMetrics
+from strata.device.inbox import GateInbox, GateItem
+from strata.device.metrics import DeviceMetrics
+from strata.shared.config.device import CascadeConfig, MotionConfig, SourceConfig
+from strata.shared.synthetic import SyntheticClip
+
+
+def _write(path: Path, images: list[np.ndarray]) -> Path:
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=10)
+        stream.height, stream.width = images[0].shape[:2]
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"g": "10", "crf": "12", "preset": "veryfast"}
+        for img in images:
+            frame = av.VideoFrame.from_ndarray(img, format="bgr24")
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return path
+
+
+def _run(clip: Path, frames: int) -> tuple[list[GateItem], CollectorRegistry]:
+    registry = CollectorRegistry()
+    inbox = GateInbox(1000)
+    inbox.add_camera("cam")
+    cam = CameraWorker(
+        "cam",
+        str(clip),
+        SourceConfig(),
+        MotionConfig(threshold=2.0, max_interval_s=0),
+        inbox,
+        DeviceMetrics(registry).camera("cam"),
+        # No calibration: the gap stays 12 frames, so what the gap alone keeps is known.
+        CascadeConfig(calibrate_every=0, min_gap=12, max_gap=50),
+        CascadeMetrics(registry),
+    )
+    cam.start()
+    assert cam.join(60) and cam.state is CameraState.ENDED
+    items = inbox.take(frames + 10, 0.0, 1.0)
+    assert len(items) == frames  # every frame: kept, or its header (send_skipped)
+    return items, registry
+
+
+def test_a_cut_in_a_file_is_a_scene_change_on_its_own_frame(tmp_path: Path) -> None:
+    a = SyntheticClip(width=320, height=240, frames=17, objects=4, seed=1)
+    b = SyntheticClip(width=320, height=240, frames=23, objects=4, seed=2)
+    clip = _write(tmp_path / "cut.mp4", [f.image for f in a] + [f.image for f in b])
+    items, registry = _run(clip, 40)
+    kept = [i.index for i in items if not i.skip_reason]
+    scenes = [i.index for i in items if i.scene_change]
+    # The gap alone would keep 0, 12, 24, 36: the cut at 17 is kept where it happens and
+    # flagged, and the gap counts from it.
+    assert scenes == [17], (kept, scenes)
+    assert kept == [0, 12, 17, 29], kept
+    reason = {"camera": "cam", "decision": "kept", "reason": "scene_change"}
+    assert registry.get_sample_value("strata_device_cascade_decisions_total", reason) == 1
+
+
+def test_a_pan_in_a_file_keeps_frames_while_the_camera_moves(tmp_path: Path) -> None:
+    clip = SyntheticClip(width=320, height=240, frames=1, objects=0, seed=4)
+    # Blurred like a street, not pixel noise (noise that moves changes every cell: a scene
+    # change, test_motion.py).
+    wide = cv2.GaussianBlur(
+        np.concatenate([clip.background, clip.background[:, ::-1]], axis=1), (0, 0), 3
+    )
+    # Still for 20 frames, then 3 source pixels a frame (1.8 of the gate's) for 30.
+    xs = [0] * 20 + [3 * k for k in range(1, 31)]
+    path = _write(tmp_path / "pan.mp4", [np.ascontiguousarray(wide[:, x : x + 320]) for x in xs])
+    items, registry = _run(path, 50)
+    kept = [i.index for i in items if not i.skip_reason]
+    still = [k for k in kept if k < 20]
+    panning = [k for k in kept if k >= 20]
+    assert still == [0], kept  # a still picture: nothing changed, nothing kept
+    # While it pans, a frame at least every 3 (4 gate pixels at 1.8 a frame), not every 12.
+    assert len(panning) >= 10 and max(np.diff(panning)) <= 3, kept
+    pan = {"camera": "cam", "decision": "kept", "reason": "pan"}
+    assert (registry.get_sample_value("strata_device_cascade_decisions_total", pan) or 0) >= 5
+    assert not any(i.scene_change for i in items if i.index > 20)
