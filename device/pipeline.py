@@ -144,9 +144,9 @@ class CameraPipeline:
         self._quality = setup.sender.jpeg_quality
         self._params = [cv2.IMWRITE_JPEG_QUALITY, self._quality]
         self._scaler = BgrScaler()
-        # JPEG from the decoder's YUV: only where nothing on this route needs BGR (the
-        # canary's hook takes BGR frames; the gate worker converts its own).
-        self._yuv = Yuv420Scaler() if self.encoding == "jpeg" and passed is None else None
+        # JPEG from the decoder's YUV where this route encodes (not through the gate's
+        # worker, which converts its own BGR); the canary's BGR comes from the small frame.
+        self._yuv = Yuv420Scaler() if self.encoding == "jpeg" and inbox is None else None
         self._h264: H264Encoder | None = None
         self._stream_index = 0
 
@@ -179,10 +179,13 @@ class CameraPipeline:
         frame = item.frame
         size = self.scale.size_for(frame.width, frame.height)
         try:
-            planes = frame.yuv420(size, self._yuv)
-            if planes is None:
+            small = frame.yuv420(size, self._yuv)
+            if small is None:
                 return False
+            planes = self._yuv.planes(small)
             data = simplejpeg.encode_jpeg_yuv_planes(*planes, quality=self._quality)
+            if self.passed is not None:
+                self.passed(self._yuv.bgr(small))
             header = self._header(item, 1.0)  # gate_score 1.0: as ungated
             header.width, header.height = size
             header.encoding = common_pb2.ENCODING_JPEG

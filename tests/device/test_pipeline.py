@@ -171,7 +171,8 @@ def test_kept_frames_jpeg_from_yuv_reads_at_the_edge_like_the_bgr_route(
     sender = Sender("tcp://127.0.0.1:1", SenderConfig(jpeg_quality=90), metrics)  # never started
     box = sender.add_camera("cam")
     setup = PipelineSetup("agent", SenderConfig(jpeg_quality=90), scale=ScaleTarget(*size))
-    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+    canary: list[np.ndarray] = []  # a new gate version's canary takes kept frames as BGR
+    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"), passed=canary.append)
     limits = ImageLimits(4096, 4096, 1 << 24)
     for i, f in enumerate(_decoded_frames(synthetic_mp4, 3, fmt)):
         # The route this frame takes: YUV planes for 4:2:0, else None (through BGR).
@@ -197,4 +198,7 @@ def test_kept_frames_jpeg_from_yuv_reads_at_the_edge_like_the_bgr_route(
         diff = np.abs(image.astype(np.int16) - ref.astype(np.int16))
         assert diff.mean() < 4.0, diff.mean()
         assert np.abs(image.mean(axis=(0, 1)) - ref.mean(axis=(0, 1))).max() < 3.0
+        seen = canary[-1]
+        assert len(canary) == i + 1 and seen.shape == ref.shape
+        assert np.abs(seen.astype(np.int16) - ref.astype(np.int16)).mean() < 2.0
     assert dropped_by_reason(metrics.registry, "cam") == {}
