@@ -4,7 +4,8 @@
         degradation) -> CameraPipeline.put:
             the relevance gate can drop: GateInbox -> gate worker (batches across cameras)
                 -> CameraPipeline.emit on the gate worker's thread
-            else (the default): scale + BGR (FFmpeg) -> JPEG / raw / H.264 -> Sender.submit
+            else (the default): JPEG straight from YUV 4:2:0 (FFmpeg's scale, libjpeg-turbo)
+                or scale + BGR (FFmpeg) -> JPEG / raw / H.264 -> Sender.submit
     sender thread: owns the ZeroMQ sockets, takes what the outboxes hold
 
 A kept frame crosses no thread between its decoder and the sender's outbox (a lock, a
@@ -26,11 +27,12 @@ from typing import Any, Protocol
 
 import cv2
 import numpy as np
+import simplejpeg
 from strata.shared.config.device import PayloadConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 
 from .encoder import H264Encoder, ScaleTarget
-from .frames import BgrScaler
+from .frames import BgrScaler, Yuv420Scaler
 from .inbox import GateInbox, GateItem
 from .metrics import CameraMetrics
 
@@ -139,8 +141,12 @@ class CameraPipeline:
         # Set: frames go through the relevance gate's worker (it can drop them).
         self.inbox = inbox
         self.passed = passed
-        self._params = [cv2.IMWRITE_JPEG_QUALITY, setup.sender.jpeg_quality]
+        self._quality = setup.sender.jpeg_quality
+        self._params = [cv2.IMWRITE_JPEG_QUALITY, self._quality]
         self._scaler = BgrScaler()
+        # JPEG from the decoder's YUV where this route encodes (not through the gate's
+        # worker, which converts its own BGR); the canary's BGR comes from the small frame.
+        self._yuv = Yuv420Scaler() if self.encoding == "jpeg" and inbox is None else None
         self._h264: H264Encoder | None = None
         self._stream_index = 0
 
@@ -154,6 +160,8 @@ class CameraPipeline:
         if item.skip_reason:
             self.emit(item, None, 0.0)
             return None
+        if self._yuv is not None and self._jpeg_from_yuv(item):
+            return None
         try:
             image = self.bgr(item)
             if self.passed is not None:
@@ -163,6 +171,28 @@ class CameraPipeline:
             return None
         self.emit(item, image, 1.0)  # gate_score 1.0: as ungated
         return None
+
+    def _jpeg_from_yuv(self, item: GateItem) -> bool:
+        """Encode and submit a kept 4:2:0 frame's JPEG from its YUV planes (no BGR); False
+        when the frame has another format (the caller goes through BGR)."""
+        assert self._yuv is not None
+        frame = item.frame
+        size = self.scale.size_for(frame.width, frame.height)
+        try:
+            small = frame.yuv420(size, self._yuv)
+            if small is None:
+                return False
+            planes = self._yuv.planes(small)
+            data = simplejpeg.encode_jpeg_yuv_planes(*planes, quality=self._quality)
+            if self.passed is not None:
+                self.passed(self._yuv.bgr(small))
+            header = self._header(item, 1.0)  # gate_score 1.0: as ungated
+            header.width, header.height = size
+            header.encoding = common_pb2.ENCODING_JPEG
+            self.submit(self.camera_id, header, data)
+        except Exception:  # as `emit`: the camera goes on, the frame is counted
+            self._lost("an encoding error")
+        return True
 
     def bgr(self, item: GateItem) -> np.ndarray:
         """The frame as BGR at the payload size (scaled by FFmpeg while converting)."""
@@ -185,9 +215,9 @@ class CameraPipeline:
         log.exception("camera %s: frame lost to %s", self.camera_id, why)
         self.keyframes.request_keyframe(self.camera_id, why)
 
-    def _emit(self, item: GateItem, image: np.ndarray | None, gate_score: float) -> None:
+    def _header(self, item: GateItem, gate_score: float) -> frame_pb2.FrameHeader:
         src_w, src_h = item.frame.width, item.frame.height
-        header = frame_pb2.FrameHeader(
+        return frame_pb2.FrameHeader(
             agent_id=self.agent_id,
             camera_id=self.camera_id,
             capture_ns=item.capture_ns,
@@ -199,10 +229,13 @@ class CameraPipeline:
             source_width=src_w,
             source_height=src_h,
         )
+
+    def _emit(self, item: GateItem, image: np.ndarray | None, gate_score: float) -> None:
+        header = self._header(item, gate_score)
         if image is None:
             header.kind = frame_pb2.FRAME_KIND_SKIPPED
             header.skip_reason = item.skip_reason
-            header.width, header.height = src_w, src_h
+            header.width, header.height = header.source_width, header.source_height
             self.submit(self.camera_id, header, b"")
             return
         header.width, header.height = image.shape[1], image.shape[0]

@@ -8,17 +8,22 @@ import threading
 import time
 from pathlib import Path
 
+import av
 import numpy as np
+import pytest
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
-from strata.device.frames import Frame
+from strata.device.encoder import ScaleTarget
+from strata.device.frames import Frame, Yuv420Scaler
 from strata.device.inbox import GateItem
 from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
 from strata.device.pipeline import CameraPipeline, KeyframeRequests, PipelineSetup
 from strata.device.sender import Sender
 from strata.device.sink import FrameSink
+from strata.edge.ingest.frames import QueuedFrame
 from strata.shared.config.device import CameraConfig, SenderConfig, SourceConfig
-from strata.shared.contracts import frame_pb2
+from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.imagecheck import ImageLimits, check_image
 
 from .conftest import fast_config
 
@@ -143,3 +148,57 @@ def test_a_removed_camera_releases_its_thread(synthetic_mp4: Path, port: int) ->
         finally:
             agent.stop(drain_timeout_s=2.0)
     assert not {t.name for t in threading.enumerate()} & {"camera-a", "camera-b", "sender"}
+
+
+def _decoded_frames(path: Path, n: int, fmt: str | None = None) -> list[av.VideoFrame]:
+    with av.open(str(path)) as c:
+        out = []
+        for f in c.decode(video=0):
+            out.append(f if fmt is None else f.reformat(format=fmt))
+            if len(out) == n:
+                return out
+    return out
+
+
+@pytest.mark.parametrize(("fmt", "size"), [(None, (96, 72)), (None, (0, 0)), ("nv12", (96, 72))])
+def test_kept_frames_jpeg_from_yuv_reads_at_the_edge_like_the_bgr_route(
+    synthetic_mp4: Path, fmt: str | None, size: tuple[int, int]
+) -> None:
+    """A decoded 4:2:0 frame's JPEG is made from its YUV planes (no BGR) and another format's
+    through BGR; the edge's ingest check and decoder read both, and the pixels match what
+    the BGR route gives within JPEG's noise."""
+    metrics = DeviceMetrics(CollectorRegistry())
+    sender = Sender("tcp://127.0.0.1:1", SenderConfig(jpeg_quality=90), metrics)  # never started
+    box = sender.add_camera("cam")
+    setup = PipelineSetup("agent", SenderConfig(jpeg_quality=90), scale=ScaleTarget(*size))
+    canary: list[np.ndarray] = []  # a new gate version's canary takes kept frames as BGR
+    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"), passed=canary.append)
+    limits = ImageLimits(4096, 4096, 1 << 24)
+    for i, f in enumerate(_decoded_frames(synthetic_mp4, 3, fmt)):
+        # The route this frame takes: YUV planes for 4:2:0, else None (through BGR).
+        planes = Frame(i, 0.0, i, av_frame=f).yuv420((96, 72), Yuv420Scaler())
+        assert (planes is None) == (fmt is not None)
+        ref = Frame(i, 0.0, i, av_frame=f).bgr(setup.scale.size_for(f.width, f.height))
+        item = GateItem("cam", i, i, Frame(i, 0.0, i, av_frame=f), 1.0, 0.0)
+        assert pipe.put(item, wait=False) is None
+        out = box.take(time.monotonic())
+        assert out is not None and out.header.frame_index == i
+        h = out.header
+        assert h.encoding == common_pb2.ENCODING_JPEG and (h.height, h.width) == ref.shape[:2]
+        assert (h.source_width, h.source_height) == (f.width, f.height)
+        assert check_image(out.payload, h.encoding, h.width, h.height, limits, exact=True) == (
+            h.width,
+            h.height,
+        )
+        image = QueuedFrame(h, memoryview(out.payload), 0, 0.0).decode()
+        assert image.shape == ref.shape
+        # JPEG at 90 of the same pixels: a few levels apart on average, no colour cast
+        # (both routes' YUV to BGR round differently: each within 1.5 levels of exact
+        # BT.601 on vtest, in opposite directions; limited range read as full is 10+ off).
+        diff = np.abs(image.astype(np.int16) - ref.astype(np.int16))
+        assert diff.mean() < 4.0, diff.mean()
+        assert np.abs(image.mean(axis=(0, 1)) - ref.mean(axis=(0, 1))).max() < 3.0
+        seen = canary[-1]
+        assert len(canary) == i + 1 and seen.shape == ref.shape
+        assert np.abs(seen.astype(np.int16) - ref.astype(np.int16)).mean() < 2.0
+    assert dropped_by_reason(metrics.registry, "cam") == {}

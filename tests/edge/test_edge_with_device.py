@@ -28,10 +28,19 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 CLIP = "synthetic://?frames=60&seed=1&width=320&height=240&objects=3&fps=10&realtime=0"
 
 
-@pytest.mark.parametrize("encoding", ["bgr", "jpeg"])
+@pytest.mark.parametrize("encoding", ["bgr", "jpeg", "jpeg-from-yuv"])
 def test_device_agent_to_edge_node_detections_match_ground_truth(
-    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip, encoding: str
+    colour_model: Path,
+    zctx: Any,
+    synthetic_clip: SyntheticClip,
+    synthetic_mp4: Path,
+    encoding: str,
 ) -> None:
+    # The synthetic source gives BGR frames (the JPEG goes through cv2); the same clip as
+    # H.264 gives decoded YUV 4:2:0, whose JPEG is made from its planes (no BGR).
+    clip = CLIP
+    if encoding == "jpeg-from-yuv":
+        clip, encoding = str(synthetic_mp4), "jpeg"
     node = build_node(
         EdgeConfig.model_validate(
             {
@@ -52,7 +61,7 @@ def test_device_agent_to_edge_node_detections_match_ground_truth(
         DeviceConfig(
             agent_id="agent-under-test",
             edge=ep.listen,
-            cameras=[CameraConfig(id="cam-a", source=CLIP), CameraConfig(id="cam-b", source=CLIP)],
+            cameras=[CameraConfig(id="cam-a", source=clip), CameraConfig(id="cam-b", source=clip)],
             motion=MotionConfig(enabled=False),
             gate=GateConfig(enabled=False),
             sender=SenderConfig(encoding=encoding, jpeg_quality=95),
