@@ -139,9 +139,10 @@ CASCADE: dict[str, Any] = {
 }
 
 
-def cascade_config(encoding: str = "jpeg") -> dict[str, Any]:
-    """The cascade run's config, its device sending `encoding` (jpeg: the default)."""
-    return merge(CASCADE, {"device": {"sender": {"encoding": encoding}}})
+def cascade_config(encoding: str = "jpeg", extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The cascade run's config, its device sending `encoding` (jpeg: the default), with
+    `extra` over it."""
+    return merge(merge(CASCADE, {"device": {"sender": {"encoding": encoding}}}), extra or {})
 
 
 class Labels:
@@ -348,8 +349,7 @@ def measure_clip(
     total = decoded or (max(ref_boxes, default=-1) + 1)
     # Refused before the cascade runs: its figures would be scored against holes.
     reference = reference_frames(clip.name, ref_boxes, total, drops(ref.scrapes))
-    cascade = merge(cascade_config(setup.encoding), extra)
-    cascade = merge(cascade, clips_overrides(workdir / "cascade"))
+    cascade = merge(cascade_config(setup.encoding, extra), clips_overrides(workdir / "cascade"))
     cas = run_once(workdir / "cascade", clip, cascade, setup.timeout_s)
     cas_boxes = boxes_of(cas.results, labels)
     # Every frame is scored with what the edge published for it (detected or answered by
