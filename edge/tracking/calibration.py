@@ -16,14 +16,13 @@ over that calibration window; when the next burst ends, they are scored on the m
 of the camera's last `window` bursts (box F1 weighted by boxes, counting by frames) and
 the result rides in the feedback (`estimated_accuracy`, box F1, and `estimated_counting`);
 a window without a kept frame outside bursts has no estimate, nor a window without a box
-an F1 one. The frames of a span the motion gate dropped as unchanged (`skipped`) agree
-whatever the gap: they are scored apart. Every span (a burst's frames too: they agree by
-construction) is also scored as it comes, for the run (`on_scored`: counters a bench
-reads). A burst that saw (almost) no box sends no curves: an empty street's F1 is 1 at
-every gap, and the device would space the next passage by it; instead, the first kept
-frame with objects while no burst of the scene has seen any asks for a burst
-(`burst_frames`), so the camera calibrates on what it must space. A scene change forgets
-the camera's curves and spans (they describe the old scene).
+an F1 one. Every span (a burst's frames too: they agree by construction) is also scored
+as it comes, for the run (`on_scored`: counters a bench reads). A burst that saw (almost) no box
+sends no curves: an empty street's F1 is 1 at every gap, and the device would space the
+next passage by it; instead, the first kept frame with objects while no burst of the scene
+has seen any asks for a burst (`burst_frames`), so the camera calibrates on what it must
+space. A scene change forgets the camera's curves and spans (they describe
+the old scene).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from strata.edge.tracking.answers import STILL_REASON, Answers
+from strata.edge.tracking.answers import Answers
 from strata.edge.tracking.estimate import Curves, Spacing, Span, Tally
 from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import TrackingConfig
@@ -222,17 +221,6 @@ class Calibration:
         self._bursts: dict[tuple[int, str], _Burst] = {}
         self._feedback: dict[tuple[int, str], frame_pb2.CascadeFeedback] = {}
         self.measured = 0
-
-    def skipped(self, h: frame_pb2.FrameHeader) -> None:
-        """A frame the device dropped (ingest thread): one its motion gate found unchanged
-        costs the span it falls in nothing (estimate.py)."""
-        if h.skip_reason != STILL_REASON:
-            return
-        with self._lock:
-            cam = self._cameras.get((h.session_id, h.camera_id))
-            if cam is None:
-                cam = self._cameras[(h.session_id, h.camera_id)] = _Camera(self.window)
-            cam.spacing.still(h.frame_index)
 
     def detected(
         self, h: frame_pb2.FrameHeader, boxes: FrameBoxes

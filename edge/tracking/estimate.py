@@ -13,16 +13,6 @@ weighted the way the figure it estimates is pooled against the every-frame refer
   passage, which it says nothing about; box-weighted, it counts for nothing.
 - counting is a mean over frames, so a span weighs its frames, and so do the curves.
 
-The frames of a span the device's motion gate dropped as unchanged (skip reason
-"motion") cost nothing: the picture is the last kept frame's, and the edge answers them
-with its boxes held. Only the rest of the span (the frames dropped for the spacing and the
-kept frame) is scored at the curve, at the gap they make without the still ones: a kept
-frame after 49 frames of an unchanged empty street, the first of a passage, was scored
-as a 50-frame gap (at 0.27 on the quiet clip) for boxes drawn over the whole span, and
-the estimate fell 0.04 under the measured F1 (its window's to 0.54, boosting the device).
-This trusts the gate: a detector whose boxes flicker on an unchanged picture (the bench's
-synthetic shapes) loses on those frames, and the estimate does not see it.
-
 A `Tally` sums spans: one per calibration window (the feedback's estimate, against the
 device's target) and increments for the run (counters, so a bench divides one by the
 other and compares with the every-frame reference over the same frames).
@@ -43,10 +33,6 @@ class Span:
     gap: int
     # The detector's boxes in those frames (estimated from the kept frames at both ends).
     boxes: float
-    # Of those: the frames the motion gate dropped as unchanged, and their boxes (the
-    # last kept frame's); they agree whatever the gap.
-    still: int = 0
-    still_boxes: float = 0.0
 
 
 class Curves:
@@ -96,22 +82,19 @@ class Tally:
 
     def add(self, span: Span, curves: Curves) -> bool:
         """Score `span` on `curves`; False (nothing added) when they cannot score it yet.
-        A gap of 1 (every frame detected) agrees by construction, curves or not, and so do
-        the still frames (unchanged since the last kept one)."""
-        gap = max(1, span.gap - span.still)
-        moving_boxes = span.boxes - span.still_boxes
-        if gap <= 1:
+        A gap of 1 (every frame detected) agrees by construction, curves or not."""
+        if span.gap <= 1:
             f1, counting = 1.0, 1.0
-        elif curves.counting is None or (moving_boxes > 0 and curves.f1 is None):
+        elif curves.counting is None or (span.boxes > 0 and curves.f1 is None):
             return False
         else:
-            f1 = _at(curves.f1, gap) if curves.f1 is not None else 1.0
-            counting = _at(curves.counting, gap)
+            f1 = _at(curves.f1, span.gap) if curves.f1 is not None else 1.0
+            counting = _at(curves.counting, span.gap)
         if span.boxes > 0:
             self.f1_weight += span.boxes
-            self.f1_sum += moving_boxes * f1 + span.still_boxes
+            self.f1_sum += span.boxes * f1
         self.counting_weight += span.gap
-        self.counting_sum += (span.gap - span.still) * counting + span.still
+        self.counting_sum += span.gap * counting
         return True
 
     def f1(self) -> float | None:
@@ -123,10 +106,6 @@ class Tally:
         return self.counting_sum / self.counting_weight if self.counting_weight > 0 else None
 
 
-# Still frames remembered per camera (kept frames that never come would grow them).
-_STILLS_MAX = 4096
-
-
 @dataclass
 class Spacing:
     """One camera's spans since its last calibration burst started, and those not yet
@@ -136,15 +115,6 @@ class Spacing:
     last_boxes: int = 0
     window: list[Span] = field(default_factory=list)
     unscored: list[Span] = field(default_factory=list)
-    # Frames the motion gate dropped as unchanged, not yet in a span (their headers come
-    # before the kept frame that ends it is detected).
-    stills: list[int] = field(default_factory=list)
-
-    def still(self, index: int) -> None:
-        """Frame `index` was dropped by the motion gate: unchanged since the last kept."""
-        if index > self.last_index:
-            self.stills.append(index)
-            del self.stills[:-_STILLS_MAX]
 
     def saw(self, index: int, boxes: int, calibration: bool) -> Span | None:
         """A detected frame with `boxes` boxes: the span it ends (None: the first, or out
@@ -152,16 +122,11 @@ class Spacing:
         span = None
         if 0 <= self.last_index < index:
             gap = index - self.last_index
-            still = min(gap - 1, sum(1 for i in self.stills if self.last_index < i < index))
-            held = float(still * self.last_boxes)
-            moving = (gap - still) * (self.last_boxes + boxes) / 2
-            span = Span(gap, moving + held, still, held)
+            span = Span(gap, gap * (self.last_boxes + boxes) / 2)
             if not calibration:
                 self.window.append(span)
         if index >= self.last_index:
             self.last_index, self.last_boxes = index, boxes
-            if self.stills:
-                self.stills = [i for i in self.stills if i > index]
         return span
 
     def take_window(self) -> list[Span]:

@@ -329,32 +329,3 @@ def test_the_frames_up_to_a_cut_stay_in_the_run_s_estimate() -> None:
         assert counted == 29 + 5 + 3 * 4 + 8
     finally:
         cal.close()
-
-
-def _window_estimate(still_reason: str) -> float:
-    """The first window's estimated F1 when the frames between kept ones were dropped for
-    `still_reason`."""
-    cal = Calibration(TrackingConfig(), max_gap=6, window=1)
-    try:
-        feed(cal, range(0, 30), True)
-        for i in range(32, 90, 3):
-            for j in (i - 2, i - 1):
-                h = head(j, False)
-                h.kind = frame_pb2.FRAME_KIND_SKIPPED
-                h.skip_reason = still_reason
-                cal.skipped(h)
-            cal.detected(head(i, False), scene(i, 6.0))
-        feed(cal, range(90, 120), True)
-        end = feed(cal, range(122, 130), False, step=3)
-        assert isinstance(end, Future) and end.result(timeout=30) is not None
-        fb = cal.take_feedback(3, "cam")
-        assert fb is not None and fb.HasField("estimated_accuracy")
-        return fb.estimated_accuracy
-    finally:
-        cal.close()
-
-
-def test_frames_the_motion_gate_dropped_as_unchanged_cost_nothing() -> None:
-    spaced = _window_estimate("min_gap")
-    assert spaced < 1.0
-    assert _window_estimate("motion") == approx(1.0)
