@@ -17,7 +17,9 @@ Two measurements, each against bare PyAV decoding in the same run:
    (overload, spool, ...) is not carried either.
 
 The sink acks like an edge node and, like one, announces its detector's input (the edge's
-default detector, `--edge-input`): the default agent scales its payloads to fit it.
+default detector, `--edge-input`): the default agent scales its payloads to fit it. It runs
+in a process of its own (`sink_process.py`): on the same cores, but its CPU time and its
+GIL are not the agent's, as an edge node on its own host.
 
 The clips are made from data/vtest.mp4 (H.264, libx264 with B-frames, re-timed to the
 rate). Figures need an idle machine: never report a run made while other work ran.
@@ -43,12 +45,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
 from strata.device.camera import CameraState
-from strata.device.sink import FrameSink
 from strata.device.sources import AvSource, configure_decoder
 from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
 from strata.tools.bench.device import edge_model_input
+from strata.tools.bench.sink_process import SinkProcess
 
 log = logging.getLogger("strata.tools.bench.cameras")
 
@@ -152,7 +154,7 @@ def agent_fps(clip: Path, models_repository: str = "", edge_input: int = 0) -> f
     """Frames per second one agent (default config) decodes and handles on `clip`, to a
     sink announcing a detector input of `edge_input` squared (0: none), as an edge does."""
     cfg = _device_config(clip, 1, realtime=False)
-    with FrameSink(cfg.edge, keep_log=False, model_input=(edge_input, edge_input)):
+    with SinkProcess(cfg.edge, model_input=(edge_input, edge_input)):
         agent = Agent(cfg, models_repository, registry=CollectorRegistry())
         t = time.perf_counter()
         if agent.run_until_done(timeout=600) != 0:
@@ -256,7 +258,7 @@ def agent_trial(
     camera's worst lag, every frame: not a sample of the gauge) and the agent gave up on
     no frame (overload, spool, any reason)."""
     cfg = _device_config(clip, cameras, realtime=True)
-    with FrameSink(cfg.edge, keep_log=False, model_input=(edge_input, edge_input)):
+    with SinkProcess(cfg.edge, model_input=(edge_input, edge_input)):
         agent = Agent(cfg, models_repository, registry=CollectorRegistry())
         t = time.perf_counter()
         agent.start()
