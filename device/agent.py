@@ -86,8 +86,15 @@ class Agent:
             setup=SenderSetup(routing=cfg.routing, agent_id=self.agent_id),
             hooks=SenderHooks(on_ack=self._on_ack, on_lost=self._on_lost, on_move=self._moved),
         )
+        import cv2  # here, as the worker's: cv2 stays out of `strata --help`
+
         from .encoder import ScaleTarget
-        from .worker import GateSetup, GateWorker  # cv2 import stays out of `strata --help`
+        from .worker import GateSetup, GateWorker
+
+        # The host's cores belong to the cameras' decoders: cv2's worker pool, woken for
+        # images of a few hundred pixels on every frame, costs more than it saves (process-
+        # wide: the agent owns its process; docs/benchmarks.md, "Device agent").
+        cv2.setNumThreads(1)
 
         # Frames are scaled to fit this: the configured size, else the edge model's input
         # once the edge announces it (EdgeInfo).
