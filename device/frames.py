@@ -137,6 +137,28 @@ class Yuv420Scaler:
         self._reformatter = VideoReformatter()
         self._convert = VideoReformatter()
         self._area = Interpolation.AREA
+        self._halves = (_Halver(), _Halver(), _Halver())
+
+    def jpeg_planes(self, av_frame: Any, size: tuple[int, int]) -> YuvPlanes | None:
+        """`av_frame`'s planes scaled to `size` (even w, h) in full-range YCbCr, by exact
+        2x2 halvings then one bilinear step of less than 2x (cv2, one thread): the planes
+        `scale` gives within a grey level or two where the factor is a power of two, at
+        about half its CPU at 720p (0.33 against 0.58 ms with the encode). None where
+        `scale` must do it (another format, an odd size)."""
+        w, h = size
+        name = av_frame.format.name
+        if name not in _YUV420 or w % 2 or h % 2:
+            return None
+        fw, fh = int(av_frame.width), int(av_frame.height)
+        cw, ch = (fw + 1) // 2, (fh + 1) // 2
+        y_in, u_in, v_in = av_frame.planes
+        full = name == "yuvj420p" or int(getattr(av_frame, "color_range", 0)) == _JPEG_RANGE
+        hy, hu, hv = self._halves
+        return (
+            hy.scale(_plane(y_in, fw, fh), (w, h), None if full else _LUMA_TO_FULL),
+            hu.scale(_plane(u_in, cw, ch), (w // 2, h // 2), None if full else _CHROMA_TO_FULL),
+            hv.scale(_plane(v_in, cw, ch), (w // 2, h // 2), None if full else _CHROMA_TO_FULL),
+        )
 
     def scale(self, av_frame: Any, size: tuple[int, int]) -> Any:
         """`av_frame` scaled to `size` (w, h) by area averaging: a yuvj420p PyAV frame."""
@@ -156,6 +178,49 @@ class Yuv420Scaler:
         """A `scale`d frame as H x W x 3 BGR."""
         out: np.ndarray = self._convert.reformat(small, format="bgr24", threads=1).to_ndarray()
         return out
+
+
+class _Halver:
+    """One plane to a smaller size: exact 2x2 halvings (cv2's integer area path) while the
+    result stays at least the size, then one bilinear step (less than 2x: bilinear then
+    reads every pixel, and cv2's area path at such factors costs 3x more), then a range
+    table where given; buffers kept for the last source size."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self._levels: list[np.ndarray] = []
+        self._out = np.empty((0, 0), np.uint8)
+
+    def scale(self, img: np.ndarray, size: tuple[int, int], lut: np.ndarray | None) -> np.ndarray:
+        h, w = img.shape
+        key = (w, h, *size)
+        if key != self._key:
+            self._key, self._levels = key, []
+            while w % 2 == 0 and h % 2 == 0 and w // 2 >= size[0] and h // 2 >= size[1]:
+                w, h = w // 2, h // 2
+                self._levels.append(np.empty((h, w), np.uint8))
+            self._out = np.empty((size[1], size[0]), np.uint8)
+        for level in self._levels:
+            img = cv2.resize(img, (level.shape[1], level.shape[0]), dst=level, interpolation=_AREA)
+        if img.shape != self._out.shape:
+            img = cv2.resize(img, size, dst=self._out, interpolation=cv2.INTER_LINEAR)
+        if lut is not None:
+            img = cv2.LUT(img, lut, dst=self._out)
+        return img
+
+
+def _range_table(stretch: float, centre: float, low: float) -> np.ndarray:
+    """A table from limited to full range, as FFmpeg's scaler stretches it:
+    (x - centre) * stretch + centre - low, rounded and clipped."""
+    x = np.arange(256, dtype=np.float64)
+    return np.clip(np.rint((x - centre) * stretch + centre - low), 0, 255).astype(np.uint8)
+
+
+# Luma 16..235 to 0..255; chroma 16..240 to 0..255 about 128.
+_LUMA_TO_FULL = _range_table(255 / 219, 16.0, 16.0)
+_CHROMA_TO_FULL = _range_table(255 / 224, 128.0, 0.0)
+# AVColorRange's JPEG (full range).
+_JPEG_RANGE = 2
 
 
 def _plane(plane: Any, width: int, height: int) -> np.ndarray:
@@ -214,6 +279,13 @@ class Frame:
         if frame is None or frame.format.name not in _YUV420:
             return None
         return scaler.scale(frame, size)
+
+    def jpeg_planes(self, size: tuple[int, int], scaler: Yuv420Scaler) -> YuvPlanes | None:
+        """The frame's full-range YCbCr planes at `size` for its JPEG (`Yuv420Scaler.
+        jpeg_planes`); None when that route cannot take it (the caller takes `yuv420`)."""
+        if self._av is None:
+            return None
+        return scaler.jpeg_planes(self._av, size)
 
     def bgr(
         self, size: tuple[int, int] | None = None, scaler: BgrScaler | None = None

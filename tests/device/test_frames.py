@@ -66,3 +66,39 @@ def test_grey_buffers_are_kept_from_frame_to_frame(vtest_mp4: Path) -> None:
     scaler = GreyScaler(192, 144)
     first = scaler.scale(frames[0])
     assert all(scaler.scale(f) is first for f in frames[1:])  # the same buffer, refilled
+
+
+@pytest.mark.parametrize(
+    ("source", "size", "fmt"),
+    [
+        (None, (320, 240), "yuv420p"),  # vtest 768x576: one halving, then 1.2x
+        ((1280, 720), (320, 180), "yuv420p"),  # two exact halvings
+        ((1280, 720), (320, 180), "yuvj420p"),  # full range already: no stretch
+        ((640, 480), (640, 480), "yuv420p"),  # the size itself: the range stretch only
+    ],
+)
+def test_jpeg_planes_match_ffmpegs_area_scale(vtest_mp4: Path, source, size, fmt) -> None:  # type: ignore[no-untyped-def]
+    """The kept frame's JPEG planes by cv2's halvings are FFmpeg's (area scale to full-range
+    yuvj420p) within a grey level or two on average, with the same brightness."""
+    from strata.device.frames import Yuv420Scaler
+
+    scaler = Yuv420Scaler()
+    for decoded in _frames(vtest_mp4, 4, source):
+        frame = decoded.reformat(format=fmt) if fmt != decoded.format.name else decoded
+        ours = scaler.jpeg_planes(frame, size)
+        assert ours is not None
+        theirs = Yuv420Scaler.planes(scaler.scale(frame, size))
+        for a, b in zip(ours, theirs, strict=True):
+            assert a.shape == b.shape
+            diff = np.abs(a.astype(np.int16) - b.astype(np.int16))
+            assert float(diff.mean()) < 2.0
+            assert abs(float(a.mean()) - float(b.mean())) < 1.0
+
+
+def test_jpeg_planes_leave_odd_sizes_and_other_formats_to_ffmpeg(vtest_mp4: Path) -> None:
+    from strata.device.frames import Yuv420Scaler
+
+    frame = _frames(vtest_mp4, 1)[0]
+    scaler = Yuv420Scaler()
+    assert scaler.jpeg_planes(frame, (321, 240)) is None
+    assert scaler.jpeg_planes(frame.reformat(format="rgb24"), (320, 240)) is None
