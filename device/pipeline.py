@@ -110,8 +110,9 @@ class PipelineSetup:
 
 
 # Frames that passed a relevance gate that cannot drop, for the canary of a new gate
-# version: (frames as they would have been gated); None when no version switch is watched.
-PassedHook = Callable[[np.ndarray], None]
+# version: each as BGR, or as the JPEG it was sent as (decoded only if a canary runs);
+# None when no version switch is watched.
+PassedHook = Callable[[np.ndarray | bytes], None]
 
 
 class CameraPipeline:
@@ -179,17 +180,16 @@ class CameraPipeline:
         frame = item.frame
         size = self.scale.size_for(frame.width, frame.height)
         try:
-            # cv2's halvings where they can (cheaper); FFmpeg's scaler where a canary also
-            # wants the small frame's BGR, or for sizes the halvings do not take.
-            planes = None if self.passed is not None else frame.jpeg_planes(size, self._yuv)
+            # cv2's halvings (cheaper); FFmpeg's scaler for sizes the halvings do not take.
+            planes = frame.jpeg_planes(size, self._yuv)
             if planes is None:
                 small = frame.yuv420(size, self._yuv)
                 if small is None:
                     return False
                 planes = self._yuv.planes(small)
-                if self.passed is not None:
-                    self.passed(self._yuv.bgr(small))
             data = simplejpeg.encode_jpeg_yuv_planes(*planes, quality=self._quality)
+            if self.passed is not None:
+                self.passed(data)  # no BGR for a canary that may never run
             header = self._header(item, 1.0)  # gate_score 1.0: as ungated
             header.width, header.height = size
             header.encoding = common_pb2.ENCODING_JPEG

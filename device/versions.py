@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,18 +54,21 @@ class GateSwitcher(VersionSwitcher[RelevanceGate]):
             registry=registry,
         )
         self._frames = cfg.canary_frames
-        # (frame as gated, serving version's keep); references, not copies.
-        self._recent: deque[tuple[np.ndarray, bool]] = deque(maxlen=cfg.canary_frames)
+        # (frame as gated, or its JPEG; serving version's keep); references, not copies.
+        self._recent: deque[tuple[np.ndarray | bytes, bool]] = deque(maxlen=cfg.canary_frames)
         self._lock = threading.Lock()
         self._gated_by: dict[int, Any] = {}
         super().__init__(
             repo, gate.model, serving.version, cfg, self._build, self._score, metrics, "device"
         )
 
-    def remember(self, images: list[np.ndarray], gate: RelevanceGate, keep: np.ndarray) -> None:
-        """A batch's frames and the serving gate's decisions (the gate worker's thread, or
-        a camera's for a gate that cannot drop: every kept frame, so the version's counter
-        is looked up once per version, not per call)."""
+    def remember(
+        self, images: Sequence[np.ndarray | bytes], gate: RelevanceGate, keep: np.ndarray
+    ) -> None:
+        """A batch's frames (BGR, or JPEG: decoded only when a canary runs) and the serving
+        gate's decisions (the gate worker's thread, or a camera's for a gate that cannot
+        drop: every kept frame, so the version's counter is looked up once per version,
+        not per call)."""
         counter = self._gated_by.get(gate.version)
         if counter is None:
             counter = self._gated_by[gate.version] = self.gated.labels(str(gate.version))
@@ -86,6 +90,16 @@ class GateSwitcher(VersionSwitcher[RelevanceGate]):
         agree = 0
         for i in range(0, len(recent), step):
             chunk = recent[i : i + step]
-            keep = gate.decide(gate.score([img for img, _ in chunk]))
+            keep = gate.decide(gate.score([_bgr(img) for img, _ in chunk]))
             agree += sum(bool(k) == old for k, (_, old) in zip(keep, chunk, strict=True))
         return agree / len(recent)
+
+
+def _bgr(image: np.ndarray | bytes) -> np.ndarray:
+    """A remembered frame as BGR (a JPEG is decoded)."""
+    if isinstance(image, np.ndarray):
+        return image
+    import simplejpeg
+
+    out: np.ndarray = simplejpeg.decode_jpeg(image, colorspace="BGR")
+    return out

@@ -100,9 +100,9 @@ class GateWorker:
             pipeline,
         )
 
-    def passed(self, image: np.ndarray) -> None:
-        """A frame that went ungated past a gate that cannot drop (a camera's thread): the
-        canary of a new gate version still needs recent frames."""
+    def passed(self, image: np.ndarray | bytes) -> None:
+        """A frame that went ungated past a gate that cannot drop (a camera's thread), as
+        BGR or as its JPEG: the canary of a new gate version still needs recent frames."""
         if self.switcher is not None and self.gate is not None:
             self.switcher.remember([image], self.gate, _KEEP_ONE)
 

@@ -171,7 +171,8 @@ def test_kept_frames_jpeg_from_yuv_reads_at_the_edge_like_the_bgr_route(
     sender = Sender("tcp://127.0.0.1:1", SenderConfig(jpeg_quality=90), metrics)  # never started
     box = sender.add_camera("cam")
     setup = PipelineSetup("agent", SenderConfig(jpeg_quality=90), scale=ScaleTarget(*size))
-    canary: list[np.ndarray] = []  # a new gate version's canary takes kept frames as BGR
+    # A new gate version's canary takes kept frames: as sent (JPEG) or as BGR.
+    canary: list[np.ndarray | bytes] = []
     pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"), passed=canary.append)
     limits = ImageLimits(4096, 4096, 1 << 24)
     for i, f in enumerate(_decoded_frames(synthetic_mp4, 3, fmt)):
@@ -199,6 +200,10 @@ def test_kept_frames_jpeg_from_yuv_reads_at_the_edge_like_the_bgr_route(
         assert diff.mean() < 4.0, diff.mean()
         assert np.abs(image.mean(axis=(0, 1)) - ref.mean(axis=(0, 1))).max() < 3.0
         seen = canary[-1]
-        assert len(canary) == i + 1 and seen.shape == ref.shape
-        assert np.abs(seen.astype(np.int16) - ref.astype(np.int16)).mean() < 2.0
+        assert len(canary) == i + 1
+        if fmt is None:  # the JPEG itself, decoded only if a canary runs
+            assert seen == bytes(out.payload)
+        else:
+            assert isinstance(seen, np.ndarray) and seen.shape == ref.shape
+            assert np.abs(seen.astype(np.int16) - ref.astype(np.int16)).mean() < 2.0
     assert dropped_by_reason(metrics.registry, "cam") == {}
