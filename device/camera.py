@@ -118,6 +118,8 @@ class CameraWorker:
             self.send_skipped = cascade.send_skipped
         self._calibrating = False
         self._scene_change = False
+        # The kept calibration frame is one the motion gate alone would have dropped.
+        self._unchanged = False
         self.outlet = outlet
         self.m = metrics
         self._source_events = _SourceMetrics(metrics)
@@ -275,8 +277,10 @@ class CameraWorker:
         """Keep the frame or drop it, why, and its motion score; counted per reason."""
         index = self.frames - 1
         policy = self.policy
+        in_burst = self._calibrating
         self._calibrating = False
         self._scene_change = False
+        self._unchanged = False
         pre = policy.before_motion(index) if policy is not None else None
         cut = None
         if policy is not None and pre is not None and pre.block:
@@ -320,17 +324,31 @@ class CameraWorker:
                 policy.count("dropped", REASON_RATE)
             return False, REASON_RATE, verdict.score
         if policy is not None:
-            # A cut's shift (a jump within one view, or nothing shared) is no speed.
-            policy.camera_moved(index, None if verdict.scene_change else verdict.shift)
-            policy.kept(index)
-            policy.count("kept", verdict.why)
-            self._calibrating = bool(pre and pre.calibration)
+            self._kept_by_policy(policy, index, verdict, bool(pre and pre.calibration), in_burst)
         self._scene_change = verdict.scene_change
         if verdict.scene_change:
             self.m.scene_changes.inc()
             if policy is not None:
                 policy.scene_changed()
         return True, verdict.why, verdict.score
+
+    def _kept_by_policy(
+        self,
+        policy: CascadePolicy,
+        index: int,
+        verdict: MotionDecision,
+        calibration: bool,
+        in_burst: bool,
+    ) -> None:
+        """The cascade's frame `index` is kept: tell the policy; a calibration frame is
+        also checked against the motion gate alone (would it have been dropped?)."""
+        # A cut's shift (a jump within one view, or nothing shared) is no speed.
+        policy.camera_moved(index, None if verdict.scene_change else verdict.shift)
+        policy.kept(index)
+        policy.count("kept", verdict.why)
+        self._calibrating = calibration
+        if calibration and self.motion is not None:
+            self._unchanged = self.motion.burst_unchanged(start=not in_burst)
 
     def _read(self, src: Source) -> int:
         """Run the source until it ends; returns frames read. SourceError when it dies."""
@@ -360,6 +378,7 @@ class CameraWorker:
                 "" if keep else reason,
                 self._calibrating,
                 keep and self._scene_change,
+                keep and self._unchanged,
             )
             dropped = self.outlet.put(item, wait, self._stop)
             if dropped is item:

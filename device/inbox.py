@@ -33,6 +33,8 @@ class GateItem:
     calibration: bool = False
     # The motion gate saw a cut or a pan (device/motion.py); the header says so.
     scene_change: bool = False
+    # A calibration frame the motion gate alone would have dropped as unchanged.
+    unchanged: bool = False
 
 
 class GateInbox:

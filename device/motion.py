@@ -66,6 +66,9 @@ class MotionGate:
         self._small_bgr = np.empty((h, w, 3), np.uint8)
         self._have_kept = False
         self._kept_ts = 0.0
+        # In a calibration burst (every frame kept): the last burst frame the gate alone
+        # would have kept (`burst_unchanged`).
+        self._burst_ref = np.empty((h, w), np.uint8)
         self._shift = ShiftMeter(w, h)
         self._scaler: GreyScaler | None = None
         self._mask: np.ndarray | None = None
@@ -133,6 +136,19 @@ class MotionGate:
             score = float(cv2.norm(self._grey, self._kept, cv2.NORM_L2, self._mask)) * self._scale
             scene = score >= self.cfg.threshold and self._scene_changed()
         return self._keep(ts, score, why, scene)
+
+    def burst_unchanged(self, start: bool) -> bool:
+        """For the calibration frame just kept (`keep_now`): would the gate alone have
+        dropped it as unchanged? Scored against the last burst frame it would have kept
+        (the burst's first frame, `start`, is one), which becomes the reference when not.
+        The edge measures on these frames what answering an unchanged frame costs."""
+        unchanged = False
+        if not start and self._scale:
+            norm = cv2.norm(self._kept, self._burst_ref, cv2.NORM_L2, self._mask)
+            unchanged = float(norm) * self._scale < self.cfg.threshold
+        if not unchanged:
+            np.copyto(self._burst_ref, self._kept)
+        return unchanged
 
     def cut(self, image: np.ndarray, ts: float) -> MotionDecision | None:
         """Score `image` for a change of the whole picture only (the cascade drops it

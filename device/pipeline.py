@@ -230,6 +230,7 @@ class CameraPipeline:
             frame_index=item.index,
             calibration=item.calibration,
             scene_change=item.scene_change,
+            unchanged=item.unchanged,
             source_width=src_w,
             source_height=src_h,
         )

@@ -12,17 +12,20 @@ and not scored.
 The estimate of what the camera's current spacing achieves (edge/tracking/estimate.py):
 each kept frame ends a span of frames since the camera's previous kept one. The spans of
 frames outside bursts since the previous burst started are the spacing the device used
-over that calibration window; when the next burst ends, they are scored on the mean curve
-of the camera's last `window` bursts (box F1 weighted by boxes, counting by frames) and
-the result rides in the feedback (`estimated_accuracy`, box F1, and `estimated_counting`);
-a window without a kept frame outside bursts has no estimate, nor a window without a box
-an F1 one. Every span (a burst's frames too: they agree by construction) is also scored
-as it comes, for the run (`on_scored`: counters a bench reads). A burst that saw (almost) no box
-sends no curves: an empty street's F1 is 1 at every gap, and the device would space the
-next passage by it; instead, the first kept frame with objects while no burst of the scene
-has seen any asks for a burst (`burst_frames`), so the camera calibrates on what it must
-space. A scene change forgets the camera's curves and spans (they describe
-the old scene).
+over that calibration window; when the next burst ends, they are scored on the mean
+curve of the camera's last `window` bursts (box F1 weighted by boxes, counting by
+frames) and the result rides in the feedback (`estimated_accuracy`, box F1, and
+`estimated_counting`); a window without a kept frame outside bursts has no estimate, nor
+a window without a box an F1 one. The burst frames the device's motion gate alone would
+have dropped (`unchanged`) are also replayed as the edge answers such frames, and
+scored: what the estimate charges the frames the gate dropped as unchanged
+(estimate.py). Every span (a burst's frames too: they agree by construction) is also
+scored as it comes, for the run (`on_scored`: counters a bench reads). A burst that saw
+(almost) no box sends no curves: an empty street's F1 is 1 at every gap, and the device
+would space the next passage by it; instead, the first kept frame with objects while no
+burst of the scene has seen any asks for a burst (`burst_frames`), so the camera
+calibrates on what it must space. A scene change forgets the camera's curves and spans
+(they describe the old scene).
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from strata.edge.tracking.answers import Answers
-from strata.edge.tracking.estimate import Curves, Spacing, Span, Tally
+from strata.edge.tracking.answers import STILL_REASON, Answers
+from strata.edge.tracking.estimate import Curves, Spacing, Span, Still, Tally
 from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
@@ -51,14 +54,18 @@ def replay(
     cfg: TrackingConfig,
     width: int,
     height: int,
+    unchanged: np.ndarray | None = None,
 ) -> list[TrackedBoxes]:
-    """Per frame: the detector's boxes where `kept`, else what the node would answer."""
+    """Per frame: the detector's boxes where `kept`, else what the node would answer
+    (frames `unchanged`: dropped by the motion gate)."""
     answers = Answers(cfg.model_copy(update={"hold_s": 1e9}))
     out: list[TrackedBoxes | None] = [None] * len(reference)
     for i, dets in enumerate(reference):
         h = frame_pb2.FrameHeader(
             camera_id="replay", session_id=1, frame_index=i, width=width, height=height
         )
+        if unchanged is not None and unchanged[i]:
+            h.skip_reason = STILL_REASON
         if kept[i]:
             answers.expect(h)
             tracked, done = answers.detected(h, dets)
@@ -134,6 +141,36 @@ def measure_gaps(
     return GapAccuracy(tuple(f1), tuple(counting), len(ref), boxes)
 
 
+def measure_still(
+    burst: Sequence[FrameBoxes],
+    unchanged: Sequence[bool],
+    cfg: TrackingConfig,
+    width: int,
+    height: int,
+) -> Still:
+    """What answering the frames the motion gate alone would have dropped as unchanged
+    costs over `burst`: the frames it would have kept detected, the unchanged ones
+    answered, scored against the detector. The burst's first and last frames stand for
+    the kept frames around it (an interpolated answer waits for the next kept frame; a
+    predicted one does not look at it), and are not scored."""
+    still = np.asarray(unchanged, bool)
+    kept = ~still
+    kept[0] = kept[-1] = True
+    scored = [i for i in range(1, len(burst) - 1) if still[i]]
+    if not scored:
+        return Still()
+    out = replay(burst, kept, cfg, width, height, still)
+    a = agreement([class_boxes(burst[i]) for i in scored], [class_boxes(out[i]) for i in scored])
+    tp = a.true_positives
+    return Still(
+        len(scored),
+        tp,
+        tp + a.false_negatives,
+        tp + a.false_positives,
+        a.counting * len(scored),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """What a camera's spacing achieved over its last calibration window, as estimated
@@ -147,6 +184,8 @@ class Estimate:
 @dataclass
 class _Burst:
     frames: list[tuple[int, FrameBoxes]] = field(default_factory=list)
+    # Per frame: the motion gate alone would have dropped it as unchanged.
+    unchanged: list[bool] = field(default_factory=list)
     width: int = 0
     height: int = 0
     # The spans of the calibration window before this burst.
@@ -222,6 +261,17 @@ class Calibration:
         self._feedback: dict[tuple[int, str], frame_pb2.CascadeFeedback] = {}
         self.measured = 0
 
+    def skipped(self, h: frame_pb2.FrameHeader) -> None:
+        """A frame the device dropped (ingest thread): one its motion gate found unchanged
+        is scored apart in the span it falls in (estimate.py)."""
+        if h.skip_reason != STILL_REASON:
+            return
+        with self._lock:
+            cam = self._cameras.get((h.session_id, h.camera_id))
+            if cam is None:
+                cam = self._cameras[(h.session_id, h.camera_id)] = _Camera(self.window)
+            cam.spacing.still(h.frame_index)
+
     def detected(
         self, h: frame_pb2.FrameHeader, boxes: FrameBoxes
     ) -> Future[GapAccuracy | None] | None:
@@ -280,6 +330,7 @@ class Calibration:
             if burst is None or (burst.frames and h.frame_index != burst.frames[-1][0] + 1):
                 burst = self._bursts[key] = _Burst(window=cam.spacing.take_window())
             burst.frames.append((h.frame_index, boxes))
+            burst.unchanged.append(h.unchanged)
             burst.width = h.source_width or h.width
             burst.height = h.source_height or h.height
             return None, scored
@@ -315,6 +366,9 @@ class Calibration:
             self.max_gap,
             self.warmup,
         )
+        still = measure_still(
+            [b for _, b in burst.frames], burst.unchanged, self.cfg, burst.width, burst.height
+        )
         fb = frame_pb2.CascadeFeedback()
         # A few boxes (an object at the edge of the view, a flicker) make a curve of noise.
         informative = acc.boxes > 0 and acc.boxes * MIN_BOXES_PER_FRAME[1] >= (
@@ -336,6 +390,8 @@ class Calibration:
             if cam is None:  # a scene change while measuring: the new scene starts afresh
                 cam = self._cameras[key] = _Camera(self.window)
             cam.curves.add(acc.f1, acc.counting, acc.boxes if informative else 0)
+            if still.frames:
+                cam.curves.add_still(still)
             window = Tally()
             for span in burst.window:
                 window.add(span, cam.curves)
@@ -361,11 +417,15 @@ class Calibration:
             if self.on_estimate is not None:
                 self.on_estimate(Estimate(key[1], f1, counting))
         log.info(
-            "camera %s: calibration over %d frames (%d boxes): box F1 by gap %s",
+            "camera %s: calibration over %d frames (%d boxes): box F1 by gap %s; %d frames "
+            "the motion gate would have dropped as unchanged (%d boxes, %d matched)",
             key[1],
             acc.frames,
             acc.boxes,
             " ".join(f"{v:.2f}" for v in acc.f1),
+            still.frames,
+            still.detected,
+            still.matched,
         )
         return acc
 

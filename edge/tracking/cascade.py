@@ -144,6 +144,7 @@ class EdgeCascade:
         """A skipped frame's message was accepted: answer it when its turn comes (`token`
         comes back on its Answer)."""
         self.metrics.skipped.labels(h.skip_reason or "unspecified").inc()
+        self.calibration.skipped(h)
         self.answers.skipped(h, received, receive_ns, token)
 
     def expect(self, h: frame_pb2.FrameHeader) -> None:

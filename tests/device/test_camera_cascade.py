@@ -29,7 +29,9 @@ def _write(path: Path, images: list[np.ndarray]) -> Path:
     return path
 
 
-def _run(clip: Path, frames: int) -> tuple[list[GateItem], CollectorRegistry]:
+def _run(
+    clip: Path, frames: int, cascade: CascadeConfig | None = None
+) -> tuple[list[GateItem], CollectorRegistry]:
     registry = CollectorRegistry()
     inbox = GateInbox(1000)
     inbox.add_camera("cam")
@@ -41,7 +43,7 @@ def _run(clip: Path, frames: int) -> tuple[list[GateItem], CollectorRegistry]:
         inbox,
         DeviceMetrics(registry).camera("cam"),
         # No calibration: the gap stays 12 frames, so what the gap alone keeps is known.
-        CascadeConfig(calibrate_every=0, min_gap=12, max_gap=50),
+        cascade or CascadeConfig(calibrate_every=0, min_gap=12, max_gap=50),
         CascadeMetrics(registry),
     )
     cam.start()
@@ -86,3 +88,20 @@ def test_a_pan_in_a_file_keeps_frames_while_the_camera_moves(tmp_path: Path) -> 
     pan = {"camera": "cam", "decision": "kept", "reason": "pan"}
     assert (registry.get_sample_value("strata_device_cascade_decisions_total", pan) or 0) >= 5
     assert not any(i.scene_change for i in items if i.index > 20)
+
+
+def test_burst_frames_say_whether_the_motion_gate_alone_would_have_dropped_them(
+    tmp_path: Path,
+) -> None:
+    still = SyntheticClip(width=320, height=240, frames=1, objects=0, seed=4).frame(0).image
+    moved = still.copy()
+    moved[80:160, 100:180] = 255
+    images = [still] * 8 + [moved] * 12
+    clip = _write(tmp_path / "burst.mp4", images)
+    # A burst of all 20 frames from the first.
+    items, _ = _run(clip, 20, CascadeConfig(calibrate_every=1000, burst_frames=20))
+    assert all(i.calibration and not i.skip_reason for i in items)
+    unchanged = [i.unchanged for i in items]
+    # The first is the burst's reference; the box's frame differs from it (kept by the gate
+    # alone, the new reference), the rest do not.
+    assert unchanged == [False] + [True] * 7 + [False] + [True] * 11, unchanged

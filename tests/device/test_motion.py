@@ -210,3 +210,19 @@ def test_a_pan_that_starts_while_the_cascade_waits_is_followed_from_its_first_pi
     assert d.shift == pytest.approx(8 * 0.6, abs=0.5)
     # Measured from the kept frame on: the next is kept 8 pixels later.
     assert kept[:2] == [8, 16]
+
+
+def test_a_burst_frame_is_unchanged_against_the_last_one_the_gate_alone_would_keep() -> None:
+    # Every burst frame is kept (keep_now); each is also scored against the last burst
+    # frame the gate alone would have kept, so slow drift adds up as it does outside bursts.
+    gate = MotionGate(MotionConfig(threshold=6.0, max_interval_s=0))
+    base = _scene().astype(np.int16)
+    unchanged = []
+    for step in range(0, 10):
+        gate.keep_now(np.clip(base + step, 0, 255).astype(np.uint8), step / 10, "calibration")
+        unchanged.append(gate.burst_unchanged(start=step == 0))
+    # Frame 6 differs from frame 0 by 6 levels: the gate would have kept it.
+    assert unchanged == [False] + [True] * 5 + [False] + [True] * 3
+    # A new burst starts from its own first frame.
+    gate.keep_now(_with_box(_scene(), 50, 50), 2.0, "calibration")
+    assert not gate.burst_unchanged(start=True)

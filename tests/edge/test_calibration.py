@@ -6,7 +6,13 @@ from concurrent.futures import Future
 
 import numpy as np
 from pytest import approx
-from strata.edge.tracking.calibration import Calibration, Estimate, measure_gaps, uniform
+from strata.edge.tracking.calibration import (
+    Calibration,
+    Estimate,
+    measure_gaps,
+    measure_still,
+    uniform,
+)
 from strata.edge.tracking.estimate import Curves, Span, Tally
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
@@ -329,3 +335,66 @@ def test_the_frames_up_to_a_cut_stay_in_the_run_s_estimate() -> None:
         assert counted == 29 + 5 + 3 * 4 + 8
     finally:
         cal.close()
+
+
+def _parked(i: int) -> FrameBoxes:
+    """Two people standing still."""
+    b = np.array([[100.0, 200.0, 130.0, 290.0], [400.0, 200.0, 430.0, 290.0]], np.float32)
+    return FrameBoxes(b, np.full(2, 0.9, np.float32), np.zeros(2, np.int32))
+
+
+def test_unchanged_burst_frames_are_scored_as_the_edge_answers_them() -> None:
+    cfg = TrackingConfig(answer="interpolate")
+    flags = [False] + [True] * 18 + [False]
+    still = measure_still([_parked(i) for i in range(20)], flags, cfg, 640, 480)
+    assert still.frames == 18 and still.matched == still.detected == still.answered == 36
+    # A gate blind to people walking: what it calls unchanged is not (the answer of a
+    # prediction from the burst's first frame, held, misses them).
+    walking = [scene(i, 6.0) for i in range(20)]
+    blind = measure_still(walking, flags, TrackingConfig(), 640, 480)
+    assert blind.frames == 18 and blind.matched < blind.detected / 2
+    # Frames the gate would have kept are detected, not scored.
+    none = measure_still(walking, [False] * 20, cfg, 640, 480)
+    assert none.frames == 0
+
+
+def _window_estimate(speed: float, still_reason: str) -> float:
+    """The second window's estimated F1 when bursts see people at `speed` px/frame that
+    the gate calls unchanged, and the frames between kept ones were dropped for
+    `still_reason`."""
+
+    def people(i: int) -> FrameBoxes:
+        return scene(i, speed) if speed else _parked(i)
+
+    cal = Calibration(TrackingConfig(), max_gap=6, window=1)
+    fut = None
+    try:
+        for start, end in ((0, 30), (90, 120)):
+            for i in range(start, end):
+                h = head(i, True)
+                h.unchanged = i != start
+                cal.detected(h, people(i))
+            for i in range(end + 2, end + 60, 3):
+                for j in (i - 2, i - 1):
+                    h = head(j, False)
+                    h.kind = frame_pb2.FRAME_KIND_SKIPPED
+                    h.skip_reason = still_reason
+                    cal.skipped(h)
+                fut = cal.detected(head(i, False), people(i)) or fut
+        assert isinstance(fut, Future) and fut.result(timeout=30) is not None
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and fb.HasField("estimated_accuracy")
+        return fb.estimated_accuracy
+    finally:
+        cal.close()
+
+
+def test_frames_dropped_as_unchanged_cost_what_the_bursts_measured() -> None:
+    # People standing still: unchanged frames agree, measured so; spaced frames cost the
+    # curve's gap 3 (which agrees too, nothing moves).
+    assert _window_estimate(0.0, "motion") == approx(1.0)
+    # People walking that the gate calls unchanged: the bursts measured it, and the
+    # estimate is lower than if the frames had been spaced by the gap alone.
+    blind = _window_estimate(6.0, "motion")
+    spaced = _window_estimate(6.0, "min_gap")
+    assert blind < spaced < 1.0
