@@ -81,6 +81,13 @@ class CascadeMetrics:
             ["camera"],
             registry=registry,
         )
+        self.calibrated = Gauge(
+            "strata_device_cascade_calibrated_accuracy",
+            "The calibration bursts' accuracy (device.cascade.metric) at the gap the camera "
+            "keeps: their prediction, before a calibration window's estimate measures it.",
+            ["camera"],
+            registry=registry,
+        )
         self.boost = Gauge(
             "strata_device_cascade_boost",
             "Times the camera's gaps are halved because the edge's estimate fell under the "
@@ -279,6 +286,8 @@ class CascadePolicy:
                 gap = choose_gap(list(by_gap), self.cfg.target, self._calibrated_gap)
                 self._calibrated_gap = max(1, min(gap, self.cfg.max_min_gap))
                 self.estimated = float(by_gap[self._calibrated_gap - 1])
+                if self._metrics is not None:
+                    self._metrics.calibrated.labels(self.camera_id).set(self.estimated)
                 if self._calibrated_gap != old:
                     if self._metrics is not None:
                         self._metrics.recalibrations.labels(self.camera_id).inc()

@@ -310,3 +310,40 @@ def test_the_edges_estimate_per_camera_in_the_live_line_and_the_table() -> None:
     lines = summary.table(s).splitlines()
     head = next(i for i, line in enumerate(lines) if "est. acc." in line)
     assert lines[head + 1].split()[0] == "cam0" and lines[head + 1].split()[-1] == "0.812"
+
+
+def test_before_a_window_estimate_the_bursts_prediction_is_shown_marked() -> None:
+    """A clip shorter than a calibration window (the demo's) still shows an accuracy: the
+    bursts' prediction at the gap kept, marked `~`, until the edge's estimate arrives."""
+    import time
+
+    from prometheus_client import generate_latest
+    from strata.device.cascade import CascadeMetrics, CascadePolicy
+    from strata.device.metrics import DeviceMetrics
+    from strata.shared.config.device import CascadeConfig
+    from strata.shared.contracts import frame_pb2
+    from strata.tools.demo.cameras import camera_views
+    from strata.tools.demo.scrape import parse
+
+    m = DeviceMetrics()
+    m.camera("cam0").set_state("running")
+    policy = CascadePolicy(CascadeConfig(target=0.9), CascadeMetrics(m.registry), "cam0")
+    # A first burst: gaps 1..4 at 1.0, 0.97, 0.93, 0.85: the longest meeting 0.9 is 3.
+    policy.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0, 0.97, 0.93, 0.85]))
+    device = parse(generate_latest(m.registry).decode())
+    assert [v.describe() for v in camera_views(device, time.time())] == [
+        "cam0 running, est. acc. ~0.93 (bursts)"
+    ]
+    s = summary.build([], {"device": device}, {}, [], {}, 1.0)
+    lines = summary.table(s).splitlines()
+    head = next(i for i, line in enumerate(lines) if "est. acc." in line)
+    assert lines[head + 1].split()[-1] == "~0.930"
+    assert any(line.startswith("~ the calibration bursts' prediction") for line in lines)
+    # The window's estimate, once it comes, is what is shown.
+    policy.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.91))
+    device = parse(generate_latest(m.registry).decode())
+    s = summary.build([], {"device": device}, {}, [], {}, 1.0)
+    lines = summary.table(s).splitlines()
+    head = next(i for i, line in enumerate(lines) if "est. acc." in line)
+    assert lines[head + 1].split()[-1] == "0.910"
+    assert not any(line.startswith("~") for line in lines)

@@ -18,6 +18,8 @@ class CameraView:
     retry_in_s: float | None  # seconds to the next reopen, while reconnecting
     # The edge's estimate of the accuracy the camera's spacing achieves (None: not yet).
     estimated: float | None = None
+    # The calibration bursts' prediction at the gap kept, until that estimate comes.
+    calibrated: float | None = None
 
     def describe(self) -> str:
         """`cam1 reconnecting (refused), retry 4 in 8 s`; `cam0 running, est. acc. 0.91`."""
@@ -30,6 +32,8 @@ class CameraView:
                 text += f" in {self.retry_in_s:.0f} s"
         if self.estimated is not None:
             text += f", est. acc. {self.estimated:.2f}"
+        elif self.calibrated is not None:
+            text += f", est. acc. ~{self.calibrated:.2f} (bursts)"
         return text
 
 
@@ -42,6 +46,7 @@ def camera_views(device: Samples | None, now: float) -> list[CameraView]:
     attempt: dict[str, float] = {}
     retry_at: dict[str, float] = {}
     estimated: dict[str, float] = {}
+    calibrated: dict[str, float] = {}
     for s in device.samples:
         labels = dict(s.labels)
         cam = labels.get("camera", "")
@@ -55,6 +60,8 @@ def camera_views(device: Samples | None, now: float) -> list[CameraView]:
             retry_at[cam] = s.value
         elif s.name == "strata_device_estimated_accuracy":
             estimated[cam] = s.value
+        elif s.name == "strata_device_cascade_calibrated_accuracy":
+            calibrated[cam] = s.value
     return [
         CameraView(
             cam,
@@ -63,6 +70,7 @@ def camera_views(device: Samples | None, now: float) -> list[CameraView]:
             int(attempt.get(cam, 0)),
             max(0.0, retry_at[cam] - now) if retry_at.get(cam) else None,
             estimated.get(cam),
+            calibrated.get(cam),
         )
         for cam in sorted(state)
     ]

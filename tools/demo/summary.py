@@ -95,6 +95,13 @@ def drops(scrapes: Mapping[str, Samples]) -> dict[str, float]:
     return {k: v for k, v in sorted(out.items()) if v}
 
 
+def accuracy_text(estimated: float | None, calibrated: float | None) -> str:
+    """The edge's window estimate; else `~` and the bursts' prediction; else `-`."""
+    if estimated is not None:
+        return f"{estimated:.3f}"
+    return "-" if calibrated is None else f"~{calibrated:.3f}"
+
+
 def per_camera(
     scrapes: Mapping[str, Samples], results: Mapping[tuple[str, int], Received]
 ) -> dict[str, dict[str, float]]:
@@ -217,9 +224,16 @@ def table(s: Summary) -> str:
         out.append("drops   " + ", ".join(f"{k} {_fmt(v)}" for k, v in s.drops.items()))
     if s.per_camera:
         out.append(f"{'camera':<16}{'decoded':>10}{'sent':>10}{'results':>10}{'est. acc.':>11}")
+        predicted = False
         for cam, row in sorted(s.per_camera.items()):
-            est = row.get("estimated_accuracy")
             n = [_fmt(row.get(k, 0.0)) for k in ("decoded", "sent_to_edge", "results_received")]
-            acc = "-" if est is None else f"{est:.3f}"
+            acc = accuracy_text(row.get("estimated_accuracy"), row.get("calibrated_accuracy"))
+            predicted |= acc.startswith("~")
             out.append(f"{cam:<16}{n[0]:>10}{n[1]:>10}{n[2]:>10}{acc:>11}")
+        if predicted:
+            out.append(
+                "~ the calibration bursts' prediction at the gap kept: the edge's estimate of "
+                "what the spacing achieved comes once a calibration window ends "
+                "(device.cascade.calibrate_every)"
+            )
     return "\n".join(out)
