@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 
 _AREA = cv2.INTER_AREA
+_LINEAR = cv2.INTER_LINEAR
 
 # Pixel formats whose first plane is 8-bit luma.
 _LUMA_FIRST = frozenset(
@@ -49,8 +50,7 @@ class GreyScaler:
         self._reformatter = VideoReformatter()
         self._area = Interpolation.AREA
         self._full = ColorRange.JPEG
-        # The halvings' buffers for the last source size: (source w, h) -> level arrays.
-        self._levels: tuple[tuple[int, int], list[np.ndarray], np.ndarray] | None = None
+        self._halver = _Halver(_AREA)
 
     def scale(self, av_frame: Any) -> np.ndarray:
         """A (height, width) uint8 view of `av_frame` scaled to the grey size."""
@@ -71,25 +71,7 @@ class GreyScaler:
 
     def _halve(self, av_frame: Any) -> np.ndarray:
         fw, fh = int(av_frame.width), int(av_frame.height)
-        if self._levels is None or self._levels[0] != (fw, fh):
-            self._levels = ((fw, fh), *self._plan(fw, fh))
-        _, levels, out = self._levels
-        img = _plane(av_frame.planes[0], fw, fh)
-        for level in levels:
-            img = cv2.resize(img, (level.shape[1], level.shape[0]), dst=level, interpolation=_AREA)
-        if img.shape != out.shape:
-            img = cv2.resize(img, self.size, dst=out, interpolation=_AREA)
-        return img
-
-    def _plan(self, fw: int, fh: int) -> tuple[list[np.ndarray], np.ndarray]:
-        """Buffers of the exact halvings from (fw, fh) that stay at least the grey size,
-        and of the grey image."""
-        w, h = self.size
-        levels: list[np.ndarray] = []
-        while fw % 2 == 0 and fh % 2 == 0 and fw // 2 >= w and fh // 2 >= h:
-            fw, fh = fw // 2, fh // 2
-            levels.append(np.empty((fh, fw), np.uint8))
-        return levels, np.empty((h, w), np.uint8)
+        return self._halver.scale(_plane(av_frame.planes[0], fw, fh), self.size, None)
 
 
 class BgrScaler:
@@ -137,7 +119,7 @@ class Yuv420Scaler:
         self._reformatter = VideoReformatter()
         self._convert = VideoReformatter()
         self._area = Interpolation.AREA
-        self._halves = (_Halver(), _Halver(), _Halver())
+        self._halves = (_Halver(_LINEAR), _Halver(_LINEAR), _Halver(_LINEAR))
 
     def jpeg_planes(self, av_frame: Any, size: tuple[int, int]) -> YuvPlanes | None:
         """`av_frame`'s planes scaled to `size` (even w, h) in full-range YCbCr, by exact
@@ -182,11 +164,13 @@ class Yuv420Scaler:
 
 class _Halver:
     """One plane to a smaller size: exact 2x2 halvings (cv2's integer area path) while the
-    result stays at least the size, then one bilinear step (less than 2x: bilinear then
-    reads every pixel, and cv2's area path at such factors costs 3x more), then a range
-    table where given; buffers kept for the last source size."""
+    result stays at least the size, then one step of less than 2x by `final` (the motion
+    grey: area; JPEG planes: bilinear, which then reads every pixel, where cv2's area path
+    at such factors costs 3x more), then a range table where given; buffers kept for the
+    last source size."""
 
-    def __init__(self) -> None:
+    def __init__(self, final: int) -> None:
+        self._final = final
         self._key: tuple[int, int, int, int] = (0, 0, 0, 0)
         self._levels: list[np.ndarray] = []
         self._out = np.empty((0, 0), np.uint8)
@@ -203,7 +187,7 @@ class _Halver:
         for level in self._levels:
             img = cv2.resize(img, (level.shape[1], level.shape[0]), dst=level, interpolation=_AREA)
         if img.shape != self._out.shape:
-            img = cv2.resize(img, size, dst=self._out, interpolation=cv2.INTER_LINEAR)
+            img = cv2.resize(img, size, dst=self._out, interpolation=self._final)
         if lut is not None:
             img = cv2.LUT(img, lut, dst=self._out)
         return img
