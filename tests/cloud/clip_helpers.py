@@ -42,22 +42,30 @@ def info(
 
 
 def chunk(
-    data: bytes, offset: int, size: int, clip: clips_pb2.ClipInfo, last: bool = False
+    data: bytes,
+    offset: int,
+    size: int,
+    clip: clips_pb2.ClipInfo,
+    last: bool = False,
+    span_ns: int = 2_000_000_000,
 ) -> clips_pb2.ClipChunk:
-    """Bytes [offset, offset + size) of `data`; `last` makes the info final (complete)."""
+    """Bytes [offset, offset + size) of `data`; `last` makes the info final (complete, its
+    end `span_ns` after its start)."""
     ci = C.ClipInfo()
     ci.CopyFrom(clip)
     part = data[offset : offset + size]
     if last:
         ci.final, ci.outcome, ci.size_bytes = True, C.CLIP_OUTCOME_COMPLETE, offset + len(part)
-        ci.end_ns = ci.start_ns + 2_000_000_000
+        ci.end_ns = ci.start_ns + span_ns
     return C.ClipChunk(version=current_version(), info=ci, offset=offset, data=part, last=last)
 
 
-def chunks(data: bytes, size: int, clip: clips_pb2.ClipInfo) -> list[clips_pb2.ClipChunk]:
-    """The whole clip in chunks of `size`, the last one final."""
+def chunks(
+    data: bytes, size: int, clip: clips_pb2.ClipInfo, span_ns: int = 2_000_000_000
+) -> list[clips_pb2.ClipChunk]:
+    """The whole clip in chunks of `size`, the last one final (`span_ns` long)."""
     offsets = list(range(0, len(data), size))
-    return [chunk(data, o, size, clip, last=o == offsets[-1]) for o in offsets]
+    return [chunk(data, o, size, clip, o == offsets[-1], span_ns) for o in offsets]
 
 
 def frames(data: bytes | Path) -> int:

@@ -164,13 +164,23 @@ def clip_info(stack: Stack, uid: str) -> clips_pb2.ClipInfo:
     raise AssertionError(f"GetClip gave no info for {uid}")
 
 
-def playing(driver: Any, stack: Stack) -> dict[str, Any]:
-    """The detail page's <video> once it has its current frame (readyState >= 2), the page
-    reloaded while the clip has no bytes yet or has not reached the event's moment."""
+def clip_offset(info: clips_pb2.ClipInfo, at_ns: int) -> float:
+    """Seconds into the clip of the event: its capture time minus the clip's first frame's,
+    at most the clip's span once it is final."""
+    expected = max(0.0, (at_ns - info.start_ns) / 1e9)
+    if info.final:
+        expected = min(expected, (info.end_ns - info.start_ns) / 1e9)
+    return expected
+
+
+def playing(driver: Any, stack: Stack, uid: str, at_ns: int) -> dict[str, Any]:
+    """The detail page's <video> once it has its current frame (readyState >= 2) and has
+    settled where it starts (data-started), the page reloaded while the clip has no bytes
+    yet or, still open, has not reached the event's moment."""
     script = (
         "const v = arguments[0];"
         "return {ready: v.readyState, duration: v.duration, at: v.currentTime,"
-        " width: v.videoWidth};"
+        " width: v.videoWidth, started: v.dataset.started === '1'};"
     )
     deadline = time.monotonic() + CLIP_S
     loaded = time.monotonic()
@@ -179,8 +189,10 @@ def playing(driver: Any, stack: Stack) -> dict[str, Any]:
         video = by_css(driver, "video#clip")
         if video:
             got: dict[str, Any] = driver.execute_script(script, video[0])
-            if got["ready"] >= 2:
-                return got
+            if got["ready"] >= 2 and got["started"]:
+                info = clip_info(stack, uid)
+                if info.final or got["duration"] >= clip_offset(info, at_ns):
+                    return got
         assert time.monotonic() < deadline, f"the clip did not play: {got if video else 'none'}"
         time.sleep(0.2)
         if time.monotonic() - loaded > RELOAD_S:
@@ -193,13 +205,11 @@ def check_clip(driver: Any, stack: Stack, out: Path) -> None:
     says the clip's state."""
     q = parse_qs(urlsplit(driver.current_url).query)
     uid, at_ns = q["uid"][0], int(q["at"][0])
-    got = playing(driver, stack)
+    got = playing(driver, stack, uid, at_ns)
     assert got["duration"] > 0 and got["width"] == 768, got
     info = clip_info(stack, uid)
     assert info.start_ns, info
-    expected = max(0.0, (at_ns - info.start_ns) / 1e9)
-    if info.final:
-        expected = min(expected, (info.end_ns - info.start_ns) / 1e9)
+    expected = clip_offset(info, at_ns)
     assert abs(got["at"] - expected) <= SEEK_TOLERANCE_S, (got, expected)
     assert expected > 0, "the clip starts before the crossing (pre-roll)"
     state = by_css(driver, "#clip-state")[0]

@@ -78,14 +78,23 @@
 })();
 
 // The clip player starts at the event the detail page is for. The src's media fragment
-// (#t=) does it where the browser honours one; this covers those that do not.
+// (#t=) does it where the browser honours one; this covers those that do not, and the
+// event at the clip's last frame: chromium lands a fragment past the last frame that has
+// a duration one frame early, so the player seeks again to the moment (at most the end).
+// data-started tells a reader (and the browser test) that the player is where it will stay.
 (function () {
   const video = document.getElementById("clip");
   if (!video || video.tagName !== "VIDEO" || !video.dataset.seek) return;
   const seek = parseFloat(video.dataset.seek);
+  function started() { video.dataset.started = "1"; }
   function start() {
-    if (Math.abs(video.currentTime - seek) > 0.05) video.currentTime = seek;
+    const target = isFinite(video.duration) ? Math.min(seek, video.duration) : seek;
+    if (Math.abs(video.currentTime - target) <= 0.001) return started();
+    video.addEventListener("seeked", started, { once: true });
+    video.currentTime = target;
   }
-  if (video.readyState >= 1) start();
-  else video.addEventListener("loadedmetadata", start, { once: true });
+  // After the first frame (not metadata): chromium moves currentTime to where the fragment
+  // really landed only once that frame is decoded.
+  if (video.readyState >= 2) start();
+  else video.addEventListener("loadeddata", start, { once: true });
 })();
