@@ -49,6 +49,10 @@ class FrameSink:
     `model_input` (w, h): announced in the EdgeInfo of each camera's first ack, as the edge
     node announces its detector's input, so an agent with `payload.scale_to_model` (the
     default) scales its frames to fit it as it would against an edge; (0, 0): no EdgeInfo.
+    `gap` > 0: the same first ack advises keeping 1 frame in `gap` with motion
+    (CascadeFeedback.max_gap_frames), as an edge's calibration does once it has measured the
+    scene, so an agent measured against the sink keeps the share it keeps in service; 0:
+    no advice (the agent keeps every frame with motion, as before its first calibration).
     """
 
     def __init__(
@@ -58,12 +62,14 @@ class FrameSink:
         keep_log: bool = True,
         final: bool = True,
         model_input: tuple[int, int] = (0, 0),
+        gap: int = 0,
     ) -> None:
         self.endpoint = endpoint
         self.ack = ack
         self.final = final
         self.keep_log = keep_log
         self.model_input = model_input
+        self.gap = gap
         self.stats = SinkStats()
         self._last: dict[tuple[int, str], int] = {}
         self._lock = threading.Lock()
@@ -169,4 +175,6 @@ class FrameSink:
             if first and all(self.model_input):
                 w, h_ = self.model_input
                 ack.edge.model_input_width, ack.edge.model_input_height = w, h_
+            if first and self.gap:
+                ack.feedback.max_gap_frames = self.gap
             sock.send_multipart([ident, *pack_ack(ack)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from strata.tools.bench.sink_process import StandInEdge
 from strata.tools.cli import main
 
 KEYS = {
@@ -63,7 +64,10 @@ def test_the_sink_announces_the_edge_model_input_and_the_agent_scales_to_it(
     assert side > 0  # the starter detector's input (320)
     base = DeviceConfig(agent_id="bench", payload=PayloadConfig())
     full = run_agent(synthetic_mp4, base)
-    scaled = run_agent(synthetic_mp4, base, edge_input=side // 4)
+    scaled = run_agent(synthetic_mp4, base, stand_in=StandInEdge(side // 4))
     # The same frames, smaller once the first ack has told the agent the detector's input.
     assert scaled.sent == full.sent > 2
     assert scaled.bytes_sent < full.bytes_sent / 2
+    # A stand-in that advises a calibrated gap, as an edge does: fewer frames kept.
+    spaced = run_agent(synthetic_mp4, base, stand_in=StandInEdge(side // 4, gap=4))
+    assert 0 < spaced.sent < full.sent, (spaced.sent, full.sent)

@@ -8,7 +8,7 @@ import zmq
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.loopback import free_port
 from strata.shared.wire import pack_frame, unpack_ack
-from strata.tools.bench.sink_process import SinkProcess
+from strata.tools.bench.sink_process import SinkProcess, StandInEdge
 
 
 def _frame(seq: int) -> frame_pb2.FrameHeader:
@@ -25,7 +25,7 @@ def _frame(seq: int) -> frame_pb2.FrameHeader:
 
 def test_the_sink_process_acks_frames_and_reports_them() -> None:
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    sink = SinkProcess(endpoint, model_input=(320, 320))
+    sink = SinkProcess(endpoint, StandInEdge(320, gap=5))
     ctx = zmq.Context.instance()
     with sink:
         sock = ctx.socket(zmq.DEALER)
@@ -44,6 +44,8 @@ def test_the_sink_process_acks_frames_and_reports_them() -> None:
             sock.close(0)
     assert [a.sequence for a in acks] == [1, 2, 2]
     assert acks[0].edge.model_input_width == 320  # announced on the camera's first ack
+    # The calibrated gap advised there too, once.
+    assert [a.feedback.max_gap_frames for a in acks] == [5, 0, 0]
     assert [a.status for a in acks] == [
         frame_pb2.ACK_STATUS_PROCESSED,
         frame_pb2.ACK_STATUS_PROCESSED,

@@ -50,7 +50,7 @@ from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
 from strata.tools.bench.device import edge_model_input
-from strata.tools.bench.sink_process import SinkProcess
+from strata.tools.bench.sink_process import SILENT, SinkProcess, StandInEdge
 
 log = logging.getLogger("strata.tools.bench.cameras")
 
@@ -150,11 +150,11 @@ def _device_config(clip: Path, cameras: int, realtime: bool) -> DeviceConfig:
     )
 
 
-def agent_fps(clip: Path, models_repository: str = "", edge_input: int = 0) -> float:
+def agent_fps(clip: Path, models_repository: str = "", stand_in: StandInEdge = SILENT) -> float:
     """Frames per second one agent (default config) decodes and handles on `clip`, to a
-    sink announcing a detector input of `edge_input` squared (0: none), as an edge does."""
+    sink that tells it what `stand_in` says, as an edge does."""
     cfg = _device_config(clip, 1, realtime=False)
-    with SinkProcess(cfg.edge, model_input=(edge_input, edge_input)):
+    with SinkProcess(cfg.edge, stand_in):
         agent = Agent(cfg, models_repository, registry=CollectorRegistry())
         t = time.perf_counter()
         if agent.run_until_done(timeout=600) != 0:
@@ -167,16 +167,16 @@ def agent_fps(clip: Path, models_repository: str = "", edge_input: int = 0) -> f
 
 
 def agent_vs_decode(
-    clip: Path, repeats: int, models_repository: str = "", edge_input: int = 0
+    clip: Path, repeats: int, models_repository: str = "", stand_in: StandInEdge = SILENT
 ) -> dict[str, Any]:
     """Figure 1: the agent against decode only on the same clip, alternating runs."""
-    agent_fps(clip, models_repository, edge_input)  # warm-up: model load, page cache
+    agent_fps(clip, models_repository, stand_in)  # warm-up: model load, page cache
     dec: list[float] = []
     agent: list[float] = []
     for _ in range(repeats):
         n, s = decode_only(clip, SourceConfig())
         dec.append(n / s)
-        agent.append(agent_fps(clip, models_repository, edge_input))
+        agent.append(agent_fps(clip, models_repository, stand_in))
     d, a = statistics.median(dec), statistics.median(agent)
     return {
         "clip": str(clip),
@@ -251,14 +251,18 @@ def _total(registry: CollectorRegistry, counter: str) -> float:
 
 
 def agent_trial(
-    clip: Path, cameras: int, max_lag_s: float, models_repository: str = "", edge_input: int = 0
+    clip: Path,
+    cameras: int,
+    max_lag_s: float,
+    models_repository: str = "",
+    stand_in: StandInEdge = SILENT,
 ) -> Trial:
     """N cameras of `clip` at its frame rate in one agent (default config), to an acking
     sink. Carried when no camera delivered a frame more than `max_lag_s` late (each
     camera's worst lag, every frame: not a sample of the gauge) and the agent gave up on
     no frame (overload, spool, any reason)."""
     cfg = _device_config(clip, cameras, realtime=True)
-    with SinkProcess(cfg.edge, model_input=(edge_input, edge_input)):
+    with SinkProcess(cfg.edge, stand_in):
         agent = Agent(cfg, models_repository, registry=CollectorRegistry())
         t = time.perf_counter()
         agent.start()
@@ -311,7 +315,7 @@ def cameras_per_core(
     max_lag_s: float,
     limit: int,
     models_repository: str = "",
-    edge_input: int = 0,
+    stand_in: StandInEdge = SILENT,
 ) -> dict[str, Any]:
     """Figure 2 for one clip: the most cameras bare decoding and the agent carry."""
     import av
@@ -321,7 +325,7 @@ def cameras_per_core(
     cores = os.cpu_count() or 1
     bare_n, bare_t = most_cameras(lambda n: bare_trial(clip, n, max_lag_s), limit)
     agent_n, agent_t = most_cameras(
-        lambda n: agent_trial(clip, n, max_lag_s, models_repository, edge_input), max(bare_n, 1)
+        lambda n: agent_trial(clip, n, max_lag_s, models_repository, stand_in), max(bare_n, 1)
     )
     return {
         "bare": asdict(Search(clip.name, w, h, fps, bare_n, bare_t)),
@@ -350,6 +354,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=-1,
         help="detector input side the sink announces, as an edge node does (the default "
         "agent scales frames to fit it); -1: the edge's default detector's; 0: none",
+    )
+    p.add_argument(
+        "--edge-gap",
+        type=int,
+        default=0,
+        help="keep 1 frame in N with motion, as the sink advises the way an edge's "
+        "calibration does (the share kept in service); 0: no advice (every frame with motion)",
     )
     p.add_argument(
         "--grid",
@@ -382,6 +393,7 @@ def run(args: argparse.Namespace) -> int:
         grid = grid if args.grid else GRID[:1]
     repo = args.models_repository
     edge_input = edge_model_input(repo) if args.edge_input < 0 else args.edge_input
+    stand_in = StandInEdge(edge_input, args.edge_gap)
     work = args.work or Path(tempfile.mkdtemp(prefix="strata-cameras-"))
     work.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
@@ -394,8 +406,9 @@ def run(args: argparse.Namespace) -> int:
         "seconds": args.seconds,
         "command": getattr(args, "command_line", "strata bench cameras"),
         "edge_input": edge_input,
+        "edge_gap": args.edge_gap,
     }
-    result["throughput"] = agent_vs_decode(args.clip, args.repeats, repo, edge_input)
+    result["throughput"] = agent_vs_decode(args.clip, args.repeats, repo, stand_in)
     print(
         f"agent {result['throughput']['agent_fps']:.1f} fps, decode only "
         f"{result['throughput']['decode_fps']:.1f}: ratio {result['throughput']['ratio']:.2f}"
@@ -403,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
     result["cameras"] = []
     for (w, h), fps in grid:
         clip = make_clip(work / f"vtest-{w}x{h}-{fps}.mp4", (w, h), fps, round(args.seconds * fps))
-        r = cameras_per_core(clip, fps, args.max_lag, args.limit, repo, edge_input)
+        r = cameras_per_core(clip, fps, args.max_lag, args.limit, repo, stand_in)
         result["cameras"].append(r)
         print(
             f"{w}x{h} {fps} fps: agent {r['agent']['most']} cameras, bare decoding "

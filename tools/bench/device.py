@@ -45,7 +45,7 @@ from strata.shared.config.device import (
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
 from strata.shared.synthetic import SyntheticClip
-from strata.tools.bench.sink_process import SinkProcess
+from strata.tools.bench.sink_process import SILENT, SinkProcess, StandInEdge
 
 log = logging.getLogger(__name__)
 
@@ -120,10 +120,10 @@ def run_agent(
     base: DeviceConfig,
     models_repository: str = "",
     camera_id: str = "bench",
-    edge_input: int = 0,
+    stand_in: StandInEdge = SILENT,
 ) -> ClipReport:
-    """The agent over one clip, to a real acking ROUTER that announces a detector input of
-    `edge_input` squared as the edge does (0: none); timed from start to last ack."""
+    """The agent over one clip, to a real acking ROUTER that tells it what `stand_in` says
+    as an edge does; timed from start to last ack."""
     edge = free_endpoint()
     cfg = DeviceConfig.model_validate(
         {
@@ -132,7 +132,7 @@ def run_agent(
             "cameras": [CameraConfig(id=camera_id, source=str(path)).model_dump()],
         }
     )
-    sink = SinkProcess(edge, model_input=(edge_input, edge_input))
+    sink = SinkProcess(edge, stand_in)
     with sink:
         agent = Agent(cfg, models_repository, registry=CollectorRegistry())
         t, cpu = time.perf_counter(), time.process_time()
@@ -232,6 +232,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(full-size payloads)",
     )
     p.add_argument(
+        "--edge-gap",
+        type=int,
+        default=0,
+        help="keep 1 frame in N with motion, as the acking ROUTER advises the way an edge's "
+        "calibration does (the share kept in service); 0: no advice (every frame with motion)",
+    )
+    p.add_argument(
         "--encoding", choices=("jpeg", "bgr", "h264"), default="jpeg", help="payload encoding"
     )
     p.add_argument("--json", type=Path, help="write the results here")
@@ -288,11 +295,11 @@ def _base_config(args: argparse.Namespace) -> DeviceConfig:
 
 
 def _throughput(
-    clip: Path, base: DeviceConfig, repeats: int, repository: str, edge_input: int
+    clip: Path, base: DeviceConfig, repeats: int, repository: str, stand_in: StandInEdge
 ) -> Throughput:
     out = Throughput(0, [], [], [], [], [])
     frames = 0
-    run_agent(clip, base, repository, edge_input=edge_input)  # warm-up: model load, cache
+    run_agent(clip, base, repository, stand_in=stand_in)  # warm-up: model load, cache
     for _ in range(repeats):
         frames, s, cpu = decode_fps(clip, base.source)
         out.decode_fps.append(frames / s)
@@ -300,7 +307,7 @@ def _throughput(
         n, s, cpu = decode_fps(clip, base.source, bgr=True)
         out.decode_bgr_fps.append(n / s)
         out.decode_bgr_cpu_ms.append(cpu / n * 1000)
-        out.agent.append(run_agent(clip, base, repository, edge_input=edge_input))
+        out.agent.append(run_agent(clip, base, repository, stand_in=stand_in))
     return Throughput(
         frames,
         out.decode_fps,
@@ -312,7 +319,7 @@ def _throughput(
 
 
 def _motion_sweep(
-    clips: list[Path], base: DeviceConfig, thresholds: str, repository: str, edge_input: int
+    clips: list[Path], base: DeviceConfig, thresholds: str, repository: str, stand_in: StandInEdge
 ) -> list[dict[str, Any]]:
     """Frames kept by the motion gate alone at each threshold."""
     sweep: list[dict[str, Any]] = []
@@ -324,7 +331,7 @@ def _motion_sweep(
             }
         )
         for path in clips:
-            r = run_agent(path, cfg, repository, edge_input=edge_input)
+            r = run_agent(path, cfg, repository, stand_in=stand_in)
             kept = round(r.sent / r.frames, 4) if r.frames else 0.0
             sweep.append({"clip": path.name, "threshold": t, "kept_fraction": kept})
     return sweep
@@ -352,6 +359,7 @@ def _result(
         "frames": tp.frames,
         "dropped_motion": main_run.dropped_motion,
         "dropped_gate": main_run.dropped_gate,
+        "kept_fraction": main_run.sent / main_run.frames if main_run.frames else 0.0,
         "bytes_sent": main_run.bytes_sent,
         "bytes_source": main_run.bytes_source,
         "decode_fps_runs": tp.decode_fps,
@@ -382,7 +390,8 @@ def _result(
 def _print(result: dict[str, Any], clips: dict[str, ClipReport], info: dict[str, Any]) -> None:
     print(
         f"decode {result['decode_fps']:.1f} fps (decode + BGR {result['decode_bgr_fps']:.1f}), "
-        f"agent {result['agent_fps']:.1f} fps, ratio {result['ratio']:.2f} "
+        f"agent {result['agent_fps']:.1f} fps keeping {result['kept_fraction']:.1%}, "
+        f"ratio {result['ratio']:.2f} "
         f"({result['ratio_vs_decode_bgr']:.2f} vs decode + BGR) "
         f"({result['frames']} frames, {info['cpu']}, {info['cores']} cores, load "
         f"{info['load_avg_1m_at_start']:.1f} -> {os.getloadavg()[0]:.1f}); CPU per frame: "
@@ -408,18 +417,20 @@ def run(args: argparse.Namespace) -> int:
     info = machine()
     repo = args.models_repository
     edge_input = edge_model_input(repo) if args.edge_input < 0 else args.edge_input
-    tp = _throughput(args.clip, base, args.repeats, repo, edge_input)
+    stand_in = StandInEdge(edge_input, args.edge_gap)
+    tp = _throughput(args.clip, base, args.repeats, repo, stand_in)
     clips: dict[str, ClipReport] = {args.clip.name: tp.median_agent}
     if args.avi.exists():
-        clips[args.avi.name] = run_agent(args.avi, base, repo, edge_input=edge_input)
+        clips[args.avi.name] = run_agent(args.avi, base, repo, stand_in=stand_in)
     params = {k: int(v) for k, v in (kv.split("=") for kv in args.synthetic.split(",") if kv)}
     with tempfile.TemporaryDirectory() as tmp:
         syn = SyntheticClip(**params).write(Path(tmp) / "synthetic.mp4")  # type: ignore[arg-type]
-        clips["synthetic"] = run_agent(syn, base, repo, edge_input=edge_input)
+        clips["synthetic"] = run_agent(syn, base, repo, stand_in=stand_in)
         sweep_clips = [syn] if args.quick else [syn, args.clip]
-        sweep = _motion_sweep(sweep_clips, base, args.motion_sweep, repo, edge_input)
+        sweep = _motion_sweep(sweep_clips, base, args.motion_sweep, repo, stand_in)
     result = _result(tp, clips, sweep, base, info, args.command_line)
     result["config"]["edge_input"] = edge_input
+    result["config"]["edge_gap"] = args.edge_gap
     _print(result, clips, info)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,19 @@ _START_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
+class StandInEdge:
+    """What the stand-in edge tells each camera in its first ack, as an edge node does:
+    its detector's input side (`model_input`, 0: none; the default agent scales frames to
+    fit it) and the calibrated gap (`gap`, 0: no advice; FrameSink says what it does)."""
+
+    model_input: int = 0
+    gap: int = 0
+
+
+SILENT = StandInEdge()  # says nothing: full-size frames, every frame with motion kept
+
+
+@dataclass(frozen=True, slots=True)
 class SinkReport:
     """What the sink saw, and the CPU time its process spent."""
 
@@ -31,13 +44,14 @@ class SinkReport:
     cpu_seconds: float = 0.0
 
 
-def serve(endpoint: str, model_input: tuple[int, int]) -> int:
+def serve(endpoint: str, edge: StandInEdge) -> int:
     """The child: bind, say `ready` on stdout, serve until stdin says anything (or
     closes), then print the SinkReport as one JSON line."""
     from strata.device.sink import FrameSink
 
     try:
-        sink = FrameSink(endpoint, keep_log=False, model_input=model_input)
+        side = edge.model_input
+        sink = FrameSink(endpoint, keep_log=False, model_input=(side, side), gap=edge.gap)
         sink.start()
     except Exception as exc:  # the parent raises it with the endpoint
         print(f"error {exc}", flush=True)
@@ -57,15 +71,15 @@ class SinkProcess:
     multiprocessing, so any script may call it), for the length of a `with`; `report`
     holds its totals once the block has ended."""
 
-    def __init__(self, endpoint: str, model_input: tuple[int, int] = (0, 0)) -> None:
+    def __init__(self, endpoint: str, edge: StandInEdge = SILENT) -> None:
         self.endpoint = endpoint
-        self.model_input = model_input
+        self.edge = edge
         self.report = SinkReport()
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> SinkProcess:
-        w, h = self.model_input
-        cmd = [sys.executable, "-m", __name__, self.endpoint, str(w), str(h)]
+        e = self.edge
+        cmd = [sys.executable, "-m", __name__, self.endpoint, str(e.model_input), str(e.gap)]
         proc = self._proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
@@ -95,4 +109,4 @@ class SinkProcess:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], (int(sys.argv[2]), int(sys.argv[3]))))
+    sys.exit(serve(sys.argv[1], StandInEdge(int(sys.argv[2]), int(sys.argv[3]))))
