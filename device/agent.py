@@ -14,13 +14,14 @@ cameras, MobileNetV3) -> encoding on the gate worker's thread (device/pipeline.p
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry
-from strata.shared.config.device import CameraConfig, DeviceConfig
+from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig
 from strata.shared.contracts import frame_pb2
 
 from .camera import CameraState, CameraStatus, CameraWorker
@@ -170,7 +171,7 @@ class Agent:
         return CameraWorker(
             cam_id,
             cam.source,
-            self.cfg.source,
+            self._source_config(),
             self.cfg.motion,
             pipeline,
             self.metrics.camera(cam_id),
@@ -179,6 +180,15 @@ class Agent:
             self.sender.degrader(cam_id),
             ring=self._clip_ring(cam_id),
         )
+
+    def _source_config(self) -> SourceConfig:
+        """`device.source` with decode_ahead's auto settled for a camera started now: on
+        while the cameras are fewer than the cores (device/decode_ahead.py says why)."""
+        src = self.cfg.source
+        if src.decode_ahead != "auto":
+            return src
+        ahead = len(self.cfg.cameras) < (os.cpu_count() or 1)
+        return src.model_copy(update={"decode_ahead": "on" if ahead else "off"})
 
     def _clip_ring(self, cam_id: str) -> PacketRing | None:
         """The camera's packet ring, its cutter and the follower of its clip demand

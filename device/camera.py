@@ -13,6 +13,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -20,6 +21,7 @@ from strata.shared.config.device import CascadeConfig, MotionConfig, SourceConfi
 from strata.shared.logs import RateLimitedLog
 
 from .cascade import CascadeMetrics, CascadePolicy
+from .decode_ahead import DecodeAhead
 from .degrade import REASON_MOTION, REASON_RATE, SourceDegrader
 from .frames import Frame
 from .inbox import GateItem
@@ -352,9 +354,17 @@ class CameraWorker:
 
     def _read(self, src: Source) -> int:
         """Run the source until it ends; returns frames read. SourceError when it dies."""
+        frames = src.frames()
+        if self.cfg.decode_ahead == "on":
+            with DecodeAhead(frames, name=f"decode-{self.camera_id}") as ahead:
+                return self._handle(ahead)
+        return self._handle(frames)
+
+    def _handle(self, frames: Iterator[Frame]) -> int:
+        """Decide and pass on each frame until the frames end or the camera stops."""
         got = 0
         wait = not self.live
-        for frame in src.frames():
+        for frame in frames:
             if got == 0:
                 self.state = CameraState.RUNNING
                 self.error = ""

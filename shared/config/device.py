@@ -52,6 +52,11 @@ class SourceConfig(StrictModel):
         description="FFmpeg frame+slice decoder threads per camera; 0: PyAV's default "
         "(slice threads), leaving cores to the gates.",
     )
+    decode_ahead: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Decode on a thread of its own, a few frames ahead of the camera's "
+        "handling, so the two overlap; auto: on while the agent has fewer cameras than cores.",
+    )
     hwaccel: Literal["auto", "none", "vaapi", "cuda", "qsv", "videotoolbox", "v4l2m2m", "drm"] = (
         Field(
             "none",
