@@ -217,6 +217,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="decoder threads on all sides (device.source.decode_threads; 0: PyAV's default)",
     )
     p.add_argument(
+        "--decode-ahead",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="device.source.decode_ahead for the agent (auto: on with one camera on 2+ cores)",
+    )
+    p.add_argument(
         "--scale",
         type=int,
         default=0,
@@ -288,7 +294,7 @@ def _base_config(args: argparse.Namespace) -> DeviceConfig:
         agent_id="bench",
         motion=MotionConfig(**motion),
         gate=GateConfig(**gate),
-        source=SourceConfig(decode_threads=args.decode_threads),
+        source=SourceConfig(decode_threads=args.decode_threads, decode_ahead=args.decode_ahead),
         payload=PayloadConfig(max_width=args.scale, max_height=args.scale),
         sender=SenderConfig(encoding=args.encoding),
     )
