@@ -49,7 +49,7 @@ from strata.device.sources import AvSource, configure_decoder
 from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
-from strata.tools.bench.device import edge_model_input
+from strata.tools.bench.device import add_stand_in_arguments, stand_in_of
 from strata.tools.bench.sink_process import SILENT, SinkProcess, StandInEdge
 
 log = logging.getLogger("strata.tools.bench.cameras")
@@ -348,20 +348,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=128, help="most cameras tried")
     p.add_argument("--repeats", type=int, default=3, help="alternating runs of figure 1")
     p.add_argument("--models-repository", default="", help="model repository (default: starter)")
-    p.add_argument(
-        "--edge-input",
-        type=int,
-        default=-1,
-        help="detector input side the sink announces, as an edge node does (the default "
-        "agent scales frames to fit it); -1: the edge's default detector's; 0: none",
-    )
-    p.add_argument(
-        "--edge-gap",
-        type=int,
-        default=0,
-        help="keep 1 frame in N with motion, as the sink advises the way an edge's "
-        "calibration does (the share kept in service); 0: no advice (every frame with motion)",
-    )
+    add_stand_in_arguments(p)
     p.add_argument(
         "--grid",
         default="",
@@ -392,8 +379,7 @@ def run(args: argparse.Namespace) -> int:
         args.repeats, args.seconds, args.limit = 1, 2.0, 4
         grid = grid if args.grid else GRID[:1]
     repo = args.models_repository
-    edge_input = edge_model_input(repo) if args.edge_input < 0 else args.edge_input
-    stand_in = StandInEdge(edge_input, args.edge_gap)
+    stand_in = stand_in_of(args)
     work = args.work or Path(tempfile.mkdtemp(prefix="strata-cameras-"))
     work.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
@@ -405,8 +391,8 @@ def run(args: argparse.Namespace) -> int:
         "max_lag_s": args.max_lag,
         "seconds": args.seconds,
         "command": getattr(args, "command_line", "strata bench cameras"),
-        "edge_input": edge_input,
-        "edge_gap": args.edge_gap,
+        "edge_input": stand_in.model_input,
+        "edge_gap": stand_in.gap,
     }
     result["throughput"] = agent_vs_decode(args.clip, args.repeats, repo, stand_in)
     print(

@@ -191,6 +191,32 @@ class Throughput:
         return sorted(self.agent, key=lambda r: r.fps)[len(self.agent) // 2]
 
 
+def add_stand_in_arguments(p: argparse.ArgumentParser) -> None:
+    """What the stand-in edge says (StandInEdge), for the device and cameras benches."""
+    p.add_argument(
+        "--edge-input",
+        type=int,
+        default=-1,
+        help="detector input side the stand-in edge announces, as an edge node does (the "
+        "default agent scales frames to fit it); -1: the edge's default detector's; 0: none "
+        "(full-size payloads)",
+    )
+    p.add_argument(
+        "--edge-gap",
+        type=int,
+        default=0,
+        help="keep 1 frame in N with motion, as the stand-in edge advises the way an edge's "
+        "calibration does (the share kept in service); 0: no advice (every frame with motion)",
+    )
+
+
+def stand_in_of(args: argparse.Namespace) -> StandInEdge:
+    """The StandInEdge the options ask for (--edge-input -1: the default detector's)."""
+    repo = args.models_repository
+    side = edge_model_input(repo) if args.edge_input < 0 else args.edge_input
+    return StandInEdge(side, args.edge_gap)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`strata bench device`'s options."""
     p.add_argument("--clip", type=Path, default=ROOT / "data" / "vtest.mp4", help="H.264 clip")
@@ -229,21 +255,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="scale frames to fit NxN while decoding, as for an edge model of that input "
         "(0: full size)",
     )
-    p.add_argument(
-        "--edge-input",
-        type=int,
-        default=-1,
-        help="detector input side the acking ROUTER announces, as an edge node does (the "
-        "default agent scales frames to fit it); -1: the edge's default detector's; 0: none "
-        "(full-size payloads)",
-    )
-    p.add_argument(
-        "--edge-gap",
-        type=int,
-        default=0,
-        help="keep 1 frame in N with motion, as the acking ROUTER advises the way an edge's "
-        "calibration does (the share kept in service); 0: no advice (every frame with motion)",
-    )
+    add_stand_in_arguments(p)
     p.add_argument(
         "--encoding", choices=("jpeg", "bgr", "h264"), default="jpeg", help="payload encoding"
     )
@@ -422,8 +434,7 @@ def run(args: argparse.Namespace) -> int:
     base = _base_config(args)
     info = machine()
     repo = args.models_repository
-    edge_input = edge_model_input(repo) if args.edge_input < 0 else args.edge_input
-    stand_in = StandInEdge(edge_input, args.edge_gap)
+    stand_in = stand_in_of(args)
     tp = _throughput(args.clip, base, args.repeats, repo, stand_in)
     clips: dict[str, ClipReport] = {args.clip.name: tp.median_agent}
     if args.avi.exists():
@@ -435,8 +446,8 @@ def run(args: argparse.Namespace) -> int:
         sweep_clips = [syn] if args.quick else [syn, args.clip]
         sweep = _motion_sweep(sweep_clips, base, args.motion_sweep, repo, stand_in)
     result = _result(tp, clips, sweep, base, info, args.command_line)
-    result["config"]["edge_input"] = edge_input
-    result["config"]["edge_gap"] = args.edge_gap
+    result["config"]["edge_input"] = stand_in.model_input
+    result["config"]["edge_gap"] = stand_in.gap
     _print(result, clips, info)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
