@@ -126,6 +126,8 @@ class Agent:
             self.clip_uploader = ClipUploader(cfg.clips.upload, self.clip_spool, self.metrics)
         self._cams_lock = threading.Lock()
         self._draining: dict[str, threading.Thread] = {}
+        # Cameras the config asks for now (decode_ahead's auto is settled against it).
+        self._configured = len(cfg.cameras)
         for cam_id, cam in zip(camera_ids(cfg.cameras), cfg.cameras, strict=True):
             self.cameras.append(self._make_camera(cam_id, cam))
         # What the edge says in acks reaches the policies, the scaler and the encoder.
@@ -187,7 +189,7 @@ class Agent:
         src = self.cfg.source
         if src.decode_ahead != "auto":
             return src
-        ahead = len(self.cfg.cameras) < (os.cpu_count() or 1)
+        ahead = self._configured < (os.cpu_count() or 1)
         return src.model_copy(update={"decode_ahead": "on" if ahead else "off"})
 
     def _clip_ring(self, cam_id: str) -> PacketRing | None:
@@ -215,6 +217,7 @@ class Agent:
             added = [i for i in ids if i not in running and i not in self._draining]
             waiting = [i for i in ids if i in self._draining]
             removed = [i for i in running if i not in wanted]
+            self._configured = len(wanted)
             for cam_id in removed:
                 worker = running[cam_id]
                 self.cameras.remove(worker)

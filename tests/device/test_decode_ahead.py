@@ -96,6 +96,10 @@ def test_auto_decodes_ahead_only_with_fewer_cameras_than_cores(
     assert [c.cfg.decode_ahead for c in agent(4).cameras] == ["off"] * 4
     assert [c.cfg.decode_ahead for c in agent(4, "on").cameras] == ["on"] * 4
     assert [c.cfg.decode_ahead for c in agent(1, "off").cameras] == ["off"]
+    # A reload settles it for the cameras it starts against the cameras it now runs.
+    grown = agent(1)
+    grown.reload([CameraConfig(id=f"c{i}", source=str(synthetic_mp4)) for i in range(5)])
+    assert [c.cfg.decode_ahead for c in grown.cameras] == ["on"] + ["off"] * 4
 
 
 def test_an_agent_decoding_ahead_sends_what_one_that_does_not_sends(
