@@ -213,7 +213,8 @@ class _Halver:
 
 def _into(img: np.ndarray, out: np.ndarray, interpolation: int) -> np.ndarray:
     """`img` resized into the buffer `out` (its size)."""
-    return cv2.resize(img, (out.shape[1], out.shape[0]), dst=out, interpolation=interpolation)
+    cv2.resize(img, (out.shape[1], out.shape[0]), dst=out, interpolation=interpolation)
+    return out
 
 
 def _range_table(stretch: float, centre: float, low: float) -> np.ndarray:
