@@ -101,9 +101,7 @@ class Agent:
         # once the edge announces it (EdgeInfo).
         self.scale = ScaleTarget(cfg.payload.max_width, cfg.payload.max_height)
         self.keyframes = KeyframeRequests()
-        self._setup = PipelineSetup(
-            self.agent_id, cfg.sender, cfg.payload, self.scale, self.keyframes
-        )
+        self._setup = self._pipeline_setup()
         # Per camera id, kept across a removal: a camera added again continues its H.264
         # stream's numbering (from a keyframe).
         self.pipelines: dict[str, CameraPipeline] = {}
@@ -139,6 +137,19 @@ class Agent:
         )
         self._started = False
         self._stopped = False
+
+    def _pipeline_setup(self) -> PipelineSetup:
+        """What every camera's pipeline is built with (device/pipeline.py)."""
+        cfg = self.cfg
+        return PipelineSetup(
+            self.agent_id,
+            cfg.sender,
+            cfg.payload,
+            self.scale,
+            self.keyframes,
+            notice_run=cfg.cascade.notice_run,
+            notice_run_s=cfg.cascade.notice_run_ms / 1e3,
+        )
 
     def _gate_switcher(self, models_repository: str) -> GateSwitcher | None:
         """Run-time versions of a gate loaded from the repository (None: no gate)."""

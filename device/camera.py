@@ -355,10 +355,13 @@ class CameraWorker:
     def _read(self, src: Source) -> int:
         """Run the source until it ends; returns frames read. SourceError when it dies."""
         frames = src.frames()
-        if self.cfg.decode_ahead == "on":
-            with DecodeAhead(frames, name=f"decode-{self.camera_id}") as ahead:
-                return self._handle(ahead)
-        return self._handle(frames)
+        try:
+            if self.cfg.decode_ahead == "on":
+                with DecodeAhead(frames, name=f"decode-{self.camera_id}") as ahead:
+                    return self._handle(ahead)
+            return self._handle(frames)
+        finally:
+            self.outlet.flush()  # dropped frames' notices waiting for a run go now
 
     def _handle(self, frames: Iterator[Frame]) -> int:
         """Decide and pass on each frame until the frames end or the camera stops."""

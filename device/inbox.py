@@ -63,6 +63,9 @@ class GateInbox:
         with self._cond:
             return len(self._queues.get(camera_id, ()))
 
+    def flush(self) -> None:
+        """Nothing waits here for more frames: each dropped frame's notice goes on alone."""
+
     def put(
         self, item: GateItem, wait: bool, stop: threading.Event | None = None
     ) -> GateItem | None:

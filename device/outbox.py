@@ -47,7 +47,8 @@ class Outgoing:
 
 @dataclass(frozen=True, slots=True)
 class PutResult:
-    """What `put` did: the sequence given, whether it waited, what overflowed."""
+    """What `put` did: the sequence given, whether it waited, what overflowed (a
+    sequence per frame dropped: a run of notices repeats its sequence)."""
 
     sequence: int
     waited: bool
@@ -164,7 +165,9 @@ class Outbox:
             if old is None:
                 break
             self._drop(old)
-            dropped.append(old.header.sequence)
+            # One entry per frame: a run of dropped frames' notices (earlier_skipped) is
+            # as many frames as it tells, all under its one sequence.
+            dropped.extend([old.header.sequence] * (1 + len(old.header.earlier_skipped)))
         return tuple(dropped)
 
     def limit_waiting(self, limit: int, policy: Literal["oldest", "newest"]) -> tuple[int, ...]:

@@ -49,6 +49,11 @@ class FrameOutlet(Protocol):
         by the caller as overload), or `item` itself when stopping while waiting."""
         ...
 
+    def flush(self) -> None:
+        """The camera's frames have stopped (ended, failed, reopening): nothing it was
+        told may wait for a frame that is not coming."""
+        ...
+
 
 class Submit(Protocol):
     """The sender's entry (strata.device.sender.Sender.submit): thread-safe, never blocks."""
@@ -107,6 +112,10 @@ class PipelineSetup:
     payload: PayloadConfig = field(default_factory=PayloadConfig)
     scale: ScaleTarget = field(default_factory=ScaleTarget)
     keyframes: KeyframeRequests = field(default_factory=KeyframeRequests)
+    # Dropped frames' notices told in one message (cascade.notice_run; 1: one each), and
+    # the longest the first of a run waits (s).
+    notice_run: int = 1
+    notice_run_s: float = 0.2
 
 
 # Frames that passed a relevance gate that cannot drop, for the canary of a new gate
@@ -150,6 +159,15 @@ class CameraPipeline:
         self._yuv = Yuv420Scaler() if self.encoding == "jpeg" and inbox is None else None
         self._h264: H264Encoder | None = None
         self._stream_index = 0
+        # Dropped frames' notices waiting to go as one message (`_notice`). Only on the
+        # camera's own route: on the gate's, the worker's thread sends what the camera
+        # thread can no longer flush when its frames stop.
+        self._run_max = setup.notice_run if inbox is None else 1
+        self._run_s = setup.notice_run_s
+        self._run: list[frame_pb2.SkippedFrame] = []
+        self._run_started = 0.0
+        self._run_size = (0, 0)
+        self._run_gate = 0.0
 
     def put(
         self, item: GateItem, wait: bool, stop: threading.Event | None = None
@@ -193,6 +211,7 @@ class CameraPipeline:
             header = self._header(item, 1.0)  # gate_score 1.0: as ungated
             header.width, header.height = size
             header.encoding = common_pb2.ENCODING_JPEG
+            self.flush()  # the frames dropped before it go first
             self.submit(self.camera_id, header, data)
         except Exception:  # as `emit`: the camera goes on, the frame is counted
             self._lost("an encoding error")
@@ -235,14 +254,57 @@ class CameraPipeline:
             source_height=src_h,
         )
 
-    def _emit(self, item: GateItem, image: np.ndarray | None, gate_score: float) -> None:
-        header = self._header(item, gate_score)
-        if image is None:
-            header.kind = frame_pb2.FRAME_KIND_SKIPPED
-            header.skip_reason = item.skip_reason
-            header.width, header.height = header.source_width, header.source_height
-            self.submit(self.camera_id, header, b"")
+    def _notice(self, item: GateItem, gate_score: float) -> None:
+        """A dropped frame's notice joins the camera's run; the run goes when it is full or
+        its first has waited notice_run_s (else before the next kept frame, or when the
+        camera's frames stop: `flush`)."""
+        run = self._run
+        if not run:
+            self._run_started = item.queued_at
+        run.append(
+            frame_pb2.SkippedFrame(
+                frame_index=item.index,
+                capture_ns=item.capture_ns,
+                motion_score=item.motion_score,
+                skip_reason=item.skip_reason,
+            )
+        )
+        self._run_size = (item.frame.width, item.frame.height)
+        self._run_gate = gate_score
+        if len(run) >= self._run_max or item.queued_at - self._run_started >= self._run_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the waiting run of dropped frames' notices as one header-only message: the
+        last frame's header, the others in `earlier_skipped` (protos/strata/v1/frame.proto)."""
+        run = self._run
+        if not run:
             return
+        last = run[-1]
+        w, h = self._run_size
+        header = frame_pb2.FrameHeader(
+            agent_id=self.agent_id,
+            camera_id=self.camera_id,
+            capture_ns=last.capture_ns,
+            motion_score=last.motion_score,
+            gate_score=self._run_gate,
+            frame_index=last.frame_index,
+            source_width=w,
+            source_height=h,
+            width=w,
+            height=h,
+            kind=frame_pb2.FRAME_KIND_SKIPPED,
+            skip_reason=last.skip_reason,
+            earlier_skipped=run[:-1],
+        )
+        self._run = []
+        self.submit(self.camera_id, header, b"")
+
+    def _emit(self, item: GateItem, image: np.ndarray | None, gate_score: float) -> None:
+        if image is None:
+            self._notice(item, gate_score)
+            return
+        header = self._header(item, gate_score)
         header.width, header.height = image.shape[1], image.shape[0]
         payload: Any
         if self.encoding == "jpeg":
@@ -255,6 +317,7 @@ class CameraPipeline:
         else:
             payload = np.ascontiguousarray(image)
             header.encoding = common_pb2.ENCODING_BGR
+        self.flush()  # the frames dropped before it go first
         self.submit(self.camera_id, header, payload)
 
     def _h264_unit(self, image: np.ndarray, header: frame_pb2.FrameHeader) -> bytes:

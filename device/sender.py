@@ -474,16 +474,18 @@ class Sender:
             return  # a late ack for a frame already settled
         if self.hooks.on_final is not None:
             self.hooks.on_final(box.camera_id, item.header, ack)
+        # A run of dropped frames' notices is settled as the frames it tells.
+        n = 1 + len(item.header.earlier_skipped)
         if status == frame_pb2.ACK_STATUS_PROCESSED:
-            cam.m.acked.inc()
-            cam.m.processed.inc()
-            cam.degrader.rate.add()
+            cam.m.acked.inc(n)
+            cam.m.processed.inc(n)
+            cam.degrader.rate.add(n)
         elif status == frame_pb2.ACK_STATUS_DUPLICATE:
-            cam.m.acked.inc()
-            cam.m.duplicate.inc()
+            cam.m.acked.inc(n)
+            cam.m.duplicate.inc(n)
         elif status == frame_pb2.ACK_STATUS_REJECTED:
-            cam.m.rejected.inc()
-            cam.m.dropped("rejected").inc()
+            cam.m.rejected.inc(n)
+            cam.m.dropped("rejected").inc(n)
             log.warning(
                 "camera %s: edge rejected frame %d: %s",
                 ack.camera_id,
@@ -492,8 +494,8 @@ class Sender:
             )
         else:
             reason = ack.reason or "unspecified"
-            cam.m.dropped(f"shed_{reason}").inc()
-            cam.drop_log.add(1, f"the edge shed it: {reason}")
+            cam.m.dropped(f"shed_{reason}").inc(n)
+            cam.drop_log.add(n, f"the edge shed it: {reason}")
 
     def _send_ready(self, pool: EdgePool, chores: bool = True) -> None:
         """Every camera: expiry, degradation, then what its window lets go; its gauges
@@ -558,7 +560,7 @@ class Sender:
                 return
             sock.send(payload, _NOBLOCK, copy=False)
             if item.sends == 1 and item.header.kind == frame_pb2.FRAME_KIND_SKIPPED:
-                cam.m.skipped_sent.inc()
+                cam.m.skipped_sent.inc(1 + len(item.header.earlier_skipped))
             elif item.sends == 1:
                 cam.m.sent.inc()
                 cam.m.bytes_sent.inc(item.nbytes)

@@ -1,9 +1,10 @@
 """A minimal acking ZeroMQ ROUTER: the far end for the benchmark and the tests.
 
-It is not the edge node (strata.edge is); it checks each frame with strata.shared.wire,
-acks it finally at once (PROCESSED; a sequence at or below the last one seen from that
-(session, camera) is a DUPLICATE), and records what arrived. `final=False` makes it answer
-QUEUED only, like an edge that takes frames and never finishes them.
+It is not the edge node (strata.edge is); it checks each frame with strata.shared.wire (a
+run of dropped frames' notices counts as the frames it tells), acks it finally at once
+(PROCESSED; a sequence at or below the last one seen from that (session, camera) is a
+DUPLICATE), and records what arrived. `final=False` makes it answer QUEUED only, like an
+edge that takes frames and never finishes them.
 """
 
 from __future__ import annotations
@@ -155,12 +156,17 @@ class FrameSink:
         dup = h.sequence <= self._last.get(key, 0)
         if not dup:
             self._last[key] = h.sequence
+        # A run of dropped frames' notices is the frames it tells (earlier_skipped first).
+        n = 1 + len(h.earlier_skipped)
         with self._lock:
-            self.stats.frames += 1
-            self.stats.duplicates += dup
+            self.stats.frames += n
+            self.stats.duplicates += dup * n
             self.stats.bytes += msg.payload.nbytes
             if self.keep_log:
-                self.stats.log.append(
+                log = self.stats.log
+                for s in h.earlier_skipped:
+                    log.append(Received(h.camera_id, h.sequence, s.frame_index, 0, dup))
+                log.append(
                     Received(h.camera_id, h.sequence, h.frame_index, msg.payload.nbytes, dup)
                 )
         if self.ack:

@@ -161,6 +161,7 @@ def build_node(
     takeover = Takeover(cfg.edge_id, checkpointer, flow.delivery.precheck)
     ingest = Ingest(cfg, metrics, precheck=takeover.precheck)
     cascade = EdgeCascade(cfg, metrics.registry, serving.detector.input_size)
+    flow.acks.decorate = cascade.decorate
     rules = _rules(cfg, rules_cfg, serving, cascade, metrics)
     uplink = Uplink(cfg.cloud, cfg.uplink, metrics) if cfg.cloud else None
     if uplink is None:

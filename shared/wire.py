@@ -145,6 +145,25 @@ def unpack_frame(parts: Sequence[Any]) -> FrameMessage:
     return FrameMessage(header, payload)
 
 
+def unfold_run(header: frame_pb2.FrameHeader) -> list[frame_pb2.FrameHeader]:
+    """The earlier frames a run of dropped frames' notices tells (`earlier_skipped`), each as
+    the SKIPPED header it stands for: `header` with the frame's index, capture time, motion
+    score and reason in place of its own. Empty for a header that tells no run."""
+    if not header.earlier_skipped:
+        return []
+    base = frame_pb2.FrameHeader()
+    base.CopyFrom(header)
+    del base.earlier_skipped[:]
+    out = []
+    for s in header.earlier_skipped:
+        h = frame_pb2.FrameHeader()
+        h.CopyFrom(base)
+        h.frame_index, h.capture_ns = s.frame_index, s.capture_ns
+        h.motion_score, h.skip_reason = s.motion_score, s.skip_reason
+        out.append(h)
+    return out
+
+
 def heartbeat_of(parts: Sequence[Any]) -> frame_pb2.FrameHeader | None:
     """The header of a [header, empty payload] heartbeat, else None (a frame, or anything
     malformed: `unpack_frame` then says what is wrong)."""

@@ -8,6 +8,7 @@ Worker thread only (the PUSH socket is the worker's).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import zmq
@@ -33,6 +34,10 @@ class FinalAcks:
         self.journal = journal
         self.metrics = metrics
         self._out: Any = None
+        # What the agent should hear about its camera (tracking's feedback, send_next), put
+        # on a PROCESSED ack too: right after a frame's result, not only on the camera's
+        # next message's QUEUED ack (a run of dropped frames' notices may be 200 ms away).
+        self.decorate: Callable[[frame_pb2.FrameAck, frame_pb2.FrameHeader], None] | None = None
 
     def open(self, sock: Any) -> None:
         """The worker thread's end of the final-ack pipe (from its start on)."""
@@ -42,6 +47,8 @@ class FinalAcks:
         """Send a taken frame's final ack (it leaves through ingest)."""
         h = frame.header
         ack = self.delivery.settle(h, status, reason)
+        if status == frame_pb2.ACK_STATUS_PROCESSED and self.decorate is not None:
+            self.decorate(ack, h)
         self.journal.settled(h.session_id, h.camera_id, h.sequence, status, reason)
         if status != frame_pb2.ACK_STATUS_PROCESSED:
             self.metrics.frames.labels(frame_pb2.AckStatus.Name(status)[11:].lower()).inc()

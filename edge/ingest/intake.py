@@ -38,6 +38,27 @@ class IngestResult:
     frame: QueuedFrame | None
 
 
+# Most dropped frames one message may tell (device.cascade.notice_run is far below).
+MAX_RUN = 1000
+
+
+def _check_run(h: frame_pb2.FrameHeader) -> None:
+    """A run of dropped frames' notices (`earlier_skipped`): only on a SKIPPED header, at
+    most MAX_RUN, frame indices increasing up to the header's own; MalformedMessage if not."""
+    run = h.earlier_skipped
+    if h.kind != frame_pb2.FRAME_KIND_SKIPPED:
+        raise MalformedMessage("run", "earlier_skipped on a frame that is not SKIPPED", h)
+    if len(run) > MAX_RUN:
+        raise MalformedMessage("run", f"{len(run)} earlier_skipped, over {MAX_RUN}", h)
+    last = -1
+    for s in run:
+        if s.frame_index <= last:
+            raise MalformedMessage("run", "earlier_skipped frame indices not increasing", h)
+        last = s.frame_index
+    if last >= h.frame_index:
+        raise MalformedMessage("run", "earlier_skipped not before the header's frame", h)
+
+
 class _Camera:
     """Per-camera state: last sequence per sender session (least recent first), last seen."""
 
@@ -88,6 +109,8 @@ class Ingest:
                 )
             msg = unpack_frame(parts)
             header = msg.header
+            if header.earlier_skipped:
+                _check_run(header)
             try:
                 if header.kind != frame_pb2.FRAME_KIND_SKIPPED:
                     check_image(

@@ -27,7 +27,7 @@ from strata.edge.metrics import EdgeMetrics
 from strata.edge.tracking.cascade import EdgeCascade
 from strata.shared.contracts import frame_pb2
 from strata.shared.logs import RateLimitedLog
-from strata.shared.wire import heartbeat_of
+from strata.shared.wire import heartbeat_of, unfold_run
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +162,11 @@ class IngestLoop:
         h = frame.header
         cascade = self.s.cascade
         if h.kind == frame_pb2.FRAME_KIND_SKIPPED:
+            # A run's earlier frames are answered as notices of their own would be, without
+            # an ack: the message's final ack follows its last frame's answer (answers go
+            # out in frame order), so it settles the whole run.
+            for early in unfold_run(h):
+                cascade.skipped(early, frame.received, frame.receive_ns)
             cascade.skipped(h, frame.received, frame.receive_ns, frame)
             return True
         cascade.expect(h)

@@ -434,6 +434,6 @@ class Calibration:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def take_feedback(self, session: int, camera: str) -> frame_pb2.CascadeFeedback | None:
-        """The feedback waiting for this camera's next ack (ingest thread), once."""
+        """The feedback waiting for this camera's next ack (ingest or worker thread), once."""
         with self._lock:
             return self._feedback.pop((session, camera), None)

@@ -10,7 +10,8 @@
   estimated accuracy of the camera's current spacing, also a gauge per camera), and
   `send_next` when the tracker's prediction for the camera is uncertain or a rule is about
   to be decided (`ask_next`, the rules stage), ride on that camera's next ack
-  (CascadeFeedback).
+  (CascadeFeedback): the QUEUED ack of its next message, or the PROCESSED ack of the
+  frame whose answer raised them, whichever goes first.
 - The acks carry the detector's input size (EdgeInfo) so agents scale frames to it.
 - A frame flagged `scene_change` (a cut, a pan, seen by the device's motion gate) ends the
   camera's tracks and its calibration burst: nothing is predicted across the cut.

@@ -244,6 +244,18 @@ class CascadeConfig(StrictModel):
     send_skipped: bool = Field(
         True, description="Tell the edge about every dropped frame (it answers from tracking)."
     )
+    notice_run: int = Field(
+        8,
+        ge=1,
+        description="Dropped frames told in one message, at most this many (1: a message "
+        "each); a run goes before the camera's next kept frame, when full, or notice_run_ms "
+        "after its first.",
+    )
+    notice_run_ms: float = Field(
+        200.0,
+        gt=0,
+        description="The longest a dropped frame's notice waits for its run to be sent (ms).",
+    )
 
 
 class PayloadConfig(StrictModel):

@@ -207,3 +207,98 @@ def test_kept_frames_jpeg_from_yuv_reads_at_the_edge_like_the_bgr_route(
             assert isinstance(seen, np.ndarray) and seen.shape == ref.shape
             assert np.abs(seen.astype(np.int16) - ref.astype(np.int16)).mean() < 2.0
     assert dropped_by_reason(metrics.registry, "cam") == {}
+
+
+def _notice(index: int, at: float, skip: str = "min_gap") -> GateItem:
+    image = np.zeros((12, 16, 3), np.uint8)
+    return GateItem(
+        "cam", index, 1000 + index, Frame(index, index / 10, 0, bgr=image), 0.5, at, skip
+    )
+
+
+def _taken(box: object) -> list[frame_pb2.FrameHeader]:
+    out = []
+    while (item := box.take(time.monotonic())) is not None:  # type: ignore[attr-defined]
+        out.append(item.header)
+    return out
+
+
+def test_dropped_frames_go_in_runs_before_the_next_kept_frame_when_full_and_at_the_end(
+    port: int,
+) -> None:
+    metrics = DeviceMetrics(CollectorRegistry())
+    sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
+    box = sender.add_camera("cam")
+    setup = PipelineSetup("agent", notice_run=4, notice_run_s=10.0)
+    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+    kept = np.full((12, 16, 3), 90, np.uint8)
+    for i in (0, 1):
+        pipe.put(_notice(i, 0.0), wait=False)
+    assert box.pending == 0  # waiting for their run to fill or a kept frame
+    pipe.put(_item(2, kept), wait=False)
+    run, frame = _taken(box)
+    assert run.kind == frame_pb2.FRAME_KIND_SKIPPED and run.frame_index == 1
+    assert [s.frame_index for s in run.earlier_skipped] == [0]
+    assert run.earlier_skipped[0].capture_ns == 1000 and run.capture_ns == 1001
+    assert run.earlier_skipped[0].skip_reason == "min_gap" and run.skip_reason == "min_gap"
+    assert (run.source_width, run.source_height) == (16, 12)
+    assert frame.frame_index == 2 and frame.kind != frame_pb2.FRAME_KIND_SKIPPED
+    assert run.sequence < frame.sequence  # the run goes first: frame order kept
+    for i in range(3, 8):  # a full run of 4 goes at once; the fifth waits
+        pipe.put(_notice(i, 0.0, "motion"), wait=False)
+    (full,) = _taken(box)
+    assert full.frame_index == 6 and [s.frame_index for s in full.earlier_skipped] == [3, 4, 5]
+    pipe.flush()  # the camera's frames stopped
+    (rest,) = _taken(box)
+    assert rest.frame_index == 7 and not rest.earlier_skipped and rest.skip_reason == "motion"
+    pipe.flush()
+    assert _taken(box) == []
+
+
+def test_a_run_goes_once_its_first_notice_has_waited_long_enough(port: int) -> None:
+    metrics = DeviceMetrics(CollectorRegistry())
+    sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
+    box = sender.add_camera("cam")
+    setup = PipelineSetup("agent", notice_run=100, notice_run_s=0.2)
+    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+    pipe.put(_notice(0, 5.0), wait=False)
+    pipe.put(_notice(1, 5.1), wait=False)
+    assert box.pending == 0
+    pipe.put(_notice(2, 5.2), wait=False)  # 0.2 s after the run's first
+    (run,) = _taken(box)
+    assert run.frame_index == 2 and [s.frame_index for s in run.earlier_skipped] == [0, 1]
+
+
+def test_a_run_of_one_is_the_notice_it_always_was(port: int) -> None:
+    metrics = DeviceMetrics(CollectorRegistry())
+    sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
+    box = sender.add_camera("cam")
+    pipe = CameraPipeline("cam", PipelineSetup("agent"), sender.submit, metrics.camera("cam"))
+    for i in range(3):
+        pipe.emit(_notice(i, 0.0, "gate"), None, 0.25)
+    got = _taken(box)
+    assert [h.frame_index for h in got] == [0, 1, 2]
+    assert all(not h.earlier_skipped and h.gate_score == 0.25 for h in got)
+    assert all(h.motion_score == 0.5 and h.capture_ns == 1000 + h.frame_index for h in got)
+
+
+def test_a_static_camera_tells_every_dropped_frame_in_fewer_messages(port: int) -> None:
+    edge = f"tcp://127.0.0.1:{port}"
+    static = "synthetic://?frames=60&seed=3&width=160&height=120&objects=0"
+    cfg = fast_config(edge, None, cameras=[CameraConfig(id="cam", source=static)])
+    cascade = cfg.cascade.model_copy(update={"enabled": True, "notice_run": 8})
+    cfg = cfg.model_copy(update={"cascade": cascade})
+    with FrameSink(edge) as sink:
+        agent = Agent(cfg, registry=CollectorRegistry())
+        assert agent.run_until_done(timeout=60) == 0
+        got = [r for r in sink.received() if not r.duplicate]
+    assert [r.frame_index for r in got] == list(range(60))  # every frame, in order
+    counts = CameraCounts.read(agent.metrics.registry, "cam")
+    skipped = agent.metrics.registry.get_sample_value(
+        "strata_device_skipped_sent_total", {"camera": "cam"}
+    )
+    assert skipped is not None and counts.sent + skipped == 60
+    # Each run ends at a kept frame, when 8 long, or at the clip's end.
+    runs = len({r.sequence for r in got}) - counts.sent
+    assert skipped > 30 and runs <= counts.sent + 1 + skipped // 8 < skipped
+    assert counts.acked == 60  # a run is acked as the frames it tells

@@ -174,3 +174,96 @@ def test_h264_lost_frame_size_change_and_keyframe_request(
     assert set(got) == {resumed, after}
     assert (got[resumed].width, got[resumed].height) == (size[0] * 2, size[1] * 2)
     assert lost not in got
+
+
+def test_a_run_of_dropped_frames_in_one_message_gets_a_result_each_and_one_final_ack(
+    node: EdgeNode, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    sub = Listener(zctx, node.endpoints.publish)
+    agent = RawAgent(zctx, node.endpoints.listen)
+    wait_until_subscribed(agent, sub, synthetic_clip.frame(0).image)
+    h, w = synthetic_clip.frame(0).image.shape[:2]
+    frames = range(16, 41)
+    seq, run = 0, []
+    for i in frames:
+        if i % 4 != 0:
+            run.append(frame_pb2.SkippedFrame(frame_index=i, capture_ns=i, skip_reason="min_gap"))
+            if i != frames[-1]:
+                continue
+        if run:  # the dropped frames before this one (or the clip's last): one message
+            seq += 1
+            last = run.pop()
+            hdr = frame_pb2.FrameHeader(
+                camera_id="cam",
+                sequence=seq,
+                frame_index=last.frame_index,
+                capture_ns=last.capture_ns,
+                kind=frame_pb2.FRAME_KIND_SKIPPED,
+                skip_reason="min_gap",
+                width=2 * w,
+                height=2 * h,
+                earlier_skipped=run,
+            )
+            send(agent, hdr)
+            run = []
+        if i % 4 == 0:
+            seq += 1
+            hdr = frame_pb2.FrameHeader(camera_id="cam", sequence=seq, frame_index=i)
+            hdr.width, hdr.height = w, h
+            hdr.source_width, hdr.source_height = 2 * w, 2 * h
+            hdr.encoding = common_pb2.ENCODING_BGR
+            send(agent, hdr, synthetic_clip.frame(i).image)
+    results = sorted(sub.collect(len(frames)), key=lambda r: r.frame_index)
+    assert [r.frame_index for r in results] == list(frames)  # a result for every frame
+    predicted = [r for r in results if r.predicted]
+    assert [r.frame_index for r in predicted] == [i for i in frames if i % 4 != 0]
+    assert all(r.note.startswith("skipped:min_gap:") for r in predicted)
+    reg = node.metrics.registry
+    assert sample(reg, "strata_edge_skipped_frames_total", {"reason": "min_gap"}) == len(predicted)
+    # One final ack per message, the run's included: every sequence settled once.
+    finals = acks_until(agent, lambda a: False, timeout_s=3.0)
+    processed = [
+        a.sequence
+        for a in finals
+        if a.camera_id == "cam" and a.status == frame_pb2.ACK_STATUS_PROCESSED
+    ]
+    assert sorted(processed) == list(range(1, seq + 1))
+
+
+def test_a_run_that_is_not_in_frame_order_is_rejected_with_its_reason(
+    node: EdgeNode, zctx: Any
+) -> None:
+    agent = RawAgent(zctx, node.endpoints.listen)
+    cases = {
+        1: [5, 4],  # not increasing
+        2: [3, 9],  # not before the header's own frame (8)
+    }
+    for seq, indices in cases.items():
+        hdr = frame_pb2.FrameHeader(
+            camera_id="bad",
+            sequence=seq,
+            frame_index=8,
+            width=4,
+            height=4,
+            kind=frame_pb2.FRAME_KIND_SKIPPED,
+            earlier_skipped=[frame_pb2.SkippedFrame(frame_index=i) for i in indices],
+        )
+        send(agent, hdr)
+    # On a kept frame a run means nothing the node can answer: rejected too.
+    kept = frame_pb2.FrameHeader(
+        camera_id="bad",
+        sequence=3,
+        frame_index=9,
+        width=4,
+        height=4,
+        encoding=common_pb2.ENCODING_BGR,
+        earlier_skipped=[frame_pb2.SkippedFrame(frame_index=1)],
+    )
+    send(agent, kept, np.zeros((4, 4, 3), np.uint8))
+    acks = acks_until(agent, lambda a: False, timeout_s=2.0)
+    rejected = {a.sequence: a.reason for a in acks if a.status == frame_pb2.ACK_STATUS_REJECTED}
+    assert sorted(rejected) == [1, 2, 3]
+    assert "not increasing" in rejected[1]
+    assert "not before" in rejected[2]
+    assert "not SKIPPED" in rejected[3]
+    assert sample(node.metrics.registry, "strata_edge_rejected_total", {"reason": "run"}) == 3

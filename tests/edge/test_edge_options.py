@@ -75,19 +75,24 @@ def test_a_camera_remembers_only_its_newest_sessions(
 
 def _send_next_flags(node: EdgeNode, zctx: Any, clip: SyntheticClip, frames: int) -> list[bool]:
     """Send `frames` frames of one camera, each after the previous one's result, so what
-    the tracker made of frame n is known when frame n+1 is acked; the send_next flag of
-    each frame's QUEUED ack."""
+    the tracker made of frame n is known before frame n+1 is sent; the send_next flag the
+    agent heard before each frame: on the previous frame's PROCESSED ack, or on this
+    frame's QUEUED ack (the node says it once, on whichever goes first)."""
     sub = Listener(zctx, node.endpoints.publish)
     agent = RawAgent(zctx, node.endpoints.listen)
     wait_until_subscribed(agent, sub, clip.frame(0).image)
     flags: list[bool] = []
+    heard = False  # on the previous frame's PROCESSED ack
     for seq in range(1, frames + 1):
         index = 20 + 3 * seq  # every third source frame: the tracker predicts across gaps
         agent.send_image("cam", seq, clip.frame(index).image, frame_index=index)
         acks = agent.acks(2)  # QUEUED now, PROCESSED once published
         queued = [a for a in acks if a.status == QUEUED]
-        assert len(queued) == 1, acks
-        flags.append(queued[0].feedback.send_next)
+        processed = [a for a in acks if a.status != QUEUED]
+        assert len(queued) == 1 and len(processed) == 1, acks
+        assert not (heard and queued[0].feedback.send_next)  # said once
+        flags.append(heard or queued[0].feedback.send_next)
+        heard = processed[0].feedback.send_next
         assert [r.sequence for r in sub.collect(1, timeout_s=10.0)] == [seq]
     return flags
 

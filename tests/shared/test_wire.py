@@ -138,3 +138,38 @@ def test_a_camera_id_with_a_nul_byte_is_refused() -> None:
     assert exc.value.reason == REASON_FIELDS
     with pytest.raises(MalformedMessage):
         camera_of_topic(b"cam1")
+
+
+def test_a_run_unfolds_into_the_skipped_headers_it_stands_for() -> None:
+    from strata.shared.wire import unfold_run
+
+    carrier = frame_pb2.FrameHeader(
+        agent_id="a",
+        camera_id="cam",
+        session_id=7,
+        sequence=42,
+        frame_index=9,
+        capture_ns=900,
+        motion_score=0.5,
+        kind=frame_pb2.FRAME_KIND_SKIPPED,
+        skip_reason="motion",
+        source_width=640,
+        source_height=480,
+        earlier_skipped=[
+            frame_pb2.SkippedFrame(
+                frame_index=7, capture_ns=700, motion_score=0.1, skip_reason="min_gap"
+            ),
+            frame_pb2.SkippedFrame(frame_index=8, capture_ns=800, skip_reason="motion"),
+        ],
+    )
+    early = unfold_run(carrier)
+    assert [(h.frame_index, h.capture_ns, h.skip_reason) for h in early] == [
+        (7, 700, "min_gap"),
+        (8, 800, "motion"),
+    ]
+    assert early[0].motion_score == pytest.approx(0.1) and early[1].motion_score == 0.0
+    for h in early:  # the carrier's own fields, no run of their own
+        assert (h.camera_id, h.session_id, h.sequence, h.kind) == ("cam", 7, 42, carrier.kind)
+        assert (h.source_width, h.source_height) == (640, 480) and not h.earlier_skipped
+    assert len(carrier.earlier_skipped) == 2  # untouched
+    assert unfold_run(frame_pb2.FrameHeader(frame_index=3)) == []
