@@ -303,9 +303,14 @@ class Outbox:
 
     @property
     def pending(self) -> int:
-        """Frames not yet finally acked, spooled or in flight."""
+        """Messages not yet finally acked, spooled or in flight."""
         with self._lock:
             return self._spooled + len(self._inflight)
+
+    def pending_frames(self) -> int:
+        """Source frames those messages stand for (a run of notices: the frames it tells)."""
+        with self._lock:
+            return sum(1 + len(i.header.earlier_skipped) for i in self._items.values())
 
 
 def _is_skip(item: Outgoing) -> bool:

@@ -215,7 +215,7 @@ class Sender:
             self.router.remove_camera(camera_id)
         cam.overflow_log.flush()
         cam.drop_log.flush()
-        return cam.box.pending
+        return cam.box.pending_frames()
 
     def edge_of(self, camera_id: str) -> str | None:
         """The edge a camera sends to now (None: none up)."""

@@ -134,3 +134,18 @@ def test_level_three_drop_policy_bounds_what_waits() -> None:
     _put(box, 2)
     assert box.limit_waiting(3, "newest") == (12, 11)
     assert [box.take(0.0).header.sequence for _ in range(2)] == [8, 9]  # type: ignore[union-attr]
+
+
+def test_a_run_of_notices_counts_as_the_frames_it_tells_when_held_and_when_dropped() -> None:
+    box = Outbox("c", OutboxLimits(window=1, max_frames=2, max_bytes=10_000))
+    run = frame_pb2.FrameHeader(
+        kind=frame_pb2.FRAME_KIND_SKIPPED,
+        frame_index=3,
+        earlier_skipped=[frame_pb2.SkippedFrame(frame_index=i) for i in (0, 1, 2)],
+    )
+    assert box.put(run, b"").sequence == 1
+    box.put(frame_pb2.FrameHeader(frame_index=4), b"x")
+    assert box.pending == 2 and box.pending_frames() == 5
+    # The spool holds 2 messages: the run overflows, as its 4 frames.
+    assert box.put(frame_pb2.FrameHeader(frame_index=5), b"x").overflowed == (1, 1, 1, 1)
+    assert box.pending_frames() == 2
