@@ -34,6 +34,12 @@ def _item(index: int, image: np.ndarray, skip: str = "") -> GateItem:
     return GateItem("cam", index, index, Frame(index, index / 10, index, bgr=image), 1.0, 0.0, skip)
 
 
+def _skipped_sent(agent: Agent) -> float | None:
+    return agent.metrics.registry.get_sample_value(
+        "strata_device_skipped_sent_total", {"camera": "cam"}
+    )
+
+
 def _wait(cond: object, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -81,9 +87,7 @@ def test_dropped_frames_notices_keep_their_place_in_the_order(port: int) -> None
         got = [r for r in sink.received() if not r.duplicate]
     assert [r.frame_index for r in got] == list(range(60))  # every frame, in order
     counts = CameraCounts.read(agent.metrics.registry, "cam")
-    skipped = agent.metrics.registry.get_sample_value(
-        "strata_device_skipped_sent_total", {"camera": "cam"}
-    )
+    skipped = _skipped_sent(agent)
     assert skipped is not None and skipped > 0
     assert counts.sent + skipped == 60
 
@@ -294,9 +298,7 @@ def test_a_static_camera_tells_every_dropped_frame_in_fewer_messages(port: int) 
         got = [r for r in sink.received() if not r.duplicate]
     assert [r.frame_index for r in got] == list(range(60))  # every frame, in order
     counts = CameraCounts.read(agent.metrics.registry, "cam")
-    skipped = agent.metrics.registry.get_sample_value(
-        "strata_device_skipped_sent_total", {"camera": "cam"}
-    )
+    skipped = _skipped_sent(agent)
     assert skipped is not None and counts.sent + skipped == 60
     # Each run ends at a kept frame, when 8 long, or at the clip's end.
     runs = len({r.sequence for r in got}) - counts.sent

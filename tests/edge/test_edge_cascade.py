@@ -55,25 +55,37 @@ def send(agent: RawAgent, header: frame_pb2.FrameHeader, payload: Any = b"") -> 
     agent.sock.send_multipart(pack_frame(header, payload), copy=False)
 
 
+def connected(node: EdgeNode, zctx: Any, clip: SyntheticClip) -> tuple[Listener, RawAgent]:
+    """A subscriber to the node's results and a raw agent, the subscription in place."""
+    sub = Listener(zctx, node.endpoints.publish)
+    agent = RawAgent(zctx, node.endpoints.listen)
+    wait_until_subscribed(agent, sub, clip.frame(0).image)
+    return sub, agent
+
+
+def send_kept(agent: RawAgent, seq: int, index: int, clip: SyntheticClip) -> None:
+    """Frame `index` kept: as if scaled down by 2 from a source twice its size (the agent
+    scaling to the model's input); results come back in source pixels."""
+    image = clip.frame(index).image
+    h, w = image.shape[:2]
+    hdr = frame_pb2.FrameHeader(camera_id="cam", sequence=seq, frame_index=index)
+    hdr.width, hdr.height = w, h
+    hdr.source_width, hdr.source_height = 2 * w, 2 * h
+    hdr.encoding = common_pb2.ENCODING_BGR
+    send(agent, hdr, image)
+
+
 def test_every_frame_gets_a_result_skipped_ones_from_tracking(
     node: EdgeNode, zctx: Any, synthetic_clip: SyntheticClip
 ) -> None:
-    sub = Listener(zctx, node.endpoints.publish)
-    agent = RawAgent(zctx, node.endpoints.listen)
-    wait_until_subscribed(agent, sub, synthetic_clip.frame(0).image)
+    sub, agent = connected(node, zctx, synthetic_clip)
     h, w = synthetic_clip.frame(0).image.shape[:2]
     frames = range(16, 41)
     for seq, i in enumerate(frames, start=1):
-        hdr = frame_pb2.FrameHeader(camera_id="cam", sequence=seq, frame_index=i)
         if i % 4 == 0:
-            # Kept: as if scaled down by 2 from a source twice this size (the agent
-            # scaling to the model's input); results come back in source pixels.
-            image = synthetic_clip.frame(i).image
-            hdr.width, hdr.height = w, h
-            hdr.source_width, hdr.source_height = 2 * w, 2 * h
-            hdr.encoding = common_pb2.ENCODING_BGR
-            send(agent, hdr, image)
+            send_kept(agent, seq, i, synthetic_clip)
         else:
+            hdr = frame_pb2.FrameHeader(camera_id="cam", sequence=seq, frame_index=i)
             hdr.kind = frame_pb2.FRAME_KIND_SKIPPED
             hdr.skip_reason = "min_gap"
             hdr.width, hdr.height = 2 * w, 2 * h
@@ -179,9 +191,7 @@ def test_h264_lost_frame_size_change_and_keyframe_request(
 def test_a_run_of_dropped_frames_in_one_message_gets_a_result_each_and_one_final_ack(
     node: EdgeNode, zctx: Any, synthetic_clip: SyntheticClip
 ) -> None:
-    sub = Listener(zctx, node.endpoints.publish)
-    agent = RawAgent(zctx, node.endpoints.listen)
-    wait_until_subscribed(agent, sub, synthetic_clip.frame(0).image)
+    sub, agent = connected(node, zctx, synthetic_clip)
     h, w = synthetic_clip.frame(0).image.shape[:2]
     frames = range(16, 41)
     seq, run = 0, []
@@ -208,11 +218,7 @@ def test_a_run_of_dropped_frames_in_one_message_gets_a_result_each_and_one_final
             run = []
         if i % 4 == 0:
             seq += 1
-            hdr = frame_pb2.FrameHeader(camera_id="cam", sequence=seq, frame_index=i)
-            hdr.width, hdr.height = w, h
-            hdr.source_width, hdr.source_height = 2 * w, 2 * h
-            hdr.encoding = common_pb2.ENCODING_BGR
-            send(agent, hdr, synthetic_clip.frame(i).image)
+            send_kept(agent, seq, i, synthetic_clip)
     results = sorted(sub.collect(len(frames)), key=lambda r: r.frame_index)
     assert [r.frame_index for r in results] == list(frames)  # a result for every frame
     predicted = [r for r in results if r.predicted]
