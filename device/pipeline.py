@@ -258,6 +258,9 @@ class CameraPipeline:
         """A dropped frame's notice joins the camera's run; the run goes when it is full or
         its first has waited notice_run_s (else before the next kept frame, or when the
         camera's frames stop: `flush`)."""
+        size = (item.frame.width, item.frame.height)
+        if self._run and size != self._run_size:
+            self.flush()  # a run tells frames of one size (the carrier's)
         run = self._run
         if not run:
             self._run_started = item.queued_at
@@ -269,7 +272,7 @@ class CameraPipeline:
                 skip_reason=item.skip_reason,
             )
         )
-        self._run_size = (item.frame.width, item.frame.height)
+        self._run_size = size
         self._run_gate = gate_score
         if len(run) >= self._run_max or item.queued_at - self._run_started >= self._run_s:
             self.flush()

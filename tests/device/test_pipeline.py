@@ -213,8 +213,8 @@ def test_kept_frames_jpeg_from_yuv_reads_at_the_edge_like_the_bgr_route(
     assert dropped_by_reason(metrics.registry, "cam") == {}
 
 
-def _notice(index: int, at: float, skip: str = "min_gap") -> GateItem:
-    image = np.zeros((12, 16, 3), np.uint8)
+def _notice(index: int, at: float, skip: str = "min_gap", width: int = 16) -> GateItem:
+    image = np.zeros((12, width, 3), np.uint8)
     return GateItem(
         "cam", index, 1000 + index, Frame(index, index / 10, 0, bgr=image), 0.5, at, skip
     )
@@ -304,3 +304,17 @@ def test_a_static_camera_tells_every_dropped_frame_in_fewer_messages(port: int) 
     runs = len({r.sequence for r in got}) - counts.sent
     assert skipped > 30 and runs <= counts.sent + 1 + skipped // 8 < skipped
     assert counts.acked == 60  # a run is acked as the frames it tells
+
+
+def test_a_new_frame_size_starts_a_new_run(port: int) -> None:
+    metrics = DeviceMetrics(CollectorRegistry())
+    sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
+    box = sender.add_camera("cam")
+    setup = PipelineSetup("agent", notice_run=8, notice_run_s=10.0)
+    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+    for i, width in enumerate((16, 16, 32)):
+        pipe.put(_notice(i, 0.0, width=width), wait=False)
+    pipe.flush()
+    first, second = _taken(box)
+    assert (first.frame_index, first.source_width) == (1, 16) and len(first.earlier_skipped) == 1
+    assert (second.frame_index, second.source_width) == (2, 32) and not second.earlier_skipped
