@@ -248,13 +248,14 @@ class CascadeConfig(StrictModel):
         8,
         ge=1,
         description="Dropped frames told in one message, at most this many (1: a message "
-        "each); a run goes before the camera's next kept frame, when full, or notice_run_ms "
-        "after its first.",
+        "each); a run goes before the camera's next kept frame, when full, after "
+        "notice_run_ms, and when the camera's frames stop.",
     )
     notice_run_ms: float = Field(
         200.0,
         gt=0,
-        description="The longest a dropped frame's notice waits for its run to be sent (ms).",
+        description="A run is sent with the first notice this long after its first (ms): "
+        "at most this plus a frame's interval of waiting while frames come.",
     )
 
 
