@@ -168,6 +168,10 @@ class CameraPipeline:
         self._run_started = 0.0
         self._run_size = (0, 0)
         self._run_gate = 0.0
+        # The camera's last frame interval (s), so a run goes before its first notice would
+        # wait past notice_run_s for the next frame (0 until a second frame comes).
+        self._last_at: float | None = None
+        self._interval = 0.0
 
     def put(
         self, item: GateItem, wait: bool, stop: threading.Event | None = None
@@ -176,6 +180,9 @@ class CameraPipeline:
         it can drop frames, else converted, encoded and submitted now."""
         if self.inbox is not None:
             return self.inbox.put(item, wait, stop)
+        if self._last_at is not None:
+            self._interval = item.queued_at - self._last_at
+        self._last_at = item.queued_at
         if item.skip_reason:
             self.emit(item, None, 0.0)
             return None
@@ -256,8 +263,9 @@ class CameraPipeline:
 
     def _notice(self, item: GateItem, gate_score: float) -> None:
         """A dropped frame's notice joins the camera's run; the run goes when it is full or
-        its first has waited notice_run_s (else before the next kept frame, or when the
-        camera's frames stop: `flush`)."""
+        when the next frame, a frame interval away, would find its first waiting longer
+        than notice_run_s (so a camera slower than that sends each notice alone); else
+        before the next kept frame, or when the camera's frames stop: `flush`."""
         size = (item.frame.width, item.frame.height)
         if self._run and size != self._run_size:
             self.flush()  # a run tells frames of one size (the carrier's)
@@ -274,7 +282,8 @@ class CameraPipeline:
         )
         self._run_size = size
         self._run_gate = gate_score
-        if len(run) >= self._run_max or item.queued_at - self._run_started >= self._run_s:
+        waited = item.queued_at - self._run_started
+        if len(run) >= self._run_max or waited + self._interval > self._run_s:
             self.flush()
 
     def flush(self) -> None:

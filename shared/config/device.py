@@ -254,8 +254,8 @@ class CascadeConfig(StrictModel):
     notice_run_ms: float = Field(
         200.0,
         gt=0,
-        description="A run is sent with the first notice this long after its first (ms): "
-        "at most this plus a frame's interval of waiting while frames come.",
+        description="The longest a run's first notice waits (ms), judged by the camera's "
+        "last frame interval: a camera slower than this sends each notice alone.",
     )
 
 

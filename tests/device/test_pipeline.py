@@ -273,6 +273,27 @@ def test_a_run_goes_once_its_first_notice_has_waited_long_enough(port: int) -> N
     assert run.frame_index == 2 and [s.frame_index for s in run.earlier_skipped] == [0, 1]
 
 
+def test_a_camera_slower_than_the_wait_sends_each_notice_alone(port: int) -> None:
+    # At 4 fps the next frame comes 0.25 s later: holding a notice for it would make the
+    # edge hear of a dropped frame later than notice_run_ms allows.
+    metrics = DeviceMetrics(CollectorRegistry())
+    sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
+    box = sender.add_camera("cam")
+    setup = PipelineSetup("agent", notice_run=8, notice_run_s=0.2)
+    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+    pipe.put(_notice(0, 3.0), wait=False)  # no interval known yet: it waits for the next
+    assert box.pending == 0
+    got = []
+    for i in range(1, 4):
+        pipe.put(_notice(i, 3.0 + 0.25 * i), wait=False)
+        got += _taken(box)
+    pipe.flush()
+    assert _taken(box) == []  # nothing was left waiting
+    assert [h.frame_index for h in got] == [1, 2, 3]
+    assert [s.frame_index for s in got[0].earlier_skipped] == [0]
+    assert not got[1].earlier_skipped and not got[2].earlier_skipped
+
+
 def test_a_run_of_one_is_the_notice_it_always_was(port: int) -> None:
     metrics = DeviceMetrics(CollectorRegistry())
     sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
