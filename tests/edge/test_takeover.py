@@ -218,11 +218,24 @@ def test_kill_9_the_moved_cameras_restore_their_edges_checkpoint(
         e.start()
     res = Results([e.publish for e in edges])
     cams = {f"cam{i}": synthetic_source(i, 4, 110) for i in range(6)}
-    dev = DeviceProc(tmp_path, [e.listen for e in edges], cams)
+    # No warm-up, quick moves: the ring settles soon after the three edges are up, so the
+    # kill finds no camera on its way between two edges (its placement would be ambiguous).
+    routing = {"warmup_s": 0.0, "ramp_s": 0.0, "moves_per_s": 20.0}
+    dev = DeviceProc(tmp_path, [e.listen for e in edges], cams, routing)
+
+    def all_up() -> bool:
+        log = dev.log.read_text() if dev.log.exists() else ""
+        return all(f"edge {e.listen} is up" in log for e in edges)
+
+    def settled() -> bool:
+        first = res.placement(time.monotonic() - 1.0)
+        time.sleep(1.0)
+        return first == res.placement(time.monotonic() - 1.0) and len(first) == len(cams)
+
     try:
         dev.start()
-        assert wait_until(lambda: len(res.placement(0)) == len(cams), 30)
-        time.sleep(1.5)
+        assert wait_until(all_up, 30), dev.log.read_text()[-3000:]
+        assert wait_until(settled, 30), res.placement(time.monotonic() - 1.0)
         per: dict[str, list[str]] = {}
         for cam, edge in res.placement(time.monotonic() - 1.0).items():
             per.setdefault(edge, []).append(cam)
