@@ -33,7 +33,7 @@ from strata.shared.contracts import (
     events_pb2,
 )
 from strata.shared.metrics import sample
-from uplink_testkit import KilledEdge, clouds, make, wait_for
+from uplink_testkit import KilledEdge, clouds, held_for, make, wait_for
 
 # The cloud tests' classifier and config builders (tests/ has no packages; tools' conftest
 # joins these folders the same way).
@@ -499,7 +499,7 @@ def test_kill_9_of_the_edge_mid_flow_loses_no_event(
     server = cloud()
     story = walks(("door", "yard"), tracks=30)
     spool = _KILLED.run(analytics_pb2.CropBatch(events=story), tmp_path, port)
-    before = len(stored(server))
+    before = held_for(lambda: len(stored(server)))
     left = CropSpool(str(spool), 10 << 20)
     on_disk = left.events
     left.close()

@@ -71,6 +71,20 @@ def wait_for(cond: Callable[[], bool], timeout_s: float = 30.0) -> bool:
     return cond()
 
 
+def held_for(count: Callable[[], int], quiet_s: float = 1.0, timeout_s: float = 15.0) -> int:
+    """`count()` once it has not changed for quiet_s (asserted within timeout_s): a stream
+    that a kill cut may still have messages in the server's hands, stored after it died."""
+    deadline = time.monotonic() + timeout_s
+    last, since = count(), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        assert time.monotonic() < deadline, f"still changing after {timeout_s} s: {last}"
+        time.sleep(0.1)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
 # The child: offers the items of a batch file through a spooled Uplink, `step` at a time,
 # waits, then dies by SIGKILL (no stop, nothing flushed or parked).
 _KILLED_EDGE = """
