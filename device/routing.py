@@ -70,10 +70,14 @@ class CameraRouter:
         """The ring for these members (cached)."""
         key = tuple(sorted(members, key=lambda m: m.node_id))
         warming = any(m.warm_factor(now, self.params) < 1.0 for m in key)
+        # A ring built during a warm-up holds the weights of then: rebuilt each second while
+        # it lasts, and at once when it ends (else the last ramp's bounds stay in force).
+        built_warm = self._ring is not None and any(f < 1.0 for f in self._ring.factors.values())
         if (
             self._ring is None
             or key != self._ring_key
             or (warming and now - self._ring_at >= _WARM_REBUILD_S)
+            or (built_warm and not warming)
         ):
             self._ring = Ring(key, self.params, now)
             self._ring_key = key

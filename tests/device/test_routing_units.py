@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import math
 
 import pytest
@@ -115,6 +116,30 @@ def test_router_places_fails_over_and_paces_a_newcomer() -> None:
     assert sum(1 for e in r.placement().values() if e == "a") <= 2
     r.remove_camera("cam0")
     assert r.edge_of("cam0") is None and "cam0" not in r.placement()
+
+
+def test_once_the_newcomers_have_warmed_up_the_placement_keeps_the_full_bounds() -> None:
+    # Two edges join a founding one that holds all 32 cameras: once their warm-up and ramp
+    # are over, each edge holds at most ceil(1.15 x 32 / 3) = 13, at every phase of the
+    # agent's updates (the ring built during the ramp must not stay in force after it).
+    from strata.shared.ring import Member
+
+    for phase in (0.0, 0.03, 0.07, 0.11, 0.13, 0.17, 0.19, 0.23):
+        r = CameraRouter(RoutingConfig(moves_per_s=1.0, warmup_s=8.0, ramp_s=4.0))
+        for i in range(32):
+            r.add_camera(f"c{i}", "")
+        first = Member("tcp://127.0.0.1:28616")
+        r.update([first], 0.0, starting=True)
+        joined = [Member(f"tcp://127.0.0.1:{p}", joined_at=2.0) for p in (28359, 23878)]
+        t = 2.0 + phase
+        while t < 60.0:
+            r.update([first, *joined], t)
+            t += 0.25
+        per_edge = collections.Counter(r.placement().values())
+        assert len(per_edge) == 3 and max(per_edge.values()) <= math.ceil(1.15 * 32 / 3), (
+            phase,
+            per_edge,
+        )
 
 
 def test_camera_model_falls_back_to_the_routing_default() -> None:
