@@ -17,6 +17,7 @@ from strata.device.encoder import ScaleTarget
 from strata.device.frames import Frame, Yuv420Scaler
 from strata.device.inbox import GateItem
 from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
+from strata.device.outbox import Outbox
 from strata.device.pipeline import CameraPipeline, KeyframeRequests, PipelineSetup
 from strata.device.sender import Sender
 from strata.device.sink import FrameSink
@@ -227,14 +228,19 @@ def _taken(box: object) -> list[frame_pb2.FrameHeader]:
     return out
 
 
-def test_dropped_frames_go_in_runs_before_the_next_kept_frame_when_full_and_at_the_end(
-    port: int,
-) -> None:
+def _run_pipe(port: int, run: int, wait_s: float) -> tuple[Outbox, CameraPipeline]:
+    """A camera's outbox (its sender never started) and a pipeline holding runs of `run`."""
     metrics = DeviceMetrics(CollectorRegistry())
     sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
     box = sender.add_camera("cam")
-    setup = PipelineSetup("agent", notice_run=4, notice_run_s=10.0)
-    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+    setup = PipelineSetup("agent", notice_run=run, notice_run_s=wait_s)
+    return box, CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+
+
+def test_dropped_frames_go_in_runs_before_the_next_kept_frame_when_full_and_at_the_end(
+    port: int,
+) -> None:
+    box, pipe = _run_pipe(port, 4, 10.0)
     kept = np.full((12, 16, 3), 90, np.uint8)
     for i in (0, 1):
         pipe.put(_notice(i, 0.0), wait=False)
@@ -260,11 +266,7 @@ def test_dropped_frames_go_in_runs_before_the_next_kept_frame_when_full_and_at_t
 
 
 def test_a_run_goes_once_its_first_notice_has_waited_long_enough(port: int) -> None:
-    metrics = DeviceMetrics(CollectorRegistry())
-    sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
-    box = sender.add_camera("cam")
-    setup = PipelineSetup("agent", notice_run=100, notice_run_s=0.2)
-    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+    box, pipe = _run_pipe(port, 100, 0.2)
     pipe.put(_notice(0, 5.0), wait=False)
     pipe.put(_notice(1, 5.1), wait=False)
     assert box.pending == 0
@@ -276,11 +278,7 @@ def test_a_run_goes_once_its_first_notice_has_waited_long_enough(port: int) -> N
 def test_a_camera_slower_than_the_wait_sends_each_notice_alone(port: int) -> None:
     # At 4 fps the next frame comes 0.25 s later: holding a notice for it would make the
     # edge hear of a dropped frame later than notice_run_ms allows.
-    metrics = DeviceMetrics(CollectorRegistry())
-    sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
-    box = sender.add_camera("cam")
-    setup = PipelineSetup("agent", notice_run=8, notice_run_s=0.2)
-    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+    box, pipe = _run_pipe(port, 8, 0.2)
     pipe.put(_notice(0, 3.0), wait=False)  # no interval known yet: it waits for the next
     assert box.pending == 0
     got = []
@@ -328,11 +326,7 @@ def test_a_static_camera_tells_every_dropped_frame_in_fewer_messages(port: int) 
 
 
 def test_a_new_frame_size_starts_a_new_run(port: int) -> None:
-    metrics = DeviceMetrics(CollectorRegistry())
-    sender = Sender(f"tcp://127.0.0.1:{port}", SenderConfig(), metrics)  # never started
-    box = sender.add_camera("cam")
-    setup = PipelineSetup("agent", notice_run=8, notice_run_s=10.0)
-    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+    box, pipe = _run_pipe(port, 8, 10.0)
     for i, width in enumerate((16, 16, 32)):
         pipe.put(_notice(i, 0.0, width=width), wait=False)
     pipe.flush()
