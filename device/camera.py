@@ -271,7 +271,7 @@ class CameraWorker:
     def _whole_picture(self, frame: Frame) -> MotionDecision | None:
         """A frame the cascade's gap holds back: kept all the same when the whole picture
         changed (a cut, seen on its frame) or moved (a pan, followed from its start)."""
-        if self.motion is None:
+        if self.motion is None or self.motion.quiet(frame):
             return None
         return self.motion.cut(self.motion.score_input(frame), frame.ts)
 

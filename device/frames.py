@@ -76,6 +76,40 @@ class GreyScaler:
         return self._halver.scale(_plane(av_frame.planes[0], fw, fh), self.size, None)
 
 
+class CoarseLuma:
+    """A decoded frame's luma as a coarse grey (about 48 x 36) from one row in every
+    coarse row's band, area-averaged along it: one camera's (buffers kept; not thread-safe).
+
+    What `MotionGate.quiet` compares a frame the cascade holds back with: it reads a
+    twentieth of a 720p luma plane (36 rows), 55 us a frame cold from the decoder against
+    the grey's 260 (this machine). Both sides of a comparison are made here, the same way,
+    so the rows it skips cost no bias, only noise; None for a frame without a luma plane.
+    """
+
+    def __init__(self, width: int = 48, height: int = 36) -> None:
+        self.target = (width, height)
+        self._key = (0, 0)
+        self._out = np.empty((0, 0), np.uint8)
+        self._steps = (1, 1)
+
+    def scale(self, av_frame: Any) -> np.ndarray | None:
+        """The coarse grey of `av_frame` (a buffer reused by the next call), or None."""
+        if av_frame.format.name not in _LUMA_FIRST:
+            return None
+        fw, fh = int(av_frame.width), int(av_frame.height)
+        if (fw, fh) != self._key:
+            self._key = (fw, fh)
+            # Integer factors: cv2's area scale takes its fast path.
+            kx, ky = max(1, fw // self.target[0]), max(1, fh // self.target[1])
+            self._steps = (kx, ky)
+            self._out = np.empty((fh // ky, fw // kx), np.uint8)
+        kx, ky = self._steps
+        ch, cw = self._out.shape
+        rows = _plane(av_frame.planes[0], fw, fh)[ky // 2 : ch * ky : ky, : cw * kx]
+        cv2.resize(rows, (cw, ch), dst=self._out, interpolation=_AREA)
+        return self._out
+
+
 class BgrScaler:
     """Scales decoded frames and converts them to BGR through FFmpeg scaler contexts kept
     from frame to frame: one per camera, on the gate worker's thread (not thread-safe).
@@ -278,6 +312,10 @@ class Frame:
                 rows = np.frombuffer(plane, np.uint8, count=plane.line_size * self.height)
                 return rows.reshape(self.height, plane.line_size)[:, : self.width]
         return self.bgr()
+
+    def coarse(self, scaler: CoarseLuma) -> np.ndarray | None:
+        """The frame's coarse grey (`CoarseLuma`); None for a frame not from a decoder."""
+        return None if self._av is None else scaler.scale(self._av)
 
     def yuv420(self, size: tuple[int, int], scaler: Yuv420Scaler) -> Any:
         """The frame scaled to `size` (w, h) in full-range YUV 4:2:0 (a PyAV frame, see

@@ -14,6 +14,11 @@ by the share of 8x8 cells of the grey frame whose mean absolute difference to th
 frame passes a level: objects moving over a still scene change a few cells, a cut or a pan
 most of them. A scene change is kept whatever the thresholds and flagged, so the edge
 re-seeds its tracks instead of predicting across it.
+
+Most frames are held back by the cascade's gap, and are looked at only for a cut or a pan.
+`quiet` answers that for most of them from a coarse grey (device/frames.py `CoarseLuma`, a
+fifth of the cost): when under half the share of cells a cut or a pan needs changed there,
+`cut` could not keep the frame, and the full grey is never made.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import numpy as np
 from strata.shared.config.device import MotionConfig
 
 from .camera_shift import PAN_SHIFT, ShiftMeter
-from .frames import Frame, GreyScaler
+from .frames import CoarseLuma, Frame, GreyScaler
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,11 @@ _CELL_LEVEL = 12
 # While the cascade waits out its gap, a share of changed cells from which the camera may be
 # moving (a pan of 4 gate pixels over vtest: 0.25-0.30; its people over 15 frames: 0.06-0.12).
 PAN_CELLS = 0.2
+# A coarse pixel changed when its grey moved this much. With a quiet share of half what a
+# cut or a pan needs, the frames `cut` kept showed 4.8x that share or more (levels 4-12,
+# shares 0.05-0.15 tried on vtest panned at 2 and 4 pixels a frame, the tests' blurred pan,
+# cuts between vtest's scenes), while 99% of vtest's held frames stayed quiet.
+_COARSE_LEVEL = 6
 
 
 class MotionGate:
@@ -92,6 +102,18 @@ class MotionGate:
             on = cv2.resize(self._mask, cells, interpolation=cv2.INTER_AREA)
             self._cell_on = np.where(on > 0, 255, 0).astype(np.uint8)
             self._cells_counted = int(np.count_nonzero(self._cell_on))
+        # The coarse grey (`quiet`): of the frame last scored, of the one loaded, of the
+        # last kept (own buffer), and what a quiet frame may have changed.
+        self._coarser: CoarseLuma | None = None
+        self._scored: tuple[Frame, np.ndarray | None] | None = None
+        self._loaded_coarse: np.ndarray | None = None
+        self._kept_coarse = np.empty((0, 0), np.uint8)
+        self._kept_coarse_ok = False
+        self._coarse_diff = np.empty((0, 0), np.uint8)
+        self._coarse_on: np.ndarray | None = None
+        self._quiet_cells = 0.0
+        needed = min(PAN_CELLS, cfg.scene_change) if cfg.scene_change > 0 else PAN_CELLS
+        self._quiet_share = needed / 2
 
     def score_input(self, frame: Frame) -> np.ndarray:
         """What `check` should score for `frame`: a decoded frame scaled to the gate's size
@@ -99,8 +121,60 @@ class MotionGate:
         if frame.decoded:
             if self._scaler is None:
                 self._scaler = GreyScaler(self.cfg.width, self.cfg.height)
+            # The coarse grey goes with it, so a frame kept can be `quiet`'s reference.
+            self._scored = (frame, self._coarse_of(frame))
             return frame.motion_input(self._scaler)
+        self._scored = None
         return frame.motion_input()
+
+    def quiet(self, frame: Frame) -> bool:
+        """For a frame the cascade holds back: True when `cut` could not keep it, judged
+        from its coarse grey against the last kept frame's (fewer than half the changed
+        share a cut or a pan needs); False when `cut` must look (or no coarse grey exists:
+        a frame not from a decoder, a new frame size)."""
+        if not self._have_kept or not self._scale:
+            return True  # `cut` keeps nothing then
+        if not self._kept_coarse_ok:
+            return False
+        now = self._coarse_of(frame)
+        if now is not None and now.shape == self._kept_coarse.shape:
+            diff = self._coarse_diff
+            cv2.absdiff(now, self._kept_coarse, dst=diff)
+            cv2.threshold(diff, _COARSE_LEVEL - 1, 255, cv2.THRESH_BINARY, dst=diff)
+            if self._coarse_on is not None:
+                cv2.bitwise_and(diff, self._coarse_on, dst=diff)
+            if cv2.countNonZero(diff) < self._quiet_cells:
+                return True
+        self._scored = (frame, now)  # `score_input` takes it for `cut`
+        return False
+
+    def _coarse_of(self, frame: Frame) -> np.ndarray | None:
+        scored = self._scored
+        if scored is not None and scored[0] is frame:  # `quiet` made it for this frame
+            return scored[1]
+        if self._coarser is None:
+            self._coarser = CoarseLuma()
+        now = frame.coarse(self._coarser)
+        if now is not None and now.shape != self._coarse_diff.shape:
+            self._coarse_size(now.shape)
+        return now
+
+    def _coarse_size(self, shape: tuple[int, ...]) -> None:
+        """Buffers and the ignore mask for a new coarse size (a new frame size)."""
+        h, w = shape
+        self._coarse_diff = np.empty((h, w), np.uint8)
+        self._kept_coarse_ok = False
+        counted = h * w
+        if self.cfg.ignore:
+            # As the scene-change cells: a coarse pixel wholly inside a region is not counted.
+            on = np.full((h, w), 255, np.uint8)
+            for r in self.cfg.ignore:
+                x1, x2 = math.ceil(r.x1 * w), math.floor(r.x2 * w)
+                y1, y2 = math.ceil(r.y1 * h), math.floor(r.y2 * h)
+                on[y1:y2, x1:x2] = 0
+            self._coarse_on = on
+            counted = int(np.count_nonzero(on))
+        self._quiet_cells = self._quiet_share * counted
 
     def reset(self) -> None:
         """Forget the last kept frame (after a reconnect the scene may have changed)."""
@@ -194,6 +268,9 @@ class MotionGate:
 
     def _load(self, image: np.ndarray) -> None:
         """Put `image`'s grey at the gate's size into the working buffer."""
+        # The coarse grey scored with it (`score_input`), if `image` came from there.
+        scored, self._scored = self._scored, None
+        self._loaded_coarse = scored[1] if scored is not None else None
         if image.shape == self._grey.shape:  # already scaled (a decoded frame's luma)
             np.copyto(self._grey, image)
         elif image.ndim == 2:
@@ -215,6 +292,12 @@ class MotionGate:
             shift = self._shift.shift(self._kept, self._grey) if moved else 0.0
         # Swap buffers instead of copying: the new grey becomes the reference.
         self._grey, self._kept = self._kept, self._grey
+        coarse = self._loaded_coarse
+        self._kept_coarse_ok = coarse is not None
+        if coarse is not None:
+            if coarse.shape != self._kept_coarse.shape:
+                self._kept_coarse = np.empty_like(coarse)
+            np.copyto(self._kept_coarse, coarse)
         self._have_kept = True
         self._kept_ts = ts
         return MotionDecision(True, score, why, scene, shift)

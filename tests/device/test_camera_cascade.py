@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -15,18 +14,7 @@ from strata.device.metrics import DeviceMetrics
 from strata.shared.config.device import CascadeConfig, MotionConfig, SourceConfig
 from strata.shared.synthetic import SyntheticClip
 
-
-def _write(path: Path, images: list[np.ndarray]) -> Path:
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("libx264", rate=10)
-        stream.height, stream.width = images[0].shape[:2]
-        stream.pix_fmt = "yuv420p"
-        stream.options = {"g": "10", "crf": "12", "preset": "veryfast"}
-        for img in images:
-            frame = av.VideoFrame.from_ndarray(img, format="bgr24")
-            out.mux(stream.encode(frame))
-        out.mux(stream.encode(None))
-    return path
+from .clip_media import write_clip
 
 
 def _run(
@@ -56,7 +44,7 @@ def _run(
 def test_a_cut_in_a_file_is_a_scene_change_on_its_own_frame(tmp_path: Path) -> None:
     a = SyntheticClip(width=320, height=240, frames=17, objects=4, seed=1)
     b = SyntheticClip(width=320, height=240, frames=23, objects=4, seed=2)
-    clip = _write(tmp_path / "cut.mp4", [f.image for f in a] + [f.image for f in b])
+    clip = write_clip(tmp_path / "cut.mp4", [f.image for f in a] + [f.image for f in b])
     items, registry = _run(clip, 40)
     kept = [i.index for i in items if not i.skip_reason]
     scenes = [i.index for i in items if i.scene_change]
@@ -77,7 +65,9 @@ def test_a_pan_in_a_file_keeps_frames_while_the_camera_moves(tmp_path: Path) -> 
     )
     # Still for 20 frames, then 3 source pixels a frame (1.8 of the gate's) for 30.
     xs = [0] * 20 + [3 * k for k in range(1, 31)]
-    path = _write(tmp_path / "pan.mp4", [np.ascontiguousarray(wide[:, x : x + 320]) for x in xs])
+    path = write_clip(
+        tmp_path / "pan.mp4", [np.ascontiguousarray(wide[:, x : x + 320]) for x in xs]
+    )
     items, registry = _run(path, 50)
     kept = [i.index for i in items if not i.skip_reason]
     still = [k for k in kept if k < 20]
@@ -97,7 +87,7 @@ def test_burst_frames_say_whether_the_motion_gate_alone_would_have_dropped_them(
     moved = still.copy()
     moved[80:160, 100:180] = 255
     images = [still] * 8 + [moved] * 12
-    clip = _write(tmp_path / "burst.mp4", images)
+    clip = write_clip(tmp_path / "burst.mp4", images)
     # A burst of all 20 frames from the first.
     items, _ = _run(clip, 20, CascadeConfig(calibrate_every=1000, burst_frames=20))
     assert all(i.calibration and not i.skip_reason for i in items)

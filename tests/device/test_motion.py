@@ -1,10 +1,16 @@
 from pathlib import Path
+from typing import Any
 
+import av
+import cv2
 import numpy as np
 import pytest
+from strata.device.frames import Frame
 from strata.device.motion import MotionGate
 from strata.shared.config.device import IgnoreRect, MotionConfig
 from strata.shared.synthetic import SyntheticClip
+
+from .clip_media import write_clip
 
 
 def _scene(h: int = 144, w: int = 192) -> np.ndarray:
@@ -226,3 +232,61 @@ def test_a_burst_frame_is_unchanged_against_the_last_one_the_gate_alone_would_ke
     # A new burst starts from its own first frame.
     gate.keep_now(_with_box(_scene(), 50, 50), 2.0, "calibration")
     assert not gate.burst_unchanged(start=True)
+
+
+def _held(path: Path, gap: int, cfg: MotionConfig, quiet: bool) -> tuple[list[Any], int]:
+    """`path` through the gate as a camera with the cascade's `gap` drives it: the frames
+    in between looked at for a cut or a pan only, through `quiet` first when asked. Each
+    frame's decision (None: dropped), and how many `quiet` settled."""
+    gate = MotionGate(cfg)
+    out: list[Any] = []
+    last, settled = -gap, 0
+    with av.open(str(path)) as container:
+        for i, decoded in enumerate(container.decode(video=0)):
+            frame = Frame(i, i / 10, 0, av_frame=decoded)
+            if i - last < gap:
+                if quiet and gate.quiet(frame):
+                    settled += 1
+                    out.append(None)
+                    continue
+                d = gate.cut(gate.score_input(frame), i / 10)
+            else:
+                d = gate.check(gate.score_input(frame), i / 10)
+            if d is not None and d.keep:
+                last = i
+                out.append((d.why, round(d.score, 6), d.scene_change, d.shift))
+            else:
+                out.append(None)
+    return out, settled
+
+
+@pytest.mark.parametrize("ignore", [(), (IgnoreRect(x1=0.0, y1=0.0, x2=0.6, y2=1.0),)])
+def test_held_frames_found_quiet_are_those_a_cut_check_would_drop(
+    tmp_path: Path, ignore: tuple[IgnoreRect, ...]
+) -> None:
+    # People moving over a still street, a cut to another, then a pan across a blurred one.
+    a = SyntheticClip(width=320, height=240, frames=40, objects=4, seed=1)
+    b = SyntheticClip(width=320, height=240, frames=20, objects=4, seed=2)
+    street = SyntheticClip(width=320, height=240, frames=1, objects=0, seed=4).background
+    wide = cv2.GaussianBlur(np.concatenate([street, street[:, ::-1]], axis=1), (0, 0), 3)
+    pan = [np.ascontiguousarray(wide[:, 3 * k : 3 * k + 320]) for k in range(40)]
+    clip = write_clip(tmp_path / "held.mp4", [f.image for f in a] + [f.image for f in b] + pan)
+    cfg = MotionConfig(ignore=list(ignore))
+    every, _ = _held(clip, 6, cfg, quiet=False)
+    found, settled = _held(clip, 6, cfg, quiet=True)
+    # The same frames kept, for the same reasons, scores and shifts.
+    assert found == every
+    whys = [d[0] for d in every if d is not None]
+    assert every[40] is not None and every[40][2], whys  # the cut, on its frame
+    assert whys.count("pan") >= 3, whys
+    # The still street's held frames never needed the full grey.
+    held = sum(1 for i in range(40) if i % 6)
+    assert settled >= 0.8 * held, (settled, held)
+
+
+def test_quiet_needs_a_decoded_frame_to_compare_with() -> None:
+    # Arrays (no luma plane): nothing coarse was kept, so `cut` must look.
+    gate = MotionGate(MotionConfig())
+    scene = _scene()
+    gate.check(scene, 0.0)
+    assert not gate.quiet(Frame(1, 0.1, 0, bgr=scene))
