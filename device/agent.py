@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig
 from strata.shared.contracts import frame_pb2
 
+from .burst_slots import BurstSlots
 from .camera import CameraState, CameraStatus, CameraWorker
 from .cascade import CascadeMetrics, EdgeLink
 from .clip_cutter import ClipCutter
@@ -110,6 +111,7 @@ class Agent:
             self.inbox, self.metrics, GateSetup(cfg.gate, cfg.cascade), self.gate, self.switcher
         )
         self.cascade_metrics = CascadeMetrics(self.metrics.registry)
+        self.bursts = BurstSlots(cfg.cascade.concurrent_bursts)
         self.cameras: list[CameraWorker] = []
         # Per camera with clips on: what cuts its clips from its packet ring, and follows
         # the edge's clip demand; the clips folder and its upload (docs/device.md, "Clips").
@@ -192,6 +194,7 @@ class Agent:
             self.cascade_metrics,
             self.sender.degrader(cam_id),
             ring=self._clip_ring(cam_id),
+            bursts=self.bursts,
         )
 
     def _source_config(self) -> SourceConfig:

@@ -20,6 +20,7 @@ from enum import Enum
 from strata.shared.config.device import CascadeConfig, MotionConfig, SourceConfig
 from strata.shared.logs import RateLimitedLog
 
+from .burst_slots import BurstSlots
 from .cascade import CascadeMetrics, CascadePolicy
 from .decode_ahead import DecodeAhead
 from .degrade import REASON_MOTION, REASON_RATE, SourceDegrader
@@ -104,6 +105,7 @@ class CameraWorker:
         cascade_metrics: CascadeMetrics | None = None,
         degrader: SourceDegrader | None = None,
         ring: PacketTap | None = None,
+        bursts: BurstSlots | None = None,
     ) -> None:
         self.camera_id = camera_id
         self.source = source
@@ -116,7 +118,7 @@ class CameraWorker:
         self.policy: CascadePolicy | None = None
         self.send_skipped = False
         if cascade is not None and cascade.enabled:
-            self.policy = CascadePolicy(cascade, cascade_metrics, camera_id)
+            self.policy = CascadePolicy(cascade, cascade_metrics, camera_id, bursts)
             self.send_skipped = cascade.send_skipped
         self._calibrating = False
         self._scene_change = False
@@ -362,6 +364,8 @@ class CameraWorker:
             return self._handle(frames)
         finally:
             self.outlet.flush()  # dropped frames' notices waiting for a run go now
+            if self.policy is not None:
+                self.policy.frames_stopped()
 
     def _handle(self, frames: Iterator[Frame]) -> int:
         """Decide and pass on each frame until the frames end or the camera stops."""

@@ -50,6 +50,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.shared.config.device import CascadeConfig
 from strata.shared.contracts import frame_pb2
 
+from .burst_slots import BurstSlots
 from .camera_shift import PAN_SHIFT
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,13 @@ class CascadeMetrics:
             "strata_device_cascade_under_target",
             "Edge estimates under the target the camera received (each halves its gaps once "
             "more, up to every frame).",
+            ["camera"],
+            registry=registry,
+        )
+        self.burst_waits = Counter(
+            "strata_device_cascade_burst_waits",
+            "Frames a due calibration burst waited for one of the agent's burst slots "
+            "(device.cascade.concurrent_bursts).",
             ["camera"],
             registry=registry,
         )
@@ -153,11 +161,17 @@ class CascadePolicy:
     decisions are made in the camera's thread: a lock guards the settings."""
 
     def __init__(
-        self, cfg: CascadeConfig, metrics: CascadeMetrics | None = None, camera_id: str = ""
+        self,
+        cfg: CascadeConfig,
+        metrics: CascadeMetrics | None = None,
+        camera_id: str = "",
+        bursts: BurstSlots | None = None,
     ) -> None:
         self.cfg = cfg
         self.camera_id = camera_id
         self._metrics = metrics
+        # Shared by the agent's cameras: a due burst starts when a slot is free.
+        self._bursts = bursts
         self._counters: dict[tuple[str, str], Counter] = {}
         self._lock = threading.Lock()
         self.min_gap = cfg.min_gap
@@ -233,6 +247,8 @@ class CascadePolicy:
             boosted = self.boost > 0 and self._burst_left == 0
             if self._burst_left > 0:
                 self._burst_left -= 1
+                if self._burst_left == 0 and self._bursts is not None:
+                    self._bursts.give_back(self.camera_id)
         if boosted and self._metrics is not None:
             self._metrics.boosted_kept.labels(self.camera_id).inc()
 
@@ -244,10 +260,25 @@ class CascadePolicy:
             # motion. An asked-for one (due 0) does not, nor one where the edge tracks
             # objects the motion gate may be blind to (the target's estimate needs it).
             return False
+        if self._bursts is not None and not self._bursts.take(self.camera_id):
+            if self._metrics is not None:
+                self._metrics.burst_waits.labels(self.camera_id).inc()
+            return False  # due still: tried again on the next frame
         self._burst_left = self.cfg.burst_frames
         self._burst_due = index + self.cfg.calibrate_every
         self.calibrations += 1
         return True
+
+    def frames_stopped(self) -> None:
+        """The camera's frames stopped (end, failure, reopening): a burst under way ends
+        and gives its slot back (another camera's may start), and one is due when frames
+        come again (the scene may not be the one it measured)."""
+        with self._lock:
+            if self._burst_left > 0:
+                self._burst_left = 0
+                self._burst_due = min(0, self._burst_due)
+            if self._bursts is not None:
+                self._bursts.give_back(self.camera_id)
 
     def request_burst(self) -> None:
         """Calibrate from the next frame on (the edge asked, or its session changed)."""

@@ -228,6 +228,12 @@ class CascadeConfig(StrictModel):
     burst_frames: int = Field(
         20, ge=0, description="Frames of a calibration burst, sent at full rate."
     )
+    concurrent_bursts: int = Field(
+        0,
+        ge=0,
+        description="Cameras of the agent in a calibration burst at once (the rest wait "
+        "their turn, so bursts do not all land together); 0: one per CPU core.",
+    )
     smoothing: float = Field(
         0.5,
         gt=0,

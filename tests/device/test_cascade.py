@@ -6,6 +6,7 @@ import itertools
 
 from prometheus_client import CollectorRegistry
 from pytest import approx
+from strata.device.burst_slots import BurstSlots
 from strata.device.cascade import CascadeMetrics, CascadePolicy, choose_gap, pan_gap
 from strata.shared.config.device import CascadeConfig
 from strata.shared.contracts import frame_pb2
@@ -225,3 +226,38 @@ def test_a_panning_camera_keeps_a_frame_per_few_pixels_then_the_calibrated_gap()
     p.camera_moved(60, None)
     assert p.pan_gap == 0
     assert pan_gap(4.0, 10) == 0 and pan_gap(12.0, 10) == 3 and pan_gap(100.0, 1) == 1
+
+
+def test_cameras_sharing_one_burst_slot_calibrate_in_turn() -> None:
+    registry = CollectorRegistry()
+    metrics = CascadeMetrics(registry)
+    slots = BurstSlots(1)
+    cfg = CascadeConfig(calibrate_every=100, burst_frames=4, min_gap=1, max_gap=50)
+    a = CascadePolicy(cfg, metrics, "a", slots)
+    b = CascadePolicy(cfg, metrics, "b", slots)
+    got: dict[str, list[str]] = {"a": [], "b": []}
+    for i in range(10):  # started together: both due at frame 0
+        got["a"] += run(a, range(i, i + 1))
+        got["b"] += run(b, range(i, i + 1))
+    assert got["a"][:5] == ["first", "calibration", "calibration", "calibration", "motion"]
+    # b waited while a's burst ran (frames 0-2), and had its own once a's last frame went.
+    assert got["b"][:3] == ["first", "motion", "motion"]
+    assert got["b"][3:7] == ["calibration"] * 4 and got["b"][7] == "motion"
+    assert a.calibrations == b.calibrations == 1 and slots.holders() == set()
+    waits = registry.get_sample_value("strata_device_cascade_burst_waits_total", {"camera": "b"})
+    assert waits == 3
+
+
+def test_a_camera_whose_frames_stop_mid_burst_gives_its_slot_back() -> None:
+    slots = BurstSlots(1)
+    cfg = CascadeConfig(calibrate_every=100, burst_frames=4, min_gap=1, max_gap=50)
+    a = CascadePolicy(cfg, None, "a", slots)
+    b = CascadePolicy(cfg, None, "b", slots)
+    assert run(a, range(0, 2)) == ["first", "calibration"]
+    assert run(b, range(0, 2)) == ["first", "motion"]  # no slot
+    a.frames_stopped()  # the camera reopens: its burst ends, b's may start
+    assert run(b, range(2, 4)) == ["calibration", "calibration"]
+    # a's interrupted burst is due again, and starts once b's frames stop too.
+    assert run(a, range(2, 3)) == ["motion"]
+    b.frames_stopped()
+    assert run(a, range(3, 5)) == ["calibration", "calibration"]
