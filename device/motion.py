@@ -102,11 +102,12 @@ class MotionGate:
             on = cv2.resize(self._mask, cells, interpolation=cv2.INTER_AREA)
             self._cell_on = np.where(on > 0, 255, 0).astype(np.uint8)
             self._cells_counted = int(np.count_nonzero(self._cell_on))
-        # The coarse grey (`quiet`): of the frame last scored, of the one loaded, of the
-        # last kept (own buffer), and what a quiet frame may have changed.
+        # The coarse grey (`quiet`): the frame last scored and the one loaded (with its
+        # coarse grey once made: only for a frame kept or held), the last kept frame's (own
+        # buffer), and what a quiet frame may have changed.
         self._coarser: CoarseLuma | None = None
         self._scored: tuple[Frame, np.ndarray | None] | None = None
-        self._loaded_coarse: np.ndarray | None = None
+        self._loaded: tuple[Frame, np.ndarray | None] | None = None
         self._kept_coarse = np.empty((0, 0), np.uint8)
         self._kept_coarse_ok = False
         self._coarse_diff = np.empty((0, 0), np.uint8)
@@ -121,8 +122,11 @@ class MotionGate:
         if frame.decoded:
             if self._scaler is None:
                 self._scaler = GreyScaler(self.cfg.width, self.cfg.height)
-            # The coarse grey goes with it, so a frame kept can be `quiet`'s reference.
-            self._scored = (frame, self._coarse_of(frame))
+            # Remembered, so a frame kept can be `quiet`'s reference (its coarse grey made
+            # then: a still scene's frames that `check` drops never need one).
+            scored = self._scored
+            if scored is None or scored[0] is not frame:
+                self._scored = (frame, None)
             return frame.motion_input(self._scaler)
         self._scored = None
         return frame.motion_input()
@@ -150,8 +154,8 @@ class MotionGate:
 
     def _coarse_of(self, frame: Frame) -> np.ndarray | None:
         scored = self._scored
-        if scored is not None and scored[0] is frame:  # `quiet` made it for this frame
-            return scored[1]
+        if scored is not None and scored[0] is frame and scored[1] is not None:
+            return scored[1]  # `quiet` made it for this frame
         if self._coarser is None:
             self._coarser = CoarseLuma()
         now = frame.coarse(self._coarser)
@@ -198,6 +202,7 @@ class MotionGate:
             return self._keep(ts, score, "motion")
         if self.cfg.max_interval_s > 0 and ts - self._kept_ts >= self.cfg.max_interval_s:
             return self._keep(ts, score, "interval")
+        self._loaded = None
         return MotionDecision(False, score, "")
 
     def keep_now(self, image: np.ndarray, ts: float, why: str) -> MotionDecision:
@@ -236,6 +241,7 @@ class MotionGate:
         self._load(image)
         score = float(cv2.norm(self._grey, self._kept, cv2.NORM_L2, self._mask)) * self._scale
         if score < self.cfg.threshold:
+            self._loaded = None
             return None
         share = self.changed_share()
         if self.cfg.scene_change > 0 and share >= self.cfg.scene_change:
@@ -246,6 +252,7 @@ class MotionGate:
             shift = self._shift.shift(self._kept, self._grey)
             if shift is not None and shift >= PAN_SHIFT:
                 return self._keep(ts, score, "pan", shift=shift)
+        self._loaded = None
         return None
 
     def changed_share(self) -> float:
@@ -269,8 +276,7 @@ class MotionGate:
     def _load(self, image: np.ndarray) -> None:
         """Put `image`'s grey at the gate's size into the working buffer."""
         # The coarse grey scored with it (`score_input`), if `image` came from there.
-        scored, self._scored = self._scored, None
-        self._loaded_coarse = scored[1] if scored is not None else None
+        self._loaded, self._scored = self._scored, None
         if image.shape == self._grey.shape:  # already scaled (a decoded frame's luma)
             np.copyto(self._grey, image)
         elif image.ndim == 2:
@@ -292,7 +298,10 @@ class MotionGate:
             shift = self._shift.shift(self._kept, self._grey) if moved else 0.0
         # Swap buffers instead of copying: the new grey becomes the reference.
         self._grey, self._kept = self._kept, self._grey
-        coarse = self._loaded_coarse
+        loaded, self._loaded = self._loaded, None
+        coarse = None
+        if loaded is not None:
+            coarse = loaded[1] if loaded[1] is not None else self._coarse_of(loaded[0])
         self._kept_coarse_ok = coarse is not None
         if coarse is not None:
             if coarse.shape != self._kept_coarse.shape:
