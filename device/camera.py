@@ -10,6 +10,7 @@ line, and never touches the other cameras.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -31,6 +32,7 @@ from .motion import MotionDecision, MotionGate
 from .pipeline import FrameOutlet
 from .sources import (
     DecoderChoice,
+    HeldAhead,
     PacketTap,
     Source,
     SourceError,
@@ -40,6 +42,9 @@ from .sources import (
 )
 
 log = logging.getLogger(__name__)
+
+# A held-back frame the source did not decode, no longer held when it came (the edge asked).
+REASON_NOT_DECODED = "not_decoded"
 
 # At most one reopen line per camera this often (the first failure is always logged).
 RETRY_LOG_PERIOD_S = 5.0
@@ -78,7 +83,8 @@ class _SourceMetrics:
         self.m.set_decoder(kind)
 
     def skipped(self, reason: str, frames: int) -> None:
-        (self.m.skipped_rate if reason == "max_fps" else self.m.skipped_undecoded).inc(frames)
+        by_reason = {"max_fps": self.m.skipped_rate, "held": self.m.skipped_held}
+        by_reason.get(reason, self.m.skipped_undecoded).inc(frames)
 
     def lag(self, seconds: float) -> None:
         self.m.lag(seconds)
@@ -120,6 +126,14 @@ class CameraWorker:
         if cascade is not None and cascade.enabled:
             self.policy = CascadePolicy(cascade, cascade_metrics, camera_id, bursts)
             self.send_skipped = cascade.send_skipped
+        # What the cascade will hold back, for the source to skip decoding (skip_held);
+        # only where the source decodes on this thread, so no hold is stale when read.
+        self._held = (
+            HeldAhead() if self.policy is not None and source_cfg.decode_ahead != "on" else None
+        )
+        self._last_ts: float | None = None
+        # The picture held still at the last frame whose whole picture was looked at.
+        self._settled = True
         self._calibrating = False
         self._scene_change = False
         # The kept calibration frame is one the motion gate alone would have dropped.
@@ -141,6 +155,9 @@ class CameraWorker:
         self._stop = threading.Event()
         self._rng = random.Random()
         self._motion_log = DropLog(log, camera_id, "motion gate dropped")
+        self._undecoded_log = DropLog(
+            log, camera_id, "held-back frames not decoded when the edge asked for a frame"
+        )
         self._overload_log = DropLog(
             log, camera_id, "gate queue full, dropped the oldest", logging.WARNING
         )
@@ -190,7 +207,12 @@ class CameraWorker:
             while not self._stop.is_set():
                 try:
                     src = open_source(
-                        self.source, self.cfg, self.decoder, self._source_events, self.ring
+                        self.source,
+                        self.cfg,
+                        self.decoder,
+                        self._source_events,
+                        self.ring,
+                        self._held,
                     )
                 except SourceError as exc:
                     if not self._failed(exc, failures := failures + 1):
@@ -234,6 +256,7 @@ class CameraWorker:
             log.exception("camera %s: %s", self.camera_id, self.error)
         finally:
             self._motion_log.flush()
+            self._undecoded_log.flush()
             self._overload_log.flush()
             self._degrade_log.flush()
 
@@ -273,7 +296,12 @@ class CameraWorker:
     def _whole_picture(self, frame: Frame) -> MotionDecision | None:
         """A frame the cascade's gap holds back: kept all the same when the whole picture
         changed (a cut, seen on its frame) or moved (a pan, followed from its start)."""
-        if self.motion is None or self.motion.quiet(frame):
+        if self.motion is None:
+            return None
+        # While the whole picture changes (a pan), every frame is decoded: the gate follows
+        # it frame by frame, and a frame or three unseen would read as a cut.
+        self._settled = self.motion.quiet(frame)
+        if self._settled:
             return None
         return self.motion.cut(self.motion.score_input(frame), frame.ts)
 
@@ -336,6 +364,35 @@ class CameraWorker:
                 policy.scene_changed()
         return True, verdict.why, verdict.score
 
+    def _undecoded(self) -> tuple[bool, str, float]:
+        """`_decide` for a frame the source did not decode as the cascade was to hold it
+        back."""
+        self._calibrating = self._scene_change = self._unchanged = False
+        policy = self.policy
+        pre = policy.before_motion(self.frames - 1) if policy is not None else None
+        if policy is not None and pre is not None and pre.block:
+            policy.count("dropped", "min_gap")
+            return False, "min_gap", 0.0
+        # The edge's feedback ended the hold after the source skipped the frame: the frame
+        # it asked for is the next one decoded.
+        self._undecoded_log.add()
+        if policy is not None:
+            policy.count("dropped", REASON_NOT_DECODED)
+        return False, REASON_NOT_DECODED, 0.0
+
+    def _hold_ahead(self, frame: Frame) -> None:
+        """Tell the source which of the next frames the cascade will hold back, by stream
+        time: half a frame interval past the last one, so a frame a little early or late
+        is still judged right (a later one is decoded; an earlier one is not held back)."""
+        held, policy = self._held, self.policy
+        if held is None or policy is None:
+            return
+        ts, last = frame.ts, self._last_ts
+        self._last_ts = ts
+        ahead = policy.held_ahead(self.frames - 1) if self._settled else 0
+        dt = ts - last if last is not None else 0.0
+        held.hold(ts, ts + (ahead + 0.5) * dt if ahead and dt > 0 else ts)
+
     def _kept_by_policy(
         self,
         policy: CascadePolicy,
@@ -348,6 +405,9 @@ class CameraWorker:
         also checked against the motion gate alone (would it have been dropped?)."""
         # A cut's shift (a jump within one view, or nothing shared) is no speed.
         policy.camera_moved(index, None if verdict.scene_change else verdict.shift)
+        # The frame after it is decoded: skipping starts once a held frame shows the
+        # picture still (a pan's start is often kept as motion, its speed unknown yet).
+        self._settled = False
         policy.kept(index)
         policy.count("kept", verdict.why)
         self._calibrating = calibration
@@ -357,6 +417,9 @@ class CameraWorker:
     def _read(self, src: Source) -> int:
         """Run the source until it ends; returns frames read. SourceError when it dies."""
         frames = src.frames()
+        self._last_ts = None  # a new pass's timestamps may start again
+        if self._held is not None:
+            self._held.hold(0.0, -math.inf)
         try:
             if self.cfg.decode_ahead == "on":
                 with DecodeAhead(frames, name=f"decode-{self.camera_id}") as ahead:
@@ -379,8 +442,10 @@ class CameraWorker:
                 self.m.camera_up.set(1)
             got += 1
             self.frames += 1
-            self.m.decoded.inc()
-            keep, reason, score = self._decide(frame)
+            if frame.has_pixels:
+                self.m.decoded.inc()
+            keep, reason, score = self._decide(frame) if frame.has_pixels else self._undecoded()
+            self._hold_ahead(frame)
             if not keep and not self.send_skipped:
                 if self._stop.is_set():
                     break

@@ -213,6 +213,24 @@ class CascadePolicy:
                 return PreDecision("max_gap", False, False)
             return PreDecision("", gap < self.min_gap, False)
 
+    def held_ahead(self, index: int) -> int:
+        """How many frames after source frame `index` `before_motion` will block whatever
+        they show, unless the edge's feedback (send the next frame, calibrate) comes first:
+        their frames need no decoding (`device.source.skip_held`)."""
+        with self._lock:
+            if self._last_kept < 0 or self._burst_left > 0 or self._send_next:
+                return 0
+            gap = self.min_gap
+            if self.pan_gap:
+                gap = min(gap, self.pan_gap)
+            ahead = min(gap, self.max_gap) - 1 - (index - self._last_kept)
+            # A burst due later bounds the hold; one due already waits for a slot or for
+            # motion, either of which may come at any frame: a frame or two skipped
+            # before it starts is one it need not have (the start is late by as much).
+            if self._burst_due > index and self.cfg.burst_frames:
+                ahead = min(ahead, self._burst_due - 1 - index)
+            return max(ahead, 0)
+
     def count(self, decision: str, reason: str) -> None:
         """Count one decision ("kept" or "dropped") and its reason. A decision of the
         motion gate also says whether the scene is still (a due burst waits for motion)."""

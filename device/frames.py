@@ -271,7 +271,9 @@ def _plane(plane: Any, width: int, height: int) -> np.ndarray:
 
 
 class Frame:
-    """One decoded frame: its place in the stream and lazy views of its pixels."""
+    """One decoded frame: its place in the stream and lazy views of its pixels; or, made
+    by `undecoded`, a frame the source did not decode (one the camera holds back anyway):
+    its place and size, no pixels."""
 
     __slots__ = ("_av", "_bgr", "capture_ns", "height", "index", "ts", "width")
 
@@ -294,6 +296,20 @@ class Frame:
             self.height, self.width = int(bgr.shape[0]), int(bgr.shape[1])
         else:
             self.height, self.width = int(av_frame.height), int(av_frame.width)
+
+    @classmethod
+    def undecoded(cls, index: int, ts: float, capture_ns: int, size: tuple[int, int]) -> Frame:
+        """A frame without pixels, of `size` (w, h): nothing may ask for its pixels."""
+        frame = cls.__new__(cls)
+        frame.index, frame.ts, frame.capture_ns = index, ts, capture_ns
+        frame._av = frame._bgr = None
+        frame.width, frame.height = size
+        return frame
+
+    @property
+    def has_pixels(self) -> bool:
+        """False for a frame the source did not decode (`undecoded`)."""
+        return self._av is not None or self._bgr is not None
 
     @property
     def decoded(self) -> bool:
@@ -347,6 +363,8 @@ class Frame:
         """
         if self._bgr is None:
             frame = self._av
+            if frame is None:
+                raise ValueError(f"frame {self.index} was not decoded: it has no pixels")
             if size is None or size == (self.width, self.height):
                 self._bgr = frame.to_ndarray(format="bgr24", threads=1)
             elif scaler is not None:

@@ -88,7 +88,8 @@ class DeviceMetrics:
         self.source_skipped = Counter(
             "strata_device_source_skipped",
             "Source frames not delivered because of source.max_fps: decoded and passed over "
-            "(max_fps), or never decoded (not_decoded: skip_frame).",
+            "(max_fps), or never decoded (not_decoded: skip_frame); or delivered without "
+            "pixels, held back by the cascade (held: skip_held).",
             ["camera", "reason"],
             registry=r,
         )
@@ -276,6 +277,7 @@ class CameraMetrics:
         self.source_errors = m.source_errors.labels(c)
         self.skipped_rate = m.source_skipped.labels(c, "max_fps")
         self.skipped_undecoded = m.source_skipped.labels(c, "not_decoded")
+        self.skipped_held = m.source_skipped.labels(c, "held")
         self.source_lag = m.source_lag.labels(c)
         # The most lag reported since start (the gauge holds the latest): read without a
         # registry scan by `strata bench cameras`, whose criterion is the worst frame.
@@ -416,6 +418,13 @@ class CameraCounts:
             return int(sample(registry, f"strata_device_{name}_total", labels))
 
         return cls(**{f.name: get(_METRIC_OF.get(f.name, f"frames_{f.name}")) for f in fields(cls)})
+
+
+def frames_handled(registry: CollectorRegistry, camera_id: str) -> int:
+    """A camera's frames decided on: decoded, and held back undecoded (source.skip_held)."""
+    decoded = sample(registry, "strata_device_frames_decoded_total", {"camera": camera_id})
+    labels = {"camera": camera_id, "reason": "held"}
+    return int(decoded + sample(registry, "strata_device_source_skipped_total", labels))
 
 
 def dropped_by_reason(registry: CollectorRegistry, camera_id: str) -> dict[str, int]:

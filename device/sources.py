@@ -12,7 +12,9 @@ Source strings:
 Decoding (device.source): in software, or on the host's hardware (`hwaccel`, chosen once
 per camera by `DecoderChoice`, software when the host has none: never a failed camera);
 at most `max_fps` frames a second are delivered (`RateGate`), and with `skip_frame` the
-non-reference frames it would pass over are not decoded at all.
+non-reference frames it would pass over are not decoded at all. With `skip_held`, the
+non-reference frames the camera's cascade holds back whatever they show (`HeldAhead`) are
+not decoded either: they are delivered in their place without pixels (`Frame.undecoded`).
 
 Clips (device.clips): a `PacketTap` hears every packet demuxed, before it is decoded, and
 the stream's parameters once per open; the camera's clip ring is one (device/packet_ring.py).
@@ -24,7 +26,7 @@ import abc
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -77,7 +79,7 @@ class SourceEvents(Protocol):
 
     def skipped(self, reason: str, frames: int) -> None:
         """`frames` source frames were not delivered: "max_fps" (decoded, passed over) or
-        "not_decoded" (skip_frame)."""
+        "not_decoded" (skip_frame); or delivered without pixels: "held" (skip_held)."""
 
     def lag(self, seconds: float) -> None:
         """A file played at its frame rate delivers its frames this far behind schedule."""
@@ -134,6 +136,29 @@ class RateGate:
     def passes_over(self, ts: float) -> bool:
         """Whether a frame at `ts`, not decoded yet, is sure to be passed over by `keep`."""
         return self.last <= ts < self.due - self._EPS
+
+
+class HeldAhead:
+    """The frames a camera's cascade will hold back whatever they show, told to its source
+    so that it need not decode those no other frame refers to: stream times in (`start`,
+    `until`). Written by the camera after each decision, read by the source before each
+    packet: both on the camera's thread (decode ahead off), so the source never skips on a
+    hold older than the last frame decided. What the edge asks in the meantime can end a
+    hold early: a frame already skipped then reaches the camera without pixels, counted."""
+
+    __slots__ = ("start", "until")
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.until = -math.inf
+
+    def hold(self, start: float, until: float) -> None:
+        """Frames after stream time `start` and before `until` will be held back."""
+        self.start, self.until = start, until
+
+    def covers(self, ts: float) -> bool:
+        """Whether the frame at stream time `ts` will be held back."""
+        return self.start < ts < self.until
 
 
 class DecoderChoice:
@@ -236,6 +261,7 @@ class AvSource(Source):
         choice: DecoderChoice | None = None,
         events: SourceEvents | None = None,
         tap: PacketTap | None = None,
+        held: HeldAhead | None = None,
     ) -> None:
         self.spec = spec
         self.live = is_live(spec)
@@ -267,6 +293,9 @@ class AvSource(Source):
         self._skip = bool(
             self._rate is not None and cfg.skip_frame and (not self._fps or self._fps > cfg.max_fps)
         )
+        self._held = held
+        self._index = 0  # frames delivered in this pass
+        self._paced_from = 0.0
         self.tap = tap
         self._end = "source closed"  # what the tap hears at close
         if tap is not None:
@@ -352,12 +381,16 @@ class AvSource(Source):
 
         tap = self.tap
         decoded_n = 0  # frames out of the decoder (timestamps without pts count them)
-        index = 0  # frames delivered
+        self._index = 0
         last_frame_t = time.monotonic()
-        paced_from = last_frame_t
-        rate = self._rate
         ctx = self.stream.codec_context if self._decoder is None else self._decoder
-        skipper = _NonRefSkipper(ctx, rate, self._report) if self._skip and rate else None
+        rate = self._rate if self._skip else None
+        skipper = (
+            _NonRefSkipper(ctx, rate, self._held, self._report)
+            if rate is not None or self._held is not None
+            else None
+        )
+        size = (0, 0)
         try:
             for packet in self.container.demux(self.stream):
                 if tap is not None:
@@ -381,25 +414,43 @@ class AvSource(Source):
                 for f in decoded:
                     ts = self._ts(f, decoded_n)
                     decoded_n += 1
+                    size = (int(f.width), int(f.height))
                     if skipper is not None:
-                        skipper.after(f.pts)
-                    if rate is not None and not rate.keep(ts):
-                        self._report("max_fps", 1)
-                        continue
-                    if self.realtime:
-                        if index == 0:
-                            paced_from = now - ts
-                        self._pace(paced_from + ts)
-                    yield Frame(index, ts, time.time_ns(), av_frame=f)
-                    index += 1
+                        # Held frames never decoded come before this one, in their place.
+                        yield from self._undecoded(skipper.after(f.pts), size)
+                    if (frame := self._deliver(ts, f, size)) is not None:
+                        yield frame
         except av.error.ExitError:
             raise SourceError(f"{self.spec}: no data for {self.read_timeout_s:g}s") from None
         except (av.FFmpegError, OSError) as exc:
             raise SourceError(f"{self.spec}: read failed: {_why(exc)}") from None
         if skipper is not None:
-            skipper.finish()
+            yield from self._undecoded(skipper.finish(), size)
         if decoded_n == 0 and not self.live:
             raise SourceError(f"{self.spec}: no frame could be decoded", fatal=True)
+
+    def _undecoded(self, held: Sequence[int], size: tuple[int, int]) -> Iterator[Frame]:
+        """The held frames at these pts, never decoded, delivered without pixels."""
+        for pts in held:
+            if (frame := self._deliver(pts * self._tb, None, size)) is not None:
+                yield frame
+
+    def _deliver(self, ts: float, av_frame: Any, size: tuple[int, int]) -> Frame | None:
+        """The frame at stream time `ts` as delivered (None: max_fps passes over it), paced
+        when played at its rate; `av_frame` None: a held frame not decoded, of `size`."""
+        if self._rate is not None and not self._rate.keep(ts):
+            self._report("max_fps", 1)
+            return None
+        if self.realtime:
+            if self._index == 0:
+                self._paced_from = time.monotonic() - ts
+            self._pace(self._paced_from + ts)
+        if av_frame is None:
+            frame = Frame.undecoded(self._index, ts, time.time_ns(), size)
+        else:
+            frame = Frame(self._index, ts, time.time_ns(), av_frame=av_frame)
+        self._index += 1
+        return frame
 
     def _pace(self, due: float) -> None:
         """Paced like a camera: a frame leaves at its due time (monotonic clock); a late
@@ -437,41 +488,58 @@ class AvSource(Source):
 
 class _NonRefSkipper:
     """skip_frame over one pass of a stream: a packet whose frame the RateGate is sure to
-    pass over goes to the decoder with non-reference frames skipped; its pts stays marked
-    until its frame shows (a reference frame, decoded anyway) or a later one does (it was
-    never decoded: counted)."""
+    pass over, or the camera to hold back (`HeldAhead`), goes to the decoder with
+    non-reference frames skipped; its pts stays marked until its frame shows (a reference
+    frame, decoded anyway) or a later one does (it was never decoded: counted, and a held
+    one is delivered in its place without pixels)."""
 
-    def __init__(self, ctx: Any, rate: RateGate, report: Callable[[str, int], None]) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        rate: RateGate | None,
+        held: HeldAhead | None,
+        report: Callable[[str, int], None],
+    ) -> None:
         self.ctx = ctx
         self.rate = rate
+        self.held = held
         self.report = report
-        self.marked: set[int] = set()
+        self.marked: dict[int, bool] = {}  # pts -> held back (else passed over by rate)
         self.skipping = False
 
     def before(self, pts: int | None, ts: float | None) -> None:
         """Before the decoder gets the packet at `pts` (stream time `ts`)."""
-        skip = pts is not None and ts is not None and self.rate.passes_over(ts)
+        skip = held = False
+        if pts is not None and ts is not None:
+            if self.rate is not None and self.rate.passes_over(ts):
+                skip = True
+            elif self.held is not None and self.held.covers(ts):
+                skip = held = True
         if skip != self.skipping:
             self.ctx.skip_frame = "NONREF" if skip else "DEFAULT"
             self.skipping = skip
         if skip and pts is not None:
-            self.marked.add(pts)
+            self.marked[pts] = held
 
-    def after(self, pts: int | None) -> None:
-        """A frame came out of the decoder (they come out in timestamp order)."""
+    def after(self, pts: int | None) -> Sequence[int]:
+        """A frame came out of the decoder (they come out in timestamp order): the pts of
+        the held frames before it that were never decoded, in order."""
         if pts is None or not self.marked:
-            return
-        self.marked.discard(pts)
-        gone = [p for p in self.marked if p < pts]
-        if gone:
-            self.marked.difference_update(gone)
-            self.report("not_decoded", len(gone))
+            return ()
+        self.marked.pop(pts, None)
+        return self._gone(sorted(p for p in self.marked if p < pts))
 
-    def finish(self) -> None:
+    def finish(self) -> Sequence[int]:
         """The stream ended: what is still marked was never decoded."""
-        if self.marked:
-            self.report("not_decoded", len(self.marked))
-            self.marked.clear()
+        return self._gone(sorted(self.marked))
+
+    def _gone(self, gone: list[int]) -> Sequence[int]:
+        held = [p for p in gone if self.marked.pop(p)]
+        if len(gone) > len(held):
+            self.report("not_decoded", len(gone) - len(held))
+        if held:
+            self.report("held", len(held))
+        return held
 
 
 class SyntheticSource(Source):
@@ -532,13 +600,14 @@ def open_source(
     choice: DecoderChoice | None = None,
     events: SourceEvents | None = None,
     tap: PacketTap | None = None,
+    held: HeldAhead | None = None,
 ) -> Source:
     """Open a source string (see the module docstring); `choice` keeps a camera's decoder
     from one open to the next, `events` hears what the source reports, `tap` its packets
-    (the synthetic clip has none)."""
+    (the synthetic clip has none), `held` what the camera will hold back (skip_held)."""
     if spec.startswith(SYNTHETIC_SCHEME):
         return SyntheticSource(spec, cfg.max_fps, events)
-    return AvSource(spec, cfg, choice, events, tap)
+    return AvSource(spec, cfg, choice, events, tap, held if cfg.skip_held else None)
 
 
 # Kinds of source error, as the camera's state metric labels them.

@@ -82,6 +82,12 @@ class SourceConfig(StrictModel):
         "would drop anyway are not decoded (never one it keeps: the frames delivered are the "
         "same; metric strata_device_source_skipped).",
     )
+    skip_held: bool = Field(
+        True,
+        description="Frames the cascade's gap holds back whatever they show are not decoded "
+        "where no other frame refers to them (B-frames; never with decode_ahead on): a cut on "
+        "one is seen on the next decoded frame (strata_device_source_skipped, reason held).",
+    )
 
 
 class IgnoreRect(StrictModel):

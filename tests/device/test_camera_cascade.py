@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import cv2
@@ -18,7 +19,10 @@ from .clip_media import write_clip
 
 
 def _run(
-    clip: Path, frames: int, cascade: CascadeConfig | None = None
+    clip: Path,
+    frames: int,
+    cascade: CascadeConfig | None = None,
+    source: SourceConfig | None = None,
 ) -> tuple[list[GateItem], CollectorRegistry]:
     registry = CollectorRegistry()
     inbox = GateInbox(1000)
@@ -26,7 +30,7 @@ def _run(
     cam = CameraWorker(
         "cam",
         str(clip),
-        SourceConfig(),
+        source or SourceConfig(),
         MotionConfig(threshold=2.0, max_interval_s=0),
         inbox,
         DeviceMetrics(registry).camera("cam"),
@@ -95,3 +99,27 @@ def test_burst_frames_say_whether_the_motion_gate_alone_would_have_dropped_them(
     # The first is the burst's reference; the box's frame differs from it (kept by the gate
     # alone, the new reference), the rest do not.
     assert unchanged == [False] + [True] * 7 + [False] + [True] * 11, unchanged
+
+
+def test_held_frames_left_undecoded_change_nothing_the_edge_is_sent(tmp_path: Path) -> None:
+    """skip_held: the gap's held-back B-frames are not decoded, and the edge gets the same
+    frames, pixels and notices as when every frame is decoded (a still scene with people)."""
+    clip = SyntheticClip(width=320, height=240, frames=80, objects=5, seed=7)
+    path = write_clip(tmp_path / "street.mp4", [f.image for f in clip])
+    cascade = CascadeConfig(calibrate_every=0, min_gap=6, max_gap=50)
+    every, _ = _run(path, 80, cascade, SourceConfig(skip_held=False))
+    skipped, registry = _run(path, 80, cascade, SourceConfig(skip_held=True))
+
+    def seen(items: list[GateItem]) -> list[tuple[int, str, int]]:
+        return [
+            (i.index, i.skip_reason, 0 if i.skip_reason else zlib.crc32(i.frame.bgr().tobytes()))
+            for i in items
+        ]
+
+    assert seen(skipped) == seen(every)
+    assert len([i for i in every if not i.skip_reason]) >= 10
+    held = {"camera": "cam", "reason": "held"}
+    undecoded = registry.get_sample_value("strata_device_source_skipped_total", held) or 0
+    assert undecoded >= 12  # B-frames among the 4 held after the first after each kept one
+    decoded = registry.get_sample_value("strata_device_frames_decoded_total", {"camera": "cam"})
+    assert decoded == 80 - undecoded

@@ -261,3 +261,29 @@ def test_a_camera_whose_frames_stop_mid_burst_gives_its_slot_back() -> None:
     assert run(a, range(2, 3)) == ["motion"]
     b.frames_stopped()
     assert run(a, range(3, 5)) == ["calibration", "calibration"]
+
+
+def test_frames_held_ahead_are_those_the_gap_then_blocks() -> None:
+    """What the source may skip decoding (held_ahead) is never a frame the policy keeps,
+    over gaps, bursts and a pan's shorter gap; and the hold is as long as the gap allows."""
+    cfg = CascadeConfig(calibrate_every=40, burst_frames=3, min_gap=6, max_gap=8)
+    p = CascadePolicy(cfg)
+    blocked: list[bool] = []
+    ahead: list[int] = []
+    for i in range(120):
+        pre = p.before_motion(i)
+        blocked.append(pre.block)
+        if not pre.block:
+            if i >= 70:  # the camera pans from here: a frame in 3 (pan_gap)
+                p.camera_moved(i, 12.0)
+            p.kept(i)
+        ahead.append(p.held_ahead(i))
+    for i, n in enumerate(ahead):
+        assert all(blocked[i + 1 : i + 1 + n]), (i, n)
+        if n:  # the hold runs up to the first frame not blocked
+            assert i + 1 + n >= len(blocked) or not blocked[i + 1 + n], (i, n)
+    assert max(ahead[10:39]) == 5  # min_gap 6: the 5 frames after a kept one
+    assert ahead[39] == 0  # a burst is due at frame 40
+    # The edge asking for the next frame ends every hold.
+    p.feedback(frame_pb2.CascadeFeedback(send_next=True))
+    assert p.held_ahead(120) == 0

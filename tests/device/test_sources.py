@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 from strata.device.camera import CameraState, CameraWorker
+from strata.device.frames import Frame
 from strata.device.inbox import GateInbox
 from strata.device.metrics import DeviceMetrics
 from strata.device.sources import (
@@ -18,6 +19,7 @@ from strata.device.sources import (
     SOFTWARE,
     AvSource,
     DecoderChoice,
+    HeldAhead,
     RateGate,
     device_problem,
 )
@@ -101,6 +103,78 @@ def test_skip_frame_never_skips_a_frame_max_fps_keeps(bframes_mp4: Path, max_fps
     # Frames that were never decoded, every one counted.
     assert events.skips.get("not_decoded", 0) > 0
     assert sum(events.skips.values()) == 90 - len(plain)
+
+
+class _HoldFrom:
+    """A camera that, from frame 12 on, keeps every 6th frame and holds back the 5 after."""
+
+    def __init__(self, held: HeldAhead) -> None:
+        self.held = held
+
+    def decided(self, index: int, ts: float) -> None:
+        ahead = 5 - index % 6 if index >= 12 else 0
+        self.held.hold(ts, ts + (ahead + 0.5) / 25 if ahead else ts)
+
+
+def test_held_frames_are_delivered_in_place_and_only_non_reference_ones_undecoded(
+    bframes_mp4: Path,
+) -> None:
+    import av
+    from av.video.frame import PictureType
+
+    with av.open(str(bframes_mp4)) as c:
+        plain = [
+            (PictureType(f.pict_type).name, zlib.crc32(f.to_ndarray(format="bgr24").tobytes()))
+            for f in c.decode(video=0)
+        ]
+    held = HeldAhead()
+    camera = _HoldFrom(held)
+    events = Events()
+    src = AvSource(str(bframes_mp4), SourceConfig(), events=events, held=held)
+    got: list[tuple[int, float, int | None]] = []
+    try:
+        for f in src.frames():
+            pixels = zlib.crc32(f.bgr().tobytes()) if f.has_pixels else None
+            got.append((f.index, f.ts, pixels))
+            camera.decided(f.index, f.ts)  # as the camera does after each decision
+    finally:
+        src.close()
+    # Every frame, in order, at its time; the decoded ones with the very same pixels.
+    assert [i for i, _, _ in got] == list(range(90))
+    assert [ts for _, ts, _ in got] == pytest.approx([i / 25 for i in range(90)])
+    undecoded = [i for i, _, px in got if px is None]
+    assert all(px == plain[i][1] for i, _, px in got if px is not None)
+    # Only B-frames within a hold (the 5 frames after each 6th from the 12th), none else.
+    holds = {i + k for i in range(12, 90, 6) for k in range(1, 6)}
+    assert undecoded and set(undecoded) <= holds
+    assert all(plain[i][0] == "B" for i in undecoded)
+    assert events.skips == {"held": len(undecoded)}
+    # Every held B-frame: each packet comes after the hold it falls in was told.
+    assert len(undecoded) == sum(1 for i in holds if i < 90 and plain[i][0] == "B")
+    with pytest.raises(ValueError, match="not decoded"):
+        Frame.undecoded(7, 0.28, 0, (320, 240)).bgr()
+
+
+def test_held_frames_are_all_decoded_with_skip_held_off(bframes_mp4: Path) -> None:
+    held = HeldAhead()
+    held.hold(0.0, 10.0)  # every frame held back
+    frames, events = _delivered_held(bframes_mp4, SourceConfig(skip_held=False), held)
+    assert frames == 90 and events.skips == {}
+    frames, events = _delivered_held(bframes_mp4, SourceConfig(), held)
+    assert frames < 90 and events.skips["held"] == 90 - frames
+
+
+def _delivered_held(path: Path, cfg: SourceConfig, held: HeldAhead) -> tuple[int, Events]:
+    """Frames delivered with pixels through `open_source` (which honours skip_held)."""
+    from strata.device.sources import open_source
+
+    events = Events()
+    src = open_source(str(path), cfg, events=events, held=held)
+    try:
+        n = sum(1 for f in src.frames() if f.has_pixels)
+    finally:
+        src.close()
+    return n, events
 
 
 def test_skip_frame_is_idle_without_max_fps(bframes_mp4: Path) -> None:

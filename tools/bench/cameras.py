@@ -45,6 +45,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
 from strata.device.camera import CameraState
+from strata.device.metrics import frames_handled
 from strata.device.sources import AvSource, configure_decoder
 from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig
 from strata.shared.loopback import free_port
@@ -160,10 +161,7 @@ def agent_fps(clip: Path, models_repository: str = "", stand_in: StandInEdge = S
         if agent.run_until_done(timeout=600) != 0:
             raise RuntimeError(f"agent failed on {clip}: {agent.statuses()}")
         seconds = time.perf_counter() - t
-    decoded = agent.metrics.registry.get_sample_value(
-        "strata_device_frames_decoded_total", {"camera": "cam0"}
-    )
-    return float(decoded or 0) / seconds
+    return frames_handled(agent.metrics.registry, "cam0") / seconds
 
 
 def agent_vs_decode(
@@ -236,16 +234,16 @@ def bare_trial(clip: Path, cameras: int, max_lag_s: float) -> Trial:
     )
 
 
-def _total(registry: CollectorRegistry, counter: str) -> float:
+def _total(registry: CollectorRegistry, counter: str, reason: str = "") -> float:
     """A counter summed over its labels (one registry scan: with a hundred cameras, one
-    scan per camera and field took minutes)."""
+    scan per camera and field took minutes); with `reason`, that reason's only."""
     return float(
         sum(
             s.value
             for metric in registry.collect()
             if metric.name == counter
             for s in metric.samples
-            if s.name == f"{counter}_total"
+            if s.name == f"{counter}_total" and (not reason or s.labels.get("reason") == reason)
         )
     )
 
@@ -276,7 +274,12 @@ def agent_trial(
     if failed:
         raise RuntimeError(f"agent failed on {clip}: {failed}")
     worst = max(cam.m.worst_lag_s for cam in agent.cameras)
-    frames = int(_total(agent.metrics.registry, "strata_device_frames_decoded"))
+    registry = agent.metrics.registry
+    # Frames decided on: decoded, and held back undecoded (source.skip_held).
+    frames = int(
+        _total(registry, "strata_device_frames_decoded")
+        + _total(registry, "strata_device_source_skipped", "held")
+    )
     given_up = int(
         _total(agent.metrics.registry, "strata_device_frames_dropped_overload")
         + _total(agent.metrics.registry, "strata_device_frames_dropped")  # spool, shed, ...

@@ -31,7 +31,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
-from strata.device.metrics import CameraCounts
+from strata.device.metrics import CameraCounts, frames_handled
 from strata.device.sources import configure_decoder
 from strata.shared.config.device import (
     CameraConfig,
@@ -142,15 +142,16 @@ def run_agent(
     if rc != 0:
         raise RuntimeError(f"agent failed on {path}: {agent.statuses()}")
     c = CameraCounts.read(agent.metrics.registry, camera_id)
+    frames = frames_handled(agent.metrics.registry, camera_id)
     passed_motion = c.decoded - c.dropped_motion
     size = path.stat().st_size
     if got.frames - got.duplicates != c.acked:
         raise RuntimeError(f"sink got {got.frames} frames, agent counted {c.acked} acks")
     return ClipReport(
         clip=str(path),
-        frames=c.decoded,
+        frames=frames,
         seconds=seconds,
-        fps=c.decoded / seconds,
+        fps=frames / seconds,
         cpu_seconds=cpu,
         sink_cpu_seconds=got.cpu_seconds,
         dropped_motion=c.dropped_motion,
@@ -159,7 +160,7 @@ def run_agent(
         acked=c.acked,
         bytes_sent=c.bytes_sent,
         bytes_source=size,
-        motion_drop_fraction=c.dropped_motion / c.decoded if c.decoded else 0.0,
+        motion_drop_fraction=c.dropped_motion / frames if frames else 0.0,
         gate_drop_fraction=c.dropped_gate / passed_motion if passed_motion else 0.0,
         bytes_ratio=c.bytes_sent / size,
     )
