@@ -78,13 +78,13 @@ class _SourceMetrics:
 
     def __init__(self, metrics: CameraMetrics) -> None:
         self.m = metrics
+        self._skipped = {"max_fps": metrics.skipped_rate, "held": metrics.skipped_held}
 
     def decoder(self, kind: str) -> None:
         self.m.set_decoder(kind)
 
     def skipped(self, reason: str, frames: int) -> None:
-        by_reason = {"max_fps": self.m.skipped_rate, "held": self.m.skipped_held}
-        by_reason.get(reason, self.m.skipped_undecoded).inc(frames)
+        self._skipped.get(reason, self.m.skipped_undecoded).inc(frames)
 
     def lag(self, seconds: float) -> None:
         self.m.lag(seconds)
@@ -382,8 +382,8 @@ class CameraWorker:
 
     def _hold_ahead(self, frame: Frame) -> None:
         """Tell the source which of the next frames the cascade will hold back, by stream
-        time: half a frame interval past the last one, so a frame a little early or late
-        is still judged right (a later one is decoded; an earlier one is not held back)."""
+        time: up to half a frame interval past the last of them, so timestamps a little
+        off the camera's rate still fall on the right side."""
         held, policy = self._held, self.policy
         if held is None or policy is None:
             return
