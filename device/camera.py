@@ -128,9 +128,8 @@ class CameraWorker:
             self.send_skipped = cascade.send_skipped
         # What the cascade will hold back, for the source to skip decoding (skip_held);
         # only where the source decodes on this thread, so no hold is stale when read.
-        self._held = (
-            HeldAhead() if self.policy is not None and source_cfg.decode_ahead != "on" else None
-        )
+        holds = self.policy is not None and source_cfg.skip_held
+        self._held = HeldAhead() if holds and source_cfg.decode_ahead != "on" else None
         self._last_ts: float | None = None
         # The picture held still at the last frame whose whole picture was looked at.
         self._settled = True

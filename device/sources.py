@@ -390,7 +390,7 @@ class AvSource(Source):
             if rate is not None or self._held is not None
             else None
         )
-        size = (0, 0)
+        last: Any = None  # the last decoded frame: held frames not decoded take its size
         try:
             for packet in self.container.demux(self.stream):
                 if tap is not None:
@@ -414,28 +414,30 @@ class AvSource(Source):
                 for f in decoded:
                     ts = self._ts(f, decoded_n)
                     decoded_n += 1
-                    size = (int(f.width), int(f.height))
+                    last = f
                     if skipper is not None:
                         # Held frames never decoded come before this one, in their place.
-                        yield from self._undecoded(skipper.after(f.pts), size)
-                    if (frame := self._deliver(ts, f, size)) is not None:
+                        yield from self._undecoded(skipper.after(f.pts), f)
+                    if (frame := self._deliver(ts, f)) is not None:
                         yield frame
         except av.error.ExitError:
             raise SourceError(f"{self.spec}: no data for {self.read_timeout_s:g}s") from None
         except (av.FFmpegError, OSError) as exc:
             raise SourceError(f"{self.spec}: read failed: {_why(exc)}") from None
-        if skipper is not None:
-            yield from self._undecoded(skipper.finish(), size)
+        if skipper is not None and last is not None:
+            yield from self._undecoded(skipper.finish(), last)
         if decoded_n == 0 and not self.live:
             raise SourceError(f"{self.spec}: no frame could be decoded", fatal=True)
 
-    def _undecoded(self, held: Sequence[int], size: tuple[int, int]) -> Iterator[Frame]:
-        """The held frames at these pts, never decoded, delivered without pixels."""
+    def _undecoded(self, held: Sequence[int], beside: Any) -> Iterator[Frame]:
+        """The held frames at these pts, never decoded, delivered without pixels (of the
+        size of `beside`, a decoded frame next to them: sizes change only at key frames)."""
         for pts in held:
+            size = (int(beside.width), int(beside.height))
             if (frame := self._deliver(pts * self._tb, None, size)) is not None:
                 yield frame
 
-    def _deliver(self, ts: float, av_frame: Any, size: tuple[int, int]) -> Frame | None:
+    def _deliver(self, ts: float, av_frame: Any, size: tuple[int, int] = (0, 0)) -> Frame | None:
         """The frame at stream time `ts` as delivered (None: max_fps passes over it), paced
         when played at its rate; `av_frame` None: a held frame not decoded, of `size`."""
         if self._rate is not None and not self._rate.keep(ts):
