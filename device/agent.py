@@ -316,6 +316,15 @@ class Agent:
             cam.start()
         self._started = True
 
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The agent's metrics."""
+        return self.metrics.registry
+
+    def worst_lag_s(self) -> float:
+        """The worst lag any camera's source reported (every frame, not a gauge's sample)."""
+        return max((c.m.worst_lag_s for c in list(self.cameras)), default=0.0)
+
     def statuses(self) -> list[CameraStatus]:
         """A snapshot of every camera."""
         return [c.status() for c in list(self.cameras)]

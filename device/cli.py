@@ -9,9 +9,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
+
+if TYPE_CHECKING:
+    from strata.shared.config.common import LoggingConfig
+    from strata.shared.config.device import DeviceConfig
+
+    from .agent import Agent
+    from .workers import AgentWorkers
 
 log = logging.getLogger("strata.device")
 
@@ -149,6 +156,34 @@ def reload_cameras(agent: Any, args: argparse.Namespace) -> bool:
     return True
 
 
+def _started_agent(
+    dev: DeviceConfig, models_repository: str, logging_cfg: LoggingConfig
+) -> Agent | AgentWorkers | None:
+    """The agent, its /metrics served and its cameras started: in this process, or over
+    worker processes (device.processes); None when it cannot start (said on stderr)."""
+    from strata.shared.metrics_web import serve_or_exit
+
+    from .agent import Agent
+    from .gate import GateLoadError
+    from .sender import SenderError
+    from .workers import AgentWorkers, WorkerError, worker_count
+
+    agent: Agent | AgentWorkers
+    try:
+        if worker_count(dev) > 1:
+            agent = AgentWorkers(dev, models_repository, logging_cfg)
+            serve_or_exit(agent.registry, dev.metrics, "device")
+            agent.start()
+        else:
+            agent = Agent(dev, models_repository=models_repository)
+            serve_or_exit(agent.registry, dev.metrics, "device")
+            agent.start()  # SenderError when the edge endpoint is unusable
+    except (GateLoadError, ValueError, SenderError, WorkerError) as exc:
+        print(f"strata device: {exc}", file=sys.stderr)
+        return None
+    return agent
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the agent until its sources end, --duration passes, or SIGINT/SIGTERM."""
     if len(args.camera_id) > len(args.source):
@@ -156,12 +191,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cfg = load_or_exit(args, _overrides(args), "device")
     from strata.shared.config import ConfigError
-    from strata.shared.metrics_web import serve_or_exit
 
-    from .agent import Agent
-    from .gate import GateLoadError
     from .metrics import CameraCounts
-    from .sender import SenderError
 
     try:
         dev = _device_config(args, cfg.device.model_dump())
@@ -171,16 +202,8 @@ def run(args: argparse.Namespace) -> int:
     if not dev.cameras:
         print("strata device: no cameras; give --source (see --help)", file=sys.stderr)
         return 2
-    try:
-        agent = Agent(dev, models_repository=cfg.models.repository)
-    except (GateLoadError, ValueError) as exc:
-        print(f"strata device: {exc}", file=sys.stderr)
-        return 2
-    serve_or_exit(agent.metrics.registry, dev.metrics, "device")
-    try:
-        agent.sender.start()
-    except SenderError as exc:
-        print(f"strata device: {exc}", file=sys.stderr)
+    agent = _started_agent(dev, cfg.models.repository, cfg.logging)
+    if agent is None:
         return 2
 
     stop = threading.Event()
@@ -189,7 +212,6 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         signal.signal(signal.SIGHUP, lambda *_: hup.set())
-    agent.start()
     deadline = time.monotonic() + args.duration if args.duration else float("inf")
     while not stop.is_set() and time.monotonic() < deadline:
         if hup.is_set():
@@ -204,11 +226,11 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_file:
         from prometheus_client import generate_latest
 
-        Path(args.metrics_file).write_bytes(generate_latest(agent.metrics.registry))
+        Path(args.metrics_file).write_bytes(generate_latest(agent.registry))
     failed = 0
     for s in agent.statuses():
         failed += s.state.value == "failed"
-        c = CameraCounts.read(agent.metrics.registry, s.camera_id)
+        c = CameraCounts.read(agent.registry, s.camera_id)
         log.info(
             "camera %s: %s; decoded %d, dropped by motion %d, by gate %d, sent %d, acked %d, "
             "overflowed %d, reconnects %d%s",

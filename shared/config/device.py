@@ -497,6 +497,13 @@ class DeviceConfig(StrictModel):
     routing: RoutingConfig = Field(
         default_factory=RoutingConfig, description="Camera-to-edge routing over several edges."
     )
+    processes: int = Field(
+        0,
+        ge=0,
+        description="Processes the cameras are spread over, each a whole agent (decoders, "
+        "gates, sender), so one's camera threads never wait for another's interpreter lock; "
+        "0 (auto): one per 8 cameras, at most one per core.",
+    )
     cameras: list[CameraConfig] = Field(
         default_factory=list, description="Cameras; --source adds more."
     )

@@ -62,3 +62,92 @@ def test_bad_edge_endpoint_is_a_clear_error() -> None:
     res = _strata("device", "--source", "synthetic://?frames=5", "--edge", "nonsense", "--no-gate")
     assert res.returncode == 2
     assert "cannot use edge endpoint 'nonsense'" in res.stderr
+
+
+def test_cameras_over_two_processes_report_as_one_agent(port: int, tmp_path: Path) -> None:
+    edge = f"tcp://127.0.0.1:{port}"
+    cfg = tmp_path / "strata.yaml"
+    cfg.write_text("device:\n  processes: 2\n  motion:\n    threshold: 3.0\n")
+    metrics = tmp_path / "final.prom"
+    srcs = [f"synthetic://?frames=30&seed={i}&width=160&height=120" for i in range(3)]
+    with FrameSink(edge) as sink:
+        res = _strata(
+            "device",
+            "--config",
+            str(cfg),
+            *[a for s in srcs for a in ("--source", s)],
+            "--edge",
+            edge,
+            "--no-gate",
+            "--metrics-file",
+            str(metrics),
+        )
+        got = sink.received()
+    assert res.returncode == 0, res.stderr
+    assert "2 worker process(es): 0: synthetic-0, synthetic-2; 1: synthetic-1" in res.stderr
+    for i in range(3):
+        assert f"camera synthetic-{i}: ended; decoded 30" in res.stderr
+    assert {r.camera_id for r in got} == {"synthetic-0", "synthetic-1", "synthetic-2"}
+    text = metrics.read_text()
+    assert 'strata_device_frames_decoded_total{camera="synthetic-1"} 30.0' in text
+    assert 'worker="1"' in text
+
+
+def test_a_worker_that_cannot_start_ends_the_agent_with_status_2(tmp_path: Path) -> None:
+    res = _strata(
+        "device",
+        "--source",
+        "synthetic://?frames=5",
+        "--source",
+        "synthetic://?frames=5&seed=2",
+        "--gate-model",
+        str(tmp_path / "absent.onnx"),
+        "--config",
+        str(_write(tmp_path / "s.yaml", "device:\n  processes: 2\n")),
+    )
+    assert res.returncode == 2
+    assert "absent.onnx" in res.stderr
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_workers_end_when_the_agent_is_killed(port: int, tmp_path: Path) -> None:
+    """kill -9 of the supervisor leaves no worker running on its own (each sees its pipe
+    close, settles its frames and ends)."""
+    import os
+    import signal
+    import time
+
+    edge = f"tcp://127.0.0.1:{port}"
+    cfg = _write(tmp_path / "s.yaml", "device:\n  processes: 2\n")
+    srcs = [
+        f"synthetic://?frames=2000&seed={i}&width=96&height=72&fps=20&realtime=1" for i in (1, 2)
+    ]
+    with FrameSink(edge) as sink:
+        cmd = [sys.executable, "-m", "strata.tools.cli", "device", "--config", str(cfg)]
+        cmd += ["--edge", edge, "--no-gate", *[a for s in srcs for a in ("--source", s)]]
+        proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+        try:
+            assert sink.wait_for(20, timeout=60)
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            workers = [int(c) for c in children]
+            assert len(workers) >= 2
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            deadline = time.monotonic() + 30
+            while any(_running(w) for w in workers) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not any(_running(w) for w in workers)
+        finally:
+            proc.kill()
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

@@ -33,10 +33,10 @@ def test_grid_is_parsed_and_a_bad_one_says_what_is_wrong() -> None:
 def test_an_agent_trial_plays_every_camera_and_reads_each_ones_worst_lag(
     tmp_path: Path,
 ) -> None:
-    from strata.tools.bench.cameras import agent_trial, make_clip
+    from strata.tools.bench.cameras import AgentSide, agent_trial, make_clip
 
     clip = make_clip(tmp_path / "small.mp4", (160, 120), 20, 20)
-    t = agent_trial(clip, 2, max_lag_s=1.0, stand_in=StandInEdge(320))
+    t = agent_trial(clip, 2, max_lag_s=1.0, side=AgentSide(stand_in=StandInEdge(320)))
     assert t.carried and t.given_up == 0
     assert t.frames == 40 and 0.0 <= t.max_lag_s < 1.0
     assert t.seconds >= 0.9  # played at its rate, not read as fast as it decodes

@@ -47,6 +47,8 @@ from strata.device.agent import Agent
 from strata.device.camera import CameraState
 from strata.device.metrics import frames_handled
 from strata.device.sources import AvSource, configure_decoder
+from strata.device.workers import AgentWorkers, worker_count
+from strata.shared.config.common import LoggingConfig
 from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig
 from strata.shared.loopback import free_port
 from strata.shared.machine import cpu_model
@@ -248,20 +250,28 @@ def _total(registry: CollectorRegistry, counter: str, reason: str = "") -> float
     )
 
 
-def agent_trial(
-    clip: Path,
-    cameras: int,
-    max_lag_s: float,
-    models_repository: str = "",
-    stand_in: StandInEdge = SILENT,
-) -> Trial:
-    """N cameras of `clip` at its frame rate in one agent (default config), to an acking
-    sink. Carried when no camera delivered a frame more than `max_lag_s` late (each
-    camera's worst lag, every frame: not a sample of the gauge) and the agent gave up on
-    no frame (overload, spool, any reason)."""
+@dataclass(frozen=True, slots=True)
+class AgentSide:
+    """The agent the cameras searches run: its models, the edge it sends to, its processes."""
+
+    models_repository: str = ""
+    stand_in: StandInEdge = SILENT
+    processes: int = 0
+
+
+def agent_trial(clip: Path, cameras: int, max_lag_s: float, side: AgentSide = AgentSide()) -> Trial:
+    """N cameras of `clip` at its frame rate in one agent (default config but
+    `device.processes`), to an acking sink. Carried when no camera delivered a frame more
+    than `max_lag_s` late (each camera's worst lag, every frame: not a sample of the gauge)
+    and the agent gave up on no frame (overload, spool, any reason)."""
     cfg = _device_config(clip, cameras, realtime=True)
-    with SinkProcess(cfg.edge, stand_in):
-        agent = Agent(cfg, models_repository, registry=CollectorRegistry())
+    cfg = cfg.model_copy(update={"processes": side.processes})
+    with SinkProcess(cfg.edge, side.stand_in):
+        agent: Agent | AgentWorkers = (
+            AgentWorkers(cfg, side.models_repository, LoggingConfig(level="WARNING"))
+            if worker_count(cfg) > 1
+            else Agent(cfg, side.models_repository, registry=CollectorRegistry())
+        )
         t = time.perf_counter()
         agent.start()
         # Cheap waiting: the bench shares the cores it measures (a registry scan per
@@ -273,16 +283,16 @@ def agent_trial(
     failed = [s for s in agent.statuses() if s.state is CameraState.FAILED]
     if failed:
         raise RuntimeError(f"agent failed on {clip}: {failed}")
-    worst = max(cam.m.worst_lag_s for cam in agent.cameras)
-    registry = agent.metrics.registry
+    worst = agent.worst_lag_s()
+    registry = agent.registry
     # Frames decided on: decoded, and held back undecoded (source.skip_held).
     frames = int(
         _total(registry, "strata_device_frames_decoded")
         + _total(registry, "strata_device_source_skipped", "held")
     )
     given_up = int(
-        _total(agent.metrics.registry, "strata_device_frames_dropped_overload")
-        + _total(agent.metrics.registry, "strata_device_frames_dropped")  # spool, shed, ...
+        _total(registry, "strata_device_frames_dropped_overload")
+        + _total(registry, "strata_device_frames_dropped")  # spool, shed, ...
     )
     if given_up:
         log.warning("%d camera(s): the agent gave up on %d frame(s)", cameras, given_up)
@@ -317,8 +327,7 @@ def cameras_per_core(
     fps: int,
     max_lag_s: float,
     limit: int,
-    models_repository: str = "",
-    stand_in: StandInEdge = SILENT,
+    side: AgentSide = AgentSide(),
 ) -> dict[str, Any]:
     """Figure 2 for one clip: the most cameras bare decoding and the agent carry."""
     import av
@@ -327,13 +336,12 @@ def cameras_per_core(
         w, h = c.streams.video[0].width, c.streams.video[0].height
     cores = os.cpu_count() or 1
     bare_n, bare_t = most_cameras(lambda n: bare_trial(clip, n, max_lag_s), limit)
-    agent_n, agent_t = most_cameras(
-        lambda n: agent_trial(clip, n, max_lag_s, models_repository, stand_in), max(bare_n, 1)
-    )
+    agent_n, agent_t = most_cameras(lambda n: agent_trial(clip, n, max_lag_s, side), max(bare_n, 1))
     return {
         "bare": asdict(Search(clip.name, w, h, fps, bare_n, bare_t)),
         "agent": asdict(Search(clip.name, w, h, fps, agent_n, agent_t)),
         "cores": cores,
+        "processes": side.processes,
         "bare_cameras_per_core": bare_n / cores,
         "agent_cameras_per_core": agent_n / cores,
         "ratio": agent_n / bare_n if bare_n else 0.0,
@@ -351,6 +359,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=128, help="most cameras tried")
     p.add_argument("--repeats", type=int, default=3, help="alternating runs of figure 1")
     p.add_argument("--models-repository", default="", help="model repository (default: starter)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="the agent's device.processes in the cameras searches (default 0: auto, the "
+        "agent's default)",
+    )
     add_stand_in_arguments(p)
     p.add_argument(
         "--grid",
@@ -403,9 +418,10 @@ def run(args: argparse.Namespace) -> int:
         f"{result['throughput']['decode_fps']:.1f}: ratio {result['throughput']['ratio']:.2f}"
     )
     result["cameras"] = []
+    side = AgentSide(repo, stand_in, args.processes)
     for (w, h), fps in grid:
         clip = make_clip(work / f"vtest-{w}x{h}-{fps}.mp4", (w, h), fps, round(args.seconds * fps))
-        r = cameras_per_core(clip, fps, args.max_lag, args.limit, repo, stand_in)
+        r = cameras_per_core(clip, fps, args.max_lag, args.limit, side)
         result["cameras"].append(r)
         print(
             f"{w}x{h} {fps} fps: agent {r['agent']['most']} cameras, bare decoding "
