@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry
 from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig
@@ -66,6 +66,7 @@ class Agent:
         models_repository: str = "",
         registry: CollectorRegistry | None = None,
         gate: RelevanceGate | None = None,
+        clip_owner: Callable[[str], bool] | None = None,
     ) -> None:
         if not cfg.cameras:
             raise ValueError("no cameras: give at least one --source")
@@ -122,7 +123,8 @@ class Agent:
         self.clip_uploader: ClipUploader | None = None
         if cfg.clips.enabled:
             self.clip_spool = ClipSpool(cfg.clips, self.agent_id, self.metrics)
-            self.clip_spool.recover()
+            # A worker process takes back only its cameras' clips (device/workers.py).
+            self.clip_spool.recover(clip_owner or (lambda _: True))
             self.clip_uploader = ClipUploader(cfg.clips.upload, self.clip_spool, self.metrics)
         self._cams_lock = threading.Lock()
         self._draining: dict[str, threading.Thread] = {}

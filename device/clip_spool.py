@@ -28,6 +28,7 @@ import os
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,16 +138,22 @@ class ClipSpool:
 
     # ---- start ----------------------------------------------------------------------------
 
-    def recover(self) -> list[SpooledClip]:
-        """Take in what a previous run left in the folder (see the module docstring)."""
+    def recover(self, owns: Callable[[str], bool] = lambda _: True) -> list[SpooledClip]:
+        """Take in what a previous run left in the folder (see the module docstring): the
+        clips of the cameras `owns` says are this agent's (worker processes share a folder)."""
         found: list[SpooledClip] = []
         if not self.dir.is_dir():
             return found
+
+        def mine(path: Path) -> bool:
+            return owns(urllib.parse.unquote(path.parent.name))
+
         for tmp in self.dir.glob(f"*/*{SIDECAR}.tmp"):  # a sidecar a crash left half-written
-            tmp.unlink(missing_ok=True)
+            if mine(tmp):
+                tmp.unlink(missing_ok=True)
         paths = {p.with_suffix(".mp4") for p in self.dir.glob(f"*/*{SIDECAR}")}
         paths |= set(self.dir.glob("*/*.mp4"))
-        for path in sorted(paths):
+        for path in sorted(p for p in paths if mine(p)):
             clip = self._recovered(path)
             if clip is None:
                 continue

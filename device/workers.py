@@ -67,6 +67,13 @@ class WorkerSpec:
     config: DeviceConfig
     models_repository: str
     logging: LoggingConfig
+    # The other workers' cameras: worker 0 also takes back clips of cameras no worker runs.
+    others: frozenset[str] = frozenset()
+
+    def owns_clips_of(self, camera_id: str) -> bool:
+        """Whether this worker uploads what a previous run left of `camera_id`'s clips."""
+        mine = any(c.id == camera_id for c in self.config.cameras)
+        return mine or (self.index == 0 and camera_id not in self.others)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +125,7 @@ def _child(spec: WorkerSpec, conn: Connection) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        agent = Agent(spec.config, spec.models_repository)
+        agent = Agent(spec.config, spec.models_repository, clip_owner=spec.owns_clips_of)
         agent.sender.start()
     except (GateLoadError, ValueError, SenderError) as exc:
         conn.send(_Answer("fatal", text=str(exc)))
@@ -276,14 +283,21 @@ class AgentWorkers:
         self._stopping = False
 
     def _spec(self, w: _Worker) -> WorkerSpec:
+        upload = self.cfg.clips.upload
+        # The clips folder's bound is shared: each worker keeps its part of it.
+        share = upload.spool_max_mib / len(self.workers)
         cfg = self.cfg.model_copy(
             update={
                 "cameras": list(w.cameras.values()),
                 # Only the supervisor serves /metrics (the workers' merged).
                 "metrics": self.cfg.metrics.model_copy(update={"port": 0}),
+                "clips": self.cfg.clips.model_copy(
+                    update={"upload": upload.model_copy(update={"spool_max_mib": share})}
+                ),
             }
         )
-        return WorkerSpec(w.index, cfg, self.models_repository, self.logging)
+        others = frozenset(c for o in self.workers if o is not w for c in o.cameras)
+        return WorkerSpec(w.index, cfg, self.models_repository, self.logging, others)
 
     def _launch(self, w: _Worker) -> None:
         parent, child = self._ctx.Pipe()

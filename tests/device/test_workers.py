@@ -134,3 +134,16 @@ def test_a_worker_that_cannot_start_is_a_clear_error(port: int, tmp_path: Path) 
     with pytest.raises(WorkerError, match=r"absent\.onnx"):
         agent.start()
     assert all(not w.process.is_alive() for w in agent.workers)
+
+
+def test_worker_0_also_takes_back_clips_of_cameras_no_worker_runs() -> None:
+    from strata.device.workers import WorkerSpec
+    from strata.shared.config.common import LoggingConfig
+
+    def spec(index: int, mine: list[str], others: set[str]) -> WorkerSpec:
+        cfg = DeviceConfig(cameras=[CameraConfig(id=c, source="x.mp4") for c in mine])
+        return WorkerSpec(index, cfg, "", LoggingConfig(), frozenset(others))
+
+    first, second = spec(0, ["a"], {"b"}), spec(1, ["b"], {"a"})
+    assert [first.owns_clips_of(c) for c in ("a", "b", "gone")] == [True, False, True]
+    assert [second.owns_clips_of(c) for c in ("a", "b", "gone")] == [False, True, False]
