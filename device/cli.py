@@ -35,6 +35,9 @@ Several edges: repeat --edge (or device.edges, or dns://NAME:PORT); cameras are 
 over them on a consistent-hash ring and move when an edge stops answering (routing).
 SIGHUP reads --config again and runs its cameras: new ones start, removed ones stop
 once their frames in flight are settled.
+Many cameras: device.processes spreads them over worker processes (default: one per 8
+cameras, at most one per core), each a whole agent; /metrics and the exit summary merge
+them, and a worker that dies is started again with its cameras.
 Exit status: 0 when every camera ended normally or the agent was stopped, 1 when a
 camera failed, 2 for a bad config.
 """
