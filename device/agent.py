@@ -119,13 +119,7 @@ class Agent:
         self.clip_cutters: dict[str, ClipCutter] = {}
         self.clip_followers: dict[str, DemandFollower] = {}
         self.clip_demands = DemandQueue(self.clip_followers)
-        self.clip_spool: ClipSpool | None = None
-        self.clip_uploader: ClipUploader | None = None
-        if cfg.clips.enabled:
-            self.clip_spool = ClipSpool(cfg.clips, self.agent_id, self.metrics)
-            # A worker process takes back only its cameras' clips (device/workers.py).
-            self.clip_spool.recover(clip_owner or (lambda _: True))
-            self.clip_uploader = ClipUploader(cfg.clips.upload, self.clip_spool, self.metrics)
+        self.clip_spool, self.clip_uploader = self._clip_store(clip_owner)
         self._cams_lock = threading.Lock()
         self._draining: dict[str, threading.Thread] = {}
         # Cameras the config asks for now (decode_ahead's auto is settled against it).
@@ -141,6 +135,17 @@ class Agent:
         )
         self._started = False
         self._stopped = False
+
+    def _clip_store(
+        self, clip_owner: Callable[[str], bool] | None
+    ) -> tuple[ClipSpool | None, ClipUploader | None]:
+        """The clips folder and its upload, when clips are on."""
+        if not self.cfg.clips.enabled:
+            return None, None
+        spool = ClipSpool(self.cfg.clips, self.agent_id, self.metrics)
+        # A worker process takes back only its cameras' clips (device/workers.py).
+        spool.recover(clip_owner or (lambda _: True))
+        return spool, ClipUploader(self.cfg.clips.upload, spool, self.metrics)
 
     def _pipeline_setup(self) -> PipelineSetup:
         """What every camera's pipeline is built with (device/pipeline.py)."""
