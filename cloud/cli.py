@@ -119,6 +119,7 @@ def _register_snapshot(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT or SIGTERM."""
+    import faulthandler
     import signal
     import threading
 
@@ -151,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     if server.console is not None:
         print(f"strata cloud: console on {server.console.url}", flush=True)
     done.wait()
+    # A shutdown that hangs says where: every thread's stack on stderr once it runs over
+    # the grace by 20 s (the timer dies with the process when it exits in time).
+    faulthandler.dump_traceback_later(cfg.cloud.grace_s + 20.0, exit=False)
     server.stop()
     return 0
 

@@ -63,7 +63,13 @@ class Replica:
         self.channel.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
+        try:
+            return self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            # Its stderr holds every thread's stack (the CLI's shutdown watchdog).
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=10)
+            raise AssertionError(f"{self.address} did not stop in 30 s:\n{err[-6000:]}") from None
 
 
 @pytest.fixture
