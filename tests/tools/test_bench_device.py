@@ -57,12 +57,16 @@ def test_bench_writes_its_json(tmp_path: Path, synthetic_mp4: Path) -> None:
 def test_the_sink_announces_the_edge_model_input_and_the_agent_scales_to_it(
     synthetic_mp4: Path,
 ) -> None:
-    from strata.shared.config.device import DeviceConfig, PayloadConfig
+    from strata.shared.config.device import DeviceConfig, PayloadConfig, SourceConfig
     from strata.tools.bench.device import edge_model_input, run_agent
 
     side = edge_model_input()
     assert side > 0  # the starter detector's input (320)
-    base = DeviceConfig(agent_id="bench", payload=PayloadConfig())
+    # Played at its rate, as a camera delivers: the first ack is back before the next
+    # frames are encoded (as fast as it decodes, a busy host encoded half the clip before it).
+    base = DeviceConfig(
+        agent_id="bench", payload=PayloadConfig(), source=SourceConfig(realtime=True)
+    )
     full = run_agent(synthetic_mp4, base)
     scaled = run_agent(synthetic_mp4, base, stand_in=StandInEdge(side // 4))
     # The same frames, smaller once the first ack has told the agent the detector's input.
