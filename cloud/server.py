@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from .outbox.runner import Outbox
 
 log = logging.getLogger(__name__)
+# How long past its grace the gRPC server may take to stop before the process closes anyway.
+_STOP_BOUND_S = 5.0
 
 T = TypeVar("T")
 
@@ -261,7 +263,14 @@ class CloudServer:
         if self.console is not None:
             await self.console.stop()
         self.hub.close()
-        await self._server.stop(grace)
+        try:
+            # grpc.aio's stop can hang on a stream its client cancelled (grpc#28999): the
+            # grace, then a bound; every acked event is already committed.
+            await asyncio.wait_for(self._server.stop(grace), grace + _STOP_BOUND_S)
+        except TimeoutError:
+            log.warning(
+                "the gRPC server did not stop %gs after its grace; closing anyway", _STOP_BOUND_S
+            )
 
     def stop(self, grace: float | None = None) -> None:
         """NOT_SERVING, let calls in flight finish for `grace` seconds, then close everything."""
