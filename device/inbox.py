@@ -87,7 +87,8 @@ class GateInbox:
         for the batch to fill. Round-robin over cameras."""
         out: list[GateItem] = []
         with self._cond:
-            if not self._cond.wait_for(self._any, timeout_s):
+            # A close wakes the taker at once: a stopping agent does not wait out the timeout.
+            if not self._cond.wait_for(self._any_or_closed, timeout_s) or not self._count:
                 return out
             deadline = time.monotonic() + max_delay_s
             while True:
@@ -103,6 +104,14 @@ class GateInbox:
 
     def _any(self) -> bool:
         return self._count > 0
+
+    def _any_or_closed(self) -> bool:
+        return self._count > 0 or self._closed
+
+    @property
+    def closed(self) -> bool:
+        """`close` was called: no producer waits for room any more."""
+        return self._closed
 
     def _drain_into(self, out: list[GateItem], max_items: int) -> None:
         n = len(self._order)

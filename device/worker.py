@@ -137,6 +137,8 @@ class GateWorker:
             if not batch:
                 if self._finish.is_set() and len(self.inbox) == 0:
                     return
+                if self.inbox.closed:  # take no longer waits: wait for finish instead
+                    self._finish.wait(0.05)
                 continue
             try:
                 self._process(batch)

@@ -84,3 +84,16 @@ def test_close_frees_a_waiting_producer() -> None:
     # It stops waiting: the newest frame goes in, the oldest comes back as dropped.
     assert len(done) == 1 and done[0] is not None and done[0].index == 1
     assert [b.index for b in inbox.take(4, 0.0, 1.0)] == [2]
+
+
+def test_close_wakes_a_waiting_taker_at_once() -> None:
+    # A stopping agent's gate worker must not sit out its take timeout (it was 50 ms of
+    # every clip's end, a twentieth of vtest's run).
+    inbox = _inbox(4, "cam")
+    threading.Timer(0.1, inbox.close).start()
+    t0 = time.monotonic()
+    assert inbox.take(4, 0.0, 30.0) == []
+    assert time.monotonic() - t0 < 10.0  # woken by the close, not the 30 s timeout
+    assert inbox.closed
+    inbox.put(_item("cam", 1), wait=False)  # what is still queued after a close is taken
+    assert [b.index for b in inbox.take(4, 0.0, 1.0)] == [1]
