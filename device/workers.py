@@ -54,6 +54,14 @@ def worker_count(cfg: DeviceConfig, cores: int | None = None) -> int:
     return max(1, min(n, len(cfg.cameras)))
 
 
+def burst_share(limit: int, workers: int, index: int, cores: int | None = None) -> int:
+    """Worker `index`'s part of the host's calibration burst slots (`limit`, 0: one per
+    core), dealt out so the host's bursts stay within the limit; at least one a worker, or
+    its due bursts would never start."""
+    total = limit or cores or os.cpu_count() or 1
+    return max(1, total // workers + (index < total % workers))
+
+
 def spread(ids: Sequence[str], workers: int) -> list[list[str]]:
     """Camera ids dealt to workers in turn (balanced: the config's order, round robin)."""
     return [list(ids[i::workers]) for i in range(workers)]
@@ -295,6 +303,11 @@ class AgentWorkers:
                     update={"upload": upload.model_copy(update={"spool_max_mib": share})}
                 ),
             }
+        )
+        # Bursts are slotted in each worker's agent: the host's slots are dealt out.
+        bursts = burst_share(self.cfg.cascade.concurrent_bursts, len(self.workers), w.index)
+        cfg = cfg.model_copy(
+            update={"cascade": cfg.cascade.model_copy(update={"concurrent_bursts": bursts})}
         )
         others = frozenset(c for o in self.workers if o is not w for c in o.cameras)
         return WorkerSpec(w.index, cfg, self.models_repository, self.logging, others)

@@ -237,8 +237,9 @@ class CascadeConfig(StrictModel):
     concurrent_bursts: int = Field(
         0,
         ge=0,
-        description="Cameras of the agent in a calibration burst at once (the rest wait "
-        "their turn, so bursts do not all land together); 0: one per CPU core.",
+        description="Cameras of the agent in a calibration burst at once, over all its "
+        "processes (the rest wait their turn, so bursts do not all land together); 0: one "
+        "per CPU core.",
     )
     smoothing: float = Field(
         0.5,

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 from strata.device.metrics import CameraCounts
 from strata.device.sink import FrameSink
-from strata.device.workers import AgentWorkers, WorkerError, spread, worker_count
+from strata.device.workers import (
+    AgentWorkers,
+    WorkerError,
+    burst_share,
+    spread,
+    worker_count,
+)
 from strata.shared.config.device import CameraConfig, DeviceConfig, GateConfig
 
 from .conftest import fast_config
@@ -134,6 +140,22 @@ def test_a_worker_that_cannot_start_is_a_clear_error(port: int, tmp_path: Path) 
     with pytest.raises(WorkerError, match=r"absent\.onnx"):
         agent.start()
     assert all(not w.process.is_alive() for w in agent.workers)
+
+
+def test_the_hosts_burst_slots_are_dealt_out_to_the_workers() -> None:
+    # 0 is one a core over the whole host, not in each worker: 2 workers on 2 cores burst
+    # 2 cameras at once, not 4.
+    assert [burst_share(0, 2, i, cores=2) for i in range(2)] == [1, 1]
+    assert [burst_share(5, 2, i) for i in range(2)] == [3, 2]
+    assert [burst_share(0, 3, i, cores=8) for i in range(3)] == [3, 3, 2]
+    # Fewer slots than workers: each still gets one, or its bursts would never start.
+    assert [burst_share(1, 2, i) for i in range(2)] == [1, 1]
+    cfg = DeviceConfig.model_validate(
+        {"cameras": [c.model_dump() for c in _cams(4)], "cascade": {"concurrent_bursts": 4}}
+    )
+    sup = AgentWorkers(cfg, workers=2)
+    shares = [sup._spec(w).config.cascade.concurrent_bursts for w in sup.workers]
+    assert shares == [2, 2] and cfg.cascade.concurrent_bursts == 4  # the config untouched
 
 
 def test_worker_0_also_takes_back_clips_of_cameras_no_worker_runs() -> None:
