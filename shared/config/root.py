@@ -13,6 +13,7 @@ from .common import CostConfig, LoggingConfig
 from .device import DeviceConfig
 from .edge import EdgeConfig
 from .models import ModelsConfig
+from .objects import ObjectsConfig
 from .rules import RulesConfig
 
 
@@ -21,6 +22,9 @@ class StrataConfig(StrictModel):
 
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Logging.")
     models: ModelsConfig = Field(default_factory=ModelsConfig, description="Model repository.")
+    objects: ObjectsConfig = Field(
+        default_factory=ObjectsConfig, description="Labels tracked and their filters."
+    )
     device: DeviceConfig = Field(default_factory=DeviceConfig, description="Device agent.")
     edge: EdgeConfig = Field(default_factory=EdgeConfig, description="Edge node.")
     cloud: CloudConfig = Field(default_factory=CloudConfig, description="Cloud endpoint.")

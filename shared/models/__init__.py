@@ -8,6 +8,7 @@ model.manifest.input.shape, model.runner.run(batch)
 
 from __future__ import annotations
 
+from .detector import DetectorSpec, detector_spec, yolov8_spec
 from .manifest import (
     MANIFEST_FILE,
     Calibration,
@@ -34,6 +35,7 @@ from .repository import (
 __all__ = [
     "MANIFEST_FILE",
     "Calibration",
+    "DetectorSpec",
     "InputSpec",
     "LoadedModel",
     "Manifest",
@@ -44,10 +46,12 @@ __all__ = [
     "TensorRTBuild",
     "Variant",
     "check_io",
+    "detector_spec",
     "dump_manifest",
     "load_manifest",
     "promote_variant",
     "save_manifest",
     "sha256_of",
     "starter_repository",
+    "yolov8_spec",
 ]

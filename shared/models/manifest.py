@@ -26,12 +26,30 @@ MANIFEST_FILE = "manifest.yaml"
 
 Task = Literal["detect", "classify"]
 Precision = Literal["fp32", "fp16", "int8"]
-# Output layouts the tiers know how to decode:
-#   yolov8: one tensor [N, 4 + num_classes, anchors]; rows cx, cy, w, h in input pixels, then
-#           per-class scores after sigmoid (ultralytics YOLOv8/v11 ONNX export, no NMS inside).
-#   logits: one tensor [N, num_classes] of raw logits (softmax not applied).
+# Output layouts the tiers know how to decode (shared/vision/layouts.py has one decoder each):
+#   yolov8:   [N, 4 + C, anchors]: cx, cy, w, h in input pixels, then class scores (sigmoid
+#             applied; ultralytics YOLOv8/11 export, no NMS inside).
+#   yolov5:   [N, anchors, 5 + C]: cx, cy, w, h in input pixels, objectness, class scores
+#             (YOLOv5, YOLOv7; score = objectness x class score).
+#   yolox:    [N, anchors, 5 + C] raw grid offsets of strides 8, 16, 32 (YOLOX's release
+#             export): xy = (xy + grid) * stride, wh = exp(wh) * stride; score = obj x class.
+#   gfl:      per level a class-score map [N, A, C] (sigmoid applied) and a box map
+#             [N, A, 4 * (reg_max + 1)] of DFL logits (PicoDet, NanoDet); paired by shape.
+#   end2end:  boxes already selected: [N, K, 6] x1, y1, x2, y2, score, class (YOLOv10,
+#             YOLO26), or Paddle's [K, 6] class, score, x1, y1, x2, y2 with a count output.
+#   detr:     no NMS: boxes [N, Q, 4] cx, cy, w, h normalised to the input, and class logits
+#             [N, Q, C] (sigmoid), or one [N, Q, 4 + C] tensor (RT-DETR, D-FINE, RF-DETR).
+#   ssd:      boxes [N, K, 4] y1, x1, y2, x2 normalised, classes [N, K], scores [N, K],
+#             count [N] (TensorFlow / TFLite detection post-processing).
+#   logits:   one tensor [N, num_classes] of raw logits (softmax not applied).
 #   probabilities: one tensor [N, num_classes] that already sums to one.
-OutputFormat = Literal["yolov8", "logits", "probabilities"]
+DetectFormat = Literal["yolov8", "yolov5", "yolox", "gfl", "end2end", "detr", "ssd"]
+ClassifyFormat = Literal["logits", "probabilities"]
+OutputFormat = Literal[
+    "yolov8", "yolov5", "yolox", "gfl", "end2end", "detr", "ssd", "logits", "probabilities"
+]
+DETECT_FORMATS: tuple[str, ...] = ("yolov8", "yolov5", "yolox", "gfl", "end2end", "detr", "ssd")
+CLASSIFY_FORMATS: tuple[str, ...] = ("logits", "probabilities")
 FileFormat = Literal["onnx", "tensorrt"]
 Dim = Annotated[int, Field(gt=0)] | None
 
@@ -47,9 +65,14 @@ class InputSpec(StrictModel):
     )
     layout: Literal["NCHW"] = Field("NCHW", description="Memory layout of the input tensor.")
     colour: Literal["RGB", "BGR"] = Field("RGB", description="Channel order the model expects.")
-    resize: Literal["letterbox", "stretch"] = Field(
+    resize: Literal["letterbox", "letterbox_topleft", "stretch"] = Field(
         "stretch",
-        description="letterbox: keep aspect, pad with grey 114 (detectors); stretch: plain resize.",
+        description="letterbox: keep aspect, centred, pad with `pad_value` (YOLO); "
+        "letterbox_topleft: the same at the top-left corner (YOLOX); stretch: plain resize "
+        "to the input (PicoDet, classifiers).",
+    )
+    pad_value: float = Field(
+        114.0, ge=0, le=255, description="Letterbox padding, in pixel values 0-255."
     )
     scale: float = Field(
         1.0 / 255.0, gt=0, description="Pixel values (0-255) are multiplied by this first."
@@ -95,6 +118,40 @@ class OutputSpec(StrictModel):
 
     name: str = Field(..., min_length=1, description="Output tensor name in the model file.")
     format: OutputFormat = Field(..., description="Layout of the output (see OutputFormat).")
+    names: tuple[str, ...] = Field(
+        (),
+        description="Every output the decoder reads, in the model's order, when it reads "
+        "more than `name` (gfl, end2end with a count, detr, ssd); empty: `name` alone.",
+    )
+    strides: tuple[int, ...] = Field(
+        (),
+        description="gfl and yolox: the strides of the levels; empty: the layout's usual "
+        "ones (gfl 8, 16, 32, 64; yolox 8, 16, 32).",
+    )
+    reg_max: int = Field(7, ge=1, le=64, description="gfl: DFL bins per side, less one.")
+    grid_centre: Literal["half_cell", "nanodet"] = Field(
+        "half_cell",
+        description="gfl: an anchor's centre: (i + 0.5) x stride (PicoDet), or NanoDet's "
+        "older i x stride + (stride - 1) / 2.",
+    )
+    class_offset: int = Field(
+        0,
+        ge=0,
+        description="end2end, ssd: subtracted from the model's class ids (1 for exports "
+        "whose id 0 is a background class).",
+    )
+
+    @field_validator("strides")
+    @classmethod
+    def _strides_positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(s <= 0 for s in v):
+            raise ValueError("every stride must be > 0")
+        return v
+
+    @property
+    def all_names(self) -> tuple[str, ...]:
+        """The outputs the decoder reads, in order."""
+        return self.names or (self.name,)
 
 
 class Source(StrictModel):
@@ -191,9 +248,11 @@ class Manifest(StrictModel):
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
         fmt = self.output.format
-        if self.task == "detect" and fmt != "yolov8":
-            raise ValueError(f"a detect model needs output format yolov8, not {fmt}")
-        if self.task == "classify" and fmt == "yolov8":
+        if self.task == "detect" and fmt not in DETECT_FORMATS:
+            raise ValueError(
+                f"a detect model needs a detection layout ({', '.join(DETECT_FORMATS)}), not {fmt}"
+            )
+        if self.task == "classify" and fmt not in CLASSIFY_FORMATS:
             raise ValueError("a classify model needs output format logits or probabilities")
         if self.input.shape[1] != 3:
             raise ValueError("input.shape: the channel axis (index 1) must be 3")
@@ -240,9 +299,13 @@ def save_manifest(manifest: Manifest, folder: str | Path) -> Path:
 
 
 __all__ = [
+    "CLASSIFY_FORMATS",
+    "DETECT_FORMATS",
     "MANIFEST_FILE",
     "Calibration",
+    "ClassifyFormat",
     "ConfigError",
+    "DetectFormat",
     "InputSpec",
     "Manifest",
     "OutputSpec",

@@ -143,12 +143,12 @@ def test_manifest_round_trips(tiny_repo: Path) -> None:
     assert load_manifest(path) == m
 
 
-def test_detect_manifest_needs_yolov8_output(tiny_repo: Path) -> None:
+def test_detect_manifest_needs_a_detection_layout(tiny_repo: Path) -> None:
     path = tiny_repo / "tiny" / "manifest.yaml"
     data = yaml.safe_load(path.read_text())
     data["task"] = "detect"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with pytest.raises(ModelError, match="needs output format yolov8"):
+    with pytest.raises(ModelError, match="needs a detection layout"):
         ModelRepository(tiny_repo).manifest("tiny")
 
 

@@ -1,0 +1,59 @@
+"""What the edge needs to run a detector, read from its manifest: preprocessing and layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..vision.layouts import DetectLayout
+from ..vision.letterbox import Preprocess
+from .manifest import Manifest
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorSpec:
+    """Preprocessing, output layout and labels of one detector."""
+
+    preprocess: Preprocess
+    layout: DetectLayout
+    labels: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+def detector_spec(manifest: Manifest) -> DetectorSpec:
+    """The spec of a detect manifest; ValueError for a classifier."""
+    if manifest.task != "detect":
+        raise ValueError(f"model {manifest.name!r} is a {manifest.task} model, not a detector")
+    inp, out = manifest.input, manifest.output
+    size = inp.height
+    if inp.width != size:
+        raise ValueError(
+            f"model {manifest.name!r}: the edge needs a square input, got {inp.width}x{size}"
+        )
+    pre = Preprocess(
+        size=size,
+        resize=inp.resize,
+        rgb=inp.colour == "RGB",
+        scale=inp.scale,
+        mean=inp.mean,
+        std=inp.std,
+        pad_value=inp.pad_value,
+    )
+    layout = DetectLayout(
+        format=out.format,
+        num_classes=manifest.num_classes,
+        input_size=size,
+        strides=out.strides,
+        reg_max=out.reg_max,
+        grid_centre=out.grid_centre,
+        class_offset=out.class_offset,
+    )
+    return DetectorSpec(pre, layout, manifest.labels, out.all_names)
+
+
+def yolov8_spec(size: int, labels: tuple[str, ...], output: str = "") -> DetectorSpec:
+    """The spec of a bare ultralytics YOLOv8 ONNX file (no manifest): RGB letterbox, /255."""
+    layout = DetectLayout("yolov8", len(labels), size)
+    return DetectorSpec(Preprocess(size), layout, labels, (output,) if output else ())
+
+
+__all__ = ["DetectorSpec", "detector_spec", "yolov8_spec"]
