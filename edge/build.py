@@ -73,6 +73,7 @@ from strata.shared.config.rules import RulesConfig, check_labels
 from strata.shared.contracts import frame_pb2
 from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, TelemetrySource, open_nvml
 from strata.shared.models import ModelRepository
+from strata.shared.models.detector import DetectorSpec
 from strata.shared.runtime.staging import StagedRunner
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,9 @@ class NodeOptions:
     runner: StagedRunner | None = None
     # Labels when neither the config nor the model names its classes.
     labels: Sequence[str] = ()
+    # Preprocessing, output layout and labels from the model's manifest; None: a bare
+    # ONNX file, read as YOLOv8.
+    spec: DetectorSpec | None = None
     telemetry: TelemetrySource | None = None
     # The model repository to watch for new versions ("" the default one); None: none.
     repository: str | None = None
@@ -308,10 +312,11 @@ def _serving(
     """The model to serve: runner, detector, batch, and version switches if watched."""
     name = name or cfg.model.name or path.stem
     runner = opts.runner or open_staged(path, cfg, cfg.batching.max_batch)
-    classes = classes_of(runner)
+    spec = opts.spec
+    classes = len(spec.labels) if spec is not None else classes_of(runner)
     # Config first, then the repository manifest's, then the ONNX metadata.
     labels = model_labels(path, classes, cfg.model.labels or opts.labels)
-    detector = Detector(runner, labels, cfg.detection, cfg.runtime.preprocess_threads)
+    detector = Detector(runner, labels, cfg.detection, cfg.runtime.preprocess_threads, spec)
     max_batch = min(cfg.batching.max_batch, detector.max_batch)
     if max_batch < cfg.batching.max_batch:
         # A fixed-batch export (batch 1 is common) or an engine built for less.

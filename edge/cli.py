@@ -21,6 +21,7 @@ from strata.shared.config.rules import UnknownLabelError
 
 if TYPE_CHECKING:
     from strata.edge.node import EdgeNode
+    from strata.shared.models.detector import DetectorSpec
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,18 @@ def resolve_model(name: str, path: str, repository: str) -> Path:
     return file
 
 
-def repository_labels(name: str, path: str, repository: str) -> tuple[str, ...]:
-    """The manifest's labels of a repository model; none for an explicit ONNX path."""
+def repository_spec(name: str, path: str, repository: str) -> DetectorSpec | None:
+    """Preprocessing, layout and labels from a repository model's manifest; None for an
+    explicit ONNX path (read as YOLOv8). ModelError when the manifest is not a detector's."""
     if path:
-        return ()
-    from strata.shared.models import ModelRepository
+        return None
+    from strata.shared.models import ModelError, ModelRepository, detector_spec
 
-    return tuple(ModelRepository(repository or None).manifest(name).labels)
+    manifest = ModelRepository(repository or None).manifest(name)
+    try:
+        return detector_spec(manifest)
+    except ValueError as exc:
+        raise ModelError(f"{exc}; set edge.model.name to a detector") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,10 +90,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_binds(edge)  # before the model loads: a refused config costs nothing
         model = resolve_model(edge.model.name, edge.model.path, cfg.models.repository)
-        labels = repository_labels(edge.model.name, edge.model.path, cfg.models.repository)
+        spec = repository_spec(edge.model.name, edge.model.path, cfg.models.repository)
+        labels = spec.labels if spec is not None else ()
         # A repository model can switch versions at run time (SIGHUP, versions.poll_s).
         repository = None if edge.model.path else cfg.models.repository
-        options = NodeOptions(labels=labels, repository=repository, rules=cfg.rules)
+        options = NodeOptions(labels=labels, spec=spec, repository=repository, rules=cfg.rules)
         node = build_node(edge, model, edge.model.name, options)
     except (
         ModelLoadError,

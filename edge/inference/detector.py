@@ -1,4 +1,8 @@
-"""YOLO on a staged runner: letterbox into the slot's buffer, launch, decode on completion."""
+"""A detector on a staged runner: preprocess into the slot's buffer, launch, decode on completion.
+
+What the model expects (placement, channel order, normalisation) and how its outputs hold
+the boxes come from its manifest (`DetectorSpec`); a bare ONNX file is read as YOLOv8.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,17 @@ from pathlib import Path
 
 from strata.edge.ingest.frames import DecodedFrame
 from strata.shared.config.edge import DetectionConfig, EdgeConfig
+from strata.shared.models.detector import DetectorSpec, yolov8_spec
 from strata.shared.runtime import ModelLoadError, create_runner
 from strata.shared.runtime.staging import HostStagedRunner, StagedRunner
-from strata.shared.vision import COCO80, FrameBoxes, Letterbox, LetterboxWriter, decode_yolo
+from strata.shared.vision import (
+    COCO80,
+    FrameBoxes,
+    Letterbox,
+    LetterboxWriter,
+    Thresholds,
+    decode_detections,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +116,7 @@ class Detector:
         labels: Sequence[str],
         det: DetectionConfig,
         preprocess_threads: int = 1,
+        spec: DetectorSpec | None = None,
     ) -> None:
         self.runner = runner
         self.labels = tuple(labels)
@@ -113,10 +126,18 @@ class Detector:
         self.input_size = int(shape[2])
         if shape[2] != shape[3]:
             raise ModelLoadError(f"the detector needs a square input, got {shape[2]}x{shape[3]}")
+        self.spec = spec or yolov8_spec(self.input_size, self.labels)
+        if self.spec.preprocess.size != self.input_size:
+            raise ModelLoadError(
+                f"the manifest says input {self.spec.preprocess.size}, the model takes "
+                f"{self.input_size}"
+            )
+        self.outputs = _output_indices(runner, self.spec.outputs)
+        self.thresholds = Thresholds(det.score_threshold, det.iou_threshold, det.max_detections)
         self._pool = ThreadPoolExecutor(preprocess_threads) if preprocess_threads > 1 else None
         # A writer per thread: its scratch buffers must not be shared between threads.
         self._local = threading.local()
-        self.letterbox = LetterboxWriter(self.input_size)
+        self.letterbox = self._new_writer()
 
     def launch(self, frames: Sequence[DecodedFrame], start_ns: int) -> InFlight:
         """Letterbox every frame into a free slot's host buffer and launch the batch."""
@@ -137,19 +158,18 @@ class Detector:
     def finish(self, job: InFlight) -> list[FrameBoxes]:
         """Wait for a launched batch and decode its boxes in original frame pixels."""
         outputs = self.runner.wait(job.slot, len(job.frames))
-        return decode_yolo(
-            outputs[0],
-            job.letterboxes,
-            self.det.score_threshold,
-            self.det.iou_threshold,
-            self.det.max_detections,
+        return decode_detections(
+            self.spec.layout, [outputs[i] for i in self.outputs], job.letterboxes, self.thresholds
         )
 
     def _writer(self) -> LetterboxWriter:
         w: LetterboxWriter | None = getattr(self._local, "writer", None)
         if w is None:
-            w = self._local.writer = LetterboxWriter(self.input_size)
+            w = self._local.writer = self._new_writer()
         return w
+
+    def _new_writer(self) -> LetterboxWriter:
+        return LetterboxWriter(self.input_size, self.spec.preprocess)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -158,3 +178,18 @@ class Detector:
     @property
     def classes(self) -> int:
         return len(self.labels)
+
+
+def _output_indices(runner: StagedRunner, names: Sequence[str]) -> tuple[int, ...]:
+    """Where each output the decoder reads sits in the runner's outputs (all, in order,
+    when the spec names none)."""
+    have = [o.name for o in runner.outputs]
+    if not names:
+        return tuple(range(len(have)))
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise ModelLoadError(
+            f"the detector has no output {', '.join(map(repr, missing))} (it has: "
+            f"{', '.join(have)}); fix output.names in its manifest"
+        )
+    return tuple(have.index(n) for n in names)

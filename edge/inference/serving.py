@@ -87,18 +87,23 @@ class VersionBuilder:
         self.cfg = cfg
         self.labels = first.labels
         self.classes = first.classes
+        self.spec = first.spec
         self.max_batch = max_batch
 
     def __call__(self, path: Path) -> tuple[StagedRunner, Detector]:
         runner = open_staged(path, self.cfg, self.cfg.batching.max_batch)
         try:
-            classes = classes_of(runner)
+            classes = self.classes if self.spec.layout.format != "yolov8" else classes_of(runner)
             if classes != self.classes:
                 raise ModelLoadError(
                     f"{path}: {classes} classes, the serving version has {self.classes}"
                 )
             det = Detector(
-                runner, self.labels, self.cfg.detection, self.cfg.runtime.preprocess_threads
+                runner,
+                self.labels,
+                self.cfg.detection,
+                self.cfg.runtime.preprocess_threads,
+                self.spec,
             )
             if det.max_batch < self.max_batch:
                 det.close()

@@ -323,7 +323,11 @@ class HostStagedRunner:
         self._results[slot] = self.runner.run(self._host[slot][:rows])
 
     def wait(self, slot: int, n: int) -> list[np.ndarray]:
-        return [o[:n] for o in self._results[slot]]
+        results = self._results[slot]
+        if n == self.fixed_batch:
+            # Nothing padded: outputs without a batch axis (Paddle's [K, 6]) stay whole.
+            return results
+        return [o[:n] for o in results]
 
     def close(self) -> None:
         self.runner.close()
