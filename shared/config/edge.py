@@ -10,12 +10,19 @@ from pydantic import Field, field_validator, model_validator
 from .base import StrictModel
 from .common import MetricsConfig
 
+# The starter repository's COCO detector (shared/starter_models/picodet_s_416/MODEL_CARD.md).
+DEFAULT_DETECTOR = "picodet_s_416"
+
 
 class EdgeModelConfig(StrictModel):
     """Which detector runs and how its output is read."""
 
-    name: str = Field("yolov8n", description="Model name in the model repository.")
-    path: str = Field("", description="ONNX file to load instead of the repository's model.")
+    name: str = Field(DEFAULT_DETECTOR, description="Model name in the model repository.")
+    path: str = Field(
+        "",
+        description="ONNX file to load instead of the repository's model; read with the "
+        "manifest.yaml beside it when there is one, else as a YOLOv8 export.",
+    )
     input_size: int = Field(
         640, ge=32, le=4096, description="Square input side when the model's is dynamic."
     )

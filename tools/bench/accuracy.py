@@ -48,7 +48,7 @@ class CascadeOptions:
     # > 0: only the first this many frames of every clip (a check that it works, not a
     # figure).
     frames: int = 0
-    # The edge's detector; None: the starter repository's yolov8n.
+    # The edge's detector; None: the starter repository's default (bench/detector.py).
     detector: BenchDetector | None = None
     # What the cascade run's device sends the edge (clip_args.ENCODINGS).
     encoding: str = "jpeg"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from strata.shared.config.edge import DEFAULT_DETECTOR
+
 # The clips made from vtest, in order: vtest itself, then tools/cascade_clips.py's recipes
 # (the quiet footage, pans and cuts).
 CLIPS: tuple[str, ...] = ("vtest", "quiet", "pans")
@@ -37,9 +39,9 @@ def add_clip_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--model",
-        default="yolov8n",
+        default=DEFAULT_DETECTOR,
         metavar="NAME",
-        help="the detector's name in that repository (default yolov8n)",
+        help=f"the detector's name in that repository (default {DEFAULT_DETECTOR})",
     )
     add_encoding_argument(p)
 

@@ -1,11 +1,11 @@
 """The detector the bench's edge runs: a model of a model repository, named in the report.
 
-The starter repository's `yolov8n` unless told otherwise (`--model-repository`, `--model`):
-a user measures the cascade with the detector they will run. The model is resolved once,
-in the bench (manifest validated, checksum verified, a bad name says which models there
-are), and handed to every edge the bench starts as an explicit file with the manifest's
-labels, so the cloud and the device keep their own (starter) models whatever the
-repository holds.
+The starter repository's COCO detector (`picodet_s_416`) unless told otherwise
+(`--model-repository`, `--model`): a user measures the cascade with the detector they will
+run. The model is resolved once, in the bench (manifest validated, checksum verified, a bad
+name says which models there are), and handed to every edge the bench starts as an
+explicit file, read with the manifest beside it (preprocessing, output layout, labels), so
+the cloud and the device keep their own (starter) models whatever the repository holds.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from strata.shared.config.edge import DEFAULT_DETECTOR
 
 # What the edge assumes for a model whose input side is dynamic (edge.model.input_size).
 _DYNAMIC_SIDE = 640
@@ -61,7 +63,7 @@ class BenchDetector:
         )
 
 
-def resolve(repository: str | None = None, name: str = "yolov8n") -> BenchDetector:
+def resolve(repository: str | None = None, name: str = DEFAULT_DETECTOR) -> BenchDetector:
     """Model `name` (its latest version) of `repository` (None or "": the starter one);
     ModelError says what is wrong with it."""
     from strata.shared.models import ModelRepository

@@ -25,7 +25,7 @@ import numpy as np
 import zmq
 from strata.edge.cli import resolve_model
 from strata.edge.inference.detector import open_staged
-from strata.shared.config.edge import EdgeConfig
+from strata.shared.config.edge import DEFAULT_DETECTOR, EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.machine import cpu_line, gpus
 from strata.shared.metrics import sample
@@ -300,7 +300,7 @@ class NodeHarness:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`strata bench edge`'s options."""
-    p.add_argument("--model", default="yolov8n", help="repository model name or ONNX path")
+    p.add_argument("--model", default=DEFAULT_DETECTOR, help="repository model name or ONNX path")
     p.add_argument("--repository", default="", help="model repository (default: starter)")
     p.add_argument("--batch", default="1,2,4", help="batch sizes to sweep, comma-separated")
     p.add_argument("--frames", type=int, default=8, help="measured frames per round")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from strata.shared.config.edge import DEFAULT_DETECTOR
 from strata.shared.contracts import analytics_pb2, common_pb2, current_version, frame_pb2
 from strata.shared.imagecheck import jpeg_size
 from strata.shared.loopback import free_port
@@ -100,7 +101,7 @@ def edge_probe(tmp: Path, model: str, rounds: int) -> dict[str, Any]:
     model_yaml = f"    path: {model}\n" if model else ""
     proc = _daemon(
         ["edge"],
-        f"edge:\n  listen: {listen}\n  publish: {publish}\n  model:\n    name: yolov8n\n"
+        f"edge:\n  listen: {listen}\n  publish: {publish}\n  model:\n    name: {DEFAULT_DETECTOR}\n"
         + model_yaml
         + "  batching:\n    max_queue_delay_ms: 2\n",
         tmp,

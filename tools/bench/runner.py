@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from strata.shared import machine
+from strata.shared.config.edge import DEFAULT_DETECTOR
 from strata.tools.bench import plots, report
 from strata.tools.bench.accuracy import CascadeOptions, run_cascade
 from strata.tools.bench.cascade import NO_SHEDDING, ClipResult
@@ -39,7 +40,7 @@ class BenchOptions:
     clips: tuple[str, ...] = CLIPS
     frames: int = 0
     model_repository: str = ""
-    model: str = "yolov8n"
+    model: str = DEFAULT_DETECTOR
     encoding: str = "jpeg"
 
 

@@ -137,20 +137,9 @@ class DemoSession:
         return path.stat().st_size if path.is_file() else None
 
     def _caveats(self, o: Outcome) -> list[str]:
-        """What a reader of the figures must know: starter models off their camera, and
-        latencies of a file read faster than real time."""
+        """What a reader of the figures must know: latencies of a file read faster than
+        real time."""
         out = []
-        models = self.opts.overrides.get("models", {}).get("repository")
-        own_model = self.opts.overrides.get("edge", {}).get("model", {}).get("path")
-        others = [c.id for c in o.cameras if Path(c.source.split("?")[0]).stem != "vtest"]
-        if not models and not own_model and others:
-            out.append(
-                f"{', '.join(others)}: the starter models were distilled for vtest.avi (one "
-                "fixed street camera) and know nothing of other footage; their boxes and stored "
-                "events here are mostly noise. Bring weights (`strata models import` or "
-                "`build`, README 'Bring real weights') or distill your camera's "
-                "(`strata models distill CLIP`), then --set models.repository=DIR"
-            )
         files = [c.id for c in o.cameras if is_file_source(c.source)]
         if files and not self.opts.realtime:
             out.append(
