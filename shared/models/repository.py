@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config.base import ConfigError
 from ..runtime import ModelLoadError, ModelRunner, TensorSpec, create_runner
+from ..vision.layouts import DetectLayout, LayoutError, check_shapes
 from .manifest import MANIFEST_FILE, Manifest, Variant, load_manifest, save_manifest
 
 _CHUNK = 1 << 20
@@ -289,22 +290,44 @@ def check_io(
                 f"input {spec.name!r} shape {_fmt(spec.shape)} disagrees with the manifest "
                 f"{_fmt(want.shape)} at axis {axis}"
             )
-    out = next((o for o in outputs if o.name == manifest.output.name), None)
-    if out is None:
+    by_name = {o.name: o for o in outputs}
+    missing = [name for name in manifest.output.all_names if name not in by_name]
+    if missing:
         names = ", ".join(o.name for o in outputs)
-        raise ModelError(f"no output {manifest.output.name!r} (the model has: {names})")
-    _check_output(manifest, out)
+        raise ModelError(
+            f"no output {', '.join(map(repr, missing))} (the model has: {names}); "
+            "name the model's outputs in the manifest's output.name / output.names"
+        )
+    if manifest.task == "detect":
+        _check_detect_outputs(manifest, [by_name[name] for name in manifest.output.all_names])
+    else:
+        _check_output(manifest, by_name[manifest.output.name])
+
+
+def _check_detect_outputs(manifest: Manifest, outs: list[TensorSpec]) -> None:
+    """Each detect layout's shape rule (shared/vision/layouts.py), for the outputs the
+    decoder reads, against the manifest's labels and input size."""
+    h, w = manifest.input.shape[2], manifest.input.shape[3]
+    out = manifest.output
+    layout = DetectLayout(
+        format=out.format,
+        num_classes=manifest.num_classes,
+        # Anchor counts follow a square input's side; unknown (0) they go unchecked.
+        input_size=h if h is not None and h == w else 0,
+        strides=out.strides,
+        reg_max=out.reg_max,
+        grid_centre=out.grid_centre,
+        class_offset=out.class_offset,
+    )
+    try:
+        check_shapes(layout, [o.shape for o in outs], [o.name for o in outs])
+    except LayoutError as exc:
+        raise ModelError(str(exc)) from None
 
 
 def _check_output(manifest: Manifest, out: TensorSpec) -> None:
     n = manifest.num_classes
-    if manifest.output.format == "yolov8":
-        if len(out.shape) != 3 or out.shape[1] not in (None, 4 + n):
-            raise ModelError(
-                f"output {out.name!r} shape {_fmt(out.shape)} is not yolov8 "
-                f"[N, 4 + {n} classes, anchors] for the manifest's {n} labels"
-            )
-    elif len(out.shape) != 2 or out.shape[1] not in (None, n):
+    if len(out.shape) != 2 or out.shape[1] not in (None, n):
         raise ModelError(
             f"output {out.name!r} shape {_fmt(out.shape)} is not [N, {n}] "
             f"for the manifest's {n} labels"

@@ -8,12 +8,12 @@ NMS is OpenCV's batched NMS; boxes come back in the original frame's pixels.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
 
 import numpy as np
 
 from .boxes import EMPTY, FrameBoxes
 from .letterbox import Letterbox
+from .nms import Candidates, Thresholds, nms_frames
 
 COCO80: tuple[str, ...] = (
     "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",
@@ -28,14 +28,6 @@ COCO80: tuple[str, ...] = (
     "clock", "vase", "scissors", "teddy bear", "hair drier", "toothbrush",
 )  # fmt: skip
 
-# Most candidates per image handed to NMS (as ultralytics' max_nms).
-MAX_NMS = 30000
-
-
-def _any(a: np.ndarray) -> Any:
-    # OpenCV's stubs say Sequence; its binding takes numpy arrays without a copy.
-    return cast(Any, a)
-
 
 def decode_yolo(
     output: np.ndarray,
@@ -45,8 +37,6 @@ def decode_yolo(
     max_detections: int = 300,
 ) -> list[FrameBoxes]:
     """Per-frame detections for the first len(letterboxes) rows of `output`."""
-    import cv2
-
     n = len(letterboxes)
     if output.ndim != 3 or output.shape[1] < 5:
         raise ValueError(f"expected YOLO output [N, 4+classes, anchors], got {output.shape}")
@@ -62,25 +52,5 @@ def decode_yolo(
     # cv2 NMS wants x, y, w, h (top-left); keep cx,cy,w,h -> x1,y1,w,h in place.
     xywh[:, 0] -= xywh[:, 2] * 0.5
     xywh[:, 1] -= xywh[:, 3] * 0.5
-    bounds = np.searchsorted(keep_n, np.arange(n + 1))
-    results: list[FrameBoxes] = []
-    for i in range(n):  # per frame (not per box): NMS must not mix frames
-        lo, hi = int(bounds[i]), int(bounds[i + 1])
-        if lo == hi:
-            results.append(EMPTY)
-            continue
-        boxes, scores, classes = xywh[lo:hi], scores_all[lo:hi], classes_all[lo:hi]
-        if boxes.shape[0] > MAX_NMS:
-            top = np.argpartition(-scores, MAX_NMS)[:MAX_NMS]
-            boxes, scores, classes = boxes[top], scores[top], classes[top]
-        idx = np.asarray(
-            cv2.dnn.NMSBoxesBatched(
-                _any(boxes), _any(scores), _any(classes), score_threshold, iou_threshold
-            ),
-            dtype=np.int64,
-        ).reshape(-1)[:max_detections]
-        kept = boxes[idx]
-        kept[:, 2:] += kept[:, :2]  # x1,y1,w,h -> x1,y1,x2,y2
-        letterboxes[i].to_original(kept)
-        results.append(FrameBoxes(kept, scores[idx], classes[idx]))
-    return results
+    th = Thresholds(score_threshold, iou_threshold, max_detections)
+    return nms_frames(Candidates(keep_n, xywh, scores_all, classes_all), letterboxes, th)
