@@ -126,7 +126,7 @@ class Detector:
         self.input_size = int(shape[2])
         if shape[2] != shape[3]:
             raise ModelLoadError(f"the detector needs a square input, got {shape[2]}x{shape[3]}")
-        self.spec = spec or yolov8_spec(self.input_size, self.labels)
+        self.spec = spec or yolov8_spec(self.input_size, self.labels, classes=_yolo_classes(runner))
         if self.spec.preprocess.size != self.input_size:
             raise ModelLoadError(
                 f"the manifest says input {self.spec.preprocess.size}, the model takes "
@@ -193,3 +193,9 @@ def _output_indices(runner: StagedRunner, names: Sequence[str]) -> tuple[int, ..
             f"{', '.join(have)}); fix output.names in its manifest"
         )
     return tuple(have.index(n) for n in names)
+
+
+def _yolo_classes(runner: StagedRunner) -> int:
+    """Classes of a YOLOv8 output [N, 4 + classes, anchors] when its shape says (else 0)."""
+    shape = runner.outputs[0].shape if runner.outputs else ()
+    return int(shape[1]) - 4 if len(shape) == 3 and shape[1] else 0

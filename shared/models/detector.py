@@ -50,9 +50,12 @@ def detector_spec(manifest: Manifest) -> DetectorSpec:
     return DetectorSpec(pre, layout, manifest.labels, out.all_names)
 
 
-def yolov8_spec(size: int, labels: tuple[str, ...], output: str = "") -> DetectorSpec:
-    """The spec of a bare ultralytics YOLOv8 ONNX file (no manifest): RGB letterbox, /255."""
-    layout = DetectLayout("yolov8", len(labels), size)
+def yolov8_spec(
+    size: int, labels: tuple[str, ...], output: str = "", classes: int = 0
+) -> DetectorSpec:
+    """The spec of a bare ultralytics YOLOv8 ONNX file (no manifest): RGB letterbox, /255;
+    `classes` when no labels name them."""
+    layout = DetectLayout("yolov8", classes or len(labels), size)
     return DetectorSpec(Preprocess(size), layout, labels, (output,) if output else ())
 
 

@@ -15,7 +15,7 @@ from strata.shared.models import (
 )
 from strata.shared.runtime import ModelLoadError
 
-STARTERS = ("mobilenetv3_small", "swin", "yolov8n")
+STARTERS = ("mobilenetv3_small", "picodet_s_416", "swin", "yolov8n")
 
 
 def test_default_repository_is_the_starter_one() -> None:
@@ -41,13 +41,19 @@ def test_starter_models_run_in_onnxruntime(name: str) -> None:
     loaded = ModelRepository().open(name, threads=1)
     m = loaded.manifest
     batch = np.random.default_rng(0).random((2, *m.input.shape[1:]), dtype=np.float32)
-    (out,) = loaded.runner.run(batch)
-    if m.task == "detect":
+    outs = loaded.runner.run(batch)
+    assert len(outs) == len(m.output.all_names)
+    out = outs[0]
+    if m.output.format == "yolov8":
         assert out.shape[:2] == (2, 4 + m.num_classes)
         assert out.shape[2] > 0
+    elif m.output.format == "gfl":
+        # Per level a class map [N, A, C] and a box map [N, A, 4 * (reg_max + 1)].
+        assert {o.shape[2] for o in outs} == {m.num_classes, 4 * (m.output.reg_max + 1)}
+        assert all(o.shape[0] == 2 for o in outs), "dynamic batch"
     else:
         assert out.shape == (2, m.num_classes)
-    assert np.isfinite(out).all()
+    assert all(np.isfinite(o).all() for o in outs)
     loaded.close()
 
 
