@@ -73,7 +73,8 @@ from strata.shared.config.rules import RulesConfig, check_labels
 from strata.shared.contracts import frame_pb2
 from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, TelemetrySource, open_nvml
 from strata.shared.models import ModelRepository
-from strata.shared.models.detector import DetectorSpec
+from strata.shared.models.detector import DetectorSpec, spec_beside
+from strata.shared.runtime import ModelLoadError
 from strata.shared.runtime.staging import StagedRunner
 
 log = logging.getLogger(__name__)
@@ -312,7 +313,10 @@ def _serving(
     """The model to serve: runner, detector, batch, and version switches if watched."""
     name = name or cfg.model.name or path.stem
     runner = opts.runner or open_staged(path, cfg, cfg.batching.max_batch)
-    spec = opts.spec
+    try:
+        spec = opts.spec or spec_beside(path)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
     classes = len(spec.labels) if spec is not None else classes_of(runner)
     # Config first, then the repository manifest's, then the ONNX metadata.
     labels = model_labels(path, classes, cfg.model.labels or opts.labels)

@@ -56,24 +56,13 @@ def repository_spec(name: str, path: str, repository: str) -> DetectorSpec | Non
     """Preprocessing, layout and labels from the model's manifest: the repository's, or for
     an explicit ONNX path the manifest beside it (a repository folder) if it describes that
     file; None for a bare ONNX file (read as YOLOv8). ModelError for a non-detector."""
-    from strata.shared.models import MANIFEST_FILE, ModelError, ModelRepository, detector_spec
-    from strata.shared.models.manifest import load_manifest
+    from strata.shared.models import ModelError, ModelRepository, detector_spec
+    from strata.shared.models.detector import spec_beside
 
-    if path:
-        beside = Path(path).parent / MANIFEST_FILE
-        if not beside.is_file():
-            return None
-        try:
-            manifest = load_manifest(beside)
-        except ConfigError as exc:
-            raise ModelError(f"bad manifest beside {path}: {exc}") from None
-        files = {manifest.file, *(v.file for v in manifest.variants.values())}
-        if Path(path).name not in files:
-            return None
-    else:
-        manifest = ModelRepository(repository or None).manifest(name)
     try:
-        return detector_spec(manifest)
+        if path:
+            return spec_beside(path)
+        return detector_spec(ModelRepository(repository or None).manifest(name))
     except ValueError as exc:
         raise ModelError(f"{exc}; set edge.model.name to a detector") from None
 

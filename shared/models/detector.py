@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from ..config.base import ConfigError
 from ..vision.layouts import DetectLayout
 from ..vision.letterbox import Preprocess
-from .manifest import Manifest
+from .manifest import MANIFEST_FILE, Manifest, load_manifest
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,4 +61,21 @@ def yolov8_spec(
     return DetectorSpec(Preprocess(size), layout, labels, (output,) if output else ())
 
 
-__all__ = ["DetectorSpec", "detector_spec", "yolov8_spec"]
+def spec_beside(path: str | Path) -> DetectorSpec | None:
+    """The spec from the manifest beside an ONNX file (a repository folder) when it
+    describes that file; None for a bare file (read as YOLOv8). ValueError for a bad
+    manifest or one that is not a detector's."""
+    file = Path(path)
+    beside = file.parent / MANIFEST_FILE
+    if not beside.is_file():
+        return None
+    try:
+        manifest = load_manifest(beside)
+    except ConfigError as exc:
+        raise ValueError(f"bad manifest beside {file}: {exc}") from None
+    if file.name not in {manifest.file, *(v.file for v in manifest.variants.values())}:
+        return None
+    return detector_spec(manifest)
+
+
+__all__ = ["DetectorSpec", "detector_spec", "spec_beside", "yolov8_spec"]

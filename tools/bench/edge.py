@@ -29,6 +29,7 @@ from strata.shared.config.edge import DEFAULT_DETECTOR, EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.machine import cpu_line, gpus
 from strata.shared.metrics import sample
+from strata.shared.models.detector import spec_beside
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.vision import LetterboxWriter
 from strata.shared.wire import is_events_topic, pack_frame, unpack_ack
@@ -68,9 +69,11 @@ class Bare:
     def __init__(self, model: Path, cfg: EdgeConfig, batch: int, image: np.ndarray) -> None:
         self.batch = batch
         self.runner = open_staged(model, cfg, batch)
+        spec = spec_beside(model)
         for slot in range(self.runner.slots):
             buf = self.runner.host_input(slot)
-            lw = LetterboxWriter(int(buf.shape[2]))
+            size = int(buf.shape[2])
+            lw = LetterboxWriter(size, spec.preprocess if spec is not None else None)
             for i in range(batch):
                 lw.write(image, buf[i])
         self.measure(batch * self.runner.slots)  # warm-up (engines, allocator, caches)
