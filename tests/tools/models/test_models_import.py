@@ -127,25 +127,27 @@ REFUSALS = {
         [("y", ["N", 3])],
         "NCHW images with 3 channels",
     ),
-    "two outputs": (
+    "two outputs of no known layout": (
         [("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
         [("boxes", ["N", 100, 4]), ("scores", ["N", 100])],
-        "2 outputs",
+        "no known layout reads them (layouts: yolov8, yolov5, yolox, gfl, end2end, detr, ssd, "
+        "logits, probabilities); if the model is one of these, give --format LAYOUT",
     ),
-    "YOLOv5 layout": (
+    "YOLOv5 or YOLOX layout": (
         [("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
         [("y", ["N", 25200, 85])],
-        "boxes along axis 1",
+        "the layout of both yolov5 and yolox; say which: --format yolox",
     ),
     "segmentation map": (
         [("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
         [("y", ["N", 3, 8, 8])],
-        "the tiers read [N, 4 + classes, anchors] (detect) or [N, classes]",
+        "no known layout reads them",
     ),
     "label count": (
         [("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
         [("y", ["N", 5])],
-        "--labels has 3 labels for 5 classes",
+        "--labels has 3 labels for 5 classes (the model's logits output); give a label file "
+        "of 5 lines",
     ),
 }
 
