@@ -28,6 +28,7 @@ from .repository import (
     ModelRepository,
     check_io,
     promote_variant,
+    repository_for,
     sha256_of,
     starter_repository,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "promote_variant",
     "save_manifest",
     "sha256_of",
+    "repository_for",
     "starter_repository",
     "yolov8_spec",
 ]

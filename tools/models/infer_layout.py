@@ -13,7 +13,7 @@ for `--format`, which also overrides every rule:
 - two: [K, 6] and a count [N]                               -> end2end (Paddle, NMS inside)
 - 2k outputs, k class maps [(N,) A, C] and k box maps [(N,) A, 4 x (reg_max + 1)] pairing
   level by level on A                                       -> gfl (reg_max from the box
-  maps; where both widths could be box maps, the one that is not the labels' count)
+  maps; the class maps are those as wide as the labels' count where one is)
 - boxes [N, Q, 4] and logits [N, Q, C]                      -> detr
 - four: boxes [N, K, 4], classes [N, K], scores [N, K], count [N] -> ssd
 - one [N, C]                                                -> logits, or probabilities
@@ -103,7 +103,7 @@ def infer(outs: Sequence[_Tensor], hints: Hints, wanted: OutputFormat | None) ->
     ambiguous = _ambiguous(outs, hints)
     if ambiguous:
         raise ImportRefusedError(ambiguous)
-    for reader in (_classify, _yolov8, _end2end, _gfl, _detr_pair, _ssd):
+    for reader in (_classify, _yolov8, _end2end, _detr_pair, _gfl, _ssd):
         found = reader(outs, hints)
         if not isinstance(found, str):
             return found
@@ -189,7 +189,7 @@ def _gfl(outs: Sequence[_Tensor], hints: Hints) -> Layout | str:
     if len(widths) != 2 or None in widths:
         return "wants two widths: classes and 4 x (reg_max + 1) DFL bins"
     boxes = [d for d in widths if d is not None and d % 4 == 0 and 2 <= d // 4 <= 65]
-    if len(boxes) == 2 and hints.labels in widths:
+    if hints.labels in widths:  # the labels' count names the class maps
         boxes = [d for d in boxes if d != hints.labels]
     if len(boxes) != 1:
         return f"cannot tell the class maps from the box maps by width ({widths})"
