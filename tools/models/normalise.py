@@ -152,7 +152,7 @@ def _near(value: float | None, want: float) -> bool:
 
 def _other(node: Any, name: str) -> str | None:
     """The other input of a two-input node, given one."""
-    ins = list(node.input)
+    ins: list[str] = list(node.input)
     if len(ins) != 2 or name not in ins:
         return None
     return ins[1] if ins[0] == name else ins[0]
