@@ -51,9 +51,9 @@ __all__ = [
     "dump_manifest",
     "load_manifest",
     "promote_variant",
+    "repository_for",
     "save_manifest",
     "sha256_of",
-    "repository_for",
     "starter_repository",
     "yolov8_spec",
 ]

@@ -12,7 +12,8 @@ Three rewrites, each plain ONNX graph surgery (the `onnx` package, no optimiser)
 - an extra input that is a constant in practice (Paddle's `scale_factor` [1, 2], `im_shape`
   [1, 2]) is folded into an initializer: `scale_factor` [[1, 1]], so the boxes come out in
   input pixels and the tiers map them to the frame as for any detector; `im_shape` the
-  input's [[H, W]].
+  input's [[H, W]]. A constant of one row ([1, 2]) fixes the image input's batch at 1: the
+  graph cannot run more frames against it.
 
 `check_equal` runs the file before and after on a random and a real input; the import
 refuses a normalised file whose outputs differ by more than 1e-4.
@@ -63,9 +64,11 @@ class Normalised:
             value = (
                 "[[1, 1]]: boxes come out in input pixels"
                 if name == "scale_factor"
-                else ("the input's [[H, W]]")
+                else "the input's [[H, W]]"
             )
             notes.append(f"input {name!r} folded into a constant {value}")
+        if any(a.shape[0] == 1 and a.ndim == 2 for _, a in self.folded):
+            notes.append("the image input's batch fixed at 1 (the folded constants hold one row)")
         return tuple(notes)
 
 
@@ -112,7 +115,19 @@ def _fold_inputs(graph: Any, image: str, hw: tuple[int, int]) -> tuple[tuple[str
         graph.input.remove(v)
         graph.initializer.append(numpy_helper.from_array(array, v.name))
         folded.append((v.name, array))
+    if any(a.shape[0] == 1 and a.ndim == 2 for _, a in folded):
+        _fix_batch(graph, image)  # one row of constants: the graph runs one frame at a time
     return tuple(folded)
+
+
+def _fix_batch(graph: Any, image: str) -> None:
+    """Fix the image input's batch at 1 where it was dynamic."""
+    for v in graph.input:
+        if v.name == image:
+            dim = v.type.tensor_type.shape.dim[0]
+            if dim.dim_value <= 0:
+                dim.Clear()
+                dim.dim_value = 1
 
 
 class _Graph:

@@ -124,11 +124,14 @@ def test_scale_factor_is_folded_and_the_import_says_so(
     assert "normalised: input 'scale_factor' folded into a constant [[1, 1]]" in text
     assert "weights listed as graph inputs dropped" in text
     assert "normalised: outputs equal to the file's within" in text
+    # One row of constants: the graph runs one frame at a time, and the manifest says so.
+    assert "the image input's batch fixed at 1" in text
     loaded = ModelRepository(repo).open("det")
     try:
         assert [i.name for i in loaded.runner.inputs] == ["images"]
-        (boxes,) = loaded.runner.run(np.ones((2, 3, 32, 32), np.float32))
-        assert boxes.shape == (2, 6, 16)
+        assert loaded.manifest.input.fixed_batch == 1
+        (boxes,) = loaded.runner.run(np.ones((1, 3, 32, 32), np.float32))
+        assert boxes.shape == (1, 6, 16)
     finally:
         loaded.close()
     saved = onnx.load(str(repo / "det" / "model.onnx"))
@@ -163,3 +166,24 @@ def test_picodet_upstream_is_normalised_as_its_cleaned_file_with_equal_outputs()
         x = (rgb - [123.675, 116.28, 103.53]) / [58.395, 57.12, 57.375]
         samples.append(x.transpose(2, 0, 1)[None].astype(np.float32))
     assert check_equal(model.SerializeToString(), norm, "image", samples) < 1e-4
+
+
+@pytest.mark.skipif(
+    not (MODELS / "picodet_s_416_coco" / "upstream.onnx").is_file(),
+    reason=f"no real models at {MODELS} (set STRATA_MODELS_DIR)",
+)
+@pytest.mark.skipif(
+    not hasattr(__import__("strata.shared.vision.layouts").shared.vision.layouts, "check_shapes"),
+    reason="the repository's gfl output check (shared/vision/layouts.py check_shapes) is not here",
+)
+def test_picodet_upstream_imports_in_one_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = MODELS / "picodet_s_416_coco" / "upstream.onnx"
+    repo = tmp_path / "repo"
+    assert main(["models", "import", "picodet", str(src), "-r", str(repo), "--labels", "coco"]) == 0
+    out = capsys.readouterr().out
+    assert "87 hard-swish subgraphs" in out and "279 weights" in out
+    m = ModelRepository(repo).manifest("picodet")
+    assert (m.output.format, m.output.reg_max, m.output.strides) == ("gfl", 7, (8, 16, 32, 64))
+    assert len(m.output.names) == 8 and m.input.resize == "stretch" and m.num_classes == 80
