@@ -197,10 +197,11 @@ def load_classifier(cfg: CloudModelConfig, repository: str = "", max_batch: int 
 def _from_repository(
     cfg: CloudModelConfig, repository: str, options: dict[str, int | bool]
 ) -> Classifier:
-    from strata.shared.models import ModelRepository
+    from strata.shared.models import repository_for
     from strata.shared.models.switcher import version_of
 
-    repo = ModelRepository(repository)
+    # A repository holding only the edge's detector: the classifier falls back to the starter's.
+    repo = repository_for(repository, cfg.name, "cloud.model.name")
     loaded = repo.open(cfg.name, cfg.backend, variant=cfg.variant or None, **options)
     return _wrap(cfg, loaded.manifest, loaded.runner, version_of(repo, cfg.name, loaded.path))
 

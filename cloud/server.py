@@ -101,10 +101,10 @@ class CloudServer:
         # Run-time version switches of a repository classifier (cloud/versions.py).
         self.switcher: ClassifierSwitcher | None = None
         if not cfg.model.path:
-            from strata.shared.models import ModelRepository
+            from strata.shared.models import repository_for
 
             self.switcher = ClassifierSwitcher(
-                ModelRepository(repository),
+                repository_for(repository, cfg.model.name, "cloud.model.name"),
                 self.classifier,
                 cfg.model,
                 cfg.versions,

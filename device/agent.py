@@ -164,10 +164,10 @@ class Agent:
         """Run-time versions of a gate loaded from the repository (None: no gate)."""
         if self.gate is None:
             return None
-        from strata.shared.models import ModelRepository
+        from strata.shared.models import repository_for
 
         return GateSwitcher(
-            ModelRepository(models_repository or None),
+            repository_for(models_repository, self.cfg.gate.model, "device.gate.model"),
             self.gate,
             self.cfg.gate,
             self.cfg.versions,

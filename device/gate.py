@@ -148,11 +148,12 @@ def load_gate(cfg: GateConfig, repository: str = "") -> RelevanceGate:
         spec = _spec_from_runner(runner)
         log.info("gate: %s (ImageNet preprocessing assumed)", cfg.model_path)
         return RelevanceGate(runner, cfg, spec, name=cfg.model_path)
-    from strata.shared.models import ModelRepository
+    from strata.shared.models import repository_for
     from strata.shared.models.switcher import version_of
 
     try:
-        repo = ModelRepository(repository or None)
+        # The edge's repository may hold only its detector: the gate falls back to the starter's.
+        repo = repository_for(repository, cfg.model, "device.gate.model")
         loaded = repo.open(cfg.model, **options)
     except Exception as exc:  # ModelError and whatever the runtime raises, one clear line
         raise GateLoadError(f"gate model {cfg.model!r}: {exc}") from None

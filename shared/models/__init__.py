@@ -28,6 +28,7 @@ from .repository import (
     ModelRepository,
     check_io,
     promote_variant,
+    repository_for,
     sha256_of,
     starter_repository,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "dump_manifest",
     "load_manifest",
     "promote_variant",
+    "repository_for",
     "save_manifest",
     "sha256_of",
     "starter_repository",

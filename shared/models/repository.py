@@ -9,6 +9,7 @@ model, which file and what disagreed.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -20,6 +21,7 @@ from ..vision.layouts import DetectLayout, LayoutError, check_shapes
 from .manifest import MANIFEST_FILE, Manifest, Variant, load_manifest, save_manifest
 
 _CHUNK = 1 << 20
+log = logging.getLogger(__name__)
 
 
 class ModelError(ModelLoadError):
@@ -99,7 +101,10 @@ class ModelRepository:
         if not base.is_file():
             known = ", ".join(self.names()) or "none"
             raise ModelError(
-                f"model {name!r} not found in repository {self.root} (models: {known})"
+                f"model {name!r} not found in repository {self.root} (models: {known}): "
+                f"import it (`strata models import {name} FILE -r {self.root}`) or name one "
+                "of those models in the config (edge.model.name, device.gate.model, "
+                "cloud.model.name)"
             )
         if version is None:
             version = self.latest_version(name)
@@ -161,6 +166,35 @@ class ModelRepository:
             runner.close()
             raise ModelError(f"model {name!r} ({key}) at {path}: {exc}") from None
         return LoadedModel(manifest, key, path, runner)
+
+
+def repository_for(path: str | Path | None, name: str, setting: str) -> ModelRepository:
+    """The repository that serves model `name`: `path`'s when it holds it, else the starter
+    repository's (logged), so a repository holding only an imported detector still serves
+    the device's gate and the cloud's classifier. `setting` is the config key naming the
+    model, for the error that says the fix."""
+    repo = ModelRepository(path or None)
+    starter = starter_repository()
+    if _holds(repo, name) or repo.root.resolve() == starter.resolve():
+        return repo
+    if _holds(fallback := ModelRepository(starter), name):
+        log.info(
+            "model %r: not in repository %s, served from the starter repository %s",
+            name,
+            repo.root,
+            starter,
+        )
+        return fallback
+    known = ", ".join(repo.names()) or "none"
+    raise ModelError(
+        f"model {name!r} not found in repository {repo.root} (models: {known}) nor in the "
+        f"starter repository {starter}: import it (`strata models import {name} FILE "
+        f"-r {repo.root}`) or set {setting} to a model one of them holds"
+    )
+
+
+def _holds(repo: ModelRepository, name: str) -> bool:
+    return (repo.root / name / MANIFEST_FILE).is_file()
 
 
 def promote_variant(repo: ModelRepository, name: str, variant: str, new_name: str) -> Manifest:
@@ -345,6 +379,7 @@ __all__ = [
     "check_io",
     "promote_variant",
     "promote_version",
+    "repository_for",
     "sha256_of",
     "starter_repository",
 ]

@@ -41,33 +41,62 @@ def _add_inspect(sub: Any) -> None:
 
 
 def _add_import(sub: Any) -> None:
+    from strata.tools.models.infer_layout import LAYOUTS
+
     p = sub.add_parser(
         "import",
         help="Bring any ONNX detector or classifier into a repository (no PyTorch).",
         description="Copy an ONNX file into the repository with a manifest made from its "
-        "input and output shapes (and checksum), then load and run it as the tiers do. "
-        "A file the tiers cannot run is refused with the reason.",
+        "input and output shapes (the layout inferred where the shapes say it; --format "
+        "otherwise), normalise what old exporters leave behind (checked: same outputs), then "
+        "load and run it as the tiers do. A file the tiers cannot run is refused with the "
+        "reason. Then `models.repository: DIR` and `edge.model.name: NAME` run it.",
     )
     _common(p)
     p.add_argument("name", help="Model name in the repository.")
     p.add_argument("onnx", help="The ONNX file.")
     p.add_argument(
-        "--labels", help="File with one class name per line (default: the file's `names`)."
+        "--labels",
+        help="File with one class name per line, or `coco` (the 80 COCO labels) "
+        "(default: the file's `names`).",
     )
     p.add_argument("--imgsz", type=int, default=0, help="Input size when the file's is dynamic.")
-    p.add_argument("--colour", choices=["RGB", "BGR"], default="RGB", help="Channel order.")
+    p.add_argument(
+        "--format",
+        "--output-format",
+        dest="output_format",
+        choices=LAYOUTS,
+        help="Output layout (default: from the graph's outputs; a final Softmax means "
+        "probabilities).",
+    )
+    p.add_argument(
+        "--colour", choices=["RGB", "BGR"], help="Channel order (default: the layout's; yolox BGR)."
+    )
     p.add_argument(
         "--resize",
-        choices=["letterbox", "stretch"],
-        help="Default: letterbox for detectors, stretch for classifiers.",
+        choices=["letterbox", "letterbox_topleft", "stretch"],
+        help="Default: the layout's (letterbox for YOLOs, letterbox_topleft for yolox, "
+        "stretch for gfl, Paddle's end2end, detr and classifiers).",
     )
-    p.add_argument("--scale", type=float, default=1 / 255, help="Pixel multiplier (1/255).")
-    p.add_argument("--mean", help="R,G,B mean after scaling (default: ImageNet's for classifiers).")
-    p.add_argument("--std", help="R,G,B std after the mean (default: ImageNet's for classifiers).")
+    p.add_argument("--pad-value", type=float, help="Letterbox padding 0-255 (default 114).")
     p.add_argument(
-        "--output-format",
-        choices=["yolov8", "logits", "probabilities"],
-        help="Default: from the graph (a final Softmax means probabilities).",
+        "--scale", type=float, help="Pixel multiplier (default 1/255; yolox 1: values 0-255)."
+    )
+    p.add_argument(
+        "--mean", help="Mean per channel after scaling (default: ImageNet's for classifiers, gfl)."
+    )
+    p.add_argument(
+        "--std", help="Std per channel after the mean (default: ImageNet's for classifiers, gfl)."
+    )
+    p.add_argument(
+        "--grid-centre",
+        choices=["half_cell", "nanodet"],
+        help="gfl: anchor centres (default half_cell, PicoDet; nanodet when the file says so).",
+    )
+    p.add_argument(
+        "--sample",
+        help="Image or video whose first frame checks the normalised graph "
+        "(default: data/vtest.avi where present).",
     )
     p.add_argument("--force", action="store_true", help="Replace a model of that name.")
     p.set_defaults(func=run_import)
@@ -337,13 +366,21 @@ def _triple(text: str | None, flag: str) -> tuple[float, float, float] | None:
     return (parts[0], parts[1], parts[2])
 
 
+def _read_labels(text: str) -> tuple[str, ...]:
+    if text.lower() in ("coco", "coco80"):
+        from strata.shared.vision import COCO80
+
+        return COCO80
+    return tuple(ln.strip() for ln in Path(text).read_text().splitlines() if ln.strip())
+
+
 def run_import(args: argparse.Namespace) -> int:
-    """Import an ONNX file; print the manifest's gist, or why the file was refused."""
+    """Import an ONNX file; print what was normalised and the manifest's gist, or why not."""
     from strata.tools.models.importer import (
         ImportRefusedError,
         ImportRequest,
         fixed_batch_warning,
-        import_model,
+        import_detailed,
     )
 
     path = _repo_path(args)
@@ -354,39 +391,61 @@ def run_import(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        labels: tuple[str, ...] = ()
-        if args.labels:
-            labels = tuple(
-                ln.strip() for ln in Path(args.labels).read_text().splitlines() if ln.strip()
-            )
         req = ImportRequest(
             name=args.name,
             onnx=Path(args.onnx),
             repository=Path(path),
-            labels=labels,
+            labels=_read_labels(args.labels) if args.labels else (),
             imgsz=args.imgsz,
             colour=args.colour,
             resize=args.resize,
             scale=args.scale,
             mean=_triple(args.mean, "--mean"),
             std=_triple(args.std, "--std"),
+            pad_value=args.pad_value,
             output_format=args.output_format,
+            grid_centre=args.grid_centre,
+            sample=Path(args.sample) if args.sample else None,
             force=args.force,
         )
-        m = import_model(req)
+        done = import_detailed(req)
     except (ImportRefusedError, ValueError, OSError) as exc:
         print(f"strata models import: refused: {exc}", file=sys.stderr)
         return 2
+    for note in done.notes:
+        print(f"normalised: {note}")
+    if done.notes:
+        print(f"normalised: outputs equal to the file's within {done.max_difference:.2g}")
+    m = done.manifest
     warning = fixed_batch_warning(m)
     if warning is not None:
         print(f"strata models import: warning: {warning}", file=sys.stderr)
-    shape = "x".join("N" if d is None else str(d) for d in m.input.shape)
-    print(
-        f"imported {m.name} -> {Path(path) / m.name / m.file}: {m.task}, input {shape} "
-        f"{m.input.colour} {m.input.resize}, output {m.output.format}, {m.num_classes} labels; "
-        f"loads and runs in ONNX Runtime (sha256 {m.sha256[:12]}...)"
-    )
+    print(_summary(m, Path(path)))
     return 0
+
+
+def _summary(m: Any, repo: Path) -> str:
+    """The one line that says what was imported and how it will be fed."""
+    shape = "x".join("N" if d is None else str(d) for d in m.input.shape)
+    i, o = m.input, m.output
+    pre = f"{i.colour} {i.resize}"
+    if i.resize != "stretch":
+        pre += f" pad {i.pad_value:g}"
+    pre += f", scale {i.scale:.6g}, mean {_nums(i.mean)}, std {_nums(i.std)}"
+    layout = o.format
+    if o.format == "gfl":
+        layout += f" (reg_max {o.reg_max}, strides {_nums(o.strides) or 'usual'}, {o.grid_centre})"
+    if len(o.all_names) > 1:
+        layout += f", {len(o.all_names)} outputs"
+    return (
+        f"imported {m.name} -> {repo / m.name / m.file}: {m.task}, input {shape} {pre}; "
+        f"output {layout}, {m.num_classes} labels; loads and runs in ONNX Runtime "
+        f"(sha256 {m.sha256[:12]}...); override with --colour/--resize/--scale/--mean/--std"
+    )
+
+
+def _nums(values: tuple[float, ...]) -> str:
+    return ",".join(f"{v:g}" for v in values)
 
 
 def run_build(args: argparse.Namespace) -> int:

@@ -1,20 +1,27 @@
-"""`strata models import`: bring any ONNX model into a repository without PyTorch.
+"""`strata models import`: bring any ONNX detector or classifier into a repository, no PyTorch.
 
-The file's input and output shapes decide what it is: one float32 NCHW image input with 3
-channels and a dynamic batch; one output, [N, 4 + classes, anchors] (a YOLOv8/11 detector
-exported without NMS) or [N, classes] (a classifier; probabilities when its last operator
-is a Softmax, logits otherwise). Anything else is refused with the reason and, where there
-is one, the way out. The copied file is loaded through the new manifest and run on a batch
-of two before the import counts, so what is imported is what the tiers can run.
+The file's input must be one float32 NCHW image with 3 channels (an extra constant-like
+input, Paddle's `scale_factor` or `im_shape`, is folded away); its outputs decide the layout
+(the rules are in tools/models/infer_layout.py: yolov8, yolov5 / yolox (ambiguous: asks for
+--format), gfl, end2end, detr, ssd, logits, probabilities), and `--format` names it where
+the shapes cannot. Each layout brings its usual preprocessing (yolox: BGR, 0-255, top-left
+letterbox; gfl and Paddle's end2end: stretch, RGB, ImageNet mean/std; the YOLOs: RGB, 1/255,
+centred letterbox; classifiers: stretch, ImageNet), every part of it overridable.
+
+What old exporters leave behind is normalised (tools/models/normalise.py: weights listed as
+inputs, hard-swish split into four nodes, constant inputs), the normalised graph is checked
+to give the file's outputs within 1e-4 on a random and a real frame, and the result is loaded
+through its new manifest and run as the tiers do before the import counts. Anything else is
+refused with the reason and the way out.
 """
 
 from __future__ import annotations
 
 import ast
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from strata.shared.models.manifest import (
@@ -27,12 +34,14 @@ from strata.shared.models.manifest import (
 )
 from strata.shared.models.repository import ModelError, ModelRepository, sha256_of
 
+from .infer_layout import Hints, ImportRefusedError, Layout, fmt, infer
+from .normalise import FOLDABLE_INPUTS, Normalised, check_equal, normalise
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+Resize = Literal["letterbox", "letterbox_topleft", "stretch"]
 
-
-class ImportRefusedError(ValueError):
-    """The file is not something the tiers can run; the message says why."""
+__all__ = ["ImportRefusedError", "ImportRequest", "Imported", "import_model", "read_facts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,28 +62,41 @@ class OnnxFacts:
     opset: int | None
     last_op: dict[str, str]  # output name -> operator producing it
     names: tuple[str, ...]  # labels from ultralytics' `names` metadata, if any
+    text: str = ""  # file name and metadata values, lower case (the YOLOX hint)
 
 
 @dataclass(frozen=True, slots=True)
 class ImportRequest:
-    """What `strata models import` was asked for."""
+    """What `strata models import` was asked for; None: the layout's usual value."""
 
     name: str
     onnx: Path
     repository: Path
     labels: tuple[str, ...] = ()  # empty: the file's `names` metadata
     imgsz: int = 0  # fixes dynamic height and width
-    colour: Literal["RGB", "BGR"] = "RGB"
-    resize: Literal["letterbox", "stretch"] | None = None  # None: letterbox for detectors
-    scale: float = 1.0 / 255.0
-    mean: tuple[float, float, float] | None = None  # None: ImageNet's for classifiers, else 0
+    colour: Literal["RGB", "BGR"] | None = None
+    resize: Resize | None = None
+    scale: float | None = None
+    mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
+    pad_value: float | None = None
     output_format: OutputFormat | None = None  # None: read from the graph
+    grid_centre: Literal["half_cell", "nanodet"] | None = None  # gfl; None: from the name
+    sample: Path | None = None  # an image or video for the normalisation check
     force: bool = False
 
 
-def read_facts(path: Path) -> OnnxFacts:
-    """Inputs (initializers excluded), outputs, opset and metadata of an ONNX file."""
+@dataclass(frozen=True, slots=True)
+class Imported:
+    """The manifest written and what normalisation did (its lines, the largest difference)."""
+
+    manifest: Manifest
+    notes: tuple[str, ...] = field(default=())
+    max_difference: float = 0.0
+
+
+def _load(path: Path) -> Any:
+    """The checked onnx.ModelProto of `path`; ImportRefusedError when it is not one."""
     import onnx
 
     if not path.is_file():
@@ -84,48 +106,65 @@ def read_facts(path: Path) -> OnnxFacts:
         onnx.checker.check_model(model)
     except Exception as exc:  # onnx raises several types for a damaged file
         raise ImportRefusedError(f"{path.name} is not a valid ONNX model: {exc}") from None
+    return model
+
+
+def read_facts(path: Path) -> OnnxFacts:
+    """Inputs (initializers excluded), outputs, opset and metadata of an ONNX file."""
+    return facts_of(_load(path), path.name)
+
+
+def _labels_of(value: str) -> tuple[str, ...]:
+    """Labels from ultralytics' `names` metadata (a dict or list literal)."""
+    try:
+        parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return ()
+    if isinstance(parsed, dict):
+        return tuple(str(parsed[k]) for k in sorted(parsed))
+    if isinstance(parsed, list | tuple):
+        return tuple(str(x) for x in parsed)
+    return ()
+
+
+def facts_of(model: Any, file_name: str) -> OnnxFacts:
+    """The facts of a loaded model."""
     graph = model.graph
     weights = {t.name for t in graph.initializer}
 
-    def tensor(v: onnx.ValueInfoProto) -> Tensor:
+    def tensor(v: Any) -> Tensor:
         t = v.type.tensor_type
-        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+        # Old exporters write -1 (or 0) for a dynamic axis instead of leaving it unset.
+        shape = tuple(d.dim_value if d.dim_value > 0 else None for d in t.shape.dim)
         return Tensor(v.name, shape, t.elem_type)
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    names: tuple[str, ...] = ()
-    for prop in model.metadata_props:
-        if prop.key == "names":
-            try:
-                parsed = ast.literal_eval(prop.value)
-            except (ValueError, SyntaxError):
-                break
-            if isinstance(parsed, dict):
-                names = tuple(str(parsed[k]) for k in sorted(parsed))
-            elif isinstance(parsed, list | tuple):
-                names = tuple(str(x) for x in parsed)
+    meta = {p.key: p.value for p in model.metadata_props}
     return OnnxFacts(
         inputs=tuple(tensor(v) for v in graph.input if v.name not in weights),
         outputs=tuple(tensor(v) for v in graph.output),
         opset=opset,
         last_op={o: n.op_type for n in graph.node for o in n.output},
-        names=names,
+        names=_labels_of(meta["names"]) if "names" in meta else (),
+        text=" ".join([file_name, graph.name, *meta.values()]).lower(),
     )
 
 
-def _fmt(shape: tuple[int | None, ...]) -> str:
-    return "[" + ", ".join("N" if d is None else str(d) for d in shape) + "]"
+_fmt = fmt
 
 
-def _input_spec(facts: OnnxFacts, req: ImportRequest, task: str) -> InputSpec:
+def _image_input(facts: OnnxFacts) -> Tensor:
+    """The image input; the others must be inputs normalisation folds into constants."""
     from onnx import TensorProto
 
-    if len(facts.inputs) != 1:
+    images = [t for t in facts.inputs if t.name not in FOLDABLE_INPUTS]
+    if len(images) != 1:
         names = ", ".join(t.name for t in facts.inputs)
         raise ImportRefusedError(
             f"the model has {len(facts.inputs)} inputs ({names}); the tiers feed one image"
+            + (f" (and fold {', '.join(FOLDABLE_INPUTS)})" if len(images) > 1 else "")
         )
-    x = facts.inputs[0]
+    x = images[0]
     if x.elem_type != TensorProto.FLOAT:
         raise ImportRefusedError(
             f"input {x.name!r} is not float32 (ONNX type {x.elem_type}); import the float32 "
@@ -133,94 +172,120 @@ def _input_spec(facts: OnnxFacts, req: ImportRequest, task: str) -> InputSpec:
         )
     if len(x.shape) != 4 or x.shape[1] != 3:
         raise ImportRefusedError(
-            f"input {x.name!r} is {_fmt(x.shape)}; the tiers feed NCHW images with 3 channels "
-            "[N, 3, H, W]"
+            f"input {x.name!r} is {_fmt(x.shape)}: not an image; the tiers feed NCHW images "
+            "with 3 channels [N, 3, H, W] (export the model with such an input)"
         )
-    # A fixed batch (ultralytics exports batch 1 unless told dynamic=True) is taken: the
-    # manifest keeps it in shape[0] and every tier runs batches of exactly that size.
+    return x
+
+
+def _input_size(x: Tensor, req: ImportRequest) -> tuple[int, int]:
     h, w = x.shape[2], x.shape[3]
     if h is None or w is None:
         if not req.imgsz:
             raise ImportRefusedError(
                 f"input {x.name!r} is {_fmt(x.shape)} with a dynamic size; give --imgsz N"
             )
-        h = w = req.imgsz
-    elif req.imgsz and (h, w) != (req.imgsz, req.imgsz):
+        return req.imgsz, req.imgsz
+    if req.imgsz and (h, w) != (req.imgsz, req.imgsz):
         raise ImportRefusedError(f"--imgsz {req.imgsz} but input {x.name!r} is fixed at {h}x{w}")
-    classify = task == "classify"
+    return h, w
+
+
+@dataclass(frozen=True, slots=True)
+class _Preprocess:
+    colour: Literal["RGB", "BGR"]
+    resize: Resize
+    scale: float
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    pad_value: float = 114.0
+
+
+_YOLO = _Preprocess("RGB", "letterbox", 1 / 255, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+_IMAGENET = _Preprocess("RGB", "stretch", 1 / 255, IMAGENET_MEAN, IMAGENET_STD)
+
+
+def _usual_preprocess(layout: Layout) -> _Preprocess:
+    """Each layout's usual preprocessing (its exporters' own demos)."""
+    if layout.task == "classify" or layout.format == "gfl":
+        return _IMAGENET  # PicoDet, NanoDet-Plus, torchvision / Keras classifiers
+    if layout.format == "end2end" and layout.names:
+        return _IMAGENET  # Paddle's detectors with NMS inside
+    if layout.format == "yolox":
+        return _Preprocess("BGR", "letterbox_topleft", 1.0, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    if layout.format == "detr":
+        return replace(_YOLO, resize="stretch")  # RT-DETR, D-FINE: a plain resize
+    return _YOLO
+
+
+def _input_spec(
+    x: Tensor, hw: tuple[int, int], req: ImportRequest, usual: _Preprocess
+) -> InputSpec:
+    # A fixed batch (ultralytics exports batch 1 unless told dynamic=True) is taken: the
+    # manifest keeps it in shape[0] and every tier runs batches of exactly that size.
     return InputSpec(
         name=x.name,
-        shape=(x.shape[0], 3, h, w),
-        colour=req.colour,
-        resize=req.resize or ("stretch" if classify else "letterbox"),
-        scale=req.scale,
-        mean=req.mean or (IMAGENET_MEAN if classify else (0.0, 0.0, 0.0)),
-        std=req.std or (IMAGENET_STD if classify else (1.0, 1.0, 1.0)),
+        shape=(x.shape[0], 3, hw[0], hw[1]),
+        colour=req.colour or usual.colour,
+        resize=req.resize or usual.resize,
+        pad_value=usual.pad_value if req.pad_value is None else req.pad_value,
+        scale=usual.scale if req.scale is None else req.scale,
+        mean=req.mean or usual.mean,
+        std=req.std or usual.std,
     )
 
 
-def _task_and_output(facts: OnnxFacts, req: ImportRequest) -> tuple[str, OutputSpec, int]:
-    """detect or classify, the output spec and the number of classes, from the output."""
-    if len(facts.outputs) != 1:
-        names = ", ".join(f"{t.name} {_fmt(t.shape)}" for t in facts.outputs)
+def _hints(facts: OnnxFacts, labels: int | None, hw: tuple[int, int]) -> Hints:
+    softmax = frozenset(o.name for o in facts.outputs if facts.last_op.get(o.name) == "Softmax")
+    return Hints(facts.text, softmax, labels, hw)
+
+
+def _labels(req: ImportRequest, facts: OnnxFacts, layout: Layout) -> tuple[str, ...]:
+    labels = req.labels or facts.names
+    want = "" if layout.classes is None else f", {layout.classes} lines"
+    if not labels:
         raise ImportRefusedError(
-            f"the model has {len(facts.outputs)} outputs ({names}); the tiers read one: "
-            "[N, 4 + classes, anchors] (a detector without NMS inside) or [N, classes]"
+            f"the file names no labels: give --labels FILE (one class name a line{want}) "
+            "or --labels coco"
         )
-    y = facts.outputs[0]
-    if len(y.shape) == 3:
-        rows, anchors = y.shape[1], y.shape[2]
-        if rows is None or rows < 5:
-            raise ImportRefusedError(
-                f"output {y.name!r} is {_fmt(y.shape)}; a YOLOv8 detector gives "
-                "[N, 4 + classes, anchors]"
-            )
-        if anchors is not None and anchors < rows:
-            raise ImportRefusedError(
-                f"output {y.name!r} is {_fmt(y.shape)}: boxes along axis 1 (a YOLOv5-style or "
-                "NMS-included export); the tiers decode YOLOv8/11's [N, 4 + classes, anchors] "
-                "without NMS inside (ultralytics: export(format='onnx', nms=False))"
-            )
-        if req.output_format not in (None, "yolov8"):
-            raise ImportRefusedError(f"a [N, rows, anchors] output cannot be {req.output_format}")
-        return "detect", OutputSpec(name=y.name, format="yolov8"), rows - 4
-    if len(y.shape) == 2:
-        classes = y.shape[1]
-        if classes is None:
-            raise ImportRefusedError(
-                f"output {y.name!r} is {_fmt(y.shape)}; the class axis is dynamic"
-            )
-        fmt: OutputFormat = req.output_format or (
-            "probabilities" if facts.last_op.get(y.name) == "Softmax" else "logits"
+    if layout.classes is not None and len(labels) != layout.classes:
+        where = "--labels" if req.labels else "the file's `names` metadata"
+        raise ImportRefusedError(
+            f"{where} has {len(labels)} labels for {layout.classes} classes (the model's "
+            f"{layout.format} output); give a label file of {layout.classes} lines"
         )
-        if fmt == "yolov8":
-            raise ImportRefusedError("a [N, classes] output cannot be yolov8")
-        return "classify", OutputSpec(name=y.name, format=fmt), classes
-    raise ImportRefusedError(
-        f"output {y.name!r} is {_fmt(y.shape)}; the tiers read [N, 4 + classes, anchors] "
-        "(detect) or [N, classes] (classify)"
-    )
+    return labels
+
+
+def _grid_centre(req: ImportRequest, facts: OnnxFacts) -> Literal["half_cell", "nanodet"]:
+    if req.grid_centre is not None:
+        return req.grid_centre
+    # NanoDet's original head centres anchors at i x stride + (stride - 1) / 2.
+    return "nanodet" if "nanodet" in facts.text and "plus" not in facts.text else "half_cell"
 
 
 def plan_manifest(req: ImportRequest, facts: OnnxFacts, sha256: str) -> Manifest:
     """The manifest of the imported file; raises ImportRefusedError saying what does not fit."""
-    task, output, classes = _task_and_output(facts, req)
-    spec = _input_spec(facts, req, task)
-    labels = req.labels or facts.names
-    if not labels:
-        raise ImportRefusedError(
-            f"the file names no labels: give --labels FILE (one class name a line, {classes} lines)"
-        )
-    if len(labels) != classes:
-        where = "--labels" if req.labels else "the file's `names` metadata"
-        raise ImportRefusedError(f"{where} has {len(labels)} labels for {classes} classes")
+    x = _image_input(facts)
+    hw = _input_size(x, req)
+    given = len(req.labels or facts.names) or None
+    layout = infer(facts.outputs, _hints(facts, given, hw), req.output_format)
+    labels = _labels(req, facts, layout)
+    output = OutputSpec(
+        name=layout.name,
+        format=layout.format,
+        names=layout.names,
+        strides=layout.strides,
+        reg_max=layout.reg_max,
+        grid_centre=_grid_centre(req, facts) if layout.format == "gfl" else "half_cell",
+    )
     return Manifest(
         name=req.name,
-        task=task,  # type: ignore[arg-type]
+        task=layout.task,  # type: ignore[arg-type]
         file="model.onnx",
         sha256=sha256,
         opset=facts.opset,
-        input=spec,
+        input=_input_spec(x, hw, req, _usual_preprocess(layout)),
         output=output,
         labels=labels,
         source=Source(
@@ -235,8 +300,22 @@ def plan_manifest(req: ImportRequest, facts: OnnxFacts, sha256: str) -> Manifest
 
 def import_model(req: ImportRequest) -> Manifest:
     """Copy the file into `repository/name/`, write its manifest and load it as the tiers do."""
-    facts = read_facts(req.onnx)
-    manifest = plan_manifest(req, facts, sha256_of(req.onnx))
+    return import_detailed(req).manifest
+
+
+def import_detailed(req: ImportRequest) -> Imported:
+    """`import_model`, with what normalisation changed."""
+    model = _load(req.onnx)
+    facts = facts_of(model, req.onnx.name)
+    x = _image_input(facts)
+    hw = _input_size(x, req)
+    norm = normalise(model, x.name, hw)
+    worst = 0.0
+    if norm.changed:
+        facts = facts_of(norm.model, req.onnx.name)
+    manifest = plan_manifest(req, facts, "0" * 64)  # refusals before any file is written
+    if norm.changed:
+        worst = _check_normalised(model, norm, manifest, req.sample)
     folder = req.repository / req.name
     if folder.exists() and not req.force:
         raise ImportRefusedError(f"{folder} exists; give --force to replace it")
@@ -244,13 +323,100 @@ def import_model(req: ImportRequest) -> Manifest:
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     try:
-        shutil.copyfile(req.onnx, folder / manifest.file)
+        target = folder / manifest.file
+        if norm.changed:
+            target.write_bytes(norm.model.SerializeToString())
+        else:
+            shutil.copyfile(req.onnx, target)  # byte for byte: the checksum is the file's
+        manifest = _finish(manifest, norm, sha256_of(target))
         save_manifest(manifest, folder)
         _try_run(ModelRepository(req.repository), manifest)
     except (ModelError, ImportRefusedError):
         shutil.rmtree(folder)  # nothing half-imported stays behind
         raise
-    return manifest
+    return Imported(manifest, norm.notes, worst)
+
+
+def _finish(manifest: Manifest, norm: Normalised, sha256: str) -> Manifest:
+    update: dict[str, Any] = {"sha256": sha256}
+    if norm.changed:
+        notes = f"{manifest.source.notes}; normalised on import: {'; '.join(norm.notes)}"
+        update["source"] = manifest.source.model_copy(update={"notes": notes})
+    return manifest.model_copy(update=update)
+
+
+def _check_normalised(model: Any, norm: Normalised, m: Manifest, sample: Path | None) -> float:
+    """The normalised graph's largest difference from the file's on a random and a real
+    input, preprocessed as the manifest says; refused over the tolerance."""
+    n = m.input.fixed_batch or 1
+    h, w = m.input.height, m.input.width
+    rng = np.random.default_rng(0)
+    frame = _real_frame(sample, rng)
+    real = np.stack([_preprocess(frame, m.input)] * n)
+    lo, hi = float(real.min()), float(real.max())
+    noise = rng.uniform(lo, hi, (n, 3, h, w)).astype(np.float32)
+    try:
+        return check_equal(model.SerializeToString(), norm, m.input.name, [noise, real])
+    except ValueError as exc:
+        raise ImportRefusedError(
+            f"normalising the graph ({'; '.join(norm.notes)}) changed its outputs: {exc}; "
+            "this is a bug in strata's normaliser: please report it with the file"
+        ) from None
+    except Exception as exc:  # ONNX Runtime's errors have no common base class
+        raise ImportRefusedError(f"ONNX Runtime cannot run the file: {exc}") from None
+
+
+def _real_frame(sample: Path | None, rng: np.random.Generator) -> np.ndarray:
+    """A BGR frame: the sample's (an image, or a video's first frame), else the project's
+    test clip, else a drawn scene (flat areas, edges, gradients) when neither is there."""
+    import cv2
+
+    root = Path(__file__).resolve().parents[2]
+    for path in [p for p in (sample, root / "data" / "vtest.avi") if p is not None]:
+        if not path.is_file():
+            continue
+        frame = cv2.imread(str(path))
+        if frame is None:
+            cap = cv2.VideoCapture(str(path))
+            ok, frame = cap.read()
+            cap.release()
+            frame = frame if ok else None
+        if frame is not None:
+            return np.ascontiguousarray(frame)
+        if path == sample:
+            raise ImportRefusedError(f"--sample {sample}: neither an image nor a video")
+    scene = np.zeros((480, 640, 3), np.uint8)
+    scene[:] = np.linspace(40, 220, 640, dtype=np.uint8)[None, :, None]
+    for _ in range(12):
+        x, y = rng.integers(0, 600), rng.integers(0, 440)
+        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+        cv2.rectangle(scene, (int(x), int(y)), (int(x) + 60, int(y) + 90), colour, -1)
+    return scene
+
+
+def _preprocess(frame: np.ndarray, spec: InputSpec) -> np.ndarray:
+    """One frame as the model's input (3, H, W), as the manifest says."""
+    from strata.shared.vision.letterbox import LetterboxWriter, Preprocess
+
+    if spec.height != spec.width:  # the tiers' writer is square; a plain resize suffices here
+        import cv2
+
+        img = cv2.resize(frame, (spec.width, spec.height)).astype(np.float32)
+        img = img[:, :, ::-1] if spec.colour == "RGB" else img
+        chw = ((img * spec.scale - spec.mean) / spec.std).transpose(2, 0, 1)
+        return np.ascontiguousarray(chw, np.float32)
+    pre = Preprocess(
+        size=spec.height,
+        resize=spec.resize,
+        rgb=spec.colour == "RGB",
+        scale=spec.scale,
+        mean=spec.mean,
+        std=spec.std,
+        pad_value=spec.pad_value,
+    )
+    out = np.empty((3, spec.height, spec.width), np.float32)
+    LetterboxWriter(spec.height, pre).write(frame, out)
+    return out
 
 
 def fixed_batch_warning(manifest: Manifest) -> str | None:
@@ -274,10 +440,16 @@ def _try_run(repo: ModelRepository, manifest: Manifest) -> None:
     n = manifest.input.fixed_batch or 2
     try:
         x = np.zeros((n, 3, manifest.input.height, manifest.input.width), np.float32)
-        (out,) = loaded.runner.run(x)
+        outs = loaded.runner.run(x)
     except Exception as exc:  # ONNX Runtime's errors have no common base class
         raise ImportRefusedError(f"ONNX Runtime cannot run it on a batch of {n}: {exc}") from None
     finally:
         loaded.close()
-    if out.shape[0] != n:
-        raise ImportRefusedError(f"a batch of {n} gave an output of shape {list(out.shape)}")
+    for spec, out in zip(loaded.runner.outputs, outs, strict=True):
+        # Outputs with a batch axis (rank 3: every layout's maps and boxes; classifiers'
+        # [N, C]) hold one row a frame; Paddle's [K, 6], counts and NanoDet's [A, C] do not.
+        batched = out.ndim == 3 or (manifest.task == "classify" and out.ndim == 2)
+        if batched and out.shape[0] != n:
+            raise ImportRefusedError(
+                f"a batch of {n} gave output {spec.name!r} of shape {list(out.shape)}"
+            )

@@ -184,3 +184,26 @@ def test_starter_files_are_package_data() -> None:
             assert any(fnmatch.fnmatch(path.name, p) for p in patterns), (
                 f"{path.relative_to(root)} would miss the wheel"
             )
+
+
+def test_a_name_the_repository_lacks_is_served_by_the_starter_repository(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from strata.shared.models import repository_for
+
+    (tmp_path / "own").mkdir()
+    tiny_classifier(tmp_path / "own" / "model.onnx")
+    save_manifest(classifier_manifest("own", tmp_path / "own" / "model.onnx"), tmp_path / "own")
+    starter_name = ModelRepository().names()[0]
+    with caplog.at_level("INFO", logger="strata.shared.models.repository"):
+        served = repository_for(tmp_path, starter_name, "device.gate.model")
+    assert served.root == starter_repository()
+    assert f"model {starter_name!r}: not in repository {tmp_path}" in caplog.text
+    assert repository_for(tmp_path, "own", "device.gate.model").root == tmp_path
+    assert repository_for("", starter_name, "device.gate.model").root == starter_repository()
+    with pytest.raises(ModelError) as err:
+        repository_for(tmp_path, "nope", "cloud.model.name")
+    text = str(err.value)
+    assert f"not found in repository {tmp_path} (models: own) nor in the starter" in text
+    assert f"`strata models import nope FILE -r {tmp_path}`" in text
+    assert "or set cloud.model.name" in text

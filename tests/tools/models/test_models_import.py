@@ -127,25 +127,27 @@ REFUSALS = {
         [("y", ["N", 3])],
         "NCHW images with 3 channels",
     ),
-    "two outputs": (
+    "two outputs of no known layout": (
         [("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
         [("boxes", ["N", 100, 4]), ("scores", ["N", 100])],
-        "2 outputs",
+        "no known layout reads them (layouts: yolov8, yolov5, yolox, gfl, end2end, detr, ssd, "
+        "logits, probabilities); if the model is one of these, give --format LAYOUT",
     ),
-    "YOLOv5 layout": (
+    "YOLOv5 or YOLOX layout": (
         [("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
         [("y", ["N", 25200, 85])],
-        "boxes along axis 1",
+        "the layout of both yolov5 and yolox; say which: --format yolox",
     ),
     "segmentation map": (
         [("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
         [("y", ["N", 3, 8, 8])],
-        "the tiers read [N, 4 + classes, anchors] (detect) or [N, classes]",
+        "no known layout reads them",
     ),
     "label count": (
         [("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
         [("y", ["N", 5])],
-        "--labels has 3 labels for 5 classes",
+        "--labels has 3 labels for 5 classes (the model's logits output); give a label file "
+        "of 5 lines",
     ),
 }
 
@@ -248,3 +250,78 @@ def test_a_fixed_batch_model_comes_in_with_one_warning_and_every_tier_runs_it(
         batcher.stop()
         clf.close()
     assert len(scored) == 5
+
+
+def _batch_one(path: Path) -> Path:
+    """tiny_detector's graph with its batch fixed at 1 (an export without dynamic=True)."""
+    tiny_detector(path, size=32, classes=2)
+    model = onnx.load(str(path))
+    for v in (model.graph.input[0], model.graph.output[0]):
+        v.type.tensor_type.shape.dim[0].dim_value = 1
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_batch_one_detector_imports_and_the_gate_and_cloud_keep_the_starter_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`strata models import NAME FILE --labels FILE -r DIR` then `models.repository: DIR`
+    and `edge.model.name: NAME`: DIR holds only the detector, and the device's gate and the
+    cloud's classifier still load their own (default) models from the starter repository."""
+    from strata.cloud.classifier import load_classifier
+    from strata.device.gate import load_gate
+    from strata.shared.config.cloud import CloudModelConfig
+    from strata.shared.config.device import GateConfig
+    from strata.shared.models import starter_repository
+
+    src = _batch_one(tmp_path / "det.onnx")
+    repo = tmp_path / "repo"
+    labels = str(_labels(tmp_path, "person", "car"))
+    assert main(["models", "import", "det", str(src), "-r", str(repo), "--labels", labels]) == 0
+    out = capsys.readouterr().out
+    assert "imported det" in out and "1x3x32x32 RGB letterbox pad 114, scale 0.00392157" in out
+    loaded = ModelRepository(repo).open("det")
+    try:
+        assert loaded.manifest.input.fixed_batch == 1
+        (boxes,) = loaded.runner.run(np.zeros((1, 3, 32, 32), np.float32))
+        assert boxes.shape == (1, 6, 16)
+    finally:
+        loaded.close()
+    assert ModelRepository(repo).names() == ["det"]
+    gate = load_gate(GateConfig(), repository=str(repo))
+    try:
+        assert gate.score([np.zeros((48, 64, 3), np.uint8)]).shape == (1,)
+    finally:
+        gate.runner.close()
+    clf = load_classifier(CloudModelConfig(), str(repo), max_batch=2)
+    try:
+        assert clf.name == CloudModelConfig().name
+        assert (starter_repository() / clf.name).is_dir()
+    finally:
+        clf.close()
+
+
+def test_a_gate_model_no_repository_holds_says_where_it_looked_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    from strata.device.gate import GateLoadError, load_gate
+    from strata.shared.config.device import GateConfig
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with pytest.raises(GateLoadError) as err:
+        load_gate(GateConfig(model="mine"), repository=str(repo))
+    text = str(err.value)
+    assert f"not found in repository {repo}" in text and "nor in the starter repository" in text
+    assert "strata models import mine FILE" in text and "device.gate.model" in text
+
+
+def test_an_input_that_is_not_an_image_is_refused_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = _graph(tmp_path / "seq.onnx", [("x", TensorProto.FLOAT, ["N", 3, 64])], [("y", ["N", 3])])
+    repo = str(tmp_path / "repo")
+    labels = str(_labels(tmp_path, "a", "b", "c"))
+    assert main(["models", "import", "s", str(src), "-r", repo, "--labels", labels]) == 2
+    err = capsys.readouterr().err
+    assert "input 'x' is [N, 3, 64]: not an image" in err and "[N, 3, H, W]" in err
