@@ -98,6 +98,12 @@ def _add_import(sub: Any) -> None:
         help="Image or video whose first frame checks the normalised graph "
         "(default: data/vtest.avi where present).",
     )
+    p.add_argument(
+        "--dynamic-batch",
+        action="store_true",
+        help="Make a batch fixed at 1 dynamic where only Reshape shapes fix it (Paddle "
+        "exports); checked: two frames in one batch must equal their own runs, else refused.",
+    )
     p.add_argument("--force", action="store_true", help="Replace a model of that name.")
     p.set_defaults(func=run_import)
 
@@ -406,6 +412,7 @@ def run_import(args: argparse.Namespace) -> int:
             output_format=args.output_format,
             grid_centre=args.grid_centre,
             sample=Path(args.sample) if args.sample else None,
+            dynamic_batch=args.dynamic_batch,
             force=args.force,
         )
         done = import_detailed(req)

@@ -35,7 +35,7 @@ from strata.shared.models.manifest import (
 from strata.shared.models.repository import ModelError, ModelRepository, sha256_of
 
 from .infer_layout import Hints, ImportRefusedError, Layout, fmt, infer
-from .normalise import FOLDABLE_INPUTS, Normalised, check_equal, normalise
+from .normalise import FOLDABLE_INPUTS, BatchNotFreeError, Normalised, check_equal, normalise
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -83,6 +83,7 @@ class ImportRequest:
     output_format: OutputFormat | None = None  # None: read from the graph
     grid_centre: Literal["half_cell", "nanodet"] | None = None  # gfl; None: from the name
     sample: Path | None = None  # an image or video for the normalisation check
+    dynamic_batch: bool = False  # make a batch fixed at 1 dynamic where the graph allows
     force: bool = False
 
 
@@ -309,13 +310,24 @@ def import_detailed(req: ImportRequest) -> Imported:
     facts = facts_of(model, req.onnx.name)
     x = _image_input(facts)
     hw = _input_size(x, req)
-    norm = normalise(model, x.name, hw)
+    norm = normalise(model, x.name, hw, free_batch=req.dynamic_batch)
     worst = 0.0
     if norm.changed:
         facts = facts_of(norm.model, req.onnx.name)
     manifest = plan_manifest(req, facts, "0" * 64)  # refusals before any file is written
     if norm.changed:
-        worst = _check_normalised(model, norm, manifest, req.sample)
+        try:
+            worst = _check_normalised(model, norm, manifest, req.sample)
+        except BatchNotFreeError:
+            # The batch stays as the file has it; the other rewrites are checked again.
+            norm = normalise(model, x.name, hw, free_batch=False)
+            facts = (
+                facts_of(norm.model, req.onnx.name)
+                if norm.changed
+                else facts_of(model, req.onnx.name)
+            )
+            manifest = plan_manifest(req, facts, "0" * 64)
+            worst = _check_normalised(model, norm, manifest, req.sample) if norm.changed else 0.0
     folder = req.repository / req.name
     if folder.exists() and not req.force:
         raise ImportRefusedError(f"{folder} exists; give --force to replace it")
@@ -357,6 +369,8 @@ def _check_normalised(model: Any, norm: Normalised, m: Manifest, sample: Path | 
     noise = rng.uniform(lo, hi, (n, 3, h, w)).astype(np.float32)
     try:
         return check_equal(model.SerializeToString(), norm, m.input.name, [noise, real])
+    except BatchNotFreeError:
+        raise
     except ValueError as exc:
         raise ImportRefusedError(
             f"normalising the graph ({'; '.join(norm.notes)}) changed its outputs: {exc}; "

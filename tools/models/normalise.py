@@ -13,7 +13,12 @@ Three rewrites, each plain ONNX graph surgery (the `onnx` package, no optimiser)
   [1, 2]) is folded into an initializer: `scale_factor` [[1, 1]], so the boxes come out in
   input pixels and the tiers map them to the frame as for any detector; `im_shape` the
   input's [[H, W]]. A constant of one row ([1, 2]) fixes the image input's batch at 1: the
-  graph cannot run more frames against it.
+  graph cannot run more frames against it;
+- asked for (`--dynamic-batch`), a batch fixed at 1 (Paddle's exports) is made dynamic
+  where the only thing fixing it is the leading 1 of Reshape target shapes: those become 0
+  (copy the input's batch), the batch axis of the inputs and outputs `N`; `check_equal` then
+  runs two frames as one batch and refuses the rewrite unless each frame's outputs equal
+  its own run's.
 
 `check_equal` runs the file before and after on a random and a real input; the import
 refuses a normalised file whose outputs differ by more than 1e-4.
@@ -40,11 +45,12 @@ class Normalised:
     weight_inputs: int
     hard_swish: int
     folded: tuple[tuple[str, np.ndarray], ...]  # (input name, the constant it became)
+    batch_freed: bool = False  # a batch fixed at 1 made dynamic
 
     @property
     def changed(self) -> bool:
         """Whether the graph differs from the file's."""
-        return bool(self.weight_inputs or self.hard_swish or self.folded)
+        return bool(self.weight_inputs or self.hard_swish or self.folded or self.batch_freed)
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -69,11 +75,17 @@ class Normalised:
             notes.append(f"input {name!r} folded into a constant {value}")
         if any(a.shape[0] == 1 and a.ndim == 2 for _, a in self.folded):
             notes.append("the image input's batch fixed at 1 (the folded constants hold one row)")
+        if self.batch_freed:
+            notes.append(
+                "batch axis made dynamic (Reshape shapes copy the input's batch; two frames in "
+                "one batch checked equal to their own runs)"
+            )
         return tuple(notes)
 
 
-def normalise(model: Any, image: str, hw: tuple[int, int]) -> Normalised:
-    """A normalised copy of `model` (`image` is its image input, `hw` its height, width)."""
+def normalise(model: Any, image: str, hw: tuple[int, int], free_batch: bool = False) -> Normalised:
+    """A normalised copy of `model` (`image` is its image input, `hw` its height, width);
+    `free_batch` makes a batch fixed at 1 dynamic (`import --dynamic-batch`)."""
     import onnx
 
     out = onnx.ModelProto()
@@ -81,9 +93,37 @@ def normalise(model: Any, image: str, hw: tuple[int, int]) -> Normalised:
     weights = _drop_weight_inputs(out.graph)
     folded = _fold_inputs(out.graph, image, hw)
     swish = _fuse_hard_swish(out.graph, _opset(out))
+    freed = free_batch and not folded and _free_batch(out.graph, image)
     if weights and out.ir_version < 4:
         out.ir_version = 4  # initializers outside graph.input need IR 4
-    return Normalised(out, weights, swish, folded)
+    return Normalised(out, weights, swish, folded, freed)
+
+
+def _free_batch(graph: Any, image: str) -> bool:
+    """A batch fixed at 1 made dynamic: every Reshape target shape starting with 1 copies
+    the input's batch (0) instead; False (graph untouched) when there is nothing to free."""
+    from onnx import numpy_helper
+
+    x = next((v for v in graph.input if v.name == image), None)
+    if x is None or x.type.tensor_type.shape.dim[0].dim_value != 1:
+        return False
+    consts = {t.name: t for t in graph.initializer}
+    consts.update({n.output[0]: n.attribute[0].t for n in graph.node if n.op_type == "Constant"})
+    for node in graph.node:
+        if node.op_type != "Reshape" or node.input[1] not in consts:
+            continue
+        tensor = consts[node.input[1]]
+        shape = numpy_helper.to_array(tensor).copy()
+        if shape.ndim == 1 and shape.size and shape[0] == 1:
+            shape[0] = 0
+            tensor.CopyFrom(numpy_helper.from_array(shape, tensor.name))
+    for v in [x, *graph.output]:
+        dims = v.type.tensor_type.shape.dim
+        if dims and dims[0].dim_value == 1:
+            dims[0].Clear()
+            dims[0].dim_param = "N"
+    del graph.value_info[:]  # stale batch-1 shapes; ONNX Runtime infers them again
+    return True
 
 
 def _opset(model: Any) -> int:
@@ -319,4 +359,23 @@ def check_equal(
                     f"output {out.name!r} differs by {diff:.3g} after normalising (sample {k}, "
                     f"tolerance {TOLERANCE})"
                 )
+    if norm.batch_freed:
+        _check_batch(sessions[1], image, samples)
     return worst
+
+
+class BatchNotFreeError(ValueError):
+    """The graph made batch-dynamic does not run a batch as its frames one by one."""
+
+
+def _check_batch(session: Any, image: str, samples: Sequence[np.ndarray]) -> None:
+    """Two frames in one batch must give each frame's own outputs."""
+    singles = [session.run(None, {image: x[:1]}) for x in samples[:2]]
+    try:
+        batch = session.run(None, {image: np.concatenate([x[:1] for x in samples[:2]])})
+    except Exception as exc:  # ONNX Runtime's errors have no common base class
+        raise BatchNotFreeError(f"a batch of two does not run: {exc}") from None
+    for i, out in enumerate(batch):
+        want = np.concatenate([np.asarray(s[i]) for s in singles])
+        if out.shape != want.shape or not np.allclose(out, want, atol=TOLERANCE, rtol=1e-4):
+            raise BatchNotFreeError(f"output {i} of a batch of two differs from its frames' own")

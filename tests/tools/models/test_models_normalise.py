@@ -13,7 +13,7 @@ from models_testkit import tiny_detector
 from onnx import TensorProto, helper, numpy_helper
 from strata.shared.models import ModelRepository
 from strata.tools.cli import main
-from strata.tools.models.normalise import check_equal, normalise
+from strata.tools.models.normalise import BatchNotFreeError, check_equal, normalise
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = Path(os.environ.get("STRATA_MODELS_DIR") or ROOT.parent / "shared" / "models")
@@ -187,3 +187,49 @@ def test_picodet_upstream_imports_in_one_step(
     m = ModelRepository(repo).manifest("picodet")
     assert (m.output.format, m.output.reg_max, m.output.strides) == ("gfl", 7, (8, 16, 32, 64))
     assert len(m.output.names) == 8 and m.input.resize == "stretch" and m.num_classes == 80
+
+
+def _batch_one(flatten_all: bool) -> onnx.ModelProto:
+    """x [1, 3, 4, 4] -> Conv -> Reshape to [1, 2, 24] (channel groups, batch kept) or to
+    [2, 24], the batch folded into the rows (a graph that cannot be batched)."""
+    rng = np.random.default_rng(1)
+    shape = np.array([2, 24] if flatten_all else [1, 2, 24], np.int64)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 1, (3, 3, 1, 1)).astype(np.float32), "w"),
+        numpy_helper.from_array(shape, "shape"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Reshape", ["c", "shape"], ["y"]),
+    ]
+    out = [2, 24] if flatten_all else [1, 2, 24]
+    graph = helper.make_graph(
+        nodes,
+        "b1",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_batch_fixed_at_one_is_made_dynamic_and_runs_batches_as_frames() -> None:
+    model = _batch_one(flatten_all=False)
+    norm = normalise(model, "x", (4, 4), free_batch=True)
+    assert norm.batch_freed and any("batch axis made dynamic" in n for n in norm.notes)
+    assert norm.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+    rng = np.random.default_rng(2)
+    samples = [rng.random((1, 3, 4, 4), dtype=np.float32) for _ in range(2)]
+    assert check_equal(model.SerializeToString(), norm, "x", samples) < 1e-5
+    kept = normalise(model, "x", (4, 4))
+    assert not kept.batch_freed and not kept.changed, "only when asked"
+
+
+def test_a_graph_that_cannot_be_batched_is_refused_the_dynamic_batch() -> None:
+    model = _batch_one(flatten_all=True)
+    norm = normalise(model, "x", (4, 4), free_batch=True)
+    rng = np.random.default_rng(3)
+    samples = [rng.random((1, 3, 4, 4), dtype=np.float32) for _ in range(2)]
+    # Its Reshape folds the batch into fixed rows: a batch of two cannot run.
+    with pytest.raises(BatchNotFreeError):
+        check_equal(model.SerializeToString(), norm, "x", samples)
