@@ -222,6 +222,22 @@ def _add_bench(sub: Any) -> None:
     p.set_defaults(func=run_bench)
 
 
+def _add_compare(sub: Any) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="Detectors of any layouts on one clip: ms a frame and agreement per label.",
+    )
+    _common(p)
+    p.add_argument("names", nargs="+", help="Detector names; the first is the reference.")
+    p.add_argument("--clip", required=True, help="Video whose frames are the inputs.")
+    p.add_argument("--frames", type=int, default=100, help="Frames, spread over the clip.")
+    p.add_argument("--threads", default="1,2", help="ONNX Runtime thread counts to time.")
+    p.add_argument("--score", type=float, default=0.5, help="Both models cut at this score.")
+    p.add_argument("--labels", default="", help="Comma-separated labels (default: all found).")
+    p.add_argument("--json", default="", help="Also write the figures as JSON here.")
+    p.set_defaults(func=run_compare)
+
+
 def _add_engine(sub: Any) -> None:
     p = sub.add_parser("engine", help="Build a TensorRT engine (GPU, TensorRT 10).")
     _common(p)
@@ -245,6 +261,7 @@ _ACTIONS: tuple[tuple[str, Callable[[Any], None]], ...] = (
     ("quantize", _add_quantize),
     ("promote", _add_promote),
     ("bench", _add_bench),
+    ("compare", _add_compare),
     ("engine", _add_engine),
 )
 
@@ -671,6 +688,37 @@ def run_engine(args: argparse.Namespace) -> int:
         f"{rec.gpu_name} (sm {rec.compute_capability}), batch "
         f"{rec.min_batch}/{rec.opt_batch}/{rec.max_batch}, fp16={rec.fp16}"
     )
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Print the comparison's two markdown tables, with the machine."""
+    import dataclasses
+    import json
+
+    from strata.shared.models.repository import ModelError
+    from strata.tools.models.compare import CompareRequest, compare
+
+    req = CompareRequest(
+        names=tuple(args.names),
+        clip=Path(args.clip),
+        frames=args.frames,
+        threads=tuple(int(t) for t in args.threads.split(",") if t.strip()),
+        score=args.score,
+        labels=tuple(x.strip() for x in args.labels.split(",") if x.strip()),
+    )
+    try:
+        rep = compare(_repo(args), req)
+    except (ModelError, FileNotFoundError, ValueError) as exc:
+        print(f"strata models compare: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{rep.frames} frames of {rep.clip}, score >= {rep.score}, IoU 0.5; agreement is "
+        f"with {rep.results[0].name}'s boxes, not ground truth; {rep.machine}"
+    )
+    print(rep.markdown())
+    if args.json:
+        Path(args.json).write_text(json.dumps(dataclasses.asdict(rep), indent=2) + "\n")
     return 0
 
 
