@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from strata.shared.models.repository import starter_repository
 from strata.shared.vision.layouts import DetectLayout
 from strata.shared.vision.letterbox import Letterbox, Preprocess
 
@@ -237,7 +238,10 @@ def _picodet(size: int) -> tuple[Preprocess, DetectLayout]:
 
 
 REAL_DETECTORS: dict[str, RealDetector] = {
-    "picodet_s_416": RealDetector("picodet_s_416_coco/cleaned.onnx", *_picodet(416)),
+    # The starter repository's copy (always present; the reference of the others).
+    "picodet_s_416": RealDetector(
+        str(starter_repository() / "picodet_s_416" / "model.onnx"), *_picodet(416)
+    ),
     "picodet_s_320": RealDetector("picodet_s_320_coco/cleaned.onnx", *_picodet(320)),
     "nanodet_m_320": RealDetector(
         "nanodet_m_320/model.onnx",

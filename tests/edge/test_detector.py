@@ -132,3 +132,34 @@ def test_labels_come_from_config_then_metadata_then_coco_or_numbers(
     onnx.save(bare, str(tmp_path / "bare.onnx"))
     assert model_labels(tmp_path / "bare.onnx", 3, []) == ("class0", "class1", "class2")
     assert model_labels(tmp_path / "bare.onnx", 80, []) == COCO80
+
+
+STARTER_PICODET = Path(__file__).parents[2] / "shared/starter_models/picodet_s_416/model.onnx"
+
+
+def test_the_starter_coco_detector_boxes_vtest_people_and_the_van(vtest_mp4: Path) -> None:
+    """PicoDet-S 416 as the edge runs it (its manifest's stretch, mean/std and gfl layout,
+    read from beside the file): the walking people of vtest's first frame, and the parked
+    white van, in the frame's pixels."""
+    import av
+    from strata.shared.models.detector import spec_beside
+
+    spec = spec_beside(STARTER_PICODET)
+    assert spec is not None and spec.layout.format == "gfl"
+    with av.open(str(vtest_mp4)) as c:
+        image = next(c.decode(video=0)).to_ndarray(format="bgr24")
+    runner = open_staged(STARTER_PICODET, cfg(), 2)
+    try:
+        det = Detector(runner, spec.labels, DetectionConfig(score_threshold=0.5), spec=spec)
+        assert det.max_batch == 2, "the starter's batch axis is dynamic"
+        (boxes,) = det.finish(det.launch([decoded(1, image)], 0))
+    finally:
+        runner.close()
+    labels = [spec.labels[int(c)] for c in boxes.class_ids]
+    assert labels.count("person") >= 3, labels
+    assert {"car", "truck"} & set(labels), labels  # the van in the top right corner
+    h, w = image.shape[:2]
+    assert (boxes.boxes[:, 2] <= w).all() and (boxes.boxes[:, 3] <= h).all()
+    people = boxes.boxes[[lb == "person" for lb in labels]]
+    # Standing people are taller than wide.
+    assert ((people[:, 3] - people[:, 1]) > (people[:, 2] - people[:, 0])).all()
