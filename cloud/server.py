@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,6 +18,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from strata.shared.config.cloud import CloudConfig
+from strata.shared.config.objects import DEFAULT_TRACK
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc
 from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, open_nvml
 from strata.shared.metrics_web import MetricsServer, serve
@@ -68,7 +69,10 @@ class CloudServer:
         metrics: CloudMetrics | None = None,
         repository: str = "",
         rules: RulesConfig | None = None,
+        tracked: Sequence[str] = DEFAULT_TRACK,
     ) -> None:
+        """`tracked`: the labels the sinks' Home Assistant discovery announces (the
+        objects section, cloud/outbox/tracked.py)."""
         self.cfg = cfg
         self.rules = rules  # drawn on the console's detail pages
         self.metrics = metrics or CloudMetrics()
@@ -88,7 +92,7 @@ class CloudServer:
         if cfg.sinks.enabled:
             from .outbox.runner import Outbox
 
-            self.outbox = Outbox(cfg.sinks, cfg.store, self.metrics.sinks)
+            self.outbox = Outbox(cfg.sinks, cfg.store, self.metrics.sinks, tracked)
         self.classifier = load_classifier(cfg.model, repository, cfg.batcher.max_batch)
         self.hub = WatchHub(self.metrics, cfg.max_watchers, cfg.watch_queue)
         try:

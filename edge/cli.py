@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
 from strata.shared.config import ConfigError, load_config
+from strata.shared.config.objects import UntrackableLabelError
 from strata.shared.config.rules import UnknownLabelError
 
 if TYPE_CHECKING:
@@ -87,13 +88,16 @@ def run(args: argparse.Namespace) -> int:
         labels = repository_labels(edge.model.name, edge.model.path, cfg.models.repository)
         # A repository model can switch versions at run time (SIGHUP, versions.poll_s).
         repository = None if edge.model.path else cfg.models.repository
-        options = NodeOptions(labels=labels, repository=repository, rules=cfg.rules)
+        options = NodeOptions(
+            labels=labels, repository=repository, rules=cfg.rules, objects=cfg.objects
+        )
         node = build_node(edge, model, edge.model.name, options)
     except (
         ModelLoadError,
         UplinkSetupError,
         SpoolError,
         EdgeSecurityError,
+        UntrackableLabelError,
         UnknownLabelError,
     ) as exc:
         print(f"strata edge: {exc}", file=sys.stderr)
