@@ -88,11 +88,7 @@ class CloudServer:
         token = load_token(cfg.auth)
         self.drops = Drops(self.metrics)
         # Delivery to MQTT and webhooks from the store (cloud/outbox); imported only when used.
-        self.outbox: Outbox | None = None
-        if cfg.sinks.enabled:
-            from .outbox.runner import Outbox
-
-            self.outbox = Outbox(cfg.sinks, cfg.store, self.metrics.sinks, tracked)
+        self.outbox = self._outbox(tracked)
         self.classifier = load_classifier(cfg.model, repository, cfg.batcher.max_batch)
         self.hub = WatchHub(self.metrics, cfg.max_watchers, cfg.watch_queue)
         try:
@@ -146,6 +142,14 @@ class CloudServer:
         self.metrics_port: int | None = None
         self.metrics_server: MetricsServer | None = None
         self._stopped = False
+
+    def _outbox(self, tracked: Sequence[str]) -> Outbox | None:
+        """The sinks (cloud.sinks), None when off; discovery announces `tracked` only."""
+        if not self.cfg.sinks.enabled:
+            return None
+        from .outbox.runner import Outbox
+
+        return Outbox(self.cfg.sinks, self.cfg.store, self.metrics.sinks, tracked)
 
     def _pruner(self) -> Pruner | None:
         """The background pruner, when some track can expire."""
