@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from prometheus_client import Counter
@@ -55,6 +56,8 @@ class ObjectsFilter:
         self._min_area = np.zeros(n + 1, np.float32)
         self._max_area = np.full(n + 1, np.inf, np.float32)
         self._log = RateLimitedLog(log, LOG_PERIOD_S, logging.INFO)
+        # (class id, reason) -> its counter child, looked up once.
+        self._children: dict[tuple[int, str], Any] = {}
         if objects is None:
             self._tracked[:n] = True
             return
@@ -113,9 +116,12 @@ class ObjectsFilter:
 
     def _count(self, camera: str, reason: str, per_class: np.ndarray) -> None:
         # A loop over the labels dropped in this frame, not over boxes.
-        for cid in np.flatnonzero(per_class):
+        for cid in np.flatnonzero(per_class).tolist():
             label, n = self.labels[cid], int(per_class[cid])
-            self.drops.labels(label, reason).inc(n)
+            child = self._children.get((cid, reason))
+            if child is None:
+                child = self._children[cid, reason] = self.drops.labels(label, reason)
+            child.inc(n)
             self._log.warn(
                 f"{label}/{reason}",
                 "camera %s: dropped %d %s detection(s) (%s; objects.track, objects.filters)",
