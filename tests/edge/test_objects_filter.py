@@ -212,3 +212,37 @@ def test_strata_edge_refuses_a_tracked_label_its_detector_lacks(
     assert out.returncode == 2, out.stderr
     assert "objects.track lists label(s) the detector does not have: dog" in out.stderr
     assert "person, car, bicycle" in out.stderr and "edit objects.track" in out.stderr
+
+
+class RulesNode:
+    """What reload() calls on a node."""
+
+    def __init__(self) -> None:
+        self.rules: list[object] = []
+
+    def request_model_check(self) -> None:
+        pass
+
+    def reconfigure_rules(self, rules: object) -> None:
+        self.rules.append(rules)
+
+
+def test_sighup_refuses_rules_on_labels_the_running_node_does_not_track(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from strata.edge.cli import reload
+
+    started = objects(track=["person"])
+    cfg = tmp_path / "strata.yaml"
+    rule = "rules:\n  cameras:\n    cam:\n      lines:\n        - {name: d, points: [[0, 0], [1, 1]], labels: [LABEL]}\n"  # noqa: E501
+    node = RulesNode()
+    caplog.set_level(logging.INFO, "strata.edge.cli")
+    cfg.write_text("objects:\n  track: [person, car]\n" + rule.replace("LABEL", "car"))
+    reload(node, str(cfg), {}, started)  # type: ignore[arg-type]
+    assert node.rules == []
+    text = caplog.text
+    assert "the objects section changed: it takes effect on a restart" in text
+    assert "new rules refused" in text and "names 'car', which objects.track" in text
+    cfg.write_text("objects:\n  track: [person]\n" + rule.replace("LABEL", "person"))
+    reload(node, str(cfg), {}, started)  # type: ignore[arg-type]
+    assert len(node.rules) == 1
