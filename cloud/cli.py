@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from strata.shared.metrics_web import MetricsSecurityError
     from strata.shared.runtime import ModelLoadError
 
+    from .outbox.tracked import announced_labels
     from .security import SecurityError
     from .server import CloudServer
     from .store import StoreError
@@ -133,7 +134,12 @@ def run(args: argparse.Namespace) -> int:
     overrides = prune({"cloud": {"listen": args.listen, "store": {"path": args.db}}})
     cfg = load_or_exit(args, overrides, "cloud")
     try:
-        server = CloudServer(cfg.cloud, repository=cfg.models.repository, rules=cfg.rules)
+        server = CloudServer(
+            cfg.cloud,
+            repository=cfg.models.repository,
+            rules=cfg.rules,
+            tracked=announced_labels(cfg),
+        )
         server.start()
     except (SecurityError, MetricsSecurityError, ModelLoadError, StoreError, OSError) as exc:
         print(f"strata cloud: {exc}", file=sys.stderr)

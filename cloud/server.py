@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,6 +18,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from strata.shared.config.cloud import CloudConfig
+from strata.shared.config.objects import DEFAULT_TRACK
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc
 from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, open_nvml
 from strata.shared.metrics_web import MetricsServer, serve
@@ -68,7 +69,10 @@ class CloudServer:
         metrics: CloudMetrics | None = None,
         repository: str = "",
         rules: RulesConfig | None = None,
+        tracked: Sequence[str] = DEFAULT_TRACK,
     ) -> None:
+        """`tracked`: the labels the sinks' Home Assistant discovery announces (the
+        objects section, cloud/outbox/tracked.py)."""
         self.cfg = cfg
         self.rules = rules  # drawn on the console's detail pages
         self.metrics = metrics or CloudMetrics()
@@ -84,11 +88,7 @@ class CloudServer:
         token = load_token(cfg.auth)
         self.drops = Drops(self.metrics)
         # Delivery to MQTT and webhooks from the store (cloud/outbox); imported only when used.
-        self.outbox: Outbox | None = None
-        if cfg.sinks.enabled:
-            from .outbox.runner import Outbox
-
-            self.outbox = Outbox(cfg.sinks, cfg.store, self.metrics.sinks)
+        self.outbox = self._outbox(tracked)
         self.classifier = load_classifier(cfg.model, repository, cfg.batcher.max_batch)
         self.hub = WatchHub(self.metrics, cfg.max_watchers, cfg.watch_queue)
         try:
@@ -142,6 +142,14 @@ class CloudServer:
         self.metrics_port: int | None = None
         self.metrics_server: MetricsServer | None = None
         self._stopped = False
+
+    def _outbox(self, tracked: Sequence[str]) -> Outbox | None:
+        """The sinks (cloud.sinks), None when off; discovery announces `tracked` only."""
+        if not self.cfg.sinks.enabled:
+            return None
+        from .outbox.runner import Outbox
+
+        return Outbox(self.cfg.sinks, self.cfg.store, self.metrics.sinks, tracked)
 
     def _pruner(self) -> Pruner | None:
         """The background pruner, when some track can expire."""

@@ -2,7 +2,8 @@
 a frame meets them, and hands them to `EdgeNode`, which only runs them (as Roboflow
 Inference's InferencePipeline.init() builds and __init__ stores).
 
-    inference  the serving model (runner, detector, version switches)
+    inference  the serving model (runner, detector, version switches), then the objects
+               filter (labels tracked checked against the model first)
     overload   batch policy, GPU pressure and the limits they put on batches and credits
     flow       delivery (ledger, credits), queues, final acks
     state      checkpointer (restored once every stateful part is built), takeover
@@ -30,6 +31,7 @@ from strata.edge.flow.final_acks import FinalAcks
 from strata.edge.flow.queues import CameraQueues
 from strata.edge.inference.decode import FrameDecoder, RejectHook
 from strata.edge.inference.detector import CPU_BACKENDS, Detector, model_labels, open_staged
+from strata.edge.inference.objects import ObjectsFilter
 from strata.edge.inference.scheduler import (
     BatchPolicy,
     DecisionClock,
@@ -69,6 +71,7 @@ from strata.edge.tracking.cascade import EdgeCascade
 from strata.edge.tracking.handoff import TrackedStage
 from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import EdgeConfig
+from strata.shared.config.objects import ObjectsConfig
 from strata.shared.config.rules import RulesConfig, check_labels
 from strata.shared.contracts import frame_pb2
 from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, TelemetrySource, open_nvml
@@ -101,6 +104,9 @@ class NodeOptions:
     # The top-level `rules:` section (zones, lines, dwell per camera); None: no rules, yet
     # every track's lifecycle events.
     rules: RulesConfig | None = None
+    # The top-level `objects:` section (labels tracked, per-label filters); None: every
+    # detection is kept (a node built without the root config: tests, tools).
+    objects: ObjectsConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +131,7 @@ class _Built:
     cfg: EdgeConfig
     metrics: EdgeMetrics
     serving: ServingModel
+    objects: ObjectsFilter
     policy: BatchPolicy
     overload: _Overload
     checkpointer: Checkpointer
@@ -145,12 +152,16 @@ def build_node(
     options: NodeOptions | None = None,
 ) -> EdgeNode:
     """An edge node serving `model_path`, every stage built and its state restored.
-    UnknownLabelError (the model closed again) when the rules name a label the model lacks."""
+    UntrackableLabelError or UnknownLabelError (the model closed again) when objects.track
+    or the rules name a label the model lacks."""
     opts = options or NodeOptions()
     metrics = opts.metrics or EdgeMetrics()
     serving = _serving(cfg, Path(model_path), model_name, opts, metrics)
     rules_cfg = opts.rules or RulesConfig()
     try:
+        objects = ObjectsFilter(
+            opts.objects, serving.labels, metrics.label_drops, cfg.detection.score_threshold
+        )
         check_labels(rules_cfg, serving.labels)
     except ValueError:
         if serving.switcher is not None:
@@ -178,8 +189,8 @@ def build_node(
     results = Results(cfg.edge_id, serving, metrics, flow.acks, to_cloud, checkpointer)
     clips = ClipDemand(cfg.clips, metrics) if cfg.clips.enabled else None
     built = _Built(
-        cfg, metrics, serving, policy, overload, checkpointer, flow, takeover, ingest, cascade,
-        rules, uplink, results, clips,
+        cfg, metrics, serving, objects, policy, overload, checkpointer, flow, takeover, ingest,
+        cascade, rules, uplink, results, clips,
     )  # fmt: skip
     _restore(built)
     # The clip demand and snapshots follow the rules (they read and name their events);
@@ -234,7 +245,7 @@ def _node(b: _Built, after_tracking: Sequence[TrackedStage]) -> EdgeNode:
     stop, worker_done = threading.Event(), threading.Event()
     stages = WorkerStages(
         flow.queues, b.overload.limits, b.policy, flow.window, shedder, decoder, b.serving,
-        cascade, after_tracking, b.results, flow.acks, flow.delivery.credits,
+        b.objects, cascade, after_tracking, b.results, flow.acks, flow.delivery.credits,
     )  # fmt: skip
     decisions = _decisions(cfg, b.policy, flow, b.overload.telemetry, b.metrics)
     ticks = WorkerTicks(b.metrics, b.overload.gpu, b.overload.telemetry, decisions, b.checkpointer)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
 from strata.shared.config import ConfigError, load_config
+from strata.shared.config.base import KeyValueError
+from strata.shared.config.objects import ObjectsConfig, UntrackableLabelError
 from strata.shared.config.rules import UnknownLabelError
 
 if TYPE_CHECKING:
@@ -95,13 +97,16 @@ def run(args: argparse.Namespace) -> int:
         labels = spec.labels if spec is not None else ()
         # A repository model can switch versions at run time (SIGHUP, versions.poll_s).
         repository = None if edge.model.path else cfg.models.repository
-        options = NodeOptions(labels=labels, spec=spec, repository=repository, rules=cfg.rules)
+        options = NodeOptions(
+            labels=labels, spec=spec, repository=repository, rules=cfg.rules, objects=cfg.objects
+        )
         node = build_node(edge, model, edge.model.name, options)
     except (
         ModelLoadError,
         UplinkSetupError,
         SpoolError,
         EdgeSecurityError,
+        UntrackableLabelError,
         UnknownLabelError,
     ) as exc:
         print(f"strata edge: {exc}", file=sys.stderr)
@@ -129,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     while not node.wait(0.2):
         if hup.is_set():
             hup.clear()
-            reload(node, getattr(args, "config", None), overrides)
+            reload(node, getattr(args, "config", None), overrides, cfg.objects)
     node.stop()
     if node.error is not None:
         print(f"strata edge: stopped on error: {node.error}", file=sys.stderr)
@@ -137,14 +142,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def reload(node: EdgeNode, config: str | None, overrides: dict[str, Any]) -> None:
-    """SIGHUP: a newer model version, and the rules again from the config file."""
+def reload(
+    node: EdgeNode, config: str | None, overrides: dict[str, Any], objects: ObjectsConfig
+) -> None:
+    """SIGHUP: a newer model version, and the rules again from the config file (`objects`,
+    the section the node started with, stays: a change of it takes a restart)."""
     log.info("SIGHUP: looking for a newer model version; reloading the rules")
     node.request_model_check()
     if not config:
         log.warning("SIGHUP: no --config file: the rules stay as they are")
         return
     try:
-        node.reconfigure_rules(load_config(config, overrides).rules)
-    except (ConfigError, UnknownLabelError) as exc:
+        new = load_config(config, overrides)
+        if new.objects != objects:
+            log.warning("SIGHUP: the objects section changed: it takes effect on a restart")
+        # The rules must name labels this node tracks, not only the new file's.
+        new.rules.check_tracked(objects.track)
+        node.reconfigure_rules(new.rules)
+    except (ConfigError, KeyValueError, UnknownLabelError) as exc:
         log.error("SIGHUP: new rules refused, the old rules stay: %s", exc)

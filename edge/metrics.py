@@ -33,6 +33,14 @@ class EdgeMetrics:
         self.drops = Counter(
             "strata_edge_drops", "Frames or crops dropped, by reason.", ["reason"], registry=r
         )
+        self.label_drops = Counter(
+            "strata_edge_label_drops",
+            "Detections dropped after detection by the objects section, per label and reason "
+            "(untracked: not in objects.track; score: under its filter's min_score; area: "
+            "box area outside [min_area, max_area]).",
+            ["label", "reason"],
+            registry=r,
+        )
         self.peers_refused = Counter(
             "strata_edge_peers_refused",
             "Connections refused (auth: an agent's CURVE key not allowed on the frame socket; "

@@ -9,6 +9,10 @@
   yet (the `snapshots` reader);
 - `<prefix>/available`: `online` (retained) on connect, `offline` as the last will.
 
+Home Assistant discovery announces a label's entities only when the label is tracked
+(top-level `objects.track`, as cloud/outbox/tracked.py resolves it): an event of another
+label (stored before the edge filtered it) still goes out, yet creates no entity.
+
 paho runs the connection in its own thread and reconnects with backoff; a refused login
 or an unreachable broker is one clear error line and a metric, never an exception.
 """
@@ -20,6 +24,7 @@ import os
 import socket
 import ssl
 import threading
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +58,12 @@ class MqttSink:
         cfg: MqttSinkConfig,
         metrics: SinkMetrics,
         snapshots: SnapshotReader | None = None,
+        tracked: Collection[str] | None = None,
     ) -> None:
+        """`tracked`: the labels discovery announces; None: every label (a sink built
+        outside `strata cloud`)."""
         self.cfg = cfg
+        self.tracked = None if tracked is None else frozenset(tracked)
         self.name = cfg.name
         self.metrics = metrics
         self.snapshots = snapshots
@@ -224,8 +233,10 @@ class MqttSink:
 
     def _discovery_for(self, ev: OutboxEvent) -> list[DiscoveryConfig]:
         out: list[DiscoveryConfig] = []
-        wanted = [(ev.camera_id, "", ""), (ev.camera_id, ev.label, "")]
-        wanted += [(ev.camera_id, ev.label, z) for z in ev.after.current_zones]
+        wanted = [(ev.camera_id, "", "")]
+        if self.tracked is None or ev.label in self.tracked:
+            wanted.append((ev.camera_id, ev.label, ""))
+            wanted += [(ev.camera_id, ev.label, z) for z in ev.after.current_zones]
         for key in wanted:
             if key in self._announced:
                 continue

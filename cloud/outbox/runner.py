@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Sequence
 
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import SinksConfig
@@ -34,11 +35,18 @@ def replica_id() -> str:
 class Outbox:
     """Every configured sink; start() and stop() them together."""
 
-    def __init__(self, cfg: SinksConfig, store: CloudStoreConfig, metrics: SinkMetrics) -> None:
+    def __init__(
+        self,
+        cfg: SinksConfig,
+        store: CloudStoreConfig,
+        metrics: SinkMetrics,
+        tracked: Sequence[str],
+    ) -> None:
+        """`tracked`: the labels Home Assistant discovery announces (objects.track)."""
         sinks: list[Sink] = []
         try:
             # Each MQTT sink reads the snapshots it publishes on its own connection.
-            sinks += [MqttSink(c, metrics, SnapshotReader(store)) for c in cfg.mqtt]
+            sinks += [MqttSink(c, metrics, SnapshotReader(store), tracked) for c in cfg.mqtt]
             sinks += [WebhookSink(c, metrics) for c in cfg.webhooks]
         except ValueError as exc:
             raise SinkConfigError(str(exc)) from None

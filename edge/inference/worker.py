@@ -3,7 +3,8 @@
 Each turn: take a batch (the batch limit in force, strata.edge.overload.limits) ->
 shed what would miss its deadline (overload.deadline) -> answer low-priority cameras
 from cache at GPU pressure 4 -> decode -> launch on the detector; when the runner's
-slots are full (or nothing new came) finish the oldest batch -> tracking -> the
+slots are full (or nothing new came) finish the oldest batch -> the `objects` section's
+labels and filters (edge/inference/objects.py) -> tracking -> the
 `after_tracking` stages (strata.edge.tracking.handoff: the rules stage first) -> publish
 (results, track events, final acks, crops to the uplink); a camera's skipped frames
 answered by tracking take the same way, in capture order with its detected ones.
@@ -26,6 +27,7 @@ from strata.edge.flow.final_acks import FinalAcks
 from strata.edge.flow.queues import CameraQueues
 from strata.edge.inference.decode import FrameDecoder
 from strata.edge.inference.detector import InFlight
+from strata.edge.inference.objects import ObjectsFilter
 from strata.edge.inference.scheduler import BatchPolicy, DecisionClock, SchedulerWindow
 from strata.edge.inference.serving import ServingModel
 from strata.edge.ingest.frames import QueuedFrame
@@ -56,6 +58,7 @@ class WorkerStages:
     shedder: DeadlineShedder
     decoder: FrameDecoder
     serving: ServingModel
+    objects: ObjectsFilter
     cascade: EdgeCascade
     after_tracking: Sequence[TrackedStage]
     results: Results
@@ -158,7 +161,9 @@ class Worker:
             cam = frame.header.camera_id
             self.m.camera_gpu_seconds.labels(cam).inc(share)
             self.m.camera_bytes.labels(cam, "in").inc(frame.header.payload_size)
-        for frame, boxes in zip(job.frames, results, strict=True):
+        for frame, detected in zip(job.frames, results, strict=True):
+            # Labels objects.track lacks and detections under their filters go first.
+            boxes = s.objects(frame.header, detected)
             # Boxes go out in the source frame's pixels with their track ids; the skipped
             # frames this detection completes are answered right after it, in order.
             tracked, answers = s.cascade.detected(frame.header, boxes)
@@ -170,6 +175,7 @@ class Worker:
                 tf = stage(tf)
             s.results.frame(tf)
             self._answer([a for a in answers if a.header.frame_index >= idx])
+        # The model's own answers (before objects): a new version is canaried on those.
         s.serving.remember(job.frames, results)
         done = time.monotonic()
         s.window.add_latencies([done - f.frame.received for f in job.frames])

@@ -9,6 +9,7 @@ so what a person sees agrees from the edge to Home Assistant.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pydantic import Field, model_validator
 
@@ -56,8 +57,14 @@ class ObjectsConfig(StrictModel):
     track: list[str] = Field(
         default_factory=lambda: list(DEFAULT_TRACK),
         min_length=1,
-        description="Labels the edge tracks and the cloud announces; every other label is "
-        "dropped at the edge and counted (strata_edge_label_drops_total).",
+        description="Labels the edge tracks and the cloud announces (Home Assistant "
+        "discovery); every other label is dropped at the edge and counted "
+        "(strata_edge_label_drops_total). Listed here, every label must be one of the "
+        "detector's or the edge refuses to start. Left out, the defaults the detector has "
+        "are tracked (a warning names those it lacks: a 1-class person model tracks "
+        "person); a detector with none of them (a custom model) has all its labels "
+        "tracked, and Home Assistant announces them when the cloud finds the model in "
+        "models.repository.",
     )
     filters: dict[str, ObjectFilter] = Field(
         default_factory=dict,
@@ -83,9 +90,66 @@ class ObjectsConfig(StrictModel):
 
 
 def check_tracked(objects: ObjectsConfig, labels: Sequence[str]) -> list[str]:
-    """The tracked labels the model lacks (the edge refuses to start on any)."""
+    """The tracked labels the model lacks."""
     have = set(labels)
     return [label for label in objects.track if label not in have]
 
 
-__all__ = ["DEFAULT_TRACK", "ObjectFilter", "ObjectsConfig", "check_tracked"]
+class UntrackableLabelError(ValueError):
+    """objects.track lists a label the detector does not have."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrackedLabels:
+    """The labels tracked with a given detector, and how they were chosen."""
+
+    labels: tuple[str, ...]
+    # Default labels the detector lacks (only when objects.track was left out).
+    lacking: tuple[str, ...] = ()
+    # The detector has none of the defaults: every label of it is tracked.
+    all_of_model: bool = False
+
+    def note(self) -> str:
+        """What a person should hear at start ("" when objects.track was met as listed)."""
+        if self.all_of_model:
+            return (
+                f"the detector has none of objects.track's default labels: tracking all its "
+                f"labels ({', '.join(self.labels)}); list the ones wanted in objects.track"
+            )
+        if self.lacking:
+            return (
+                f"the detector lacks default label(s) {', '.join(self.lacking)} of "
+                f"objects.track: tracking {', '.join(self.labels)} (list them in "
+                "objects.track to say so)"
+            )
+        return ""
+
+
+def tracked_labels(objects: ObjectsConfig, labels: Sequence[str]) -> TrackedLabels:
+    """The labels tracked with a detector of `labels`. Raises UntrackableLabelError when
+    objects.track was listed in the config and names a label the detector lacks; the
+    default list keeps the labels the detector has, or all of them when it has none."""
+    lacking = check_tracked(objects, labels)
+    if "track" in objects.model_fields_set:
+        if lacking:
+            raise UntrackableLabelError(
+                f"objects.track lists label(s) the detector does not have: "
+                f"{', '.join(lacking)} (the detector's labels: {', '.join(labels) or 'none'}); "
+                "edit objects.track to list only labels of the detector"
+            )
+        return TrackedLabels(tuple(objects.track))
+    kept = tuple(label for label in objects.track if label not in lacking)
+    if not kept:
+        return TrackedLabels(tuple(dict.fromkeys(labels)), all_of_model=True)
+    return TrackedLabels(kept, tuple(lacking))
+
+
+__all__ = [
+    "DEFAULT_TRACK",
+    "ObjectFilter",
+    "ObjectsConfig",
+    "TrackedLabels",
+    "UntrackableLabelError",
+    "check_tracked",
+    "tracked_labels",
+]

@@ -43,6 +43,15 @@ class StrataConfig(StrictModel):
             raise KeyValueError(("rules", *exc.path), str(exc)) from None
         return self
 
+    @model_validator(mode="after")
+    def _rules_on_tracked_labels(self) -> StrataConfig:
+        # A rule on a label the edge drops (objects.track) could never fire.
+        try:
+            self.rules.check_tracked(self.objects.track)
+        except KeyValueError as exc:
+            raise KeyValueError(("rules", *exc.path), str(exc)) from None
+        return self
+
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> StrataConfig:
     """Load and validate a config file (None: defaults), with CLI overrides merged on top."""

@@ -260,6 +260,22 @@ class RulesConfig(StrictModel):
                 f"(ids: {sorted(ids)}){hint}",
             )
 
+    def check_tracked(self, tracked: Sequence[str]) -> None:
+        """Raise KeyValueError for a rule naming a label that objects.track (`tracked`)
+        lacks: the edge drops such a label before the rules see it, so the rule could
+        never fire."""
+        have = set(tracked)
+        for cam, cam_rules in self.cameras.items():
+            for kind, i, rule in cam_rules.rules():
+                for j, label in enumerate(rule.labels):
+                    if label not in have:
+                        raise KeyValueError(
+                            ("cameras", cam, kind, i, "labels", j),
+                            f"rules.cameras.{cam}.{kind}.{i}.labels names {label!r}, which "
+                            f"objects.track does not list (tracked: {', '.join(tracked)}): "
+                            f"add {label!r} to objects.track, or remove it from the rule",
+                        )
+
 
 class UnknownLabelError(ValueError):
     """A rule names a label the detector does not have."""

@@ -113,11 +113,15 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 def mqtt_worker(
-    port: int, store: CloudStoreConfig, metrics: CloudMetrics, **sink: Any
+    port: int,
+    store: CloudStoreConfig,
+    metrics: CloudMetrics,
+    tracked: tuple[str, ...] | None = None,
+    **sink: Any,
 ) -> SinkWorker:
     cfg = MqttSinkConfig.model_validate({"port": port, "keepalive_s": 5, **sink})
     parts = WorkerParts(store, SinksConfig.model_validate(FAST), metrics.sinks, "r1")
-    w = SinkWorker(MqttSink(cfg, metrics.sinks), parts)
+    w = SinkWorker(MqttSink(cfg, metrics.sinks, tracked=tracked), parts)
     w.start()
     return w
 
@@ -172,6 +176,52 @@ def test_events_arrive_in_order_and_home_assistant_discovers_each_camera(
     assert last["strata/door/event"]["strata"]["stored_id"] == max(
         e["strata"]["stored_id"] for e in got if e["after"]["camera"] == "door"
     )
+
+
+def lifecycle(n: int, track: str, label: str, zones: tuple[str, ...] = ()) -> OutboxEvent:
+    after = ObjectState(track, "door", label, 0.9, 0.9, current_zones=zones)
+    return OutboxEvent(
+        "track_events", n, 0, 0, f"door/{track}/{n}/new", "new", "door", "e", after,
+        track=track, lifecycle=True,
+    )  # fmt: skip
+
+
+def test_discovery_announces_only_tracked_labels() -> None:
+    # No broker needed: what the sink would announce with each event.
+    sink = MqttSink(MqttSinkConfig(), CloudMetrics().sinks, tracked=("person", "car"))
+    first = [d.topic for d in sink._discovery_for(lifecycle(1, "t1", "skis", ("porch",)))]
+    assert first == ["homeassistant/sensor/strata_strata_door/last_event/config"]
+    assert sink._discovery_for(lifecycle(2, "t2", "not_person")) == []
+    person = [d.topic for d in sink._discovery_for(lifecycle(3, "t3", "person", ("porch",)))]
+    assert person == [
+        "homeassistant/sensor/strata_strata_door/person_count/config",
+        "homeassistant/image/strata_strata_door/person_snapshot/config",
+        "homeassistant/sensor/strata_strata_door/porch_person_count/config",
+    ]
+    # Without a tracked list (a sink built outside `strata cloud`) every label is announced.
+    every = MqttSink(MqttSinkConfig(), CloudMetrics().sinks)
+    assert len(every._discovery_for(lifecycle(1, "t1", "skis"))) == 3
+
+
+def test_home_assistant_discovers_tracked_labels_only(broker: Broker) -> None:
+    sink = MqttSink(
+        MqttSinkConfig(port=broker.port, keepalive_s=5), CloudMetrics().sinks, tracked=("person",)
+    )
+    sink.start()
+    try:
+        sink.deliver(lifecycle(1, "t1", "skis"))  # stored before the edge filtered it
+        sink.deliver(lifecycle(2, "t2", "person", ("porch",)))
+    finally:
+        sink.close()
+    late = Subscriber(broker.port, ["homeassistant/#", "strata/#"])
+    wait_for(lambda: len(late.on("strata/available")) == 1, 10, "retained availability")
+    configs = {t: json.loads(p) for t, p, r in late.messages if t.startswith("homeassistant/")}
+    late.close()
+    for topic, config in configs.items():
+        check_discovery(topic, config, "strata")
+    assert sorted(c["name"] for c in configs.values()) == [
+        "Last event", "person count", "person snapshot", "porch person count",
+    ]  # fmt: skip
 
 
 def test_occupancy_counts_follow_lifecycle_events(broker: Broker) -> None:

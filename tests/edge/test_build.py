@@ -10,10 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from strata.edge.build import NodeOptions, build_node
 from strata.edge.tracking.handoff import AnsweredFrame, TrackedFrame
 from strata.shared.config.edge import EdgeConfig
+from strata.shared.config.objects import ObjectsConfig, UntrackableLabelError
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.vision import FrameBoxes
 
@@ -85,3 +87,50 @@ def test_stages_after_tracking_see_each_frame_before_publish(
         assert all(len(r.detections) == 0 for r in results)  # ... the stage's answer went out
     finally:
         node.stop()
+
+
+def test_objects_drop_untracked_labels_before_tracking_and_count_them(
+    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    # The colour detector knows person, car, bicycle; only person is tracked.
+    objects = ObjectsConfig.model_validate({"track": ["person"]})
+    stage = DropBoxes()
+    node = build_node(
+        cfg(), colour_model, "colour", NodeOptions(objects=objects, after_tracking=(stage,))
+    )
+    ep = node.start()
+    try:
+        sub = Listener(zctx, ep.publish, "cam")
+        probe = Listener(zctx, ep.publish)
+        agent = RawAgent(zctx, ep.listen)
+        wait_until_subscribed(agent, probe, synthetic_clip.frame(0).image)
+        # The colour detector gives one box per colour present in a frame.
+        classes = [
+            {b.class_id for b in synthetic_clip.boxes(i)} for i in range(len(synthetic_clip))
+        ]
+        with_others = [i for i, c in enumerate(classes) if c - {0}][:5]
+        for seq, idx in enumerate(with_others, 1):
+            agent.send_image("cam", seq, synthetic_clip.frame(idx).image, frame_index=idx)
+        sub.collect(len(with_others))
+        seen = sum(k for c, _s, k in stage.seen if c == "cam")
+        assert seen == sum(0 in classes[i] for i in with_others)  # only persons reached tracking
+        reg = node.metrics.registry
+        dropped = {
+            (s.labels["label"], s.labels["reason"]): s.value
+            for m in reg.collect()
+            if m.name == "strata_edge_label_drops"
+            for s in m.samples
+            if s.name.endswith("_total")
+        }
+        others = sum(len(classes[i] - {0}) for i in with_others)
+        assert others > 0
+        assert sum(v for (_l, r), v in dropped.items() if r == "untracked") == others
+        assert {lab for lab, _r in dropped} <= {"car", "bicycle"}
+    finally:
+        node.stop()
+
+
+def test_a_tracked_label_the_model_lacks_refuses_to_build(colour_model: Path) -> None:
+    objects = ObjectsConfig.model_validate({"track": ["person", "dog"]})
+    with pytest.raises(UntrackableLabelError, match="dog"):
+        build_node(cfg(), colour_model, "colour", NodeOptions(objects=objects))

@@ -114,10 +114,33 @@ def test_unknown_key(tmp_path: Path) -> None:
 
 def test_unknown_labels_are_checked_against_the_model(tmp_path: Path) -> None:
     path = tmp_path / "strata.yaml"
-    path.write_text(GOOD.replace("labels: [person]", "labels: [person, unicorn]"))
+    # A rule's labels must be tracked (objects.track) before they reach the model check.
+    path.write_text(
+        "objects:\n  track: [person, unicorn]\n"
+        + GOOD.replace("labels: [person]", "labels: [person, unicorn]")
+    )
     rules = load_config(path).rules
     check_labels(rules, ["person", "unicorn"])
     with pytest.raises(
         UnknownLabelError, match=r"rules\.cameras\.door\.zones\.0\.labels: 'unicorn'"
     ):
         check_labels(rules, ["person", "car"])
+
+
+def test_a_rule_on_a_label_objects_does_not_track(tmp_path: Path) -> None:
+    msg = load(tmp_path, GOOD.replace("labels: [person]", "labels: [person, skis]"))
+    assert "FILE:11: rules.cameras.door.zones.0.labels.1:" in msg
+    assert "names 'skis', which objects.track does not list" in msg
+    assert "add 'skis' to objects.track, or remove it from the rule" in msg
+    # Listed in objects.track, the same rule loads.
+    path = tmp_path / "ok.yaml"
+    path.write_text(
+        "objects:\n  track: [person, skis]\n"
+        + GOOD.replace("labels: [person]", "labels: [person, skis]")
+    )
+    assert load_config(path).rules.cameras["door"].zones[0].labels == ["person", "skis"]
+    # Tracked labels the list leaves out are refused as well.
+    text = "objects:\n  track: [car]\n" + GOOD
+    assert "names 'person', which objects.track does not list (tracked: car)" in load(
+        tmp_path, text
+    )
