@@ -309,6 +309,7 @@ class Console:
         frame = views.snapshot_url(camera, uid, "frame") if SNAPSHOT_KINDS["frame"] in kinds else ""
         crop = views.snapshot_url(camera, uid, "crop") if SNAPSHOT_KINDS["crop"] in kinds else ""
         last = events[-1].event
+        verdict, verdict_score = views.verdict_text(last)
         found = store.find_clip(ClipQuery(camera_id=camera, track_uid=uid))
         clip = clip_view(found, camera, uid, at_ns) if found is not None else None
         return {
@@ -318,8 +319,8 @@ class Console:
             "clip": clip.url if clip else "",
             "clip_state": clip,
             "label": last.after.label,
-            "verdict": last.verdict.label if last.HasField("verdict") else "",
-            "verdict_score": round(last.verdict.score, 4) if last.HasField("verdict") else None,
+            "verdict": verdict,
+            "verdict_score": verdict_score,
             "crop_snapshot": crop,
             "drawing": views.drawing(events, self._camera_rules(camera), frame),
             "events": [views.track_view(e, kinds) for e in events],

@@ -198,10 +198,12 @@ class ConsoleQueries:
         if f.end_ns:
             where.append(f"time_ns < {ph}")
             args.append(f.end_ns)
-        for column, value in (("camera_id", f.camera), ("label", f.label)):
-            if value:
-                where.append(f"{column} = {ph}")
-                args.append(value)
+        if f.camera:
+            where.append(f"camera_id = {ph}")
+            args.append(f.camera)
+        if f.label:
+            where.append(event_rows.label_filter(ph))
+            args += [f.label, f.label]
         older = _before(cursor, CROP, "time_ns", "event_id", ph)
         if older is not None:
             where.append(older[0])
