@@ -144,6 +144,11 @@ TRACKS_VIEW = (
 )
 
 
+# How many leading columns of a with_verdicts row stored_from_row reads (capture_ns and
+# sequence follow).
+STORED_COLUMNS = 11
+
+
 def with_verdicts(inner: str, order: str) -> str:
     """Rows of `inner` (track_events rows with _PAGE_COLUMNS) as stored_from_row reads them,
     then capture_ns and sequence, in `order`; the verdict of each row's track joined."""

@@ -36,6 +36,7 @@ from ..clip_rows import ClipQuery
 from ..event_store import EventQuery, EventStore, StoreError
 from ..track_filter import TYPES, TrackQuery, parse_track_uid, type_name
 from ..watch import WatchHub, WatchUnavailableError
+from ..verdicts import event_verdict
 from . import editor, views
 from .clip_http import ClipSource, clip_response
 from .clip_view import ClipView, clip_view
@@ -648,8 +649,10 @@ def _crop_record(c: Any) -> dict[str, Any]:
         "edge_label": d.label,
         "edge_score": round(d.score, 4),
         "box": [round(d.box.x1, 1), round(d.box.y1, 1), round(d.box.x2, 1), round(d.box.y2, 1)],
+        # The classifier's evidence and its verdict on edge_label (None: stored before).
         "cloud_label": c.label,
         "cloud_score": round(c.score, 4),
+        "verdict": None if (info := event_verdict(c)) is None else info.as_json(),
         "model_version": c.model_version if c.HasField("model_version") else None,
     }
 

@@ -235,11 +235,11 @@ class ConsoleQueries:
         sql = track_rows.with_verdicts(inner, "m.capture_ns DESC, m.stored_id DESC")
         out = []
         for r in self.reader.rows(sql, args):
-            stored = track_rows.stored_from_row(r[:7])
+            stored = track_rows.stored_from_row(r[: track_rows.STORED_COLUMNS])
             out.append(
                 Row(
                     TRACK,
-                    int(r[7]),
+                    int(r[track_rows.STORED_COLUMNS]),
                     stored.stored_id,
                     track=stored,
                     track_uid=stored.event.track_uid,
