@@ -179,8 +179,12 @@ def _print_event(ev: Any, as_json: bool) -> None:
         f"{verdict.text if verdict is not None else f'cloud {ev.label} {ev.score:.3f}'}\t"
         f"{ev.edge_id}/{ev.crop_id}"
         + (f"\ttrack {ev.track_id} x{ev.track_events}" if ev.track_id else "")
-        + (f"\tmodel {ev.model or ''} v{ev.model_version}" if ev.HasField("model_version") else "")
+        + (f"\tmodel {_model_name(ev)}v{ev.model_version}" if ev.HasField("model_version") else "")
     )
+
+
+def _model_name(ev: Any) -> str:
+    return f"{ev.model} " if ev.model else ""
 
 
 def _wants_tracks(args: argparse.Namespace) -> bool:

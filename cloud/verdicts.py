@@ -61,7 +61,7 @@ class VerdictMapFile(StrictModel):
 class Judgement:
     """One verdict: what it says and the probability on the detector label's classes."""
 
-    verdict: events_pb2.Verdict.ValueType
+    verdict: events_pb2.Verdict
     support: float
 
 

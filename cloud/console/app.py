@@ -35,8 +35,8 @@ from strata.shared.contracts import analytics_pb2
 from ..clip_rows import ClipQuery
 from ..event_store import EventQuery, EventStore, StoreError
 from ..track_filter import TYPES, TrackQuery, parse_track_uid, type_name
-from ..watch import WatchHub, WatchUnavailableError
 from ..verdicts import event_verdict
+from ..watch import WatchHub, WatchUnavailableError
 from . import editor, views
 from .clip_http import ClipSource, clip_response
 from .clip_view import ClipView, clip_view

@@ -141,7 +141,9 @@ def test_query_reads_a_store_file_without_an_endpoint(
     assert main(["cloud", "query", "--db", str(path), "--label", "car", "--limit", "4"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [ln.split("\t")[3] for ln in lines] == ["car"] * 4
-    assert [ln.split("\t")[5] for ln in lines] == ["e/c1", "e/c3", "e/c5", "e/c7"]
+    # Stored without a verdict: the classifier's label and score stand in the verdict column.
+    assert [ln.split("\t")[5] for ln in lines] == ["cloud car 0.500"] * 4
+    assert [ln.split("\t")[6] for ln in lines] == ["e/c1", "e/c3", "e/c5", "e/c7"]
     assert main(["cloud", "query", "--db", str(tmp_path / "absent.sqlite")]) == 2
     assert "no such event store" in capsys.readouterr().err
     assert not (tmp_path / "absent.sqlite").exists()

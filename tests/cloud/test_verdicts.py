@@ -90,7 +90,7 @@ def test_a_bad_map_says_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="'flying carpet', which is not one of the model"):
         load_verdict_map(tmp_path, ("minivan", "cab"), "m")
     (tmp_path / VERDICTS_FILE).write_text("groups:\n  car: [[0, 5]]\n")
-    with pytest.raises(ModelLoadError, match="classes 0..1"):
+    with pytest.raises(ModelLoadError, match=r"classes 0\.\.1"):
         load_verdict_map(tmp_path, ("minivan", "cab"), "m")
     with pytest.raises(ValueError, match="reject_below"):
         VerdictMapFile(confirm=0.3, reject_below=0.4, groups={})
