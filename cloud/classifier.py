@@ -13,6 +13,8 @@ from strata.shared.config.cloud import CloudModelConfig
 from strata.shared.contracts import analytics_pb2
 from strata.shared.runtime import ModelLoadError, ModelRunner, create_runner
 
+from .verdicts import Judgement, VerdictMap, identity_map, load_verdict_map
+
 if TYPE_CHECKING:
     from strata.shared.models import ModelRepository
     from strata.shared.models.manifest import Manifest
@@ -75,6 +77,8 @@ class ClassifierSpec:
     output: str = ""
     # None: decide per batch (a bare ONNX file does not say whether it emits logits).
     logits: bool | None = None
+    # Which labels confirm which detector labels (None: each label stands for itself).
+    verdicts: VerdictMap | None = None
 
 
 class Classifier:
@@ -101,6 +105,7 @@ class Classifier:
         names = [o.name for o in runner.outputs]
         self._out = names.index(spec.output) if spec.output in names else 0
         self._logits = spec.logits
+        self.verdicts = spec.verdicts if spec.verdicts is not None else identity_map(self.labels)
 
     def new_buffer(self, max_batch: int) -> BatchBuffer:
         """A buffer for one model instance."""
@@ -132,6 +137,10 @@ class Classifier:
             )
             for i in idx
         ]
+
+    def judge(self, detector_label: str, probs: np.ndarray) -> Judgement:
+        """The second opinion on the edge detector's label (never a new label)."""
+        return self.verdicts.judge(detector_label, probs)
 
     def close(self) -> None:
         """Release the model."""
@@ -203,7 +212,10 @@ def _from_repository(
     # A repository holding only the edge's detector: the classifier falls back to the starter's.
     repo = repository_for(repository, cfg.name, "cloud.model.name")
     loaded = repo.open(cfg.name, cfg.backend, variant=cfg.variant or None, **options)
-    return _wrap(cfg, loaded.manifest, loaded.runner, version_of(repo, cfg.name, loaded.path))
+    version = version_of(repo, cfg.name, loaded.path)
+    return _wrap(
+        cfg, loaded.manifest, loaded.runner, version, repo.version_folder(cfg.name, version)
+    )
 
 
 def load_version(
@@ -219,10 +231,12 @@ def load_version(
     except ModelLoadError:
         runner.close()
         raise
-    return _wrap(cfg, manifest, runner, version)
+    return _wrap(cfg, manifest, runner, version, repo.version_folder(cfg.name, version))
 
 
-def _wrap(cfg: CloudModelConfig, m: Manifest, runner: ModelRunner, version: int) -> Classifier:
+def _wrap(
+    cfg: CloudModelConfig, m: Manifest, runner: ModelRunner, version: int, folder: Path
+) -> Classifier:
     try:
         if m.task != "classify":
             raise ModelLoadError(f"model {cfg.name!r} is a {m.task} model; the cloud classifies")
@@ -239,6 +253,7 @@ def _wrap(cfg: CloudModelConfig, m: Manifest, runner: ModelRunner, version: int)
             version=version,
             output=m.output.name,
             logits=m.output.format == "logits",
+            verdicts=load_verdict_map(folder, m.labels, m.name),
         )
         return Classifier(runner, spec, cfg.input_size)
     except ModelLoadError:

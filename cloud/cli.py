@@ -170,15 +170,27 @@ def _print_event(ev: Any, as_json: bool) -> None:
 
     from google.protobuf.json_format import MessageToDict
 
+    from .event_rows import object_label
+    from .verdicts import event_verdict
+
     if as_json:
         print(json.dumps(MessageToDict(ev)))
-    else:
-        print(
-            f"{ev.event_id}\t{ev.capture_ns}\t{ev.camera_id}\t{ev.label}\t"
-            f"{ev.score:.3f}\t{ev.edge_id}/{ev.crop_id}"
-            + (f"\ttrack {ev.track_id} x{ev.track_events}" if ev.track_id else "")
-            + (f"\tmodel v{ev.model_version}" if ev.HasField("model_version") else "")
-        )
+        return
+    # The detector's label and score, the cloud's verdict beside them (never instead).
+    det = ev.edge_detection
+    verdict = event_verdict(ev)
+    print(
+        f"{ev.event_id}\t{ev.capture_ns}\t{ev.camera_id}\t{object_label(ev)}\t"
+        f"{det.score if det.label else ev.score:.3f}\t"
+        f"{verdict.text if verdict is not None else f'cloud {ev.label} {ev.score:.3f}'}\t"
+        f"{ev.edge_id}/{ev.crop_id}"
+        + (f"\ttrack {ev.track_id} x{ev.track_events}" if ev.track_id else "")
+        + (f"\tmodel {_model_name(ev)}v{ev.model_version}" if ev.HasField("model_version") else "")
+    )
+
+
+def _model_name(ev: Any) -> str:
+    return f"{ev.model} " if ev.model else ""
 
 
 def _wants_tracks(args: argparse.Namespace) -> bool:
@@ -212,6 +224,7 @@ def _print_track_event(stored: Any, as_json: bool) -> None:
     from google.protobuf.json_format import MessageToDict
 
     from .track_filter import type_name
+    from .verdicts import track_verdict
 
     if as_json:
         print(json.dumps(MessageToDict(stored)))
@@ -235,8 +248,11 @@ def _print_track_event(stored: Any, as_json: bool) -> None:
     if ev.dwell_s:
         parts.append(f"dwell {ev.dwell_s:.1f}s")
     parts.append("observed" if ev.observed else "predicted")
-    if ev.HasField("verdict"):
-        parts.append(f"verdict {ev.verdict.label} {ev.verdict.score:.3f}")
+    verdict = track_verdict(ev)
+    if verdict is not None:
+        parts.append(f"verdict {verdict.text}")
+    elif ev.HasField("verdict"):  # a crop stored before verdicts were: the classifier's label
+        parts.append(f"cloud {ev.verdict.label} {ev.verdict.score:.3f}")
     print("\t".join(parts))
 
 

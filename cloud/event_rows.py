@@ -11,14 +11,36 @@ from strata.shared.contracts import analytics_pb2
 from .event_store import EventQuery, PageKey
 from .track_filter import parse_track_uid
 
+# `label` and `score` are the classifier's evidence (its top label); `detector_label` is the
+# object's label (the edge detector's), what label filters match; NULL for events stored
+# before schema 7, whose filters keep matching `label`.
 COLUMNS = (
     "event_id, edge_id, crop_id, camera_id, sequence, capture_ns, stored_ns, label, score, "
-    "detection, track_id, model_version"
+    "detection, track_id, model_version, verdict, model, support, detector_label"
 )
 INSERT_COLUMNS = (
     "edge_id, crop_id, camera_id, sequence, capture_ns, time_ns, stored_ns, label, score, "
-    "detection, track_id, model_version"
+    "detection, track_id, model_version, verdict, model, support, detector_label"
 )
+# Schema 7 (both back ends): the second opinion beside the classifier's evidence.
+MIGRATION_7 = (
+    "ALTER TABLE events ADD COLUMN verdict INTEGER",
+    "ALTER TABLE events ADD COLUMN model TEXT",
+    "ALTER TABLE events ADD COLUMN support REAL",
+    "ALTER TABLE events ADD COLUMN detector_label TEXT",
+    "CREATE INDEX events_detector_label_time ON events (detector_label, time_ns, event_id)",
+)
+
+
+def label_filter(ph: str) -> str:
+    """The WHERE term of a label filter (two arguments, both the label): the detector's
+    label, or the classifier's for events stored before schema 7."""
+    return f"(detector_label = {ph} OR (detector_label IS NULL AND label = {ph}))"
+
+
+def object_label(ev: analytics_pb2.Event) -> str:
+    """The object's label: the edge detector's (the classifier's for an event without one)."""
+    return ev.edge_detection.label or ev.label
 
 
 def placeholders(ph: str) -> str:
@@ -54,6 +76,10 @@ def event_from_row(row: tuple[Any, ...]) -> analytics_pb2.Event:
         det,
         track,
         version,
+        verdict,
+        model,
+        support,
+        _detector_label,  # edge_detection.label, as a column for filters
     ) = row
     ev = analytics_pb2.Event(
         event_id=int(event_id),
@@ -71,6 +97,10 @@ def event_from_row(row: tuple[Any, ...]) -> analytics_pb2.Event:
         ev.edge_detection.ParseFromString(bytes(det))
     if version is not None:  # NULL: stored before the classifier's version was recorded
         ev.model_version = int(version)
+    if verdict is not None:  # NULL: stored before verdicts were (schema 7)
+        ev.verdict = int(verdict)  # type: ignore[assignment]
+        ev.model = str(model or "")
+        ev.support = float(support or 0.0)
     return ev
 
 
@@ -90,6 +120,10 @@ def insert_row(ev: analytics_pb2.Event) -> tuple[Any, ...]:
         ev.edge_detection.SerializeToString() if ev.HasField("edge_detection") else b"",
         _signed(ev.track_id),
         ev.model_version if ev.HasField("model_version") else None,
+        int(ev.verdict),
+        ev.model,
+        ev.support,
+        object_label(ev),
     )
 
 
@@ -121,8 +155,8 @@ def query_sql(
         where.append(f"camera_id = {ph}")
         args.append(q.camera_id)
     if q.label:
-        where.append(f"label = {ph}")
-        args.append(q.label)
+        where.append(label_filter(ph))
+        args += [q.label, q.label]
     if q.track_id:
         where.append(f"track_id = {ph}")
         args.append(_signed(q.track_id))

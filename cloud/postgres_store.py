@@ -27,6 +27,7 @@ from . import clip_rows, snapshot_rows, track_rows
 from .event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
+    MIGRATION_7,
     event_from_row,
     insert_row,
     page,
@@ -124,6 +125,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         *clip_rows.table_sql("BYTEA", "BIGINT"),
         *clip_rows.INDEXES,
     ),
+    # 7: the cloud's second opinion (verdict, model, support) and the detector's label, which
+    # label filters match (the classifier's label stays as its evidence).
+    MIGRATION_7,
 )
 # pg_advisory_xact_lock key that serialises migrations of replicas starting together.
 _MIGRATION_LOCK = 0x5354524154414556  # "STRATAEV"

@@ -280,6 +280,8 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         scored = fut.result()
         top = scored.classifier.top_k(scored.probs, self.cfg.model.top_k)
         version = scored.classifier.version
+        # The classifier judges the detector's label; the event keeps that label untouched.
+        judged = scored.classifier.judge(crop.detection.label, scored.probs)
         event = analytics_pb2.Event(
             edge_id=crop.edge_id,
             camera_id=crop.camera_id,
@@ -291,6 +293,9 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             crop_id=crop.crop_id,
             track_id=crop.track_id or crop.detection.track_id,
             model_version=version,
+            verdict=judged.verdict,
+            model=scored.classifier.name,
+            support=judged.support,
         )
         try:
             sfut = self.store.submit(event)
@@ -345,6 +350,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
             event_id=ev.event_id,
             labels=labels,
             model_version=version if top is not None else 0,
+            verdict=ev.verdict,
         )
 
     # Classify

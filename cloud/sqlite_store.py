@@ -18,6 +18,7 @@ from . import clip_rows, snapshot_rows, track_rows
 from .event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
+    MIGRATION_7,
     event_from_row,
     insert_row,
     page,
@@ -109,6 +110,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         *clip_rows.table_sql("BLOB", "INTEGER"),
         *clip_rows.INDEXES,
     ),
+    # 7: the cloud's second opinion (verdict, model, support) and the detector's label, which
+    # label filters match (the classifier's label stays as its evidence).
+    MIGRATION_7,
 )
 
 _INSERT = (

@@ -95,6 +95,11 @@ def stored_from_row(row: tuple[Any, ...]) -> events_pb2.StoredTrackEvent:
         v.event_id, v.label, v.score = int(row[3]), str(row[4]), float(row[5])
         if row[6] is not None:
             v.model_version = int(row[6])
+        if row[7] is not None:  # NULL: a crop stored before verdicts were (schema 7)
+            v.verdict = int(row[7])  # type: ignore[assignment]
+            v.model, v.support = str(row[8] or ""), float(row[9] or 0.0)
+        # The crop's detector label; the track's own for a crop stored before schema 7.
+        v.detector_label = str(row[10]) if row[10] is not None else out.event.after.label
     return out
 
 
@@ -139,12 +144,18 @@ TRACKS_VIEW = (
 )
 
 
+# How many leading columns of a with_verdicts row stored_from_row reads (capture_ns and
+# sequence follow).
+STORED_COLUMNS = 11
+
+
 def with_verdicts(inner: str, order: str) -> str:
     """Rows of `inner` (track_events rows with _PAGE_COLUMNS) as stored_from_row reads them,
     then capture_ns and sequence, in `order`; the verdict of each row's track joined."""
     return (
         "SELECT m.stored_id, m.stored_ns, m.event, v.event_id, v.label, v.score, "
-        "v.model_version, m.capture_ns, m.sequence FROM "
+        "v.model_version, v.verdict, v.model, v.support, v.detector_label, "
+        "m.capture_ns, m.sequence FROM "
         f"(SELECT p.*, {_verdict_id('p')} AS verdict_id FROM ({inner}) AS p) AS m "
         f"LEFT JOIN events v ON v.event_id = m.verdict_id ORDER BY {order}"
     )

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 from strata.shared.contracts import analytics_pb2, events_pb2
 
+from .event_rows import object_label
 from .metrics import CloudMetrics
 from .track_filter import TrackQuery, parse_track_uid
 
@@ -47,7 +48,7 @@ def crop_filter(
     def wants(ev: analytics_pb2.Event) -> bool:
         return (
             (not camera_id or ev.camera_id == camera_id)
-            and (not label or ev.label == label)
+            and (not label or object_label(ev) == label)
             and (not track_id or ev.track_id == track_id)
             and ev.capture_ns >= first_seen
         )

@@ -35,6 +35,7 @@ from strata.shared.contracts import analytics_pb2
 from ..clip_rows import ClipQuery
 from ..event_store import EventQuery, EventStore, StoreError
 from ..track_filter import TYPES, TrackQuery, parse_track_uid, type_name
+from ..verdicts import event_verdict
 from ..watch import WatchHub, WatchUnavailableError
 from . import editor, views
 from .clip_http import ClipSource, clip_response
@@ -309,6 +310,7 @@ class Console:
         frame = views.snapshot_url(camera, uid, "frame") if SNAPSHOT_KINDS["frame"] in kinds else ""
         crop = views.snapshot_url(camera, uid, "crop") if SNAPSHOT_KINDS["crop"] in kinds else ""
         last = events[-1].event
+        verdict, verdict_score = views.verdict_text(last)
         found = store.find_clip(ClipQuery(camera_id=camera, track_uid=uid))
         clip = clip_view(found, camera, uid, at_ns) if found is not None else None
         return {
@@ -318,8 +320,8 @@ class Console:
             "clip": clip.url if clip else "",
             "clip_state": clip,
             "label": last.after.label,
-            "verdict": last.verdict.label if last.HasField("verdict") else "",
-            "verdict_score": round(last.verdict.score, 4) if last.HasField("verdict") else None,
+            "verdict": verdict,
+            "verdict_score": verdict_score,
             "crop_snapshot": crop,
             "drawing": views.drawing(events, self._camera_rules(camera), frame),
             "events": [views.track_view(e, kinds) for e in events],
@@ -647,8 +649,10 @@ def _crop_record(c: Any) -> dict[str, Any]:
         "edge_label": d.label,
         "edge_score": round(d.score, 4),
         "box": [round(d.box.x1, 1), round(d.box.y1, 1), round(d.box.x2, 1), round(d.box.y2, 1)],
+        # The classifier's evidence and its verdict on edge_label (None: stored before).
         "cloud_label": c.label,
         "cloud_score": round(c.score, 4),
+        "verdict": None if (info := event_verdict(c)) is None else info.as_json(),
         "model_version": c.model_version if c.HasField("model_version") else None,
     }
 

@@ -198,10 +198,12 @@ class ConsoleQueries:
         if f.end_ns:
             where.append(f"time_ns < {ph}")
             args.append(f.end_ns)
-        for column, value in (("camera_id", f.camera), ("label", f.label)):
-            if value:
-                where.append(f"{column} = {ph}")
-                args.append(value)
+        if f.camera:
+            where.append(f"camera_id = {ph}")
+            args.append(f.camera)
+        if f.label:
+            where.append(event_rows.label_filter(ph))
+            args += [f.label, f.label]
         older = _before(cursor, CROP, "time_ns", "event_id", ph)
         if older is not None:
             where.append(older[0])
@@ -233,11 +235,11 @@ class ConsoleQueries:
         sql = track_rows.with_verdicts(inner, "m.capture_ns DESC, m.stored_id DESC")
         out = []
         for r in self.reader.rows(sql, args):
-            stored = track_rows.stored_from_row(r[:7])
+            stored = track_rows.stored_from_row(r[: track_rows.STORED_COLUMNS])
             out.append(
                 Row(
                     TRACK,
-                    int(r[7]),
+                    int(r[track_rows.STORED_COLUMNS]),
                     stored.stored_id,
                     track=stored,
                     track_uid=stored.event.track_uid,

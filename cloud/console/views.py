@@ -14,7 +14,9 @@ from urllib.parse import urlencode
 from strata.shared.config.rules import CameraRules
 from strata.shared.contracts import analytics_pb2, events_pb2
 
+from ..event_rows import object_label
 from ..track_filter import parse_track_uid, type_name
+from ..verdicts import event_verdict, track_verdict
 from .queries import CROP, SNAPSHOT_KINDS, CountRows, Row
 
 _DIRECTIONS = {
@@ -59,7 +61,9 @@ class EventView:
     type: str  # "crop" or the track event's type (`line_crossed`)
     camera: str
     label: str  # the edge detector's
-    verdict: str  # the cloud classifier's label ('' when none yet)
+    # The cloud's second opinion on `label`, with its evidence: "confirmed (minivan 0.81)"
+    # (score None); for a crop stored before verdicts were, the classifier's label and score.
+    verdict: str
     score: float | None
     zones: list[str]
     rules: list[str]
@@ -86,15 +90,15 @@ def _thumb(camera: str, uid: str, kinds: set[int]) -> str:
 
 def crop_view(ev: analytics_pb2.Event, uid: str, time_ns: int, kinds: set[int]) -> EventView:
     """A classified crop as a list line."""
-    det = ev.edge_detection
+    info = event_verdict(ev)
     return EventView(
         kind="crop",
         id=ev.event_id,
         type="crop",
         camera=ev.camera_id,
-        label=det.label,
-        verdict=ev.label,
-        score=round(ev.score, 4),
+        label=object_label(ev),
+        verdict=info.text if info is not None else ev.label,
+        score=None if info is not None else round(ev.score, 4),
         zones=[],
         rules=[],
         time_ns=time_ns,
@@ -106,6 +110,16 @@ def crop_view(ev: analytics_pb2.Event, uid: str, time_ns: int, kinds: set[int]) 
         edge_id=ev.edge_id,
         stored_ns=ev.stored_ns,
     )
+
+
+def verdict_text(ev: events_pb2.TrackEvent) -> tuple[str, float | None]:
+    """The track's verdict as shown, and the score shown beside it (see EventView.verdict)."""
+    info = track_verdict(ev)
+    if info is not None:
+        return info.text, None
+    if ev.HasField("verdict"):
+        return ev.verdict.label, round(ev.verdict.score, 4)
+    return "", None
 
 
 def rules_hit(ev: events_pb2.TrackEvent) -> list[str]:
@@ -134,7 +148,7 @@ def duration_s(ev: events_pb2.TrackEvent) -> float | None:
 def track_view(stored: events_pb2.StoredTrackEvent, kinds: set[int]) -> EventView:
     """A stored track event as a list line."""
     ev = stored.event
-    has_verdict = ev.HasField("verdict")
+    verdict, score = verdict_text(ev)
     zones = [ev.zone] if ev.zone else list(ev.after.current_zones)
     return EventView(
         kind="track",
@@ -142,8 +156,8 @@ def track_view(stored: events_pb2.StoredTrackEvent, kinds: set[int]) -> EventVie
         type=type_name(ev.type),
         camera=ev.camera_id,
         label=ev.after.label,
-        verdict=ev.verdict.label if has_verdict else "",
-        score=round(ev.verdict.score, 4) if has_verdict else None,
+        verdict=verdict,
+        score=score,
         zones=zones,
         rules=rules_hit(ev),
         time_ns=ev.capture_ns,

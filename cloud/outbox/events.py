@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..verdicts import VerdictInfo
+
 
 @dataclass(frozen=True, slots=True)
 class ObjectState:
@@ -30,6 +32,8 @@ class ObjectState:
     frame_time: float = 0.0
     # A second opinion on the label (the cloud classifier's, for a track event).
     sub_label: str | None = None
+    # The cloud's second opinion on `label` (None: none, or stored before verdicts were).
+    verdict: VerdictInfo | None = None
     # The track has a snapshot (Frigate's has_snapshot).
     has_snapshot: bool = False
 

@@ -16,6 +16,8 @@ def object_json(o: ObjectState) -> dict[str, Any]:
         "camera": o.camera,
         "label": o.label,
         "sub_label": o.sub_label,
+        # strata's: the cloud's second opinion on `label` (confirmed / rejected / abstained).
+        "verdict": None if o.verdict is None else o.verdict.as_json(),
         "score": round(float(o.score), 6),
         "top_score": round(float(o.top_score), 6),
         "box": None if o.box is None else [round(float(v), 2) for v in o.box],

@@ -17,9 +17,10 @@ from typing import Any
 
 from strata.shared.contracts import events_pb2
 
-from ..event_rows import COLUMNS, event_from_row
+from ..event_rows import COLUMNS, event_from_row, object_label
 from ..track_filter import type_name
 from ..track_rows import stored_from_row
+from ..verdicts import event_verdict, track_verdict
 from .events import ObjectState, OutboxEvent
 
 
@@ -55,17 +56,19 @@ def crop_event(row: tuple[Any, ...]) -> OutboxEvent:
     if ev.HasField("edge_detection") and det.HasField("box"):
         box = (det.box.x1, det.box.y1, det.box.x2, det.box.y2)
     t = _secs(ev.capture_ns or ev.stored_ns)
+    verdict = event_verdict(ev)
     after = ObjectState(
         id=obj_id,
         camera=ev.camera_id,
-        # The cloud's verdict is the label; the edge detector's is the sub-label.
-        label=ev.label,
-        score=ev.score,
-        top_score=ev.score,
+        # The detector's label and score; the cloud's verdict beside them, never instead.
+        label=object_label(ev),
+        score=det.score if det.label else ev.score,
+        top_score=det.score if det.label else ev.score,
         box=box,
         start_time=t,
         frame_time=t,
-        sub_label=det.label or None,
+        sub_label=verdict.sub_label if verdict is not None else None,
+        verdict=verdict,
     )
     extra: list[tuple[str, str | int | float | bool]] = [
         ("source", "crop"),
@@ -74,6 +77,8 @@ def crop_event(row: tuple[Any, ...]) -> OutboxEvent:
         ("sequence", ev.sequence),
         ("track_id", ev.track_id),
         ("edge_score", det.score),
+        ("cloud_label", ev.label),
+        ("cloud_score", ev.score),
     ]
     if ev.HasField("model_version"):
         extra.append(("model_version", ev.model_version))
@@ -115,6 +120,7 @@ def _state(
     ev: events_pb2.TrackEvent, s: events_pb2.TrackState, has_snapshot: bool = False
 ) -> ObjectState:
     box = (s.box.x1, s.box.y1, s.box.x2, s.box.y2) if s.HasField("box") else None
+    verdict = track_verdict(ev)
     return ObjectState(
         id=ev.track_uid,
         camera=ev.camera_id,
@@ -128,7 +134,8 @@ def _state(
         start_time=s.start_time,
         end_time=s.end_time or None,
         frame_time=s.frame_time,
-        sub_label=ev.verdict.label or None,
+        sub_label=verdict.sub_label if verdict is not None else None,
+        verdict=verdict,
         has_snapshot=has_snapshot,
     )
 
@@ -177,8 +184,9 @@ def track_event(row: tuple[Any, ...]) -> OutboxEvent:
     )
 
 
-# The verdict (cloud label) is joined on QueryTrackEvents reads; the outbox sends the edge's
-# event as stored (sub_label stays empty) to keep its per-event read one indexed lookup.
+# The verdict is joined on QueryTrackEvents reads; the outbox sends the edge's event as
+# stored (no verdict: it comes with the crop's own event) to keep its per-event read one
+# indexed lookup.
 TRACK_EVENTS = TableSource(
     name="track_events",
     table="track_events",

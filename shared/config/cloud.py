@@ -35,9 +35,13 @@ class CloudAuthConfig(StrictModel):
 
 
 class CloudModelConfig(StrictModel):
-    """The classifier (a Swin Transformer by default)."""
+    """The classifier: MobileNetV2 ImageNet by default (Swin for sites that bring one)."""
 
-    name: str = Field("swin", description="Model name in the model repository.")
+    name: str = Field(
+        "mobilenetv2_imagenet",
+        description="Model name in the model repository; its verdicts.yaml says which of its "
+        "labels confirm which detector labels.",
+    )
     variant: str = Field("", description="Repository variant (e.g. int8); empty: primary file.")
     path: str = Field("", description="ONNX file to load instead of the repository model.")
     labels_file: str = Field(

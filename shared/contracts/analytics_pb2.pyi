@@ -70,7 +70,7 @@ class LabelScore(_message.Message):
     def __init__(self, class_id: _Optional[int] = ..., label: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class CropAck(_message.Message):
-    __slots__ = ("crop_id", "status", "reason", "event_id", "labels", "retry_after_ms", "model_version")
+    __slots__ = ("crop_id", "status", "reason", "event_id", "labels", "retry_after_ms", "model_version", "verdict")
     CROP_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class CropAck(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
     crop_id: str
     status: CropStatus
     reason: str
@@ -85,7 +86,8 @@ class CropAck(_message.Message):
     labels: _containers.RepeatedCompositeFieldContainer[LabelScore]
     retry_after_ms: int
     model_version: int
-    def __init__(self, crop_id: _Optional[str] = ..., status: _Optional[_Union[CropStatus, str]] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., retry_after_ms: _Optional[int] = ..., model_version: _Optional[int] = ...) -> None: ...
+    verdict: _events_pb2.Verdict
+    def __init__(self, crop_id: _Optional[str] = ..., status: _Optional[_Union[CropStatus, str]] = ..., reason: _Optional[str] = ..., event_id: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., retry_after_ms: _Optional[int] = ..., model_version: _Optional[int] = ..., verdict: _Optional[_Union[_events_pb2.Verdict, str]] = ...) -> None: ...
 
 class UplinkResponse(_message.Message):
     __slots__ = ("version", "acks", "event_acks", "snapshot_acks")
@@ -128,7 +130,7 @@ class ClassifyResponse(_message.Message):
     def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., labels: _Optional[_Iterable[_Union[LabelScore, _Mapping]]] = ..., model: _Optional[str] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "edge_id", "camera_id", "sequence", "capture_ns", "edge_detection", "label", "score", "stored_ns", "crop_id", "track_id", "track_events", "model_version")
+    __slots__ = ("event_id", "edge_id", "camera_id", "sequence", "capture_ns", "edge_detection", "label", "score", "stored_ns", "crop_id", "track_id", "track_events", "model_version", "verdict", "model", "support")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     EDGE_ID_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +144,9 @@ class Event(_message.Message):
     TRACK_ID_FIELD_NUMBER: _ClassVar[int]
     TRACK_EVENTS_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SUPPORT_FIELD_NUMBER: _ClassVar[int]
     event_id: int
     edge_id: str
     camera_id: str
@@ -155,7 +160,10 @@ class Event(_message.Message):
     track_id: int
     track_events: int
     model_version: int
-    def __init__(self, event_id: _Optional[int] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., stored_ns: _Optional[int] = ..., crop_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_events: _Optional[int] = ..., model_version: _Optional[int] = ...) -> None: ...
+    verdict: _events_pb2.Verdict
+    model: str
+    support: float
+    def __init__(self, event_id: _Optional[int] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., stored_ns: _Optional[int] = ..., crop_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_events: _Optional[int] = ..., model_version: _Optional[int] = ..., verdict: _Optional[_Union[_events_pb2.Verdict, str]] = ..., model: _Optional[str] = ..., support: _Optional[float] = ...) -> None: ...
 
 class QueryEventsRequest(_message.Message):
     __slots__ = ("version", "camera_id", "start_ns", "end_ns", "label", "page_size", "page_token", "group_by_track", "types", "zone", "line", "rule", "track_id", "track_uid")

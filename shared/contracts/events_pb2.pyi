@@ -27,6 +27,13 @@ class CrossingDirection(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CROSSING_DIRECTION_IN: _ClassVar[CrossingDirection]
     CROSSING_DIRECTION_OUT: _ClassVar[CrossingDirection]
 
+class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VERDICT_UNSPECIFIED: _ClassVar[Verdict]
+    VERDICT_CONFIRM: _ClassVar[Verdict]
+    VERDICT_REJECT: _ClassVar[Verdict]
+    VERDICT_ABSTAIN: _ClassVar[Verdict]
+
 class TrackEventStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TRACK_EVENT_STATUS_UNSPECIFIED: _ClassVar[TrackEventStatus]
@@ -68,6 +75,10 @@ TRACK_EVENT_TYPE_ACTIVE: TrackEventType
 CROSSING_DIRECTION_UNSPECIFIED: CrossingDirection
 CROSSING_DIRECTION_IN: CrossingDirection
 CROSSING_DIRECTION_OUT: CrossingDirection
+VERDICT_UNSPECIFIED: Verdict
+VERDICT_CONFIRM: Verdict
+VERDICT_REJECT: Verdict
+VERDICT_ABSTAIN: Verdict
 TRACK_EVENT_STATUS_UNSPECIFIED: TrackEventStatus
 TRACK_EVENT_STATUS_STORED: TrackEventStatus
 TRACK_EVENT_STATUS_DUPLICATE: TrackEventStatus
@@ -87,16 +98,24 @@ SNAPSHOT_STATUS_INVALID: SnapshotStatus
 SNAPSHOT_STATUS_RETRY: SnapshotStatus
 
 class CloudVerdict(_message.Message):
-    __slots__ = ("label", "score", "model_version", "event_id")
+    __slots__ = ("label", "score", "model_version", "event_id", "verdict", "detector_label", "model", "support")
     LABEL_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    DETECTOR_LABEL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SUPPORT_FIELD_NUMBER: _ClassVar[int]
     label: str
     score: float
     model_version: int
     event_id: int
-    def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ..., model_version: _Optional[int] = ..., event_id: _Optional[int] = ...) -> None: ...
+    verdict: Verdict
+    detector_label: str
+    model: str
+    support: float
+    def __init__(self, label: _Optional[str] = ..., score: _Optional[float] = ..., model_version: _Optional[int] = ..., event_id: _Optional[int] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., detector_label: _Optional[str] = ..., model: _Optional[str] = ..., support: _Optional[float] = ...) -> None: ...
 
 class PathPoint(_message.Message):
     __slots__ = ("x", "y", "capture_ns", "observed")

@@ -95,7 +95,14 @@ def start_console(cfg: CloudConfig, security: ConsoleSecurity | None = None) -> 
     return Running(server, store, hub, loop, thread, executor, db)
 
 
-def crop(i: int, camera: str = "door", t: int = 0, track_id: int = 0, label: str = "car") -> Any:
+def crop(
+    i: int,
+    camera: str = "door",
+    t: int = 0,
+    track_id: int = 0,
+    label: str = "car",
+    edge_label: str = "",
+) -> Any:
     """A classified crop as the service stores it."""
     return analytics_pb2.Event(
         edge_id="edge-a",
@@ -109,7 +116,9 @@ def crop(i: int, camera: str = "door", t: int = 0, track_id: int = 0, label: str
         edge_detection=common_pb2.Detection(
             box=common_pb2.Box(x1=100, y1=200, x2=180, y2=400),
             score=0.7,
-            label="person",
+            # The detector's label is the object's (filters match it); `label` above is the
+            # classifier's evidence, as a crop stored before verdicts were carries it.
+            label=edge_label or label,
             track_id=track_id,
         ),
     )

@@ -48,11 +48,11 @@ def wait_serving(address: str, proc: subprocess.Popen[str], timeout: float = 90.
 
 
 @pytest.mark.slow
-def test_cli_serves_the_starter_swin_and_queries(tmp_path: Path, port: int) -> None:
+def test_cli_serves_the_starter_classifier_and_queries(tmp_path: Path, port: int) -> None:
     address = f"127.0.0.1:{port}"
     db = tmp_path / "events.sqlite"
     cfg = tmp_path / "strata.yaml"
-    cfg.write_text("cloud:\n  model:\n    name: swin\n  batcher:\n    max_batch: 4\n")
+    cfg.write_text("cloud:\n  batcher:\n    max_batch: 4\n")  # the default model
     proc = subprocess.Popen(
         [*STRATA, "cloud", "--config", str(cfg), "--listen", address, "--db", str(db)],
         stdout=subprocess.PIPE,
@@ -71,6 +71,7 @@ def test_cli_serves_the_starter_swin_and_queries(tmp_path: Path, port: int) -> N
                 encoding=common_pb2.ENCODING_JPEG,
                 image=jpeg((40 * i, 90, 200), w=96, h=64),
                 timing=common_pb2.Timing(capture_ns=10**18 + i),
+                detection=common_pb2.Detection(label=("car", "person", "dog")[i], score=0.7),
             )
             for i in range(3)
         ]
@@ -87,8 +88,28 @@ def test_cli_serves_the_starter_swin_and_queries(tmp_path: Path, port: int) -> N
         assert out.returncode == 0, out.stderr
         events = [json.loads(line) for line in out.stdout.splitlines()]
         assert [e["cropId"] for e in events] == ["k0", "k1", "k2"]
-        labels = set(ModelRepository().manifest("swin").labels)
-        assert all(e["label"] in labels for e in events)
+        # The classifier's top label is the evidence; the detector's label stays untouched.
+        labels = set(ModelRepository().manifest("mobilenetv2_imagenet").labels)
+        assert all(e["label"] in labels and e["model"] == "mobilenetv2_imagenet" for e in events)
+        assert [e["edgeDetection"]["label"] for e in events] == ["car", "person", "dog"]
+        assert events[1]["verdict"] == "VERDICT_ABSTAIN"  # ImageNet has no person class
+        assert all(e["verdict"] in {"VERDICT_CONFIRM", "VERDICT_REJECT", "VERDICT_ABSTAIN"}
+                   for e in events)  # fmt: skip
+        text = subprocess.run(
+            [*STRATA, "cloud", "query", "--target", address, "--camera", "cam-7"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert text.returncode == 0, text.stderr
+        lines = [line.split("\t") for line in text.stdout.splitlines()]
+        # The detector's label and score, the verdict beside them.
+        assert [(ln[3], ln[4]) for ln in lines] == [
+            ("car", "0.700"),
+            ("person", "0.700"),
+            ("dog", "0.700"),
+        ]
+        assert lines[1][5].startswith("abstained (")
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(30)
@@ -120,7 +141,9 @@ def test_query_reads_a_store_file_without_an_endpoint(
     assert main(["cloud", "query", "--db", str(path), "--label", "car", "--limit", "4"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [ln.split("\t")[3] for ln in lines] == ["car"] * 4
-    assert [ln.split("\t")[5] for ln in lines] == ["e/c1", "e/c3", "e/c5", "e/c7"]
+    # Stored without a verdict: the classifier's label and score stand in the verdict column.
+    assert [ln.split("\t")[5] for ln in lines] == ["cloud car 0.500"] * 4
+    assert [ln.split("\t")[6] for ln in lines] == ["e/c1", "e/c3", "e/c5", "e/c7"]
     assert main(["cloud", "query", "--db", str(tmp_path / "absent.sqlite")]) == 2
     assert "no such event store" in capsys.readouterr().err
     assert not (tmp_path / "absent.sqlite").exists()

@@ -29,7 +29,7 @@ UID = "1000-7"
 def _seed(run: Running) -> None:
     """Crops on two cameras and a track with rule events on door."""
     put_track(run, 1, kind="new")
-    put_crop(run, crop(1, "door", t=1_001_500, track_id=7, label="car"))
+    put_crop(run, crop(1, "door", t=1_001_500, track_id=7, label="car", edge_label="person"))
     put_track(run, 2, kind="zone_entered", zone="porch", rule="porch-watch")
     put_track(
         run,

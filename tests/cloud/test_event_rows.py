@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 from strata.cloud.event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
@@ -11,8 +15,11 @@ from strata.cloud.event_rows import (
     query_sql,
     stored_event,
 )
-from strata.cloud.event_store import EventQuery, PageKey
-from strata.shared.contracts import analytics_pb2
+from strata.cloud.event_store import EventQuery, EventStore, PageKey
+from strata.cloud.metrics import CloudMetrics
+from strata.cloud.store import open_store
+from strata.shared.config.cloud import CloudStoreConfig
+from strata.shared.contracts import analytics_pb2, common_pb2, events_pb2
 
 
 def _event(**kw: object) -> analytics_pb2.Event:
@@ -58,3 +65,58 @@ def test_query_sql_binds_every_bound_and_reads_one_more_row() -> None:
     assert 15 in args and 3 in args and args[-1] == 51  # one more: is there a next page?
     open_sql, open_args = query_sql(EventQuery(), None, 5, "%s")
     assert "camera_id = " not in open_sql and open_args[0] == 0 and open_args[-1] == 6
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EventStore]:
+    if request.param == "sqlite":
+        cfg = CloudStoreConfig(path=str(tmp_path / "e.sqlite"))
+    else:  # a real server (tests/cloud/conftest.py starts one; skipped locally without it)
+        url = request.getfixturevalue("pg_url")
+        cfg = CloudStoreConfig(url=url, write_delay_ms=1.0, connect_timeout_s=5.0)
+    s = open_store(cfg, CloudMetrics())
+    s.start()
+    yield s
+    s.close()
+
+
+def test_the_verdict_round_trips_and_labels_filter_on_the_detectors(store: EventStore) -> None:
+    judged = _event(
+        crop_id="v",
+        capture_ns=10,
+        label="minivan",
+        score=0.81,
+        edge_detection=common_pb2.Detection(label="car", score=0.6),
+        model_version=2,
+        verdict=events_pb2.VERDICT_CONFIRM,
+        model="mobilenetv2_imagenet",
+        support=0.86,
+    )
+    # Stored before verdicts were (schema 6): the classifier's label was the only one.
+    legacy = _event(crop_id="old", capture_ns=11, label="car", score=0.9)
+    person = _event(
+        crop_id="p",
+        capture_ns=12,
+        label="suit",
+        score=0.7,
+        edge_detection=common_pb2.Detection(label="person", score=0.8),
+        verdict=events_pb2.VERDICT_ABSTAIN,
+        model="mobilenetv2_imagenet",
+    )
+    for ev in (judged, legacy, person):
+        store.submit(ev).result(20)
+    got, _ = store.query(EventQuery(camera_id="cam"), None, 10)
+    by_crop = {e.crop_id: e for e in got}
+    back = by_crop["v"]
+    assert back.verdict == events_pb2.VERDICT_CONFIRM and back.model == "mobilenetv2_imagenet"
+    assert back.support == pytest.approx(0.86) and back.model_version == 2
+    assert (back.label, back.edge_detection.label) == ("minivan", "car")
+    assert by_crop["p"].verdict == events_pb2.VERDICT_ABSTAIN
+    # The legacy row reads without a verdict (NULL columns), as before.
+    assert by_crop["old"].verdict == events_pb2.VERDICT_UNSPECIFIED
+    cars, _ = store.query(EventQuery(camera_id="cam", label="car"), None, 10)
+    assert sorted(e.crop_id for e in cars) == ["old", "v"]
+    minivans, _ = store.query(EventQuery(camera_id="cam", label="minivan"), None, 10)
+    assert minivans == []  # the classifier's evidence is not the object's label
+    people, _ = store.query(EventQuery(camera_id="cam", label="person"), None, 10)
+    assert [e.crop_id for e in people] == ["p"]

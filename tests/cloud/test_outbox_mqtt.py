@@ -146,7 +146,10 @@ def test_events_arrive_in_order_and_home_assistant_discovers_each_camera(
         assert seq == sorted(seq) and len(seq) == 10
     first = got[0]
     assert first["type"] == "new" and first["before"] is None
-    assert first["after"]["label"] == "red" and first["after"]["sub_label"] == "person"
+    # The detector's label (issue 38); the classifier's top label is evidence beside it, and
+    # a crop stored without a verdict has none (sub_label only for a confirmed one).
+    assert first["after"]["label"] == "person" and first["after"]["sub_label"] is None
+    assert first["after"]["verdict"] is None and first["strata"]["cloud_label"] == "red"
     assert first["after"]["box"] == [1.0, 2.0, 30.0, 40.0]
     assert len({e["strata"]["idempotency_key"] for e in got}) == 20
     assert sample(metrics.registry, "strata_cloud_sink_delivered_total", sink="mqtt") == 20
@@ -169,8 +172,8 @@ def test_events_arrive_in_order_and_home_assistant_discovers_each_camera(
     for cam, found in kinds.items():
         assert found == {
             f"sensor:strata/{cam}/event",
-            f"sensor:strata/{cam}/red",
-            f"image:strata/{cam}/red/snapshot",
+            f"sensor:strata/{cam}/person",  # the detector's label (issue 38)
+            f"image:strata/{cam}/person/snapshot",
         }, cam
     last = {t: json.loads(p) for t, p, r in late.messages if t.endswith("/event") and r}
     assert last["strata/door/event"]["strata"]["stored_id"] == max(

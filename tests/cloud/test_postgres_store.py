@@ -39,9 +39,12 @@ def event(i: int, edge: str = "e", camera: str = "cam") -> analytics_pb2.Event:
         camera_id=camera,
         sequence=2**64 - 1 - i,
         capture_ns=1000 + i,
-        label="car" if i % 2 else "person",
+        # The classifier's evidence; label filters match the detector's label (schema 7).
+        label="minivan" if i % 2 else "suit",
         score=0.5,
-        edge_detection=common_pb2.Detection(score=0.25, class_id=i, label="x"),
+        edge_detection=common_pb2.Detection(
+            score=0.25, class_id=i, label="car" if i % 2 else "person"
+        ),
         # The classifier's version; every fifth unknown (stored before it was recorded).
         model_version=None if i % 5 == 0 else i % 3,
     )
@@ -110,7 +113,7 @@ def exercise(store: EventStore) -> list[tuple[str, bool, int]]:
         ], got
     flat = all_pages(store, EventQuery(camera_id="trk"), 100)
     assert len(flat) == 10 and all(e.track_events == 0 for e in flat)
-    seen = [(e.crop_id, e.label == "car", e.sequence) for e in paged]
+    seen = [(e.crop_id, e.edge_detection.label == "car", e.sequence) for e in paged]
     store.close()
     return seen
 
@@ -180,7 +183,7 @@ def test_replicas_share_events_dedup_and_watch(pg_url: str) -> None:
             got[ev.event_id] = ev
         assert len(got) == 50
         assert ids <= set(got)
-        assert got[min(ids)].edge_detection.label == "x"
+        assert got[min(ids)].edge_detection.label == "person"  # event(100)
     for s in stores:
         s.close()
     loop.close()

@@ -13,7 +13,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from strata.cloud.server import CloudServer
 from strata.shared.config.cloud import CloudConfig
-from strata.shared.contracts import PROTOCOL_MAJOR, analytics_pb2, common_pb2, current_version
+from strata.shared.contracts import (
+    PROTOCOL_MAJOR,
+    analytics_pb2,
+    common_pb2,
+    current_version,
+    events_pb2,
+)
 from strata.shared.metrics import sample
 
 RED, GREEN, BLUE = (0, 0, 255), (0, 255, 0), (255, 0, 0)  # BGR
@@ -81,12 +87,13 @@ def test_uplink_is_stored_queried_and_survives_restart(
     assert [e.crop_id for e in events] == [f"c{i}" for i in range(12)]  # capture time order
     assert events[0].edge_detection.label == "person"
     assert events[0].edge_detection.box.x2 == 30
-    assert [e.crop_id for e in query(stub, camera_id="cam-1", label="green")] == [
-        "c1",
-        "c4",
-        "c7",
-        "c10",
-    ]
+    # The classifier's top label is evidence; the object's label is the detector's, and
+    # label filters match it (issue 38). The colour model's labels have no verdict map: each
+    # stands for itself, so it abstains on "person".
+    assert [e.label for e in events[:3]] == ["red", "green", "blue"]
+    assert all(e.verdict == events_pb2.VERDICT_ABSTAIN and e.model for e in events)
+    assert len(query(stub, camera_id="cam-1", label="person")) == 12
+    assert query(stub, camera_id="cam-1", label="green") == []
     assert query(stub, camera_id="cam-2") == []
     window = query(stub, start_ns=1_000_000_000 + 3000, end_ns=1_000_000_000 + 6000)
     assert [e.crop_id for e in window] == ["c3", "c4", "c5"]

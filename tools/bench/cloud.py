@@ -448,7 +448,7 @@ def _document(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`strata bench cloud`'s options."""
-    p.add_argument("--model", default="swin", help="repository model name")
+    p.add_argument("--model", default="mobilenetv2_imagenet", help="repository model name")
     p.add_argument("--repository", default="", help="model repository; empty: the starter one")
     p.add_argument("--model-path", default="", help="an ONNX classifier instead of --model")
     p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads")

@@ -183,7 +183,7 @@ def cloud_probe(tmp: Path, model: str, rounds: int) -> dict[str, Any]:
     model_yaml = f"    path: {model}\n" if model else ""
     proc = _daemon(
         ["cloud", "--listen", address, "--db", str(tmp / "events.sqlite")],
-        "cloud:\n  model:\n    name: swin\n" + model_yaml,
+        "cloud:\n  model:\n    name: mobilenetv2_imagenet\n" + model_yaml,
         tmp,
     )
     channel = grpc.insecure_channel(address)
@@ -271,7 +271,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """`strata bench hostile`'s options."""
     p.add_argument("--rounds", type=int, default=20, help="bomb rounds per daemon (20)")
     p.add_argument("--edge-model", default="", help="detector ONNX (default: starter yolov8n)")
-    p.add_argument("--cloud-model", default="", help="classifier ONNX (default: starter swin)")
+    p.add_argument(
+        "--cloud-model",
+        default="",
+        help="classifier ONNX (default: the starter mobilenetv2_imagenet)",
+    )
     p.add_argument("--json", default="", help="also write the figures here")
 
 

@@ -15,7 +15,7 @@ from strata.shared.models import (
 )
 from strata.shared.runtime import ModelLoadError
 
-STARTERS = ("mobilenetv3_small", "picodet_s_416", "swin", "yolov8n")
+STARTERS = ("mobilenetv2_imagenet", "mobilenetv3_small", "picodet_s_416", "yolov8n")
 
 
 def test_default_repository_is_the_starter_one() -> None:

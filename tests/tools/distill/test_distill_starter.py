@@ -1,4 +1,5 @@
-"""The starter repository ships the students distilled for vtest.avi, and they work there."""
+"""The starter repository ships the students distilled for vtest.avi (the detector and the
+gate), and they work there; the cloud's classifier is a real ImageNet model, not distilled."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ def test_starters_are_distilled_with_cards_and_report() -> None:
     for part, name in (
         ("detector", "yolov8n"),
         ("gate", "mobilenetv3_small"),
-        ("verifier", "swin"),
     ):
         m = repo.manifest(name)
         assert m.source.trained and "strata models distill" in m.source.notes
@@ -29,6 +29,8 @@ def test_starters_are_distilled_with_cards_and_report() -> None:
         assert "held out" in card and "## Limits" in card
         assert report[part]["name"] == name
     assert repo.manifest("yolov8n").labels == ("person",)
+    # The vtest-distilled Swin verifier is no longer shipped (issue 38): the report keeps it.
+    assert "swin" not in repo.names() and report["verifier"]["name"] == "swin"
     assert report["detector"]["heldout"]["ap50"] >= 0.6
 
 

@@ -113,10 +113,10 @@ def test_cli_never_writes_into_the_starter_repository(
     synthetic_mp4: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["models", "quantize", "swin", "--clip", str(synthetic_mp4)])
+        main(["models", "quantize", "mobilenetv2_imagenet", "--clip", str(synthetic_mp4)])
     assert exc.value.code == 2
     assert "--into" in capsys.readouterr().err
-    assert ModelRepository(starter_repository()).manifest("swin").variants == {}
+    assert ModelRepository(starter_repository()).manifest("mobilenetv2_imagenet").variants == {}
 
 
 def test_quantize_missing_clip_is_clear(tiny_repo: Path, tmp_path: Path) -> None:
