@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import Counter
+from strata.edge.drivers.ingest_loop import Decorate, Forget, IngestLoop, IngestStages
+from strata.edge.drivers.worker import Worker, WorkerStages, WorkerTicks
 from strata.edge.flow.delivery import Delivery, Served
 from strata.edge.flow.final_acks import FinalAcks
 from strata.edge.flow.queues import CameraQueues
@@ -42,10 +44,8 @@ from strata.edge.inference.scheduler import (
 )
 from strata.edge.inference.serving import ModelIdentity, ServingModel, VersionBuilder, classes_of
 from strata.edge.inference.versions import ModelSwitcher, VersionMetrics, version_of
-from strata.edge.inference.worker import Worker, WorkerStages, WorkerTicks
 from strata.edge.ingest.frames import QueuedFrame
 from strata.edge.ingest.intake import Ingest
-from strata.edge.ingest.loop import Decorate, Forget, IngestLoop, IngestStages
 from strata.edge.metrics import EdgeMetrics, RulesCollector
 from strata.edge.node import EdgeNode, NodeStages
 from strata.edge.overload.deadline import DeadlineShedder, ShedHook
