@@ -65,7 +65,8 @@ class Endpoints:
     publish: str
 
 
-@dataclass(frozen=True, slots=True)
+# Built by keyword only: too many fields to match by position.
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeStages:
     """Everything `build_node` built, by stage; the node only runs them."""
 
