@@ -104,8 +104,10 @@ def test_no_new_two_way_tie(tier: str) -> None:
 
 def test_the_edge_stages_are_leaves_of_the_drivers() -> None:
     graph = _graph("edge")
-    for stage in ("ingest", "flow", "inference", "tracking", "rules", "publish", "overload"):
-        assert "drivers" not in graph.get(stage, set()), f"edge/{stage} imports edge/drivers"
+    stages = ("ingest", "flow", "inference", "tracking", "rules", "publish", "overload")
+    for stage in (*stages, "uplink", "state"):
+        assert "drivers" not in graph[stage], f"edge/{stage} imports edge/drivers"
+    assert {"ingest", "flow", "inference", "tracking", "publish", "overload"} <= graph["drivers"]
 
 
 def test_the_check_sees_a_tie(tmp_path: Path) -> None:
