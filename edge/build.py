@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import Counter
+from strata.edge.drivers.ingest_loop import Decorate, Forget, IngestLoop, IngestStages
+from strata.edge.drivers.worker import Worker, WorkerStages, WorkerTicks
 from strata.edge.flow.delivery import Delivery, Served
 from strata.edge.flow.final_acks import FinalAcks
 from strata.edge.flow.queues import CameraQueues
@@ -42,10 +44,8 @@ from strata.edge.inference.scheduler import (
 )
 from strata.edge.inference.serving import ModelIdentity, ServingModel, VersionBuilder, classes_of
 from strata.edge.inference.versions import ModelSwitcher, VersionMetrics, version_of
-from strata.edge.inference.worker import Worker, WorkerStages, WorkerTicks
 from strata.edge.ingest.frames import QueuedFrame
 from strata.edge.ingest.intake import Ingest
-from strata.edge.ingest.loop import Decorate, Forget, IngestLoop, IngestStages
 from strata.edge.metrics import EdgeMetrics, RulesCollector
 from strata.edge.node import EdgeNode, NodeStages
 from strata.edge.overload.deadline import DeadlineShedder, ShedHook
@@ -244,29 +244,65 @@ def _node(b: _Built, after_tracking: Sequence[TrackedStage]) -> EdgeNode:
     )
     stop, worker_done = threading.Event(), threading.Event()
     stages = WorkerStages(
-        flow.queues, b.overload.limits, b.policy, flow.window, shedder, decoder, b.serving,
-        b.objects, cascade, after_tracking, b.results, flow.acks, flow.delivery.credits,
-    )  # fmt: skip
+        queues=flow.queues,
+        limits=b.overload.limits,
+        policy=b.policy,
+        window=flow.window,
+        shedder=shedder,
+        decoder=decoder,
+        serving=b.serving,
+        objects=b.objects,
+        cascade=cascade,
+        after_tracking=after_tracking,
+        results=b.results,
+        acks=flow.acks,
+        credits=flow.delivery.credits,
+    )
     decisions = _decisions(cfg, b.policy, flow, b.overload.telemetry, b.metrics)
     ticks = WorkerTicks(b.metrics, b.overload.gpu, b.overload.telemetry, decisions, b.checkpointer)
+    ingest_loop = IngestLoop(_ingest_stages(b), cfg.ingest.camera_idle_s, stop, worker_done)
+    return EdgeNode(
+        NodeStages(
+            cfg=cfg,
+            metrics=b.metrics,
+            ingest=b.ingest,
+            ingest_loop=ingest_loop,
+            delivery=flow.delivery,
+            queues=flow.queues,
+            serving=b.serving,
+            policy=b.policy,
+            decoder=decoder,
+            worker=Worker(stages, ticks, stop),
+            cascade=cascade,
+            rules=b.rules,
+            results=b.results,
+            uplink=b.uplink,
+            checkpointer=b.checkpointer,
+            gpu_pressure=b.overload.gpu,
+            telemetry=b.overload.telemetry,
+            stop=stop,
+            worker_done=worker_done,
+            clips=b.clips,
+        )
+    )
+
+
+def _ingest_stages(b: _Built) -> IngestStages:
+    """What the ingest thread hands frames to, and every stage that forgets idle cameras."""
     forget: tuple[Forget, ...] = (b.takeover.forget_cameras, b.results.forget_cameras)
     decorate: tuple[Decorate, ...] = ()
     if b.clips is not None:
         forget += (b.clips.forget_cameras,)
         decorate = (b.clips.decorate,)
-    ingest_stages = IngestStages(
-        b.ingest, flow.delivery, cascade, flow.queues, b.metrics, forget, decorate
+    return IngestStages(
+        ingest=b.ingest,
+        delivery=b.flow.delivery,
+        cascade=b.cascade,
+        queues=b.flow.queues,
+        metrics=b.metrics,
+        forget=forget,
+        decorate=decorate,
     )
-    return EdgeNode(
-        NodeStages(
-            cfg, b.metrics, b.ingest,
-            IngestLoop(ingest_stages, cfg.ingest.camera_idle_s, stop, worker_done),
-            flow.delivery, flow.queues, b.serving, b.policy, decoder,
-            Worker(stages, ticks, stop),
-            cascade, b.rules, b.results, b.uplink, b.checkpointer, b.overload.gpu,
-            b.overload.telemetry, stop, worker_done, b.clips,
-        )
-    )  # fmt: skip
 
 
 def _flow(

@@ -1,9 +1,9 @@
 """The edge node: wires the stages (built by strata.edge.build.build_node) to their
 sockets and threads.
 
-A frame's way, stage by stage: ingest (strata.edge.ingest.loop: ROUTER, checks,
+A frame's way, stage by stage: ingest (strata.edge.drivers.ingest_loop: ROUTER, checks,
 heartbeats) -> flow (delivery, credits, the per-camera queues) -> inference (the worker,
-strata.edge.inference.worker: batching, detector) -> tracking (and answers for skipped
+strata.edge.drivers.worker: batching, detector) -> tracking (and answers for skipped
 frames) -> the stages after tracking (strata.edge.tracking.handoff: the rules stage,
 strata.edge.rules.stage) -> publish (results and track events on the PUB socket, final
 acks, crops) -> uplink (crops and track events to the cloud). State (checkpoint,
@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import zmq
+from strata.edge.drivers.ingest_loop import IngestLoop
+from strata.edge.drivers.worker import Worker
 from strata.edge.flow.delivery import Delivery
 from strata.edge.flow.queues import CameraQueues
 from strata.edge.inference.decode import FrameDecoder
 from strata.edge.inference.scheduler import BatchPolicy, save_policy
 from strata.edge.inference.serving import ServingModel
-from strata.edge.inference.worker import Worker
 from strata.edge.ingest.intake import Ingest
-from strata.edge.ingest.loop import IngestLoop
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.overload.gpu_pressure import GpuPressure
 from strata.edge.publish.clip_demand import ClipDemand
@@ -65,7 +65,8 @@ class Endpoints:
     publish: str
 
 
-@dataclass(frozen=True, slots=True)
+# Built by keyword only: too many fields to match by position.
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeStages:
     """Everything `build_node` built, by stage; the node only runs them."""
 

@@ -4,14 +4,28 @@ batch limit capped by GPU pressure, and GPU pressure's credit scale and device l
 
 from __future__ import annotations
 
-from strata.edge.inference.scheduler import BatchPolicy
+from typing import Protocol
+
 from strata.edge.overload.gpu_pressure import GpuPressure
+
+
+class _Decision(Protocol):
+    @property
+    def max_batch(self) -> int: ...
+
+
+class CurrentBatch(Protocol):
+    """What these limits read of the batch policy (strata.edge.inference.scheduler's
+    BatchPolicy, which imports overload's batch limit: named here by shape, so that
+    overload stays a leaf of inference)."""
+
+    def current(self) -> _Decision: ...
 
 
 class OverloadLimits:
     """Reads the batch policy and GPU pressure at each call (both change at run time)."""
 
-    def __init__(self, policy: BatchPolicy, gpu: GpuPressure) -> None:
+    def __init__(self, policy: CurrentBatch, gpu: GpuPressure) -> None:
         self.policy = policy
         self.gpu = gpu
 

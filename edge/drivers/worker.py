@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 POLL_S = 0.1
 
 
-@dataclass(frozen=True, slots=True)
+# Built by keyword only: too many fields to match by position.
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerStages:
     """What the worker drives, in the order a frame meets them."""
 

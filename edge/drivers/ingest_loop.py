@@ -43,7 +43,8 @@ Forget = Callable[[list[str]], None]
 Decorate = Callable[[frame_pb2.FrameAck, frame_pb2.FrameHeader], None]
 
 
-@dataclass(frozen=True, slots=True)
+# Built by keyword only: too many fields to match by position.
+@dataclass(frozen=True, slots=True, kw_only=True)
 class IngestStages:
     """What the ingest thread hands frames to, and who forgets idle cameras."""
 
