@@ -165,27 +165,64 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_event(ev: Any, as_json: bool) -> None:
-    import json
+EVENT_COLUMNS = ("ID", "TIME", "CAMERA", "LABEL", "SCORE", "VERDICT", "CROP", "TRACK", "MODEL")
+TRACK_COLUMNS = (
+    "ID", "TIME", "CAMERA", "TYPE", "LABEL", "TRACK", "WHERE", "RULE", "DWELL", "SEEN", "VERDICT",
+)  # fmt: skip
 
-    from google.protobuf.json_format import MessageToDict
+
+class _Output:
+    """What `strata cloud query` prints: a table with headers and local times, printed
+    once every row is in (widths need them all, --limit bounds them), or with --json one
+    message per line as it comes (unchanged)."""
+
+    def __init__(self, tracks: bool, as_json: bool) -> None:
+        from strata.shared.cli.table import Table
+
+        self.as_json = as_json
+        self.cells = _track_cells if tracks else _event_cells
+        self.table = Table(TRACK_COLUMNS if tracks else EVENT_COLUMNS)
+
+    def add(self, message: Any) -> None:
+        if self.as_json:
+            import json
+
+            from google.protobuf.json_format import MessageToDict
+
+            print(json.dumps(MessageToDict(message)))
+        else:
+            self.table.add(*self.cells(message))
+
+    def close(self) -> None:
+        if self.as_json:
+            return
+        if not self.table.rows:
+            print("strata cloud query: no events match", file=sys.stderr)
+            return
+        # Line by line: one huge write that a closed pipe cuts short is not always an error.
+        for line in self.table.lines():
+            sys.stdout.write(line + "\n")
+
+
+def _event_cells(ev: Any) -> tuple[str, ...]:
+    from strata.shared.cli.table import local_time
 
     from .event_rows import object_label
     from .verdicts import event_verdict
 
-    if as_json:
-        print(json.dumps(MessageToDict(ev)))
-        return
     # The detector's label and score, the cloud's verdict beside them (never instead).
     det = ev.edge_detection
     verdict = event_verdict(ev)
-    print(
-        f"{ev.event_id}\t{ev.capture_ns}\t{ev.camera_id}\t{object_label(ev)}\t"
-        f"{det.score if det.label else ev.score:.3f}\t"
-        f"{verdict.text if verdict is not None else f'cloud {ev.label} {ev.score:.3f}'}\t"
-        f"{ev.edge_id}/{ev.crop_id}"
-        + (f"\ttrack {ev.track_id} x{ev.track_events}" if ev.track_id else "")
-        + (f"\tmodel {_model_name(ev)}v{ev.model_version}" if ev.HasField("model_version") else "")
+    return (
+        str(ev.event_id),
+        local_time(ev.capture_ns),
+        ev.camera_id,
+        object_label(ev),
+        f"{det.score if det.label else ev.score:.3f}",
+        verdict.text if verdict is not None else f"cloud {ev.label} {ev.score:.3f}",
+        f"{ev.edge_id}/{ev.crop_id}",
+        f"{ev.track_id} x{ev.track_events}" if ev.track_id else "",
+        f"{_model_name(ev)}v{ev.model_version}" if ev.HasField("model_version") else "",
     )
 
 
@@ -218,42 +255,39 @@ def _track_filter(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _print_track_event(stored: Any, as_json: bool) -> None:
-    import json
-
-    from google.protobuf.json_format import MessageToDict
+def _track_cells(stored: Any) -> tuple[str, ...]:
+    from strata.shared.cli.table import local_time
 
     from .track_filter import type_name
     from .verdicts import track_verdict
 
-    if as_json:
-        print(json.dumps(MessageToDict(stored)))
-        return
     ev = stored.event
-    parts = [
+    where = ""
+    if ev.zone:
+        where = f"zone {ev.zone}"
+    if ev.line:
+        direction = {1: " in", 2: " out"}.get(ev.direction, "")
+        where = f"line {ev.line}{direction}"
+    verdict = track_verdict(ev)
+    if verdict is not None:
+        seen_by_cloud = verdict.text
+    elif ev.HasField("verdict"):  # a crop stored before verdicts were: the classifier's label
+        seen_by_cloud = f"cloud {ev.verdict.label} {ev.verdict.score:.3f}"
+    else:
+        seen_by_cloud = ""
+    return (
         str(stored.stored_id),
-        str(ev.capture_ns),
+        local_time(ev.capture_ns),
         ev.camera_id,
         type_name(ev.type),
         ev.after.label,
         f"{ev.track_uid}#{ev.track_sequence}",
-    ]
-    if ev.zone:
-        parts.append(f"zone {ev.zone}")
-    if ev.line:
-        direction = {1: " in", 2: " out"}.get(ev.direction, "")
-        parts.append(f"line {ev.line}{direction}")
-    if ev.rule:
-        parts.append(f"rule {ev.rule}")
-    if ev.dwell_s:
-        parts.append(f"dwell {ev.dwell_s:.1f}s")
-    parts.append("observed" if ev.observed else "predicted")
-    verdict = track_verdict(ev)
-    if verdict is not None:
-        parts.append(f"verdict {verdict.text}")
-    elif ev.HasField("verdict"):  # a crop stored before verdicts were: the classifier's label
-        parts.append(f"cloud {ev.verdict.label} {ev.verdict.score:.3f}")
-    print("\t".join(parts))
+        where,
+        ev.rule,
+        f"{ev.dwell_s:.1f}s" if ev.dwell_s else "",
+        "observed" if ev.observed else "predicted",
+        seen_by_cloud,
+    )
 
 
 def _query_file(args: argparse.Namespace) -> int:
@@ -266,10 +300,12 @@ def _query_file(args: argparse.Namespace) -> int:
         print(f"strata cloud query: {exc}", file=sys.stderr)
         return 2
     try:
+        out = _Output(_wants_tracks(args), args.json)
         if _wants_tracks(args):
-            _print_file_tracks(store, args)
+            _print_file_tracks(store, args, out)
         else:
-            _print_file_events(store, args)
+            _print_file_events(store, args, out)
+        out.close()
     except (StoreError, ValueError) as exc:
         print(f"strata cloud query: {exc}", file=sys.stderr)
         return 2
@@ -278,7 +314,7 @@ def _query_file(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_file_events(store: Any, args: argparse.Namespace) -> None:
+def _print_file_events(store: Any, args: argparse.Namespace, out: _Output) -> None:
     from .store import EventQuery
 
     track = _track_filter(args)
@@ -295,13 +331,13 @@ def _print_file_events(store: Any, args: argparse.Namespace) -> None:
     while shown < args.limit:
         events, after = store.query(q, after, min(args.limit - shown, 1000))
         for ev in events:
-            _print_event(ev, args.json)
+            out.add(ev)
         shown += len(events)
         if after is None or not events:
             break
 
 
-def _print_file_tracks(store: Any, args: argparse.Namespace) -> None:
+def _print_file_tracks(store: Any, args: argparse.Namespace, out: _Output) -> None:
     from .store import TrackQuery
 
     track = _track_filter(args)
@@ -321,7 +357,7 @@ def _print_file_tracks(store: Any, args: argparse.Namespace) -> None:
     while shown < args.limit:
         events, after = store.query_tracks(q, after, min(args.limit - shown, 1000))
         for ev in events:
-            _print_track_event(ev, args.json)
+            out.add(ev)
         shown += len(events)
         if after is None or not events:
             break
@@ -359,7 +395,7 @@ def run_query(args: argparse.Namespace) -> int:
     )
     tracks = _wants_tracks(args)
     rpc = stub.QueryTrackEvents if tracks else stub.QueryEvents
-    show = _print_track_event if tracks else _print_event
+    out = _Output(tracks, args.json)
     shown = 0
     try:
         for page in rpc(req, metadata=metadata, timeout=30):
@@ -367,10 +403,12 @@ def run_query(args: argparse.Namespace) -> int:
                 if shown >= args.limit:
                     break
                 shown += 1
-                show(ev, args.json)
+                out.add(ev)
             if shown >= args.limit:
                 break
+        out.close()
     except grpc.RpcError as exc:
+        out.close()  # the rows that came before the error
         print(f"strata cloud query: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
     finally:

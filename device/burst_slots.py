@@ -4,9 +4,9 @@ A burst sends every frame of a camera for `burst_frames` frames: a JPEG each, wh
 camera otherwise sends one in six. Cameras started together are due together (frame 0,
 then every `calibrate_every` frames, in step), and an edge's new session asks all its
 cameras at once: sixteen 720p cameras bursting together put 0.4-0.7 s of lag on a 2-core
-host at start, where one at a time leaves under 0.2 s (docs/device.md, "Tenth pass").
-A due burst without a slot waits for one, frame by frame; the bursts that waited then
-stay spread out.
+host at start, where one at a time leaves under 0.2 s (docs/device.md, "Calibration
+bursts in turn"). A due burst without a slot waits for one, frame by frame; the bursts
+that waited then stay spread out.
 
 Invariant: at most `limit` cameras hold a slot, a camera holds at most one, and only the
 camera holding a slot gives it back.

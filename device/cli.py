@@ -16,6 +16,7 @@ from strata.shared.cli.common import add_config_flag, load_or_exit, prune
 if TYPE_CHECKING:
     from strata.shared.config.common import LoggingConfig
     from strata.shared.config.device import DeviceConfig
+    from strata.shared.config.rules import RulesConfig
 
     from .agent import Agent
     from .workers import AgentWorkers
@@ -137,6 +138,32 @@ def _device_config(args: argparse.Namespace, device: dict[str, Any]) -> Any:
     )
 
 
+def warn_unknown_rule_cameras(rules: RulesConfig, dev: DeviceConfig) -> list[str]:
+    """Log a warning for each camera the rules name that this agent does not run; return them.
+
+    Not refused: the rules are the site's (every edge reads the one file), and with cameras
+    given by --source other agents may run the ones named here. The edge says it again when
+    a camera without rules turns up while the rules' cameras have not (edge/rules/engine.py).
+    A file whose device.cameras lists this agent's cameras is checked strictly at load."""
+    from strata.shared.config.base import closest
+
+    from .agent import camera_ids
+
+    ids = camera_ids(dev.cameras)
+    unknown = rules.unknown_cameras(ids)
+    for cam in unknown:
+        guess = closest(cam, ids)
+        log.warning(
+            "rules.cameras.%s: no camera of this agent has that id (its cameras: %s)%s; "
+            "rules apply by exact id, so unless another agent runs %r they never fire",
+            cam,
+            ", ".join(ids),
+            f"; did you mean {guess!r}?" if guess else "",
+            cam,
+        )
+    return unknown
+
+
 def reload_cameras(agent: Any, args: argparse.Namespace) -> bool:
     """SIGHUP: read the config file again and run its cameras (plus --source ones); a bad
     file is logged and changes nothing."""
@@ -205,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
     if not dev.cameras:
         print("strata device: no cameras; give --source (see --help)", file=sys.stderr)
         return 2
+    warn_unknown_rule_cameras(cfg.rules, dev)
     agent = _started_agent(dev, cfg.models.repository, cfg.logging)
     if agent is None:
         return 2

@@ -4,7 +4,7 @@ A camera thread decodes a frame, then scores, decides, scales and encodes it in 
 while it does, the decoder (which runs without the GIL, on FFmpeg's threads) waits. With
 fewer cameras than cores that wait is the agent's shortfall against decode only: vtest
 decodes at 705 frames/s and the agent ran at 424 on 2 cores, 0.60 of it, though its CPU
-time per frame is 0.72 of it (docs/device.md, "Sixth pass"). Here the source's generator
+time per frame is 0.72 of it (docs/device.md, "A frame's path"). Here the source's generator
 runs on a thread of its own, `depth` decoded frames ahead of the camera thread, so the
 two overlap.
 

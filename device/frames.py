@@ -145,7 +145,7 @@ class Yuv420Scaler:
     is stretched to full range here, as the BGR conversion does, and the BT.601 matrix is
     what both the old path (FFmpeg's default for an unspecified colorspace) and every JPEG
     decoder use. vtest 768x576 to 320x240: 0.32 ms with the encode against 0.38 ms through
-    BGR and cv2 (docs/device.md, "JPEG from YUV"). Where BGR is wanted too (the canary of
+    BGR and cv2 (docs/device.md, "Kept frames"). Where BGR is wanted too (the canary of
     a new gate version), the small frame converts for 0.03 ms.
     """
 

@@ -10,7 +10,7 @@
 
 A kept frame crosses no thread between its decoder and the sender's outbox (a lock, a
 deque append): handing each frame through a gate inbox and an encoder queue cost more
-Python than converting and encoding it (docs/device.md, "Third pass"). The relevance gate
+Python than converting and encoding it (docs/device.md, "A frame's path"). The relevance gate
 is the one stage that gains from a thread of its own (a batch across cameras per
 inference), and only where it can drop a frame; whether it can is fixed for the agent's
 life (its threshold), so each camera's frames take one route and its scaler and H.264

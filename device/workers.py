@@ -3,7 +3,7 @@
 A worker is an `Agent` (decoders, gates, sender, spool) over its share of the cameras, so
 the camera threads of one process never wait for another's interpreter lock: at many
 cameras on few cores that wait, not the CPU, is what held one process back
-(docs/device.md, "Twelfth pass").
+(docs/device.md, "Many cameras").
 
 Invariant: a camera runs in exactly one worker and stays in it, across reloads and
 restarts, so its spool and its edge session follow it. The supervisor talks to each worker
@@ -42,7 +42,7 @@ _BACKOFF_S = (1.0, 30.0)
 
 
 # Cameras a process takes under `processes: 0` before the next one starts: below this
-# many a process's interpreter lock is not what limits it (docs/device.md, "Twelfth pass").
+# many a process's interpreter lock is not what limits it (docs/device.md, "Many cameras").
 CAMERAS_PER_PROCESS = 8
 
 

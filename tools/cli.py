@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -48,12 +51,31 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `strata` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)  # --help too may meet a closed pipe
         rc: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        if not stdout_closed():
+            raise  # a socket's, not our output's: a real error
+        # `strata cloud query | head -1`: the reader has what it wanted. Quiet, with the
+        # status a shell gives a command SIGPIPE ended (daemons keep SIGPIPE ignored, as
+        # Python sets it, so a peer's closed socket never kills them).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     return rc
+
+
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports POLLERR for it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (OSError, ValueError):  # no file descriptor (captured output)
+        return False
 
 
 if __name__ == "__main__":

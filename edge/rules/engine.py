@@ -60,6 +60,11 @@ class RulesEngine:
         lifecycle events and the stationary rule)."""
         eng = self._cameras.get(camera_id)
         if eng is None:
+            # The edge learns its cameras as their frames come, and other edges may serve
+            # the rest (the ring), so an unmatched rules camera is said, not refused.
+            hint = self.cfg.unseen_hint(camera_id, self._cameras)
+            if hint:
+                log.warning("%s", hint)
             rules = self.cfg.cameras.get(camera_id, CameraRules())
             # Without a checkpoint the sequence starts at the wall clock in microseconds:
             # above anything an earlier life of this camera sent (docs/events.md).

@@ -12,7 +12,7 @@ from ..logs import setup_logging
 
 def add_config_flag(parser: argparse.ArgumentParser) -> None:
     """Add `--config FILE` and `--log-level`."""
-    parser.add_argument("--config", metavar="FILE", help="YAML config file (see README).")
+    parser.add_argument("--config", metavar="FILE", help="YAML config file (docs/config.md).")
     parser.add_argument(
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="override logging.level"
     )

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -91,9 +95,49 @@ def validate_model(
             line = _line_for(lines or {}, loc)
             where = f"{source}:{line}" if line else source
             key = ".".join(str(p) for p in loc) or "<root>"
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            msg = _unknown_key(model, loc) if err["type"] == "extra_forbidden" else err["msg"]
             msgs.append(f"{where}: {key}: {msg}")
         raise ConfigError("invalid config:\n  " + "\n  ".join(msgs)) from None
+
+
+def _unknown_key(model: type[BaseModel], loc: _Path) -> str:
+    """'unknown key', with the closest field name at that level when one is close."""
+    section = _section_at(model, loc[:-1])
+    if section is None or not loc or not isinstance(loc[-1], str):
+        return "unknown key"
+    guess = closest(loc[-1], section.model_fields)
+    return f"unknown key; did you mean {guess}?" if guess else "unknown key"
+
+
+def closest(word: str, choices: Iterable[str]) -> str:
+    """The choice `word` most likely misspells (difflib), or "" when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else ""
+
+
+def _section_at(model: type[BaseModel], path: _Path) -> type[BaseModel] | None:
+    """The model that holds the keys at `path` below `model` (through lists and dicts)."""
+    annotation: Any = model
+    for part in path:
+        section = _model_in(annotation)
+        if isinstance(part, str) and section is not None and part in section.model_fields:
+            annotation = section.model_fields[part].annotation
+        else:  # a list index or a dict key: the item's type
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if typing.get_origin(annotation) not in (list, tuple, dict) or not args:
+                return None
+            annotation = args[-1]
+    return _model_in(annotation)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    # A section, or the one section in an optional (X | None).
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        models = [m for a in typing.get_args(annotation) if (m := _model_in(a)) is not None]
+        return models[0] if len(models) == 1 else None
+    return None
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -9,12 +9,12 @@ to the frames it gets). docs/events.md describes the events these rules produce.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import KeyValueError, StrictModel
+from .base import KeyValueError, StrictModel, closest
 
 Point = tuple[float, float]
 
@@ -246,19 +246,38 @@ class RulesConfig(StrictModel):
         if not known:
             return
         ids = {k for k in known if k}
-        for cam in self.cameras:
-            if cam in ids:
-                continue
+        for cam in self.unknown_cameras(ids):
             hint = (
                 "; some device.cameras have no `id`: rules need explicit camera ids"
                 if len(ids) < len(known)
-                else ""
+                else _did_you_mean(cam, ids)
             )
             raise KeyValueError(
                 ("cameras", cam),
                 f"rules for camera {cam!r}, which device.cameras does not list "
                 f"(ids: {sorted(ids)}){hint}",
             )
+
+    def unknown_cameras(self, ids: Iterable[str]) -> list[str]:
+        """The cameras with rules that are not among `ids`, sorted."""
+        return sorted(set(self.cameras) - set(ids))
+
+    def unseen_hint(self, camera_id: str, seen: Iterable[str]) -> str:
+        """For a camera without rules that has just appeared: the rules' cameras not among
+        `seen` (those met so far), with a guess when one looks like a misspelling of
+        `camera_id`; "" when there is nothing to say."""
+        if camera_id in self.cameras:
+            return ""
+        unseen = self.unknown_cameras({*seen, camera_id})
+        if not unseen:
+            return ""
+        guess = closest(camera_id, unseen)
+        return (
+            f"camera {camera_id!r} has no rules, and the rules name camera(s) not seen here "
+            f"yet: {', '.join(unseen)}"
+            + (f"; is {guess!r} meant to be {camera_id!r}?" if guess else "")
+            + " (rules apply by exact camera id)"
+        )
 
     def check_tracked(self, tracked: Sequence[str]) -> None:
         """Raise KeyValueError for a rule naming a label that objects.track (`tracked`)
@@ -279,6 +298,11 @@ class RulesConfig(StrictModel):
 
 class UnknownLabelError(ValueError):
     """A rule names a label the detector does not have."""
+
+
+def _did_you_mean(name: str, ids: Iterable[str]) -> str:
+    guess = closest(name, ids)
+    return f"; did you mean {guess!r}?" if guess else ""
 
 
 def check_labels(rules: RulesConfig, labels: Sequence[str]) -> None:

@@ -16,6 +16,7 @@ from cloud_helpers import jpeg, stored_event, track_event
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.sqlite_store import SQLiteStore
+from strata.shared.cli.table import parse as parse_table
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import (
     analytics_pb2,
@@ -102,14 +103,14 @@ def test_cli_serves_the_starter_classifier_and_queries(tmp_path: Path, port: int
             timeout=60,
         )
         assert text.returncode == 0, text.stderr
-        lines = [line.split("\t") for line in text.stdout.splitlines()]
+        rows = parse_table(text.stdout)
         # The detector's label and score, the verdict beside them.
-        assert [(ln[3], ln[4]) for ln in lines] == [
+        assert [(r["LABEL"], r["SCORE"]) for r in rows] == [
             ("car", "0.700"),
             ("person", "0.700"),
             ("dog", "0.700"),
         ]
-        assert lines[1][5].startswith("abstained (")
+        assert rows[1]["VERDICT"].startswith("abstained (")
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(30)
@@ -139,11 +140,11 @@ def test_query_reads_a_store_file_without_an_endpoint(
         f.result(10)
     store.close()
     assert main(["cloud", "query", "--db", str(path), "--label", "car", "--limit", "4"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert [ln.split("\t")[3] for ln in lines] == ["car"] * 4
+    rows = parse_table(capsys.readouterr().out)
+    assert [r["LABEL"] for r in rows] == ["car"] * 4
     # Stored without a verdict: the classifier's label and score stand in the verdict column.
-    assert [ln.split("\t")[5] for ln in lines] == ["cloud car 0.500"] * 4
-    assert [ln.split("\t")[6] for ln in lines] == ["e/c1", "e/c3", "e/c5", "e/c7"]
+    assert [r["VERDICT"] for r in rows] == ["cloud car 0.500"] * 4
+    assert [r["CROP"] for r in rows] == ["e/c1", "e/c3", "e/c5", "e/c7"]
     assert main(["cloud", "query", "--db", str(tmp_path / "absent.sqlite")]) == 2
     assert "no such event store" in capsys.readouterr().err
     assert not (tmp_path / "absent.sqlite").exists()
@@ -179,16 +180,17 @@ def test_query_prints_track_events_from_a_file_and_an_endpoint(
     channel.close()
     for where in (["--db", str(path)], ["--target", colour_server.address]):
         assert main(["cloud", "query", *where, "--type", "line_crossed"]) == 0
-        (line,) = capsys.readouterr().out.strip().splitlines()
-        cols = line.split("\t")
-        assert cols[2:] == [
+        (row,) = parse_table(capsys.readouterr().out)
+        assert list(row.values())[2:] == [
             "door",
             "line_crossed",
             "person",
             "1000-7#2",
             "line entry in",
-            "rule count",
+            "count",
+            "",
             "predicted",
+            "",
         ], where
         assert main(["cloud", "query", *where, "--tracks", "--track", "1000-7", "--json"]) == 0
         dicts = [json.loads(ln) for ln in capsys.readouterr().out.strip().splitlines()]
@@ -197,3 +199,61 @@ def test_query_prints_track_events_from_a_file_and_an_endpoint(
         assert "zone shop" in capsys.readouterr().out
         assert main(["cloud", "query", *where, "--type", "crossed"]) == 2
         assert "unknown track event type 'crossed'" in capsys.readouterr().err
+
+
+def _store_of(path: Path, n: int) -> None:
+    store = SQLiteStore(CloudStoreConfig(path=str(path), write_delay_ms=1.0), CloudMetrics())
+    store.start()
+    for f in [store.submit(stored_event(i, t=1_700_000_000_000_000_000 + i)) for i in range(n)]:
+        f.result(30)
+    store.close()
+
+
+def test_query_prints_a_header_and_local_iso_times(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import datetime
+
+    from strata.tools.cli import main
+
+    path = tmp_path / "events.sqlite"
+    _store_of(path, 2)
+    assert main(["cloud", "query", "--db", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].split() == [
+        "ID", "TIME", "CAMERA", "LABEL", "SCORE", "VERDICT", "CROP", "TRACK", "MODEL",
+    ]  # fmt: skip
+    rows = parse_table(text)
+    want = datetime.fromtimestamp(1_700_000_000).astimezone().isoformat(timespec="milliseconds")
+    assert [r["TIME"] for r in rows] == [want, want]
+    assert datetime.fromisoformat(want).utcoffset() is not None  # local, with its offset
+    # --json is the message, unchanged: nanoseconds as the contract has them.
+    assert main(["cloud", "query", "--db", str(path), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert first["captureNs"] == str(1_700_000_000_000_000_000)
+    # Nothing matches: a line on stderr, no table.
+    assert main(["cloud", "query", "--db", str(path), "--camera", "absent"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "" and "no events match" in out.err
+
+
+def test_a_closed_pipe_ends_the_query_quietly(tmp_path: Path) -> None:
+    path = tmp_path / "events.sqlite"
+    _store_of(path, 3000)  # far more than a pipe's buffer holds
+    reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert reader.stdin is not None
+    query = subprocess.run(
+        [*STRATA, "cloud", "query", "--db", str(path), "--limit", "3000"],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    reader.stdin.close()
+    assert reader.stdout is not None
+    head = reader.stdout.read()
+    assert reader.wait(30) == 0
+    assert head.decode().split()[:2] == ["ID", "TIME"]
+    assert "Traceback" not in query.stderr and "BrokenPipe" not in query.stderr, query.stderr
+    assert query.stderr == ""
+    assert query.returncode == 128 + signal.SIGPIPE

@@ -10,6 +10,7 @@ from cloud_helpers import stored_event
 from strata.cloud.event_store import SCHEMA_VERSION, EventQuery, PageKey, StoreError
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.sqlite_store import SQLiteStore
+from strata.shared.cli.table import parse as parse_table
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2
 
@@ -125,7 +126,7 @@ def test_schema_2_store_migrates_to_model_versions(
     from strata.tools.cli import main
 
     assert main(["cloud", "query", "--db", str(path)]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert [ln.rsplit("\t", 1)[-1] for ln in lines] == [
-        "track 3 x0", "model v0", "model v7", f"model v{2**32 - 1}",
+    rows = parse_table(capsys.readouterr().out)
+    assert [(r["TRACK"], r["MODEL"]) for r in rows] == [
+        ("3 x0", ""), ("", "v0"), ("", "v7"), ("", f"v{2**32 - 1}"),
     ]  # fmt: skip

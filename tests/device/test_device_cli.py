@@ -151,3 +151,39 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def test_rules_for_a_camera_the_agent_does_not_run_are_said_at_start(
+    port: int, tmp_path: Path
+) -> None:
+    """Cameras from --source: the rules may be the site's (other agents' cameras), so the
+    agent runs, but says which rules' cameras it lacks and guesses the misspelt one."""
+    edge = f"tcp://127.0.0.1:{port}"
+    cfg = tmp_path / "strata.yaml"
+    cfg.write_text(
+        "rules:\n  cameras:\n    lobyy:\n      lines:\n"
+        "        - name: door\n          points: [[0.5, 0], [0.5, 1]]\n"
+        "    garage:\n      zones:\n"
+        "        - name: bay\n          points: [[0, 0], [1, 0], [1, 1]]\n"
+    )
+    with FrameSink(edge) as sink:
+        res = _strata(
+            "device",
+            "--config",
+            str(cfg),
+            "--source",
+            "synthetic://?frames=5&seed=4&width=160&height=120",
+            "--camera-id",
+            "lobby",
+            "--edge",
+            edge,
+            "--no-gate",
+        )
+        sink.received()
+    assert res.returncode == 0, res.stderr
+    assert "rules.cameras.lobyy: no camera of this agent has that id (its cameras: lobby)" in (
+        res.stderr
+    )
+    assert "did you mean 'lobby'?" in res.stderr
+    garage = next(ln for ln in res.stderr.splitlines() if "rules.cameras.garage" in ln)
+    assert "did you mean" not in garage

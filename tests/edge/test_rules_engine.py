@@ -650,3 +650,21 @@ def _as_set(events: list[events_pb2.TrackEvent]) -> list[bytes]:
         e.sequence = 0
         out.append(e.SerializeToString())
     return sorted(out)
+
+
+def test_a_camera_without_rules_while_the_rules_camera_is_unseen_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The edge learns its cameras from their frames: a camera without rules that turns up
+    while the rules' camera has not gets one warning with the likely misspelling."""
+    eng = RulesEngine(validate_model(RulesConfig, {"cameras": {"cma": {}}}), "edge-a")
+    with caplog.at_level("WARNING", logger="strata.edge.rules.engine"):
+        eng.camera("cam")
+        eng.camera("cam")  # the same camera again: said once
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert "camera 'cam' has no rules" in msg and "is 'cma' meant to be 'cam'?" in msg
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="strata.edge.rules.engine"):
+        eng.camera("cma")  # the rules' own camera
+        eng.camera("yard")  # nothing unseen left
+    assert caplog.records == []

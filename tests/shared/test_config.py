@@ -83,3 +83,35 @@ def test_tls_errors_name_the_section_they_are_in(
     assert f"{'.'.join(section)}.tls: " in message and why in message
     other = "device.clips" if section[0] == "edge" else "edge.uplink"
     assert other not in message, message
+
+
+def test_unknown_key_suggests_the_closest_key_at_its_level(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("edge:\n  batching:\n    max_bach: 8\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"{path}:3: edge.batching.max_bach: unknown key; did you mean max_batch?" in str(
+        err.value
+    )
+
+
+def test_unknown_key_suggestions_follow_lists_and_dicts(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "rules:\n  cameras:\n    door:\n      zones:\n        - name: shop\n"
+        "          points: [[0, 0], [1, 0], [1, 1]]\n          min_aera: 0.1\n"
+        "cloud:\n  sinks:\n    mqtt:\n      - hots: broker\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    text = str(err.value)
+    assert "rules.cameras.door.zones.0.min_aera: unknown key; did you mean min_area?" in text
+    assert "cloud.sinks.mqtt.0.hots: unknown key; did you mean host?" in text
+
+
+def test_a_key_far_from_every_field_gets_no_guess(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("logging:\n  zzzzzz: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).endswith("logging.zzzzzz: unknown key")

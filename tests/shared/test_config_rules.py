@@ -144,3 +144,23 @@ def test_a_rule_on_a_label_objects_does_not_track(tmp_path: Path) -> None:
     assert "names 'person', which objects.track does not list (tracked: car)" in load(
         tmp_path, text
     )
+
+
+def test_a_misspelt_camera_of_device_cameras_gets_a_guess(tmp_path: Path) -> None:
+    msg = load(tmp_path, GOOD.replace("    door:", "    dor:", 1))
+    assert "which device.cameras does not list (ids: ['door'])" in msg, msg
+    assert "did you mean 'door'?" in msg
+
+
+def test_unseen_hint_names_the_rules_cameras_not_met_yet() -> None:
+    from strata.shared.config.rules import CameraRules, RulesConfig
+
+    rules = RulesConfig(cameras={"front-door": CameraRules(), "garage": CameraRules()})
+    hint = rules.unseen_hint("frontdoor", seen=["garage"])
+    assert "camera 'frontdoor' has no rules" in hint
+    assert "not seen here yet: front-door;" in hint
+    assert "is 'front-door' meant to be 'frontdoor'?" in hint
+    # A camera with rules, or nothing unseen left: nothing to say.
+    assert rules.unseen_hint("garage", seen=[]) == ""
+    assert rules.unseen_hint("yard", seen=["front-door", "garage"]) == ""
+    assert "meant to be" not in rules.unseen_hint("yard", seen=["garage"])

@@ -96,3 +96,19 @@ def test_help_lists_every_models_action(capsys: pytest.CaptureFixture[str]) -> N
         parser.parse_args(["--help"])
     top = " ".join(capsys.readouterr().out.split())  # help wraps lines
     assert f"models Model repository: {', '.join(actions)}." in top, top
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a closed stdout ends quietly (tests/cloud/test_cloud_cli.py pipes into head);
+    a BrokenPipeError from anything else (a socket) stays an error."""
+    from strata.tools import cli
+
+    def broken(_args: argparse.Namespace) -> int:
+        raise BrokenPipeError("a socket's")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(parser, "parse_args", lambda _argv: argparse.Namespace(func=broken))
+    with pytest.raises(BrokenPipeError):
+        cli.main(["keys"])
+    assert cli.stdout_closed() is False  # captured output: no descriptor to poll
