@@ -92,7 +92,8 @@ def test_bench_quick_writes_every_key(tmp_path: Path) -> None:
     assert rep["machine"]["cores"] >= 1 and rep["machine"]["cpu"]
     assert "Cascade" in (out / "report.md").read_text()
     # The detector is named (the starter one by default), and the cascade's promise said.
-    assert rep["detector"]["name"] == "yolov8n" and rep["detector"]["input_size"] == [320, 320]
+    assert rep["detector"]["name"] == "picodet_s_416"
+    assert rep["detector"]["input_size"] == [416, 416]
     assert "promise" in rep["clips"]["synthetic.mp4"]
     assert "The cascade's promise per clip" in (out / "report.md").read_text()
     for name in rep["plots"]:

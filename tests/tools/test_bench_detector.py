@@ -15,14 +15,16 @@ from strata.tools.cascade_clips import RECIPES
 
 def test_the_starter_detector_is_the_default_and_named() -> None:
     d = resolve()
-    assert (d.name, d.version, d.input_width, d.input_height) == ("yolov8n", 0, 320, 320)
-    assert d.path.is_file() and d.labels == ("person",)
+    # The COCO detector (issue 38), not the vtest-distilled one.
+    assert (d.name, d.version, d.input_width, d.input_height) == ("picodet_s_416", 0, 416, 416)
+    assert d.path.is_file() and len(d.labels) == 80 and d.labels[0] == "person"
     info = d.describe()
-    assert info["input_size"] == [320, 320] and info["sha256"] == d.sha256
-    assert d.one_line() == "yolov8n v0 (320x320, fp32)"
+    assert info["input_size"] == [416, 416] and info["sha256"] == d.sha256
+    assert d.one_line() == "picodet_s_416 v0 (416x416, fp32)"
     # The edge loads that file with its labels; the overrides validate as config.
     model = load_config(None, d.overrides()).edge.model
-    assert (model.path, model.labels, model.name) == (str(d.path), ["person"], "yolov8n")
+    assert (model.path, model.name) == (str(d.path), "picodet_s_416")
+    assert tuple(model.labels) == d.labels
 
 
 def test_a_users_repository_and_its_latest_version(tmp_path: Path) -> None:
