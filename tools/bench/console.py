@@ -178,8 +178,9 @@ def _track_rows(n_tracks: int, now_ns: int) -> Iterator[tuple[list[Any], list[An
                 score=0.87,
                 track_id=track_id,
                 model_version=1,
+                # The detector's label is the track's: filters and the console read it.
                 edge_detection=common_pb2.Detection(
-                    box=box, score=0.7, label="person", track_id=track_id
+                    box=box, score=0.7, label=label, track_id=track_id
                 ),
             )
             row = list(event_rows.insert_row(crop))
