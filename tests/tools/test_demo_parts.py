@@ -347,3 +347,26 @@ def test_before_a_window_estimate_the_bursts_prediction_is_shown_marked() -> Non
     head = next(i for i, line in enumerate(lines) if "est. acc." in line)
     assert lines[head + 1].split()[-1] == "0.910"
     assert not any(line.startswith("~") for line in lines)
+
+
+def test_the_degrading_row_counts_every_degradation_drop_the_drops_line_lists() -> None:
+    """Issue 39: the table said "dropped degrading at source 0" beside
+    `device.degraded_policy 152`: the row counts every degradation drop, policy included."""
+    from prometheus_client import generate_latest
+    from strata.device.metrics import DeviceMetrics
+    from strata.tools.demo.scrape import parse
+
+    m = DeviceMetrics()
+    cam = m.camera("cam0")
+    cam.decoded.inc(400)
+    cam.dropped("degraded_policy").inc(152)
+    cam.dropped("degraded_rate").inc(3)
+    scrapes = {"device": parse(generate_latest(m.registry).decode())}
+    s = summary.build([], scrapes, {}, [], {}, 1.0)
+    listed = sum(v for k, v in s.drops.items() if k.startswith("device.degraded_"))
+    assert listed == 155
+    lines = summary.table(s).splitlines()
+    row = next(line for line in lines if "degrading at source" in line)
+    assert row.split()[-1] == "155"
+    notes = [line for line in lines if not line.startswith("drops")]
+    assert any("degraded_policy" in line and "sent" in line for line in notes)

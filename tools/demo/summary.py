@@ -13,7 +13,8 @@ from strata.shared.contracts import analytics_pb2
 from strata.tools.demo.names import (
     BYTES,
     COUNTS,
-    DEGRADED_BEFORE_SEND,
+    DEGRADED,
+    DEGRADED_POLICY,
     DROPS,
     PER_CAMERA,
     PLAIN_DROPS,
@@ -165,7 +166,7 @@ def build(
     """Assemble the report from the last scrapes, the received results and the events."""
     frames = counts(scrapes)
     dropped = drops(scrapes)
-    frames["dropped_degraded"] = sum(dropped.get(k, 0.0) for k in DEGRADED_BEFORE_SEND)
+    frames["dropped_degraded"] = sum(dropped.get(k, 0.0) for k in DEGRADED)
     frames["results_received"] = float(len(results))
     frames["results_predicted"] = float(sum(1 for r in results.values() if r.message.predicted))
     frames["frames_with_cloud_events"] = float(len({(e.camera_id, e.sequence) for e in events}))
@@ -220,6 +221,11 @@ def table(s: Summary) -> str:
         f"bytes   source {_fmt(b['source'])}  to edge {_fmt(b['to_edge'])}  "
         f"to cloud {_fmt(b['to_cloud'])}"
     )
+    if s.drops.get(DEGRADED_POLICY):
+        out.append(
+            "        degraded_policy: frames waiting to be sent that level 3 let go "
+            "(degrade.drop_policy); a resend after no ack among them was sent to edge once"
+        )
     if s.drops:
         out.append("drops   " + ", ".join(f"{k} {_fmt(v)}" for k, v in s.drops.items()))
     if s.per_camera:
