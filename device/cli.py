@@ -264,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
         c = CameraCounts.read(agent.registry, s.camera_id)
         log.info(
             "camera %s: %s; decoded %d, dropped by motion %d, by gate %d, sent %d, acked %d, "
-            "overflowed %d, reconnects %d%s",
+            "overflowed %d, reconnects %d, edge unreachable %d, edge reconnects %d%s",
             s.camera_id,
             s.state.value,
             c.decoded,
@@ -274,6 +274,8 @@ def run(args: argparse.Namespace) -> int:
             c.acked,
             c.overflowed,
             c.reconnects,
+            c.edge_unreachable,
+            c.edge_reconnects,
             f" ({s.error})" if s.error else "",
         )
     return 1 if failed else 0

@@ -19,6 +19,8 @@ Every clip ends as a `Clip` with an outcome (counted in strata_device_clips):
   - complete: it covers its request (`notes` say where it falls short: a pre-roll the ring
     no longer held, max_s reached);
   - disconnected: the source closed mid-clip; what was written stays and plays;
+  - ended: a file source reached its end before the clip's end (not an error: there is no
+    more to show); what was written plays;
   - no_keyframe: the ring held no keyframe and none came before the clip's end, or the
     ring no longer holds the span asked for;
   - codec: the stream's codec cannot be stream-copied into MP4;
@@ -49,7 +51,7 @@ from .packet_ring import MP4_OPTIONS, PacketRing, RingPacket
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("complete", "disconnected", "no_keyframe", "codec", "error", "cut_short")
+OUTCOMES = ("complete", "disconnected", "no_keyframe", "codec", "error", "cut_short", "ended")
 # Outcome names as the contract has them (ClipInfo.outcome).
 OUTCOME_CODES: dict[str, clips_pb2.ClipOutcome] = {
     name: getattr(clips_pb2, f"CLIP_OUTCOME_{name.upper()}") for name in OUTCOMES
@@ -204,9 +206,9 @@ class ClipCutter:
         for clip in list(self._open):
             self._feed(clip, packet)
 
-    def on_end(self, reason: str) -> None:
+    def on_end(self, reason: str, finished: bool = False) -> None:
         for clip in list(self._open):
-            self._source_gone(clip, reason)
+            self._source_gone(clip, reason, finished)
 
     # Internals.
 
@@ -285,13 +287,17 @@ class ClipCutter:
                 if not self._feed(clip, packet):
                     return
         if not ring.live:
-            self._source_gone(clip, ring.end_reason or "it is not open")
+            self._source_gone(clip, ring.end_reason or "it is not open", ring.finished)
 
-    def _source_gone(self, clip: _OpenClip, reason: str) -> None:
+    def _source_gone(self, clip: _OpenClip, reason: str, finished: bool = False) -> None:
         if clip.out is None:  # still waiting for its first keyframe
             self._finish(clip, "no_keyframe", f"no keyframe before the source closed: {reason}")
         elif clip.end_ts >= self._end_ts(clip):  # its last frames were in: nothing is missing
             self._finish(clip, "complete", "")
+        elif finished:  # a file read to its end: nothing is lost, there is no more
+            self._finish(
+                clip, "ended", f"the file ended before the clip's end, at {clip.end_ts:.2f}s"
+            )
         else:
             self._finish(clip, "disconnected", f"the source closed mid-clip: {reason}")
 

@@ -29,6 +29,7 @@ _OUTCOMES = {
     4: "codec",
     5: "error",
     6: "cut short",
+    7: "ended",
 }
 
 

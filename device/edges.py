@@ -8,6 +8,13 @@ keeps the addresses last seen, so a DNS hiccup never empties the ring.
 Liveness is the agent's own view: an edge is up while it has answered something (an ack or
 a heartbeat) within `edge_timeout_s`. The sender heartbeats every edge, so an idle edge
 stays up and a dead one goes down within the timeout.
+
+Reachability holds for every edge, a single one too (which stays the place to send): an
+edge that answers nothing for `edge_timeout_s` after being sent something (a frame, a
+heartbeat: tried, even if ZeroMQ had no connection to take it) is unreachable, killed,
+crashed or cut off; it is reachable again at its next answer (a reconnect). An idle edge
+asked nothing is never called unreachable; one that has never answered (not started yet)
+is said to be silent, not counted as lost.
 """
 
 from __future__ import annotations
@@ -108,12 +115,20 @@ class EdgeLink:
     # When it last came up (for the ring's warm-up); FOUNDING for edges up from the start.
     joined_at: float = FOUNDING
     up: bool = False
+    # When the agent first tried to send it something it has not answered yet (inf: none).
+    asked_at: float = math.inf
+    # False from `edge_timeout_s` of silence after being asked until its next answer.
+    reachable: bool = True
+    lost_at: float = 0.0
+    # It was lost before it ever answered (an edge not started yet: not a reconnect).
+    lost_unheard: bool = False
     edge_session: int = 0
     info: frame_pb2.EdgeInfo = field(default_factory=frame_pb2.EdgeInfo)
 
     def heard(self, now: float, info: frame_pb2.EdgeInfo | None) -> bool:
         """Something came from the edge; True when its EdgeInfo says it restarted."""
         self.last_heard = now
+        self.asked_at = math.inf
         if info is None or not info.edge_session:
             # An EdgeInfo without a session is not the node's announcement (older nodes put
             # the model input alone on every ack): no restart, and the full one it would
@@ -124,6 +139,11 @@ class EdgeLink:
         if info.edge_session:
             self.edge_session = info.edge_session
         return restarted
+
+    def asked(self, now: float) -> None:
+        """The agent tried to send it something (answered or not, it counts from now)."""
+        if self.asked_at == math.inf:
+            self.asked_at = now
 
     def member(self, use_capacity: bool) -> Member | None:
         """This edge on the ring, or None when it is down or not accepting cameras."""
@@ -258,6 +278,7 @@ class EdgePool:
             if now - link.last_beat < self.heartbeat_interval_s:
                 continue
             link.last_beat = now
+            link.asked(now)
             self._heartbeat.send_ns = time.time_ns()
             try:
                 link.sock.send_multipart(pack_frame(self._heartbeat, b""), zmq.NOBLOCK)
@@ -274,6 +295,21 @@ class EdgePool:
         if came and self.founding_until is None:
             self.founding_until = now + self.edge_timeout_s
         return came, went
+
+    def reachability(self, now: float) -> tuple[list[EdgeLink], list[EdgeLink]]:
+        """(unreachable now, reachable again) since the last call: see the module doc."""
+        lost: list[EdgeLink] = []
+        back: list[EdgeLink] = []
+        for link in self.links.values():
+            silent = now - link.asked_at >= self.edge_timeout_s
+            if silent and link.reachable:
+                link.reachable, link.lost_at = False, now
+                link.lost_unheard = link.last_heard == -math.inf
+                lost.append(link)
+            elif not silent and not link.reachable:
+                link.reachable = True
+                back.append(link)
+        return lost, back
 
     def starting(self, now: float) -> bool:
         """The founding edges are still coming up (placement need not be paced)."""

@@ -59,6 +59,14 @@ class DeviceMetrics:
         self.overflowed = counter("frames_overflowed", "Frames dropped from a full spool.")
         self.bytes_sent = counter("bytes_sent", "Payload bytes sent (first sends).")
         self.reconnects = counter("reconnects", "Sources reopened after a loss.")
+        self.edge_unreachable = counter(
+            "edge_unreachable",
+            "Times the camera's edge answered nothing for routing.edge_timeout_s after being "
+            "sent something (killed, crashed, cut off).",
+        )
+        self.edge_reconnects = counter(
+            "edge_reconnects", "Times the camera's edge answered again after it was unreachable."
+        )
         # Routing over several edges (label: the edge endpoint).
         self.edge_up = Gauge(
             "strata_device_edge_up",
@@ -274,6 +282,8 @@ class CameraMetrics:
         self.overflowed = m.overflowed.labels(c)
         self.bytes_sent = m.bytes_sent.labels(c)
         self.reconnects = m.reconnects.labels(c)
+        self.edge_unreachable = m.edge_unreachable.labels(c)
+        self.edge_reconnects = m.edge_reconnects.labels(c)
         self.source_errors = m.source_errors.labels(c)
         self.skipped_rate = m.source_skipped.labels(c, "max_fps")
         self.skipped_undecoded = m.source_skipped.labels(c, "not_decoded")
@@ -408,6 +418,8 @@ class CameraCounts:
     bytes_sent: int
     reconnects: int
     source_errors: int
+    edge_unreachable: int
+    edge_reconnects: int
 
     @classmethod
     def read(cls, registry: CollectorRegistry, camera_id: str) -> CameraCounts:
@@ -443,4 +455,6 @@ _METRIC_OF = {
     "bytes_sent": "bytes_sent",
     "reconnects": "reconnects",
     "source_errors": "source_errors",
+    "edge_unreachable": "edge_unreachable",
+    "edge_reconnects": "edge_reconnects",
 }

@@ -170,8 +170,8 @@ class RingListener(Protocol):
     def on_packet(self, packet: RingPacket) -> None:
         """A packet was demuxed (kept by the ring or not)."""
 
-    def on_end(self, reason: str) -> None:
-        """The source closed; `reason` says why."""
+    def on_end(self, reason: str, finished: bool = False) -> None:
+        """The source closed; `reason` says why (`finished`: a file read to its end)."""
 
 
 class _Gop:
@@ -199,6 +199,7 @@ class PacketRing:
         self.codec_problem = ""  # why this stream cannot be cut ("": it can)
         self.live = False  # between begin and end
         self.end_reason = ""  # why the source last closed
+        self.finished = False  # it closed as a file read to its end
         self.starved = False  # dropping packets until the next keyframe
         self.bytes = 0
         self.dropped: dict[str, int] = {}  # packets let go early, by reason
@@ -227,6 +228,7 @@ class PacketRing:
             self.template, self.codec_problem = template, problem
             self._tb = float(template.time_base) if template else 0.0
             self.live = True
+            self.finished = False
             self.starved = False
             self._gauge(0.0)
 
@@ -256,16 +258,18 @@ class PacketRing:
         with self.lock:
             self.clock.mark(ts, capture_ns)
 
-    def end(self, reason: str) -> None:
-        """The source closed: open clips end. The packets stay until the next open, so a
-        clip asked for meanwhile still gets its pre-roll."""
+    def end(self, reason: str, finished: bool = False) -> None:
+        """The source closed (`finished`: a file read to its end): open clips end. The
+        packets stay until the next open, so a clip asked for meanwhile still gets its
+        pre-roll."""
         with self.lock:
             if not self.live:
                 return
             self.live = False
             self.end_reason = reason
+            self.finished = finished
             if self.listener is not None:
-                self.listener.on_end(reason)
+                self.listener.on_end(reason, finished)
 
     # Reading (the caller holds `lock`).
 

@@ -253,7 +253,10 @@ class Sender:
             self.hooks.on_lost(cam.box.camera_id)
         cam.m.overflowed.inc(len(seqs))
         cam.m.dropped("spool_full").inc(len(seqs))
-        cam.overflow_log.add(len(seqs), f"last sequence {seqs[-1]}")
+        pool, edge = self.pool, cam.edge
+        link = pool.links.get(edge) if pool is not None and edge is not None else None
+        why = "edge unreachable, " if link is not None and not link.reachable else ""
+        cam.overflow_log.add(len(seqs), f"{why}last sequence {seqs[-1]}")
 
     def pending_of(self, camera_id: str) -> int:
         """Frames of one camera not yet settled (0 for an unknown camera)."""
@@ -365,6 +368,7 @@ class Sender:
                 link.endpoint,
                 self.routing.edge_timeout_s,
             )
+        self._reachability(pool, now)
         with self._lock:
             members = pool.members(self.routing.use_capacity)
             moves = self.router.update(members, now, pool.starting(now))
@@ -404,6 +408,45 @@ class Sender:
             for ep, n in per.items():
                 self.metrics.edge_cameras.labels(ep).set(n)
                 self.metrics.edge_up.labels(ep).set(1 if pool.links[ep].up else 0)
+
+    def _reachability(self, pool: EdgePool, now: float) -> None:
+        """Say and count an edge gone silent to what it was sent, and its return (a
+        single edge too, which stays the place to send: its frames wait in the spool)."""
+        lost, back = pool.reachability(now)
+        for link in lost:
+            if link.lost_unheard:
+                log.warning(
+                    "edge %s has not answered in %.1fs (not started yet, or unreachable); "
+                    "frames wait in the spool",
+                    link.endpoint,
+                    now - link.asked_at,
+                )
+                continue
+            log.warning(
+                "edge %s unreachable: no answer for %.1fs to what was sent (killed, crashed "
+                "or cut off); frames wait in the spool and go again when it answers",
+                link.endpoint,
+                now - link.asked_at,
+            )
+        for link in back:
+            if link.lost_unheard:
+                log.info("edge %s answers", link.endpoint)
+                continue
+            log.info(
+                "edge %s answers again after %.1fs unreachable", link.endpoint, now - link.lost_at
+            )
+        gone = {link.endpoint for link in lost if not link.lost_unheard}
+        returned = {link.endpoint for link in back if not link.lost_unheard}
+        if not gone and not returned:
+            return
+        for cam in self._cams.values():
+            if cam.edge in gone:
+                cam.m.edge_unreachable.inc()
+                # The level its last ack asked for is no one's now: a dead edge is not an
+                # overloaded one (what overflows the spool meanwhile is counted as such).
+                cam.degrader.set_level(0)
+            elif cam.edge in returned:
+                cam.m.edge_reconnects.inc()
 
     def _read_acks(self, link: EdgeLink) -> None:
         import zmq
@@ -536,16 +579,19 @@ class Sender:
                         len(dropped),
                         f"edge overloaded, level 3: {self.degrade_cfg.drop_policy} waiting dropped",
                     )
-            if sock is not None:
-                self._send(cam, sock, now)
+            if sock is not None and link is not None and self._send(cam, sock, now):
+                link.asked(now)
             self._show(cam)
 
-    def _send(self, cam: _Camera, sock: Any, now: float) -> None:
-        """What the camera's window lets go, to `sock`."""
+    def _send(self, cam: _Camera, sock: Any, now: float) -> bool:
+        """What the camera's window lets go, to `sock`; whether it tried to send any (a
+        send ZeroMQ could not take, the edge not connected, counts as tried)."""
         import zmq
 
         box = cam.box
+        tried = False
         while (item := box.take(now)) is not None:
+            tried = True
             item.header.send_ns = time.time_ns()
             if item.header.previous_edge != cam.previous_edge:
                 item.header.previous_edge = cam.previous_edge
@@ -557,7 +603,7 @@ class Sender:
                 sock.send(head, _MORE)
             except zmq.Again:
                 box.unsend(item)  # edge not connected (or its queue full): keep it
-                return
+                return True
             sock.send(payload, _NOBLOCK, copy=False)
             if item.sends == 1 and item.header.kind == frame_pb2.FRAME_KIND_SKIPPED:
                 cam.m.skipped_sent.inc(1 + len(item.header.earlier_skipped))
@@ -566,6 +612,7 @@ class Sender:
                 cam.m.bytes_sent.inc(item.nbytes)
             else:
                 cam.m.retransmitted.inc()
+        return tried
 
     @staticmethod
     def _show(cam: _Camera) -> None:

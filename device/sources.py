@@ -99,8 +99,9 @@ class PacketTap(Protocol):
     def frame(self, ts: float, capture_ns: int) -> None:
         """A frame delivered: its stream time and capture clock (the Frame's)."""
 
-    def end(self, reason: str) -> None:
-        """The source is closed; `reason` says why (its error, or that it ended)."""
+    def end(self, reason: str, finished: bool = False) -> None:
+        """The source is closed; `reason` says why (its error, or that it ended);
+        `finished`: a file read to its end (no error, nothing more to come)."""
 
 
 class RateGate:
@@ -298,6 +299,7 @@ class AvSource(Source):
         self._paced_from = 0.0
         self.tap = tap
         self._end = "source closed"  # what the tap hears at close
+        self._finished = False
         if tap is not None:
             tap.begin(self.stream)
 
@@ -375,6 +377,8 @@ class AvSource(Source):
             self._end = str(exc)
             raise
         self._end = "source ended"
+        # A file read to its end has nothing more: not a lost stream (a live one's is).
+        self._finished = not self.live
 
     def _decode(self) -> Iterator[Frame]:
         import av
@@ -485,7 +489,7 @@ class AvSource(Source):
             pass
         if self.tap is not None:
             tap, self.tap = self.tap, None
-            tap.end(self._end)
+            tap.end(self._end, self._finished)
 
 
 class _NonRefSkipper:

@@ -30,6 +30,10 @@ _OUTCOMES: dict[int, tuple[str, str]] = {
         "disconnected",
         "disconnected: the camera's stream closed mid-clip (what was written plays)",
     ),
+    C.CLIP_OUTCOME_ENDED: (
+        "ended",
+        "ended: the file ended before the clip's end (what was written plays)",
+    ),
     C.CLIP_OUTCOME_NO_KEYFRAME: (
         "no_keyframe",
         "no keyframe: none came before the clip's end, so there is no video",
@@ -65,7 +69,7 @@ class ClipView:
     clip_id: str
     url: str
     src: str
-    state: str  # complete, cut_short, disconnected, no_keyframe, codec, error or uploading
+    state: str  # complete, ended, cut_short, disconnected, no_keyframe, codec, error, uploading
     words: str
     final: bool
     reason: str

@@ -14,7 +14,9 @@ Home Assistant discovery announces a label's entities only when the label is tra
 label (stored before the edge filtered it) still goes out, yet creates no entity.
 
 paho runs the connection in its own thread and reconnects with backoff; a refused login
-or an unreachable broker is one clear error line and a metric, never an exception.
+or an unreachable broker is one clear error line and a metric, never an exception; each
+retry the broker refuses again says so (a warning, with the count), never as the
+"Unspecified error" paho closes the refused socket with.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ class MqttSink:
         self._snapshot_sent: dict[str, str] = {}
         self._answered = threading.Event()
         self._last_error = ""
+        # The broker's refusal of the last connect ("" once connected): paho then closes
+        # the socket with an unspecified reason, which must not stand in for the refusal.
+        self._refused = ""
+        self._refusals = 0
         self._connected = metrics.connected.labels(sink=cfg.name)
         self._connected.set(0)
         client_id = cfg.client_id or f"strata-{cfg.name}-{socket.gethostname()}-{os.getpid()}"
@@ -152,9 +158,18 @@ class MqttSink:
         if reason.is_failure:
             why = str(reason).lower()
             kind = "auth" if why in _AUTH_REASONS else "refused"
-            self._trouble(kind, f"MQTT broker {self.where} refused the connection: {reason}")
+            text = f"MQTT broker {self.where} refused the connection: {reason}"
+            self._refusals = self._refusals + 1 if text == self._refused else 1
+            self._refused = text
+            if self._refusals > 1:
+                # Said as an error once; each retry (backoff up to 30 s) says it again.
+                log.warning(
+                    "sink %s: %s (refused %d times so far)", self.name, text, self._refusals
+                )
+            self._trouble(kind, text)
             return
         self._last_error = ""
+        self._refused, self._refusals = "", 0
         # The broker may have lost retained configs and snapshots: publish again.
         self._announced.clear()
         self._snapshot_sent.clear()
@@ -170,7 +185,7 @@ class MqttSink:
         self, _client: paho.Client, _userdata: Any, _flags: Any, reason: ReasonCode, _props: Any
     ) -> None:
         self._connected.set(0)
-        if reason.is_failure:
+        if reason.is_failure and not self._refused:
             log.warning("sink %s: lost MQTT broker %s: %s", self.name, self.where, reason)
 
     # delivery (the worker's thread)

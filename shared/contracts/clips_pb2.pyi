@@ -17,6 +17,7 @@ class ClipOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CLIP_OUTCOME_CODEC: _ClassVar[ClipOutcome]
     CLIP_OUTCOME_ERROR: _ClassVar[ClipOutcome]
     CLIP_OUTCOME_CUT_SHORT: _ClassVar[ClipOutcome]
+    CLIP_OUTCOME_ENDED: _ClassVar[ClipOutcome]
 
 class ClipChunkStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -31,6 +32,7 @@ CLIP_OUTCOME_NO_KEYFRAME: ClipOutcome
 CLIP_OUTCOME_CODEC: ClipOutcome
 CLIP_OUTCOME_ERROR: ClipOutcome
 CLIP_OUTCOME_CUT_SHORT: ClipOutcome
+CLIP_OUTCOME_ENDED: ClipOutcome
 CLIP_CHUNK_STATUS_UNSPECIFIED: ClipChunkStatus
 CLIP_CHUNK_STATUS_STORED: ClipChunkStatus
 CLIP_CHUNK_STATUS_INVALID: ClipChunkStatus

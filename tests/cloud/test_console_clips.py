@@ -135,6 +135,7 @@ def test_the_player_starts_at_the_event_and_the_page_says_the_clips_state(
     [
         (C.CLIP_OUTCOME_CUT_SHORT, "cut_short", "cut short: the device stopped or crashed", True),
         (C.CLIP_OUTCOME_DISCONNECTED, "disconnected", "disconnected: the camera", True),
+        (C.CLIP_OUTCOME_ENDED, "ended", "ended: the file ended before the clip", True),
         (C.CLIP_OUTCOME_NO_KEYFRAME, "no_keyframe", "no keyframe: none came", False),
         (C.CLIP_OUTCOME_CODEC, "codec", "codec: the camera&#39;s codec cannot", False),
         (C.CLIP_OUTCOME_ERROR, "error", "error: writing the clip failed", True),
@@ -156,3 +157,10 @@ def test_a_clip_that_fell_short_says_how_and_why(
     assert "agent &lt;stopped&gt; &amp; gone" in html and "pre-roll short by 1.2s" in html
     assert ('<video class="clip" id="clip"' in html) == video
     assert (got["url"] == URL) == video and ("no clip" in html) != video
+
+
+def test_a_clip_whose_file_ended_is_not_painted_as_a_fault(console: Running) -> None:
+    """Issue 39: a file that simply ended was shown in red as a stream closed mid-clip."""
+    css = get(console.port, "/static/console.css").text
+    rule = next(line for line in css.splitlines() if "var(--bad)" in line and "clip-state" in line)
+    assert ':not([data-state="ended"])' in rule and ':not([data-state="complete"])' in rule

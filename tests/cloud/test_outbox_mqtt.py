@@ -329,6 +329,35 @@ def test_wrong_password_is_one_clear_error_and_a_metric_never_a_crash(
         b.stop()
 
 
+def test_a_refused_password_is_repeated_as_a_refusal_on_every_retry(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 39: the refusal was said once, then each retry logged "lost MQTT broker:
+    Unspecified error" (paho closing the refused socket)."""
+    b = Broker(tmp_path / "auth", users={"strata": "right"}).start()
+    try:
+        wrong = tmp_path / "wrong.txt"
+        wrong.write_text("nope\n")
+        metrics = CloudMetrics()
+        cfg = MqttSinkConfig(name="bad", port=b.port, username="strata", password_file=str(wrong))
+        bad = MqttSink(cfg, metrics.sinks)
+        with caplog.at_level(logging.WARNING, logger="strata.cloud.outbox.mqtt"):
+            bad.start()
+            deadline = time.monotonic() + 15
+            refusals = {"sink": "bad", "reason": "auth"}
+            while sample(metrics.registry, "strata_cloud_sink_failed_total", **refusals) < 3:
+                assert time.monotonic() < deadline, "paho did not retry"
+                time.sleep(0.1)
+            bad.close()
+        lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(lines) >= 3, lines
+        assert all("refused the connection: Not authorized" in line for line in lines), lines
+        assert "refused 3 times so far" in lines[2]
+        assert [r.levelno for r in caplog.records][:1] == [logging.ERROR]
+    finally:
+        b.stop()
+
+
 def test_tls_with_a_password_and_a_broker_it_cannot_trust(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -150,6 +150,27 @@ def test_overlapping_requests_share_one_clip_and_max_s_caps_it(h264: Path, tmp_p
     assert cfg.max_s - FRAME_S <= clip.end_ts - clip.start_ts <= cfg.max_s + 3 * FRAME_S
 
 
+def test_a_file_that_ends_under_a_live_track_ends_its_clip_as_ended(
+    h264: Path, tmp_path: Path
+) -> None:
+    """Issue 39: a file that simply ended was a clip "disconnected" (shown in red as the
+    camera's stream closing mid-clip): a file reaching its end is "ended", not an error."""
+    cfg = ClipsConfig(enabled=True, dir=str(tmp_path), pre_roll_s=1.0, post_roll_s=1.0, ring_s=8)
+    run = Run(h264, cfg)
+    src = AvSource(str(h264), SourceConfig(), tap=run.ring)
+    try:
+        for frame in src.frames():
+            if frame.index == 150:  # a track still live when the file ends
+                run.cutter.open_track("walker", frame.capture_ns)
+    finally:
+        src.close()
+    (clip,) = run.cutter.finished
+    assert clip.outcome == "ended" and clip.keys == ("walker",), clip
+    assert clip.reason.startswith("the file ended before the clip's end"), clip.reason
+    assert clip.path is not None and decode(clip.path).crcs, "what was written plays"
+    assert run.outcome_count("ended") == 1 and not run.outcome_count("disconnected")
+
+
 def test_a_clip_cut_short_still_decodes_its_first_fragments(h264: Path, tmp_path: Path) -> None:
     cfg = ClipsConfig(enabled=True, dir=str(tmp_path), pre_roll_s=1.0, post_roll_s=1.0, ring_s=8)
     run = Run(h264, cfg)

@@ -10,11 +10,12 @@ frame offered is accounted for: processed, or dropped with a reason.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import cv2
@@ -194,3 +195,73 @@ def test_overload_from_several_senders_is_fully_accounted_for(tmp_path: Path) ->
     assert over.offered > over.processed > 0
     assert sum(over.dropped.values()) > 0
     assert over.published_twice == 0
+
+
+def test_a_killed_edge_is_unreachable_not_overloaded_and_its_return_a_reconnect(
+    daemon: EdgeProc, synthetic_clip: SyntheticClip, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 39: an edge killed with -9 was reported by the device as "edge overloaded,
+    level 3" (the last level the dead edge asked for) with "reconnects 0"."""
+    sender = Sender(
+        daemon.listen,
+        SenderConfig(window=4, ack_timeout_s=1.0, spool_frames=8),
+        DeviceMetrics(CollectorRegistry()),
+        degrade=DegradeConfig(enabled=True),
+    )
+    sender.add_camera("cam")
+    frame = _jpeg(synthetic_clip, 0)
+    w, h = synthetic_clip.width, synthetic_clip.height
+    stop = threading.Event()
+
+    def produce() -> None:  # 20 frames/s, whatever happens to the edge
+        i = 0
+        while not stop.wait(0.05):
+            header = frame_pb2.FrameHeader(
+                camera_id="cam", capture_ns=time.time_ns(), width=w, height=h,
+                encoding=common_pb2.ENCODING_JPEG, frame_index=i,
+            )  # fmt: skip
+            sender.submit("cam", header, frame)
+            i += 1
+
+    def counts() -> CameraCounts:
+        return CameraCounts.read(sender.metrics.registry, "cam")
+
+    def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < deadline, f"{what}: {counts()}\n{daemon.log.read_text()}"
+            time.sleep(0.05)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    try:
+        sender.start()
+        producer.start()
+        until(lambda: counts().acked >= 10, 40.0, "the edge never acked")
+        with caplog.at_level(logging.INFO, logger="strata.device.sender"):
+            daemon.kill()  # kill -9 mid-stream
+            time.sleep(0.3)
+            # The level the dead edge's last ack asked for, and a camera that needs it.
+            degrader = sender.degrader("cam")
+            degrader.need = 3
+            degrader.set_level(3)
+            until(lambda: counts().edge_unreachable == 1, 10.0, "never said unreachable")
+            said_at = len(caplog.records)
+            time.sleep(0.2)  # a pass of the sender under way
+            before = dropped_by_reason(sender.metrics.registry, "cam")
+            time.sleep(1.5)  # the spool fills meanwhile
+            assert degrader.edge_level == 0  # a dead edge asks nothing
+            after = dropped_by_reason(sender.metrics.registry, "cam")
+            # Until the timeout the device cannot know; once it is said, no level 3 drops.
+            assert after.get("degraded_policy", 0) == before.get("degraded_policy", 0)
+            assert after.get("spool_full", 0) > before.get("spool_full", 0)
+            daemon.start()  # same ports: the edge is back
+            until(lambda: counts().edge_reconnects == 1, 40.0, "its return not counted")
+    finally:
+        stop.set()
+        sender.stop(0.0)
+    device = [r for r in caplog.records if r.name.startswith("strata.device")]
+    said = [r.getMessage() for r in device]
+    assert any(f"edge {daemon.listen} unreachable" in line for line in said), said
+    since = [r.getMessage() for r in caplog.records[said_at:] if r.name.startswith("strata.d")]
+    assert not any("overloaded" in line for line in since), since
+    assert any(f"edge {daemon.listen} answers again" in line for line in said), said

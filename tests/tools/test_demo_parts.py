@@ -347,3 +347,56 @@ def test_before_a_window_estimate_the_bursts_prediction_is_shown_marked() -> Non
     head = next(i for i, line in enumerate(lines) if "est. acc." in line)
     assert lines[head + 1].split()[-1] == "0.910"
     assert not any(line.startswith("~") for line in lines)
+
+
+def test_the_degrading_row_counts_every_degradation_drop_the_drops_line_lists() -> None:
+    """Issue 39: the table said "dropped degrading at source 0" beside
+    `device.degraded_policy 152`: the row counts every degradation drop, policy included."""
+    from prometheus_client import generate_latest
+    from strata.device.metrics import DeviceMetrics
+    from strata.tools.demo.scrape import parse
+
+    m = DeviceMetrics()
+    cam = m.camera("cam0")
+    cam.decoded.inc(400)
+    cam.dropped("degraded_policy").inc(152)
+    cam.dropped("degraded_rate").inc(3)
+    scrapes = {"device": parse(generate_latest(m.registry).decode())}
+    s = summary.build([], scrapes, {}, [], {}, 1.0)
+    listed = sum(v for k, v in s.drops.items() if k.startswith("device.degraded_"))
+    assert listed == 155
+    lines = summary.table(s).splitlines()
+    row = next(line for line in lines if "degrading at source" in line)
+    assert row.split()[-1] == "155"
+    notes = [line for line in lines if not line.startswith("drops")]
+    assert any("degraded_policy" in line and "sent" in line for line in notes)
+
+
+def test_capture_to_cloud_is_set_beside_the_edges_figure_for_the_same_frames() -> None:
+    """Issue 39: capture to cloud (107 ms) printed below capture to edge (134 ms) with no
+    word on why: the two cover different frames. The table gives the edge's figure over the
+    cloud's own frames, and says what each covers."""
+    results = {("cam0", i): Received(_detections("cam0", i, []), 0) for i in range(10)}
+    # Frames the edge answered from its tracker are published late (a gap's worth):
+    for i in range(5, 10):
+        results[("cam0", i)].message.predicted = True
+        results[("cam0", i)].message.timing.edge_send_ns += 200_000_000
+    # Crops of frames 0 and 1 reached the cloud 30 ms after their edge result.
+    events = [
+        analytics_pb2.Event(
+            camera_id="cam0", sequence=i + 1, capture_ns=t, stored_ns=t + 70_000_000
+        )
+        for i in (0, 1)
+        for t in [results[("cam0", i)].message.timing.capture_ns]
+    ]
+    s = summary.build([], {}, results, events, {}, 1.0)
+    edge, cloud = s.latency["capture_to_edge"], s.latency["capture_to_cloud"]
+    assert cloud.p50_ms is not None and edge.p50_ms is not None
+    assert cloud.p50_ms < edge.p50_ms  # what the demo showed, unexplained
+    same = s.latency["capture_to_edge_cloud_frames"]
+    assert (same.n, same.p50_ms) == (2, pytest.approx(40.0))
+    assert same.p50_ms <= cloud.p50_ms
+    lines = summary.table(s).splitlines()
+    row = next(line for line in lines if "edge, same frames" in line)
+    assert "p50      40 ms" in row and "n 2" in row
+    assert any("only the frames whose crops the cloud stored" in line for line in lines)

@@ -57,9 +57,12 @@ PLAIN_DROPS: dict[str, Metric] = {
     "device.rejected_by_edge": Metric("device", "strata_device_frames_rejected_total"),
 }
 
-# Drops of source degradation taken before a frame is sent (its queue policy's drops can hit
-# frames already sent once, so they are listed by reason, not in the frame table's sum).
-DEGRADED_BEFORE_SEND = ("device.degraded_motion", "device.degraded_rate")
+# Every drop of source degradation (the drops line lists each): the table's "dropped
+# degrading at source" row is their sum. The queue policy's drops (level 3) take frames
+# waiting to be sent, a few of them resends after no ack that "sent to edge" counts too: the
+# table says so under it when there are any.
+DEGRADED = ("device.degraded_motion", "device.degraded_rate", "device.degraded_policy")
+DEGRADED_POLICY = "device.degraded_policy"
 
 # Per camera, not summed: the accuracy the edge estimates the camera's spacing achieved over
 # a calibration window (the device.cascade.metric), as the device heard it; before the first
