@@ -251,7 +251,7 @@ class CloudServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     async def _start_console(self, security: ConsoleSecurity) -> None:
-        from .console.app import ConsoleParts
+        from .console.reads import ConsoleParts
         from .console.server import ConsoleServer
 
         parts = ConsoleParts(

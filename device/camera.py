@@ -24,6 +24,7 @@ from strata.shared.logs import RateLimitedLog
 from .burst_slots import BurstSlots
 from .cascade import CascadeMetrics, CascadePolicy
 from .decode_ahead import DecodeAhead
+from .decoding import DecoderChoice, HeldAhead
 from .degrade import REASON_MOTION, REASON_RATE, SourceDegrader
 from .frames import Frame
 from .inbox import GateItem
@@ -31,8 +32,6 @@ from .metrics import CameraMetrics, DropLog
 from .motion import MotionDecision, MotionGate
 from .pipeline import FrameOutlet
 from .sources import (
-    DecoderChoice,
-    HeldAhead,
     PacketTap,
     Source,
     SourceError,

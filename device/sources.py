@@ -15,6 +15,7 @@ at most `max_fps` frames a second are delivered (`RateGate`), and with `skip_fra
 non-reference frames it would pass over are not decoded at all. With `skip_held`, the
 non-reference frames the camera's cascade holds back whatever they show (`HeldAhead`) are
 not decoded either: they are delivered in their place without pixels (`Frame.undecoded`).
+These three live in device/decoding.py.
 
 Clips (device.clips): a `PacketTap` hears every packet demuxed, before it is decoded, and
 the stream's parameters once per open; the camera's clip ring is one (device/packet_ring.py).
@@ -24,15 +25,15 @@ from __future__ import annotations
 
 import abc
 import logging
-import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from strata.shared.config.device import SourceConfig
 
+from .decoding import SOFTWARE, DecoderChoice, HeldAhead, NonRefSkipper, RateGate, error_text
 from .frames import Frame
 
 log = logging.getLogger(__name__)
@@ -66,11 +67,6 @@ def camera_name(spec: str) -> str:
     return Path(spec).stem or "camera"
 
 
-SOFTWARE = "software"
-# `hwaccel: auto` tries these, in this order, among the types FFmpeg was built with.
-AUTO_ORDER = ("cuda", "vaapi", "qsv", "videotoolbox", "v4l2m2m", "drm")
-
-
 class SourceEvents(Protocol):
     """What a source reports to its camera (metrics): the decoder in use, frames skipped."""
 
@@ -102,141 +98,6 @@ class PacketTap(Protocol):
     def end(self, reason: str, finished: bool = False) -> None:
         """The source is closed; `reason` says why (its error, or that it ended);
         `finished`: a file read to its end (no error, nothing more to come)."""
-
-
-class RateGate:
-    """At most `fps` frames a second, spread evenly by timestamp: a frame is delivered when
-    it reaches the next slot of a 1/fps grid anchored at the first frame.
-
-    Invariant (what makes skip_frame safe): a frame that is not delivered leaves the state
-    as it was, and while timestamps rise, `due` only grows; so a frame whose timestamp
-    is at or after the last frame seen and before `due` now will be passed over whenever
-    it is decoded (`passes_over`). A timestamp going back (a broken or restarted stream)
-    re-anchors the grid at that frame, which is delivered.
-    """
-
-    _EPS = 1e-6
-
-    def __init__(self, fps: float) -> None:
-        self.period = 1.0 / fps
-        self._origin = 0.0
-        self.due = -math.inf  # the next slot's start; -inf: nothing seen yet
-        self.last = -math.inf  # the latest timestamp seen
-
-    def keep(self, ts: float) -> bool:
-        """Deliver the frame at stream time `ts`?"""
-        if ts < self.last or self.due == -math.inf:
-            self._origin, self.due = ts, ts
-        self.last = ts
-        if ts < self.due - self._EPS:
-            return False
-        slot = math.floor((ts - self._origin) / self.period + self._EPS)
-        self.due = self._origin + (slot + 1) * self.period
-        return True
-
-    def passes_over(self, ts: float) -> bool:
-        """Whether a frame at `ts`, not decoded yet, is sure to be passed over by `keep`."""
-        return self.last <= ts < self.due - self._EPS
-
-
-class HeldAhead:
-    """The frames a camera's cascade will hold back whatever they show, told to its source
-    so that it need not decode those no other frame refers to: stream times in (`start`,
-    `until`). Written by the camera after each decision, read by the source before each
-    packet: both on the camera's thread (decode ahead off), so the source never skips on a
-    hold older than the last frame decided. What the edge asks in the meantime can end a
-    hold early: a frame already skipped then reaches the camera without pixels, counted."""
-
-    __slots__ = ("start", "until")
-
-    def __init__(self) -> None:
-        self.start = 0.0
-        self.until = -math.inf
-
-    def hold(self, start: float, until: float) -> None:
-        """Frames after stream time `start` and before `until` will be held back."""
-        self.start, self.until = start, until
-
-    def covers(self, ts: float) -> bool:
-        """Whether the frame at stream time `ts` will be held back."""
-        return self.start < ts < self.until
-
-
-class DecoderChoice:
-    """One camera's decoder: `hwaccel` resolved at its first open and kept across reopens
-    (probing again at every reconnect would only repeat the same answer)."""
-
-    def __init__(self, camera_id: str, cfg: SourceConfig) -> None:
-        self.camera_id = camera_id
-        self.setting = cfg.hwaccel
-        self.device = cfg.hwaccel_device or None
-        self.kind: str | None = None  # None: not probed yet
-
-    def resolve(self, codec: str) -> str:
-        """The decoder for a stream of `codec`: "software" or a device type that works."""
-        if self.kind is None:
-            self.kind = self._probe(codec)
-        return self.kind
-
-    def give_up(self, why: str) -> None:
-        """The chosen device failed in use: software from now on (one line)."""
-        log.warning(
-            "camera %s: hardware decoding on %s failed (%s); decoding in software",
-            self.camera_id,
-            self.kind,
-            why,
-        )
-        self.kind = SOFTWARE
-
-    def _probe(self, codec: str) -> str:
-        if self.setting == "none":
-            return SOFTWARE
-        tried: list[str] = []
-        for kind in AUTO_ORDER if self.setting == "auto" else (self.setting,):
-            why = device_problem(kind, codec, self.device)
-            if not why:
-                log.info(
-                    "camera %s: decoding %s on %s (hwaccel %s)",
-                    self.camera_id,
-                    codec,
-                    kind,
-                    self.setting,
-                )
-                return kind
-            tried.append(f"{kind}: {why}")
-        log.warning(
-            "camera %s: no hardware decoder for %s (hwaccel %s; %s); decoding in software",
-            self.camera_id,
-            codec,
-            self.setting,
-            "; ".join(tried),
-        )
-        return SOFTWARE
-
-
-def device_problem(kind: str, codec: str, device: str | None = None) -> str:
-    """Why `kind` cannot decode `codec` on this host ("" when it can)."""
-    import av
-    from av.codec.hwaccel import HWAccel, hwdevices_available
-
-    if kind == "v4l2m2m":  # not an FFmpeg device type: decoders of their own
-        name = f"{codec}_v4l2m2m"
-        if name not in av.codecs_available:
-            return f"FFmpeg has no {name} decoder"
-        try:
-            av.CodecContext.create(name, "r").open()
-        except (av.FFmpegError, OSError) as exc:
-            return _why(exc)
-        return ""
-    if kind not in hwdevices_available():
-        return "FFmpeg was built without it"
-    try:
-        HWAccel(kind, device=device).create(av.Codec(codec, "r"))
-    except NotImplementedError:
-        return f"no {kind} decoder for {codec}"
-    except (av.FFmpegError, OSError, ValueError) as exc:
-        return _why(exc) or type(exc).__name__
-    return ""
 
 
 class Source(abc.ABC):
@@ -328,11 +189,13 @@ class AvSource(Source):
         except av.InvalidDataError as exc:
             raise SourceError(
                 f"cannot open {spec}: not a readable video, truncated or another format "
-                f"({_why(exc)})",
+                f"({error_text(exc)})",
                 fatal=not self.live,
             ) from None
         except (av.FFmpegError, OSError) as exc:
-            raise SourceError(f"cannot open {spec}: {_why(exc)}", fatal=not self.live) from None
+            raise SourceError(
+                f"cannot open {spec}: {error_text(exc)}", fatal=not self.live
+            ) from None
         if not container.streams.video:
             container.close()
             raise SourceError(f"{spec} has no video stream", fatal=True)
@@ -362,7 +225,7 @@ class AvSource(Source):
                 self.container = container
                 self.stream = container.streams.video[0]
         except (av.FFmpegError, OSError, ValueError, NotImplementedError, SourceError) as exc:
-            choice.give_up(_why(exc))
+            choice.give_up(error_text(exc))
             return
         self.kind = kind
 
@@ -390,7 +253,7 @@ class AvSource(Source):
         ctx = self.stream.codec_context if self._decoder is None else self._decoder
         rate = self._rate if self._skip else None
         skipper = (
-            _NonRefSkipper(ctx, rate, self._held, self._report)
+            NonRefSkipper(ctx, rate, self._held, self._report)
             if rate is not None or self._held is not None
             else None
         )
@@ -405,7 +268,7 @@ class AvSource(Source):
                     decoded = ctx.decode(packet)
                 except av.InvalidDataError as exc:
                     # One bad packet is not a dead stream; the next key frame recovers.
-                    log.warning("%s: skipped an undecodable packet: %s", self.spec, _why(exc))
+                    log.warning("%s: skipped an undecodable packet: %s", self.spec, error_text(exc))
                     decoded = []
                 now = time.monotonic()
                 if not decoded:
@@ -427,7 +290,7 @@ class AvSource(Source):
         except av.error.ExitError:
             raise SourceError(f"{self.spec}: no data for {self.read_timeout_s:g}s") from None
         except (av.FFmpegError, OSError) as exc:
-            raise SourceError(f"{self.spec}: read failed: {_why(exc)}") from None
+            raise SourceError(f"{self.spec}: read failed: {error_text(exc)}") from None
         if skipper is not None and last is not None:
             yield from self._undecoded(skipper.finish(), last)
         if decoded_n == 0 and not self.live:
@@ -490,62 +353,6 @@ class AvSource(Source):
         if self.tap is not None:
             tap, self.tap = self.tap, None
             tap.end(self._end, self._finished)
-
-
-class _NonRefSkipper:
-    """skip_frame over one pass of a stream: a packet whose frame the RateGate is sure to
-    pass over, or the camera to hold back (`HeldAhead`), goes to the decoder with
-    non-reference frames skipped; its pts stays marked until its frame shows (a reference
-    frame, decoded anyway) or a later one does (it was never decoded: counted, and a held
-    one is delivered in its place without pixels)."""
-
-    def __init__(
-        self,
-        ctx: Any,
-        rate: RateGate | None,
-        held: HeldAhead | None,
-        report: Callable[[str, int], None],
-    ) -> None:
-        self.ctx = ctx
-        self.rate = rate
-        self.held = held
-        self.report = report
-        self.marked: dict[int, bool] = {}  # pts -> held back (else passed over by rate)
-        self.skipping = False
-
-    def before(self, pts: int | None, ts: float | None) -> None:
-        """Before the decoder gets the packet at `pts` (stream time `ts`)."""
-        skip = held = False
-        if pts is not None and ts is not None:
-            if self.rate is not None and self.rate.passes_over(ts):
-                skip = True
-            elif self.held is not None and self.held.covers(ts):
-                skip = held = True
-        if skip != self.skipping:
-            self.ctx.skip_frame = "NONREF" if skip else "DEFAULT"
-            self.skipping = skip
-        if skip and pts is not None:
-            self.marked[pts] = held
-
-    def after(self, pts: int | None) -> Sequence[int]:
-        """A frame came out of the decoder (they come out in timestamp order): the pts of
-        the held frames before it that were never decoded, in order."""
-        if pts is None or not self.marked:
-            return ()
-        self.marked.pop(pts, None)
-        return self._gone(sorted(p for p in self.marked if p < pts))
-
-    def finish(self) -> Sequence[int]:
-        """The stream ended: what is still marked was never decoded."""
-        return self._gone(sorted(self.marked))
-
-    def _gone(self, gone: list[int]) -> Sequence[int]:
-        held = [p for p in gone if self.marked.pop(p)]
-        if len(gone) > len(held):
-            self.report("not_decoded", len(gone) - len(held))
-        if held:
-            self.report("held", len(held))
-        return held
 
 
 class SyntheticSource(Source):
@@ -636,8 +443,3 @@ def error_kind(message: str) -> str:
     if "stream ended" in m:
         return "ended"
     return "other"
-
-
-def _why(exc: BaseException) -> str:
-    # PyAV's messages repeat the path; the strerror part is what a user needs.
-    return str(getattr(exc, "strerror", None) or exc)

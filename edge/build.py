@@ -58,13 +58,8 @@ from strata.edge.publish.snapshots import SnapshotStage
 from strata.edge.publish.to_cloud import CropsToCloud
 from strata.edge.rules.engine import RulesEngine
 from strata.edge.rules.stage import RulesStage
-from strata.edge.state.checkpoint import (
-    VERSION,
-    CheckpointBody,
-    Checkpointer,
-    CheckpointMetrics,
-    CheckpointPart,
-)
+from strata.edge.state.checkpoint import Checkpointer, CheckpointMetrics, CheckpointPart
+from strata.edge.state.checkpoint_file import VERSION, CheckpointBody
 from strata.edge.state.parts import CountersPart, SettledPart, TrackersPart, UplinkPart
 from strata.edge.state.takeover import Takeover
 from strata.edge.tracking.cascade import EdgeCascade

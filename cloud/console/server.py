@@ -14,7 +14,8 @@ import socket
 import uvicorn
 
 from ..security import SecurityError, split_listen
-from .app import Console, ConsoleParts
+from .app import Console
+from .reads import ConsoleParts
 from .security import ConsoleSecurity, Gate
 
 log = logging.getLogger(__name__)

@@ -26,32 +26,35 @@ A track that is not yet confirmed evolves the same state, but its results wait
 (`deferred`) and go out after its `new` event when it is confirmed; one that never is
 leaves nothing but a count. Invariant per (track, line): the track's actual side is the
 pending side when one is pending, else the counted side.
+
+The engine's events are built in camera_events.py, the other stages' questions answered in
+camera_questions.py; both are halves of `CameraEngine` over its state.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from strata.shared.config.rules import CameraRules, RulesConfig
-from strata.shared.contracts import common_pb2, events_pb2
+from strata.shared.config.rules import CameraRules
+from strata.shared.contracts import events_pb2
 
 from . import events as ev
+from .camera_events import CameraEvents
+from .camera_questions import CameraQuestions
+from .camera_types import NS, CameraCounts, EngineSettings
 from .compiled import CompiledRules
-from .events import EventHeader, Fired, build_event
+from .events import Fired
 from .frame import TrackFrame
-from .geometry import reference_matrix, segment_distance
+from .geometry import reference_matrix
 from .table import (
     ANCHOR_NS,
     AX,
     AY,
     BOX,
     COUNT,
-    FIRST,
-    ID,
     L_PEND,
     L_PEND_NS,
     L_PEND_OBS,
@@ -67,7 +70,6 @@ from .table import (
     SCORE,
     STILL,
     TOP,
-    TSEQ,
     VX,
     VY,
     Z_ENTER_NS,
@@ -84,90 +86,11 @@ from .table import (
 
 log = logging.getLogger(__name__)
 
-NS = 1_000_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class EngineSettings:
-    """What every camera's engine shares (from `rules:` and the edge)."""
-
-    edge_id: str = ""
-    path_points: int = 32
-    end_after_ns: int = 10 * NS
-    near_margin: float = 0.03
-    near_dwell_ns: int = NS
-
-    @classmethod
-    def of(cls, cfg: RulesConfig, edge_id: str) -> EngineSettings:
-        """From the config section."""
-        return cls(
-            edge_id=edge_id,
-            path_points=cfg.path_points,
-            end_after_ns=int(cfg.end_after_s * NS),
-            near_margin=cfg.near_margin,
-            near_dwell_ns=int(cfg.near_dwell_s * NS),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Need:
-    """Why a camera's next frames matter to its rules (all false: they do not)."""
-
-    line: bool = False
-    zone: bool = False
-    dwell: bool = False
-
-    def __bool__(self) -> bool:
-        return self.line or self.zone or self.dwell
-
-
-@dataclass(slots=True)
-class CameraCounts:
-    """Counts of one camera, by (rule, direction or "", label); events by type name."""
-
-    crossings: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    entries: dict[tuple[str, str], int] = field(default_factory=dict)
-    dwell: dict[tuple[str, str], int] = field(default_factory=dict)
-    events: dict[str, int] = field(default_factory=dict)
-    # Tracks that ended before they were confirmed (their results were never sent).
-    unconfirmed: int = 0
-    # Frames older than the last one seen (not evaluated).
-    out_of_order: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-able (the checkpoint)."""
-        return {
-            "crossings": [[*k, v] for k, v in self.crossings.items()],
-            "entries": [[*k, v] for k, v in self.entries.items()],
-            "dwell": [[*k, v] for k, v in self.dwell.items()],
-            "events": self.events,
-            "unconfirmed": self.unconfirmed,
-            "out_of_order": self.out_of_order,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> CameraCounts:
-        """Inverse of to_json."""
-        return cls(
-            {(str(a), str(b), str(c)): int(n) for a, b, c, n in d.get("crossings", [])},
-            {(str(a), str(b)): int(n) for a, b, n in d.get("entries", [])},
-            {(str(a), str(b)): int(n) for a, b, n in d.get("dwell", [])},
-            {str(k): int(v) for k, v in d.get("events", {}).items()},
-            int(d.get("unconfirmed", 0)),
-            int(d.get("out_of_order", 0)),
-        )
-
-
-def _bump(d: dict[Any, int], key: Any) -> None:
-    d[key] = d.get(key, 0) + 1
-
-
-_DEFERRED = (ev.LINE_CROSSED, ev.ZONE_ENTERED, ev.ZONE_LEFT)
 _NEVER = np.iinfo(np.int64).max
 _NO_ROWS = np.zeros(0, np.intp)
 
 
-class CameraEngine:
+class CameraEngine(CameraEvents, CameraQuestions):
     """The rules of one camera over its tracks; not thread-safe (one stage thread)."""
 
     def __init__(
@@ -408,23 +331,6 @@ class CameraEngine:
             np.copyto(st[:, :, L_PEND_NS], now, where=start)
             np.copyto(st[:, :, L_PEND_OBS], obs_ends[:, None], where=start)
 
-    def _commit(self, row: int, k: int, fired: list[tuple[int, Fired]]) -> None:
-        """The pending crossing of (row, line k) counts."""
-        st, r = self.table.lines[row, k], self.rules
-        s = int(st[L_PEND])
-        st[L_SIDE], st[L_PEND] = s, 0
-        name = r.line_names[k]
-        what = Fired(
-            ev.LINE_CROSSED,
-            rule=name,
-            line=name,
-            direction=ev.IN if s == r.line_in[k] else ev.OUT,
-            positions=2,
-            observed_positions=int(st[L_PEND_OBS]),
-            at_ns=int(st[L_PEND_NS]),
-        )
-        fired.append((row, what))
-
     def _zones(
         self,
         f: TrackFrame,
@@ -624,207 +530,6 @@ class CameraEngine:
         for i in np.flatnonzero(flips).tolist():
             kind = ev.STATIONARY if stops is not None and stops[i] else ev.ACTIVE
             fired.append((int(rows[i]), Fired(kind, rule=cfg.name, at_ns=now)))
-
-    # ---- events --------------------------------------------------------------------------
-
-    def _emit(
-        self,
-        f: TrackFrame,
-        rows_newly: tuple[np.ndarray, np.ndarray],
-        fired: list[tuple[int, Fired]],
-        relabelled: bool,
-    ) -> list[events_pb2.TrackEvent]:
-        """The events of one frame: new tracks' (and their deferred results), what fired,
-        then an update for each reported track whose label changed (`relabelled`: the
-        votes moved; otherwise only an event, a new track or a stationary flip could have
-        changed what was said, and those all fire)."""
-        tb = self.table
-        rows, newly = rows_newly
-        if not (fired or newly.size or relabelled):
-            return []
-        head = EventHeader(self.camera_id, self.settings.edge_id, f.capture_ns, f.frame_size)
-        out: list[events_pb2.TrackEvent] = []
-        for row in newly.tolist():
-            tb.I[row, REPORTED] = 1
-            out.append(self._event(head, row, self._now(ev.NEW, row)))
-            out += [self._event(head, row, d) for d in tb.deferred[row]]
-            tb.deferred[row] = []
-        for row, what in fired:
-            if tb.I[row, REPORTED]:
-                out.append(self._event(head, row, what))
-            elif what.kind in _DEFERRED:
-                tb.deferred[row].append(what)
-        # A new label is an update, unless the track is stationary or an event this frame
-        # already said it.
-        ir = tb.I[rows]
-        said = ir[:, SAID]
-        changed = (said >= 0) & (said != ir[:, LABEL]) & (ir[:, REPORTED] != 0)
-        for row in rows[changed & (ir[:, STILL] == 0)].tolist():
-            out.append(self._event(head, row, self._now(ev.UPDATE, row)))
-        return out
-
-    def _now(self, kind: int, row: int) -> Fired:
-        """A lifecycle result resting on the track's current position."""
-        return Fired(kind, observed_positions=int(self.table.I[row, POS_OBS]), at_ns=self.last_ns)
-
-    def _event(
-        self, head: EventHeader, row: int, what: Fired, end: bool = False
-    ) -> events_pb2.TrackEvent:
-        tb = self.table
-        i = tb.I[row]
-        state = self._state(row, end)
-        uid = ev.track_uid(int(i[FIRST]), int(i[ID]))
-        ids = (int(i[ID]), uid, self.sequence, int(i[TSEQ]))
-        out = build_event(head, what, ids, (tb.last_state[row], state), self._path(row))
-        self.sequence += 1
-        i[TSEQ] += 1
-        i[SAID] = i[LABEL]
-        tb.last_state[row] = state
-        self._count(row, what)
-        return out
-
-    def _label_name(self, row: int) -> str:
-        cls = int(self.table.I[row, LABEL])
-        if cls < 0:
-            return ""
-        return self._labels[cls] if cls < len(self._labels) else str(cls)
-
-    def _count(self, row: int, what: Fired) -> None:
-        c, label = self.counts, self._label_name(row)
-        _bump(c.events, ev.type_name(what.kind))
-        if what.kind == ev.LINE_CROSSED:
-            _bump(c.crossings, (what.line, ev.direction_name(what.direction), label))
-        elif what.kind == ev.ZONE_ENTERED:
-            _bump(c.entries, (what.zone, label))
-        elif what.kind == ev.DWELL_EXCEEDED:
-            _bump(c.dwell, (what.rule, label))
-
-    def _state(self, row: int, end: bool) -> events_pb2.TrackState:
-        tb = self.table
-        f, i = tb.F[row], tb.I[row]
-        x1, y1, x2, y2 = (float(v) for v in f[BOX : BOX + 4])
-        last = int(i[LAST]) / NS
-        zones = tb.zones[row, :, Z_IN]
-        return events_pb2.TrackState(
-            label=self._label_name(row),
-            class_id=int(i[LABEL]),
-            score=float(f[SCORE]),
-            top_score=float(f[TOP]),
-            box=common_pb2.Box(x1=x1, y1=y1, x2=x2, y2=y2),
-            current_zones=[
-                z for z, inside in zip(self.rules.zone_names, zones, strict=True) if inside
-            ],
-            entered_zones=tb.entered[row],
-            stationary=bool(i[STILL]),
-            start_time=int(i[FIRST]) / NS,
-            end_time=last if end else 0.0,
-            frame_time=last,
-            observed=bool(i[POS_OBS]),
-        )
-
-    def _path(self, row: int) -> events_pb2.TrackPath:
-        """The track's path summary: its last `path_points` positions, oldest first."""
-        tb = self.table
-        p = self.settings.path_points
-        i = tb.I[row]
-        n_all = int(i[PATH_N])
-        # The ring's slots in age order, read out in one go per column.
-        at = np.arange(max(n_all - p, 0), n_all) % p
-        xy, ts, seen = (a[row, at].tolist() for a in (tb.path_xy, tb.path_t, tb.path_obs))
-        return events_pb2.TrackPath(
-            points=[
-                events_pb2.PathPoint(x=x, y=y, capture_ns=t, observed=o)
-                for (x, y), t, o in zip(xy, ts, seen, strict=True)
-            ],
-            first_seen_ns=int(i[FIRST]),
-            last_seen_ns=int(i[LAST]),
-            count=int(i[COUNT]),
-            observed_count=int(i[OBS]),
-        )
-
-    def _ends(self, f: TrackFrame) -> list[events_pb2.TrackEvent]:
-        """End events of the tracks the tracker retired or `end_after_s` ended."""
-        tb = self.table
-        # No live track can time out before `_ends_due` (a track's last time only grows).
-        if not f.ended and f.capture_ns <= self._ends_due:
-            return []
-        live = tb.I[:, LIVE] != 0
-        last = np.where(live, tb.I[:, LAST], np.iinfo(np.int64).max)
-        ended = f.capture_ns - last > self.settings.end_after_ns
-        if f.ended:
-            rows = tb.rows_of(np.asarray(f.ended, np.int64))
-            ended[rows[rows >= 0]] = True
-        if not np.count_nonzero(ended):
-            self._ends_due = int(last.min()) + self.settings.end_after_ns
-            return []
-        # Worked out again at the next frame, after the rows are freed.
-        self._ends_due = 0
-        head = EventHeader(self.camera_id, self.settings.edge_id, f.capture_ns, f.frame_size)
-        out: list[events_pb2.TrackEvent] = []
-        for row in np.flatnonzero(ended).tolist():
-            out += self._end(head, row)
-        tb.reindex()
-        return out
-
-    def _end(self, head: EventHeader, row: int) -> list[events_pb2.TrackEvent]:
-        tb = self.table
-        out: list[events_pb2.TrackEvent] = []
-        if tb.I[row, REPORTED]:
-            # A crossing still in its debounce when the track ends did happen: it counts.
-            fired: list[tuple[int, Fired]] = []
-            for k in np.flatnonzero(tb.lines[row, :, L_PEND]).tolist():
-                self._commit(row, k, fired)
-            out += [self._event(head, row, what) for _, what in fired]
-            out.append(self._event(head, row, self._now(ev.END, row), end=True))
-        else:
-            self.counts.unconfirmed += 1
-        tb.free(row)
-        return out
-
-    # ---- questions from other stages -----------------------------------------------------
-
-    def is_stationary(self, track_id: int) -> bool:
-        """The track is stationary now (no updates nor cloud looks until it moves)."""
-        row = int(self.table.rows_of(np.array([track_id], np.int64))[0])
-        return row >= 0 and bool(self.table.I[row, STILL])
-
-    def needs_frames(self, horizon_ns: int) -> Need:
-        """Whether a confirmed track's position `horizon_ns` ahead (constant velocity) comes
-        within `near_margin` of a line or a zone's edge, or a dwell timer within
-        `near_dwell_s` (+ the horizon) of its limit: the next frames decide a rule."""
-        tb, r = self.table, self.rules
-        i = tb.I
-        live = np.flatnonzero((i[:, LIVE] != 0) & (i[:, REPORTED] != 0) & (i[:, STILL] == 0))
-        if not live.size or not (r.n_lines or r.n_zones):
-            return Need()
-        pos = tb.F[live, X : Y + 1]
-        nxt = pos + tb.F[live, VX : VY + 1] * horizon_ns
-        margin = self.settings.near_margin
-        line = zone = dwell = False
-        if r.n_lines:
-            crossed, _, _ = r.lines.cross(pos, nxt)
-            near = segment_distance(nxt, r.lines.a, r.lines.b) <= margin
-            line = bool((crossed | near).any())
-        if r.n_zones:
-            across = r.polygons.contains(pos) != r.polygons.contains(nxt)
-            zone = bool(((r.polygons.distance(nxt) <= margin) | across).any())
-        if r.n_dwell:
-            zi = r.dwell_zone
-            st = tb.zones[live][:, zi]
-            left = r.dwell_ns - (self.last_ns - st[:, :, Z_ENTER_NS])
-            soon = (left > 0) & (left <= self.settings.near_dwell_ns + horizon_ns)
-            dwell = bool(((st[:, :, Z_IN] != 0) & ~tb.dwell[live] & soon).any())
-        return Need(line, zone, dwell)
-
-    def occupancy(self) -> dict[tuple[str, str], int]:
-        """Confirmed tracks in each zone (with `occupancy` on), by (zone, label)."""
-        tb, r = self.table, self.rules
-        out: dict[tuple[str, str], int] = {}
-        live = np.flatnonzero((tb.I[:, LIVE] != 0) & (tb.I[:, REPORTED] != 0))
-        for k in np.flatnonzero(r.zone_occupancy).tolist():
-            for row in live[tb.zones[live, k, Z_IN] != 0].tolist():
-                _bump(out, (r.zone_names[k], self._label_name(row)))
-        return out
 
     # ---- checkpoint ----------------------------------------------------------------------
 

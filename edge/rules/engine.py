@@ -21,7 +21,8 @@ from typing import Any, Literal
 from strata.shared.config.rules import CameraRules, RulesConfig
 from strata.shared.contracts import events_pb2
 
-from .camera import NS, CameraEngine, EngineSettings, Need
+from .camera import CameraEngine
+from .camera_types import NS, EngineSettings, Need
 from .frame import TrackFrame
 
 log = logging.getLogger(__name__)

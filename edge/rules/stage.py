@@ -27,7 +27,7 @@ from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.rules import RulesConfig, check_labels
 from strata.shared.contracts import events_pb2, frame_pb2
 
-from .camera import Need
+from .camera_types import Need
 from .engine import RuleCount, RulesEngine
 from .frame import TrackFrame
 

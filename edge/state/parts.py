@@ -12,7 +12,7 @@ from typing import Protocol
 
 from prometheus_client import Counter
 from strata.edge.flow.ledger import DeliveryLedger, SettledStream
-from strata.edge.state.checkpoint import (
+from strata.edge.state.checkpoint_file import (
     CounterCheckpoint,
     StreamCheckpoint,
     TrackerCheckpoint,

@@ -29,57 +29,50 @@ timeout or an unreachable cloud count as failures; the crops in flight go back t
 the buffer. While the breaker is open nothing is sent; after `open_s` one batch probes.
 
 TLS (server CA), mTLS (client certificate) and a bearer token match the cloud's options.
+
+This module is the core: the channel, the streams, the sender, the breaker and the acks'
+dispatch. Each payload kind is a half of `Uplink` over the state they share
+(edge/uplink/inflight.py): crops.py, events.py and snapshot_acks.py; adopt.py takes over a
+failed peer's spool.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 from strata.edge.metrics import EdgeMetrics
+from strata.edge.uplink.adopt import SpoolAdoption
 from strata.edge.uplink.breaker import BreakerState, CircuitBreaker
+from strata.edge.uplink.crops import CropPayload
+from strata.edge.uplink.events import EventPayload
+from strata.edge.uplink.inflight import (
+    CLOSE,
+    Batch,
+    CropPending,
+    EventPending,
+    QueuedEvent,
+    SnapPending,
+    UplinkStream,
+)
+from strata.edge.uplink.snapshot_acks import SnapshotPayload
 from strata.edge.uplink.snapshots import SnapshotQueue
-from strata.edge.uplink.spool import Appended, CropSpool, SpoolError
+from strata.edge.uplink.spool import CropSpool
 from strata.shared.config.edge import UplinkConfig, cloud_target
-from strata.shared.contracts import analytics_pb2, check_version, current_version, events_pb2
+from strata.shared.contracts import analytics_pb2, check_version, current_version
 
 log = logging.getLogger(__name__)
 
-_CLOSE = object()
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 # Statuses of the connect check that still prove the cloud is there and talks to us.
 _REACHABLE = (grpc.StatusCode.OK, grpc.StatusCode.UNIMPLEMENTED)
-# Most track events per CropBatch (the cloud refuses more than its max_events_per_batch,
-# 256 by default).
-EVENTS_PER_BATCH = 128
-# A cloud older than protocol 2.1 acks no event: events wait this long before trying again.
-OLD_CLOUD_PAUSE_S = 30.0
-_FINAL = {
-    events_pb2.TRACK_EVENT_STATUS_STORED: "stored",
-    events_pb2.TRACK_EVENT_STATUS_DUPLICATE: "duplicate",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class _Batch:
-    """What one CropBatch carries out."""
-
-    crops: list[analytics_pb2.Crop]
-    events: list[_Ev]
-    snapshots: list[events_pb2.Snapshot]
-
-    @property
-    def empty(self) -> bool:
-        return not (self.crops or self.events or self.snapshots)
 
 
 class UplinkSetupError(ValueError):
@@ -93,50 +86,7 @@ def _read(path: str, what: str) -> bytes:
         raise UplinkSetupError(f"cannot read the uplink's {what} {path}: {exc.strerror}") from exc
 
 
-@dataclass(slots=True)
-class _Pending:
-    crop: analytics_pb2.Crop
-    sent: float
-    probe: bool
-
-
-@dataclass(frozen=True, slots=True)
-class _Ev:
-    """A track event waiting for its final ack, and its place: its spool row (with a
-    spool; increasing in the order offered), else a counter."""
-
-    event: events_pb2.TrackEvent
-    order: int
-
-
-@dataclass(slots=True)
-class _EventPending:
-    ev: _Ev
-    sent: float
-    probe: bool
-
-
-@dataclass(slots=True)
-class _SnapPending:
-    snap: events_pb2.Snapshot
-    sent: float
-    probe: bool
-
-
-@dataclass(eq=False)
-class _Stream:
-    call: Any
-    requests: queue.SimpleQueue[Any]
-    opened: float
-    pending: dict[str, _Pending] = field(default_factory=dict)
-    # Track events in flight by idempotency key (a replayed event may be there twice).
-    events: dict[str, list[_EventPending]] = field(default_factory=dict)
-    # Track snapshots in flight by snapshot id.
-    snapshots: dict[str, _SnapPending] = field(default_factory=dict)
-    draining: bool = False  # past its age: no new batches; closed once its acks are in
-
-
-class Uplink:
+class Uplink(CropPayload, EventPayload, SnapshotPayload, SpoolAdoption):
     """Owns the gRPC channel, the streams, the crop and event buffers and spool, and the
     breaker."""
 
@@ -173,7 +123,7 @@ class Uplink:
         # Track events in the order offered (each camera's in its order). With a spool every
         # one is on disk; memory holds the rows up to _ev_loaded (and in flight), the
         # _ev_unloaded rows after them wait on disk only.
-        self._evbuf: deque[_Ev] = deque()
+        self._evbuf: deque[QueuedEvent] = deque()
         self._ev_loaded = -(2**62)
         self._ev_unloaded = self._spool.events if self._spool is not None else 0
         self._ev_order = 0  # without a spool
@@ -181,7 +131,7 @@ class Uplink:
         self._ev_hold: dict[str, float] = {}  # camera -> monotonic time its RETRY ends
         self._events_paused_until = 0.0  # an old cloud that acks no event
         self._cond = threading.Condition()
-        self._streams: list[_Stream] = []
+        self._streams: list[UplinkStream] = []
         self._stop = threading.Event()
         self._channel: grpc.Channel | None = None
         # The cloud asked for a pause (CROP_STATUS_RETRY with retry_after_ms) until then.
@@ -206,210 +156,6 @@ class Uplink:
     def start(self) -> None:
         self._thread.start()
 
-    # -- the buffer and the spool ----------------------------------------------------------
-
-    def offer(self, crops: list[analytics_pb2.Crop]) -> None:
-        """Buffer crops for the cloud; never waits for the network. Beyond the memory bound
-        they spill to the spool (in order); beyond both, the oldest drop, counted."""
-        if not crops:
-            return
-        # Every crop handed over: offered = stored + invalid + dropped (by reason), in the end.
-        self.metrics.crops.labels("offered").inc(len(crops))
-        with self._cond:
-            if self._spool is not None:
-                # Memory takes crops only while nothing waits on disk, so order holds.
-                room = self.cfg.queue - len(self._buf) if not len(self._spool) else 0
-                self._buf.extend(crops[: max(0, room)])
-                spill = crops[max(0, room) :]
-                if spill:
-                    self._to_spool(spill, front=False)
-                dropped = 0
-            else:
-                dropped = 0
-                for c in crops:
-                    if len(self._buf) >= self.cfg.queue:
-                        self._buf.popleft()
-                        dropped += 1
-                    self._buf.append(c)
-            self._gauges()
-            self._cond.notify()
-        if dropped:
-            self._dropped("crop_buffer_full", dropped)
-
-    def offer_events(self, events: list[events_pb2.TrackEvent]) -> None:
-        """Hand track events to the cloud, in order (each camera's in its `sequence` order).
-        With a spool they are on disk when this returns (one transaction), so a kill loses
-        none; memory takes them while it has room and nothing older waits on disk. Without
-        a spool, beyond the memory bound the oldest drop, counted."""
-        if not events:
-            return
-        self.metrics.uplink_events.labels("offered").inc(len(events))
-        dropped = 0
-        with self._cond:
-            if self._spool is not None:
-                try:
-                    done = self._spool.append_events(events)
-                except sqlite3.Error as exc:
-                    log.error("uplink spool %s failed: %s", self._spool.path, exc)
-                    self._events_dropped("uplink_spool_error", len(events))
-                    return
-                self._appended(events, done)
-            else:
-                for ev in events:
-                    if len(self._evbuf) >= self.cfg.queue:
-                        self._evbuf.popleft()
-                        dropped += 1
-                    self._ev_order += 1
-                    self._evbuf.append(_Ev(ev, self._ev_order))
-            self._gauges()
-            self._cond.notify()
-        if dropped:
-            self._events_dropped("event_buffer_full", dropped)
-
-    def offer_snapshots(self, snaps: list[events_pb2.Snapshot]) -> None:
-        """Hand track snapshots to the cloud; never waits for the network. With a spool they
-        are on disk when this returns (one transaction), where they drop before any event
-        (counted)."""
-        if not snaps:
-            return
-        self._snaps.offer(snaps)
-        with self._cond:
-            self._cond.notify()
-
-    @property
-    def snapshots_waiting(self) -> int:
-        """Track snapshots not yet acked final: waiting (memory, disk) and in flight."""
-        with self._cond:
-            flying = sum(len(s.snapshots) for s in self._streams)
-        return flying + len(self._snaps)
-
-    def _appended(self, events: list[events_pb2.TrackEvent], done: Appended) -> None:
-        """Events written to the spool: into memory too while it has room and no older row
-        waits on disk only (lock held); what the spool dropped or refused, counted."""
-        self.metrics.uplink_events.labels("spooled").inc(len(done.rows))
-        for ev, row in zip(events, done.rows, strict=False):
-            if self._ev_unloaded or len(self._evbuf) >= self.cfg.queue:
-                self._ev_unloaded += 1
-            else:
-                self._evbuf.append(_Ev(ev, row))
-                self._ev_loaded = row
-        if done.crops_dropped:
-            # Said apart from uplink_spool_full: these crops made room for track events.
-            self._dropped("uplink_spool_full_events", done.crops_dropped)
-        if done.snapshots_dropped:
-            self._snaps.trimmed("uplink_spool_full_events", done.snapshots_dropped)
-        if done.refused:
-            self._events_dropped("uplink_spool_full", done.refused)
-
-    def adopt_spool(self, path: str, peer: str, counter: Any) -> threading.Thread | None:
-        """Move a failed peer's spooled track events, track snapshots and crops into this
-        uplink, in order, in the background (a thread; returned). Only with a spool of our
-        own, so nothing the memory buffer cannot hold is dropped; the peer's spool lock
-        keeps a live peer's crops where they are (logged)."""
-        if self._spool is None:
-            log.warning(
-                "edge %s left crops in %s: not taken over (this edge has no uplink spool)",
-                peer,
-                path,
-            )
-            return None
-        if not Path(path).exists() or Path(path).resolve() == Path(self._spool.path).resolve():
-            return None
-        t = threading.Thread(
-            target=self._drain_peer,
-            args=(path, peer, counter),
-            name="edge-spool-adopt",
-            daemon=True,
-        )
-        t.start()
-        return t
-
-    def _drain_peer(self, path: str, peer: str, counter: Any) -> None:
-        try:
-            other = CropSpool(path, int(self.cfg.spool_max_mib * 1024 * 1024))
-        except SpoolError as exc:
-            log.info("uplink spool of edge %s not taken over: %s", peer, exc)
-            return
-        moved = lost = events = snaps = 0
-        try:
-            # Events first: small, and a moved camera's events should precede what its
-            # restored rules emit here; then the snapshots they name.
-            while not self._stop.is_set():
-                evs, bad = other.pop_events(self.cfg.queue)
-                if bad:
-                    self._events_dropped("uplink_spool_corrupt", bad)
-                if not evs:
-                    break
-                self.offer_events(evs)
-                self.metrics.uplink_events.labels("adopted").inc(len(evs))
-                events += len(evs)
-            while not self._stop.is_set():
-                shots, bad = other.pop_snapshots(self.cfg.snapshot_queue)
-                if bad:
-                    self._snaps.dropped("uplink_spool_corrupt", bad)
-                if not shots:
-                    break
-                self.offer_snapshots(shots)
-                snaps += len(shots)
-            while not self._stop.is_set():
-                crops, bad = other.pop(self.cfg.queue)
-                lost += bad
-                if not crops:
-                    break
-                self.offer(crops)  # spills to our spool in order beyond the memory buffer
-                moved += len(crops)
-                counter.inc(len(crops))
-        except (sqlite3.Error, OSError) as exc:
-            log.error("uplink spool %s of edge %s: stopped taking it over: %s", path, peer, exc)
-        finally:
-            other.close()
-        if lost:
-            self._dropped("uplink_spool_corrupt", lost)
-        log.warning(
-            "took over %d crop(s), %d track event(s) and %d track snapshot(s) of edge %s "
-            "from its spool %s",
-            moved,
-            events,
-            snaps,
-            peer,
-            path,
-        )
-
-    def _to_spool(self, crops: list[analytics_pb2.Crop], front: bool) -> None:
-        """Write crops to the spool (caller holds the lock); failures and overflow counted."""
-        assert self._spool is not None
-        try:
-            over = self._spool.push(crops, front=front)
-        except sqlite3.Error as exc:
-            log.error("uplink spool %s failed: %s", self._spool.path, exc)
-            self._dropped("uplink_spool_error", len(crops))
-            return
-        if over:
-            self._dropped("uplink_spool_full", over)
-
-    def _events_dropped(self, reason: str, n: int) -> None:
-        self.metrics.uplink_event_drops.labels(reason).inc(n)
-        log.warning(
-            "dropped %d track events (%s): memory %d, spool %s; breaker %s",
-            n,
-            reason,
-            self.cfg.queue,
-            f"{self.cfg.spool_max_mib:g} MiB" if self._spool is not None else "off",
-            self.breaker.state.name,
-        )
-
-    def _dropped(self, reason: str, n: int) -> None:
-        self.metrics.drops.labels(reason).inc(n)
-        log.warning(
-            "dropped %d crops (%s%s): memory %d, spool %s; breaker %s",
-            n,
-            reason,
-            ", to keep track events" if reason == "uplink_spool_full_events" else "",
-            self.cfg.queue,
-            f"{self.cfg.spool_max_mib:g} MiB" if self._spool is not None else "off",
-            self.breaker.state.name,
-        )
-
     def _gauges(self) -> None:
         self.metrics.crop_queue.set(len(self._buf))
         self.metrics.uplink_event_queue.set(len(self._evbuf))
@@ -417,44 +163,6 @@ class Uplink:
             self.metrics.spool_crops.set(len(self._spool))
             self.metrics.spool_events.set(self._spool.events)
             self.metrics.spool_bytes.set(self._spool.bytes)
-
-    @property
-    def buffered(self) -> int:
-        """Crops waiting for the cloud, in memory and on disk."""
-        with self._cond:
-            return len(self._buf) + (len(self._spool) if self._spool is not None else 0)
-
-    @property
-    def waiting(self) -> int:
-        """Crops not yet acked: in memory, on disk and in flight."""
-        with self._cond:
-            flying = sum(len(s.pending) for s in self._streams)
-            return flying + len(self._buf) + (len(self._spool) if self._spool is not None else 0)
-
-    @property
-    def spooled(self) -> int:
-        """Crops waiting on disk."""
-        with self._cond:
-            return len(self._spool) if self._spool is not None else 0
-
-    @property
-    def events_buffered(self) -> int:
-        """Track events waiting to be sent: in memory and on disk only (not in flight)."""
-        with self._cond:
-            return len(self._evbuf) + self._ev_unloaded + self._ev_in_hand
-
-    @property
-    def events_waiting(self) -> int:
-        """Track events not yet acked final: waiting to be sent and in flight."""
-        with self._cond:
-            flying = sum(len(v) for s in self._streams for v in s.events.values())
-            return flying + len(self._evbuf) + self._ev_unloaded + self._ev_in_hand
-
-    @property
-    def events_spooled(self) -> int:
-        """Track events on disk (every one not yet acked final, with a spool)."""
-        with self._cond:
-            return self._spool.events if self._spool is not None else 0
 
     def stop(self) -> None:
         """Stop sending; what is still unacked or buffered goes to the spool for next time."""
@@ -495,7 +203,7 @@ class Uplink:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _take(self, n: int, timeout: float) -> _Batch:
+    def _take(self, n: int, timeout: float) -> Batch:
         """Up to n crops, the track events that may go now (see _take_events) and the next
         snapshots."""
         with self._cond:
@@ -512,100 +220,7 @@ class Uplink:
             out = [self._buf.popleft() for _ in range(min(n, len(self._buf)))]
             self._ev_in_hand = len(events)  # neither buffered nor in flight until sent
             self._gauges()
-            return _Batch(out, events, snaps)
-
-    def _take_events(self) -> list[_Ev]:
-        """Events of cameras with none in flight and no RETRY pause, each camera's a prefix
-        of its queue, at most EVENTS_PER_BATCH (lock held). A camera left out for any reason
-        has all its later events left too, so none overtakes another."""
-        now = time.monotonic()
-        if not self._evbuf or now < self._events_paused_until:
-            return []
-        self._ev_hold = {c: t for c, t in self._ev_hold.items() if t > now}
-        blocked = set(self._ev_hold)
-        for st in self._streams:
-            for plist in st.events.values():
-                blocked.update(p.ev.event.camera_id for p in plist)
-        taken: list[_Ev] = []
-        keep: deque[_Ev] = deque()
-        for e in self._evbuf:
-            if len(taken) < EVENTS_PER_BATCH and e.event.camera_id not in blocked:
-                taken.append(e)
-            else:
-                keep.append(e)
-                blocked.add(e.event.camera_id)
-        if taken:
-            self._evbuf = keep
-        return taken
-
-    def _unacked_events(self, streams: list[_Stream]) -> list[_EventPending]:
-        """The streams' events in flight, in the order they were offered."""
-        return sorted(
-            (p for s in streams for plist in s.events.values() for p in plist),
-            key=lambda p: p.ev.order,
-        )
-
-    def _refill(self) -> None:
-        """Move crops from the spool's head into memory when memory runs low (lock held)."""
-        if self._spool is None or len(self._buf) > self.cfg.queue // 2 or not len(self._spool):
-            return
-        try:
-            crops, bad = self._spool.pop(self.cfg.queue - len(self._buf))
-        except sqlite3.Error as exc:
-            log.error("uplink spool %s unreadable: %s", self._spool.path, exc)
-            return
-        self._buf.extend(crops)
-        if bad:
-            self._dropped("uplink_spool_corrupt", bad)
-
-    def _refill_events(self) -> None:
-        """Read the next track events from the spool into memory when it runs low (lock
-        held); their rows stay until final."""
-        if self._spool is None or not self._ev_unloaded:
-            return
-        if len(self._evbuf) > self.cfg.queue // 2:
-            return
-        try:
-            rows, bad = self._spool.load_events(self._ev_loaded, self.cfg.queue - len(self._evbuf))
-        except sqlite3.Error as exc:
-            log.error("uplink spool %s unreadable: %s", self._spool.path, exc)
-            return
-        for row, ev in rows:
-            self._evbuf.append(_Ev(ev, row))
-            self._ev_loaded = row
-        self._ev_unloaded = max(0, self._ev_unloaded - len(rows) - bad)
-        if bad:
-            self._events_dropped("uplink_spool_corrupt", bad)
-
-    def _requeue(self, crops: list[analytics_pb2.Crop]) -> None:
-        """Back to the front, oldest first. Over the memory bound, the newest in memory move
-        to the front of the spool (order kept); without a spool the oldest drop."""
-        if not crops:
-            return
-        over = 0
-        with self._cond:
-            self._buf.extendleft(reversed(crops))
-            over = len(self._buf) - self.cfg.queue
-            if over > 0 and self._spool is not None:
-                tail = [self._buf.pop() for _ in range(over)]
-                tail.reverse()
-                self._to_spool(tail, front=True)
-                over = 0
-            for _ in range(max(0, over)):
-                self._buf.popleft()
-            self._gauges()
-        if over > 0:
-            self._dropped("crop_buffer_full", over)
-
-    def _requeue_events(self, events: list[_Ev]) -> None:
-        """Back to the front, in the order offered: each camera's unacked events are its
-        oldest. Memory may pass its bound by what was in flight (one batch per camera)."""
-        if not events:
-            return
-        with self._cond:
-            self._evbuf.extendleft(reversed(events))
-            self._gauges()
-            self._cond.notify()
+            return Batch(out, events, snaps)
 
     def _connect(self) -> str:
         """Make the channel if needed and check the cloud answers; '' or why not."""
@@ -633,7 +248,7 @@ class Uplink:
             return f"cloud {self.target}: {code.name}: {exc.details()}"
         return ""
 
-    def _open_stream(self) -> _Stream | str:
+    def _open_stream(self) -> UplinkStream | str:
         from strata.shared.contracts import analytics_pb2_grpc
 
         if not self._streams:
@@ -646,12 +261,14 @@ class Uplink:
         def gen() -> Iterator[analytics_pb2.CropBatch]:
             while True:
                 item = requests.get()
-                if item is _CLOSE:
+                if item is CLOSE:
                     return
                 yield item
 
         stub = analytics_pb2_grpc.AnalyticsStub(self._channel)  # type: ignore[no-untyped-call]
-        stream = _Stream(stub.Uplink(gen(), metadata=self._metadata), requests, time.monotonic())
+        stream = UplinkStream(
+            stub.Uplink(gen(), metadata=self._metadata), requests, time.monotonic()
+        )
         with self._cond:
             self._streams.append(stream)
         threading.Thread(
@@ -665,7 +282,7 @@ class Uplink:
         endpoint, so streams spread over endpoints that were not ready (or not there) when
         the old ones opened. A draining stream takes no new batches and ends once acked."""
         now = time.monotonic()
-        done: list[_Stream] = []
+        done: list[UplinkStream] = []
         with self._cond:
             for s in self._streams:
                 if not s.draining and now - s.opened > self.cfg.stream_max_age_s:
@@ -677,23 +294,23 @@ class Uplink:
         for s in done:
             self._end(s)
 
-    def _pick(self) -> _Stream | str:
+    def _pick(self) -> UplinkStream | str:
         """The open stream with the fewest crops in flight; opens more up to `streams`."""
         self._recycle()
         with self._cond:
             streams = [s for s in self._streams if not s.draining]
         if len(streams) < self.cfg.streams:
             opened = self._open_stream()
-            if isinstance(opened, _Stream) or not streams:
+            if isinstance(opened, UplinkStream) or not streams:
                 return opened
         return min(streams, key=lambda s: len(s.pending) + len(s.events) + len(s.snapshots))
 
     @staticmethod
-    def _end(stream: _Stream) -> None:
-        stream.requests.put(_CLOSE)
+    def _end(stream: UplinkStream) -> None:
+        stream.requests.put(CLOSE)
         stream.call.cancel()
 
-    def _stream_failed(self, stream: _Stream, why: str) -> None:
+    def _stream_failed(self, stream: UplinkStream, why: str) -> None:
         """A stream broke: forget it, its crops go back to the buffer, the breaker hears."""
         with self._cond:
             if stream not in self._streams:
@@ -751,13 +368,13 @@ class Uplink:
                     with self._cond:
                         self._ev_in_hand = 0
 
-    def _back(self, b: _Batch) -> None:
+    def _back(self, b: Batch) -> None:
         """A batch that did not go out, back to its buffers."""
         self._requeue(b.crops)
         self._requeue_events(b.events)
         self._snaps.requeue(b.snapshots)
 
-    def _send(self, b: _Batch) -> None:
+    def _send(self, b: Batch) -> None:
         """One batch out on a stream, or back to the buffers (breaker, no stream)."""
         crops, events = b.crops, b.events
         if not self.breaker.allow():
@@ -778,13 +395,13 @@ class Uplink:
             live = stream in self._streams
             if live:
                 for c in crops:
-                    stream.pending[c.crop_id] = _Pending(c, now, probe)
+                    stream.pending[c.crop_id] = CropPending(c, now, probe)
                 for e in events:
                     stream.events.setdefault(e.event.idempotency_key, []).append(
-                        _EventPending(e, now, probe)
+                        EventPending(e, now, probe)
                     )
                 for sn in b.snapshots:
-                    stream.snapshots[sn.snapshot_id] = _SnapPending(sn, now, probe)
+                    stream.snapshots[sn.snapshot_id] = SnapPending(sn, now, probe)
         if not live:
             self._back(b)
             if probe:
@@ -837,7 +454,7 @@ class Uplink:
 
     # -- acks ------------------------------------------------------------------------------
 
-    def _read(self, stream: _Stream) -> None:
+    def _read(self, stream: UplinkStream) -> None:
         try:
             for resp in stream.call:
                 self._on_response(stream, resp)
@@ -853,7 +470,7 @@ class Uplink:
                 log.warning("uplink %s: %s", self.target, why)
                 self._stream_failed(stream, why)
 
-    def _on_response(self, stream: _Stream, resp: analytics_pb2.UplinkResponse) -> None:
+    def _on_response(self, stream: UplinkStream, resp: analytics_pb2.UplinkResponse) -> None:
         check_version(resp.version)
         now = time.monotonic()
         retry: list[analytics_pb2.Crop] = []
@@ -882,114 +499,3 @@ class Uplink:
             self._requeue(retry)
         self._on_event_acks(stream, resp, now)
         self._on_snapshot_acks(stream, resp, now)
-
-    def _on_snapshot_acks(
-        self, stream: _Stream, resp: analytics_pb2.UplinkResponse, now: float
-    ) -> None:
-        """Settle the stream's snapshots the response acks: final, or back to the front with
-        the cloud's retry_after_ms. A cloud before 2.2 stores none (SnapshotQueue.old_cloud)."""
-        if resp.version.minor < 2:
-            with self._cond:
-                flying = [p.snap for p in stream.snapshots.values()]
-                stream.snapshots.clear()
-            if flying or resp.snapshot_acks:
-                self._snaps.old_cloud(flying, resp.version.minor)
-            return
-        retry: list[_SnapPending] = []
-        for ack in resp.snapshot_acks:
-            with self._cond:
-                p = stream.snapshots.pop(ack.snapshot_id, None)
-            if p is None:
-                continue
-            if self._snaps.acked(ack):
-                self.breaker.success(now - p.sent, probe=p.probe)
-            else:
-                retry.append(p)
-                self._retry_until = max(self._retry_until, now + ack.retry_after_ms / 1e3)
-        if retry:
-            self.breaker.failure(
-                "cloud busy: snapshots got RETRY", probe=any(p.probe for p in retry)
-            )
-            self._snaps.requeue([p.snap for p in sorted(retry, key=lambda q: q.sent)])
-
-    def _on_event_acks(
-        self, stream: _Stream, resp: analytics_pb2.UplinkResponse, now: float
-    ) -> None:
-        """Settle the stream's track events the response acks: final, or back to the front
-        of their camera's queue with the camera held for the cloud's retry_after_ms."""
-        if resp.version.minor < 1:
-            self._old_cloud(stream, resp)
-            return
-        retry: list[_EventPending] = []
-        final: list[_EventPending] = []
-        for ack in resp.event_acks:
-            with self._cond:
-                plist = stream.events.get(ack.idempotency_key)
-                p = plist.pop(0) if plist else None
-                if plist is not None and not plist:
-                    del stream.events[ack.idempotency_key]
-            if p is None:
-                continue
-            status = _FINAL.get(ack.status)
-            if status is not None:
-                self.metrics.uplink_events.labels(status).inc()
-                final.append(p)
-            elif ack.status == events_pb2.TRACK_EVENT_STATUS_INVALID:
-                self.metrics.uplink_events.labels("invalid").inc()
-                self.metrics.uplink_event_drops.labels("event_invalid").inc()
-                log.warning("cloud rejected track event %s: %s", ack.idempotency_key, ack.reason)
-                final.append(p)
-            else:  # RETRY, or a status this build does not know: keep it
-                self.metrics.uplink_events.labels("retry").inc()
-                retry.append(p)
-                camera = p.ev.event.camera_id
-                until = now + ack.retry_after_ms / 1e3
-                with self._cond:
-                    self._ev_hold[camera] = max(self._ev_hold.get(camera, 0.0), until)
-        if final:
-            self._forget([p.ev for p in final])
-            p = final[0]
-            self.breaker.success(now - p.sent, probe=any(q.probe for q in final))
-        if retry:
-            self.breaker.failure(
-                "cloud busy: track events got RETRY", probe=any(q.probe for q in retry)
-            )
-            self._requeue_events([p.ev for p in sorted(retry, key=lambda q: q.ev.order)])
-        elif final:
-            with self._cond:
-                self._cond.notify()  # the cameras may send their next events now
-
-    def _forget(self, done: list[_Ev]) -> None:
-        """Final events leave the spool (their rows); a failure there only means they are
-        sent again after a restart, and the cloud acks those DUPLICATE."""
-        if self._spool is None:
-            return
-        try:
-            self._spool.delete_events([e.order for e in done])
-        except sqlite3.Error as exc:
-            log.error("uplink spool %s: acked track events not removed: %s", self._spool.path, exc)
-        with self._cond:
-            self._gauges()
-
-    def _old_cloud(self, stream: _Stream, resp: analytics_pb2.UplinkResponse) -> None:
-        """A cloud older than protocol 2.1 ignores track events: they go back and wait, and
-        none go out for OLD_CLOUD_PAUSE_S after its last answer. (An events-only batch gets
-        no answer from it at all: the ack timeout puts those back.)"""
-        now = time.monotonic()
-        with self._cond:
-            events = self._unacked_events([stream])
-            stream.events.clear()
-        was_paused = now < self._events_paused_until
-        self._events_paused_until = now + OLD_CLOUD_PAUSE_S
-        if not events and was_paused:
-            return
-        log.warning(
-            "cloud %s speaks protocol %d.%d, before track events (2.1): %d event(s) wait "
-            "for a newer cloud (tried again %.0f s after its last answer)",
-            self.target,
-            resp.version.major,
-            resp.version.minor,
-            len(events),
-            OLD_CLOUD_PAUSE_S,
-        )
-        self._requeue_events([p.ev for p in events])

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cloud_helpers import jpeg, track_event
-from strata.cloud.console.app import ConsoleParts
+from strata.cloud.console.reads import ConsoleParts
 from strata.cloud.console.security import ConsoleSecurity, console_security
 from strata.cloud.console.server import ConsoleServer
 from strata.cloud.metrics import CloudMetrics

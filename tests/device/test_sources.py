@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 from strata.device.camera import CameraState, CameraWorker
-from strata.device.frames import Frame
-from strata.device.inbox import GateInbox
-from strata.device.metrics import DeviceMetrics
-from strata.device.sources import (
+from strata.device.decoding import (
     AUTO_ORDER,
     SOFTWARE,
-    AvSource,
     DecoderChoice,
     HeldAhead,
     RateGate,
     device_problem,
 )
+from strata.device.frames import Frame
+from strata.device.inbox import GateInbox
+from strata.device.metrics import DeviceMetrics
+from strata.device.sources import AvSource
 from strata.shared.config import ConfigError, load_config
 from strata.shared.config.device import MotionConfig, SourceConfig
 from strata.shared.synthetic import SyntheticClip

@@ -18,11 +18,10 @@ import pytest
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
 from prometheus_client import CollectorRegistry
 from strata.edge.build import build_node
-from strata.edge.state.checkpoint import (
+from strata.edge.state.checkpoint import Checkpointer, CheckpointMetrics
+from strata.edge.state.checkpoint_file import (
     VERSION,
     CheckpointBody,
-    Checkpointer,
-    CheckpointMetrics,
     CounterCheckpoint,
     read,
     write,

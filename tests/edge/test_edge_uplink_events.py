@@ -459,7 +459,7 @@ class OldCloud(analytics_pb2_grpc.AnalyticsServicer):
 def test_events_wait_for_a_cloud_that_acks_them(
     cloud: Callable[[], CloudServer], port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import strata.edge.uplink.stream as stream_module
+    import strata.edge.uplink.events as stream_module
 
     monkeypatch.setattr(stream_module, "OLD_CLOUD_PAUSE_S", 1.0)
     old = OldCloud()

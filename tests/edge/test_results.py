@@ -24,7 +24,8 @@ from strata.edge.ingest.frames import DecodedFrame, QueuedFrame
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.overload.gpu_pressure import GpuPressure, GpuPressureMetrics
 from strata.edge.publish.results import Results
-from strata.edge.state.checkpoint import VERSION, CheckpointBody, Checkpointer, CheckpointMetrics
+from strata.edge.state.checkpoint import Checkpointer, CheckpointMetrics
+from strata.edge.state.checkpoint_file import VERSION, CheckpointBody
 from strata.edge.state.journal import read_journal
 from strata.edge.tracking.answers import Answer
 from strata.edge.tracking.handoff import TrackedFrame

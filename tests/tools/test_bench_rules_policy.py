@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from strata.edge.rules.camera import Need
+from strata.edge.rules.camera_types import Need
 from strata.tools.bench.rules import VTEST_RULES, Collected
 from strata.tools.bench.rules_frames import Tracked
 from strata.tools.bench.rules_policy import (

@@ -393,7 +393,8 @@ def measure_store(
     """Open (migrate), fill, then time the console's requests over one store."""
     import cv2
     import numpy as np
-    from strata.cloud.console.app import Console, ConsoleParts
+    from strata.cloud.console.app import Console
+    from strata.cloud.console.reads import ConsoleParts
     from strata.cloud.console.security import Gate
     from strata.cloud.metrics import CloudMetrics
     from strata.cloud.store import open_store

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from strata.edge.rules.camera import Need
+from strata.edge.rules.camera_types import Need
 from strata.edge.rules.engine import RulesEngine
 from strata.edge.tracking.answers import Answers
 from strata.edge.tracking.calibration import uniform
