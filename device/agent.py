@@ -36,7 +36,8 @@ from .inbox import GateInbox
 from .metrics import ClipMetrics, DeviceMetrics
 from .packet_ring import PacketRing
 from .pipeline import CameraPipeline, KeyframeRequests, PipelineSetup
-from .sender import Sender, SenderHooks, SenderSetup
+from .sender import Sender
+from .sender_parts import SenderHooks, SenderSetup
 from .sources import camera_name
 from .versions import GateSwitcher, device_version_metrics
 

@@ -23,11 +23,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
-from strata.shared.config.device import DegradeConfig, RoutingConfig, SenderConfig
+from strata.shared.config.device import DegradeConfig, SenderConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.curve import CurveError, connect_curve
 from strata.shared.wire import (
@@ -41,9 +40,10 @@ from strata.shared.wire import (
 from .degrade import REASON_POLICY, SourceDegrader
 from .diskspool import DiskSpool
 from .edges import Directory, EdgeConnectError, EdgeLink, EdgePool, heartbeat_header
-from .metrics import CameraMetrics, DeviceMetrics, DropLog
+from .metrics import DeviceMetrics, DropLog
 from .outbox import Outbox, OutboxLimits
 from .routing import CameraRouter
+from .sender_parts import SenderCamera, SenderHooks, SenderSetup
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +51,6 @@ _POLL_MS = 5
 _NOBLOCK = 1  # zmq.NOBLOCK (zmq.DONTWAIT)
 _MORE = 1 | 2  # zmq.NOBLOCK | zmq.SNDMORE
 
-
-# (camera id, the frame's header, the final ack) for each settled frame.
-FinalHook = Callable[[str, frame_pb2.FrameHeader, frame_pb2.FrameAck], None]
-# (camera id, new edge endpoint) for each camera that moved from one edge to another (e.g.
-# to ask for a keyframe); not called for a camera's first edge.
-MoveHook = Callable[[str, str], None]
 
 # How often the placement is recomputed (membership, liveness, progressive moves).
 _ROUTE_S = 0.1
@@ -69,70 +63,6 @@ _CHORES_S = 0.1
 
 class SenderError(RuntimeError):
     """The sender cannot start (e.g. a malformed edge endpoint)."""
-
-
-class _Camera:
-    __slots__ = (
-        "box",
-        "degrader",
-        "drop_log",
-        "edge",
-        "m",
-        "overflow_log",
-        "previous_edge",
-        "shown_credits",
-        "shown_inflight",
-        "shown_level",
-        "shown_spooled",
-    )
-
-    def __init__(
-        self,
-        box: Outbox,
-        m: CameraMetrics,
-        overflow_log: DropLog,
-        drop_log: DropLog,
-        degrader: SourceDegrader,
-    ) -> None:
-        self.box, self.m, self.overflow_log = box, m, overflow_log
-        self.drop_log, self.degrader = drop_log, degrader
-        # The edge endpoint this camera sends to (None: no edge up yet).
-        self.edge: str | None = None
-        # The edge id that served it before its last move (stamped on every frame after),
-        # so the new edge restores that edge's checkpoint for it; "" before any move.
-        self.previous_edge = ""
-        # What the camera's gauges show (-1: not set yet); this thread alone sets them.
-        self.shown_level = self.shown_spooled = self.shown_inflight = self.shown_credits = -1
-
-
-@dataclass(frozen=True, slots=True)
-class SenderSetup:
-    """The agent's side of the link: how its cameras are placed on edges (routing, with the
-    agent id for affinity and heartbeats) and how its frames are numbered."""
-
-    routing: RoutingConfig = field(default_factory=RoutingConfig)
-    agent_id: str = ""
-    # The sender session: sequences and duplicates belong to (session, camera). None: a new
-    # random one.
-    session_id: int | None = None
-    # None: the start time in microseconds, so that a restarted agent continues above what
-    # the edge saw from the previous run.
-    first_sequence: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SenderHooks:
-    """Whom the sender tells, each called on the sender thread (on_lost also on the
-    submitting thread)."""
-
-    # Every ack as it arrives, heartbeat answers too (their EdgeInfo sizes frames).
-    on_ack: Callable[[frame_pb2.FrameAck], None] | None = None
-    # A camera's frame given up before the edge had it (an H.264 stream needs a keyframe).
-    on_lost: Callable[[str], None] | None = None
-    # Every frame settled by a final ack.
-    on_final: FinalHook | None = None
-    # A camera moved from one edge to another.
-    on_move: MoveHook | None = None
 
 
 class Sender:
@@ -166,7 +96,7 @@ class Sender:
         self.degrade_cfg = degrade or DegradeConfig()
         self.first_sequence = setup.first_sequence or time.time_ns() // 1000
         self.session_id = setup.session_id or new_session_id()
-        self._cams: dict[str, _Camera] = {}
+        self._cams: dict[str, SenderCamera] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._drain_deadline = float("inf")
@@ -193,7 +123,7 @@ class Sender:
             )
         # The model the camera asks for rides in every header (FrameHeader.model).
         self._models[camera_id] = model or self.routing.model
-        cam = _Camera(
+        cam = SenderCamera(
             box,
             self.metrics.camera(camera_id),
             DropLog(log, camera_id, "spool full, dropped the oldest", logging.WARNING),
@@ -248,7 +178,7 @@ class Sender:
             self._overflowed(cam, res.overflowed)
         return res.sequence
 
-    def _overflowed(self, cam: _Camera, seqs: tuple[int, ...]) -> None:
+    def _overflowed(self, cam: SenderCamera, seqs: tuple[int, ...]) -> None:
         if self.hooks.on_lost is not None:
             self.hooks.on_lost(cam.box.camera_id)
         cam.m.overflowed.inc(len(seqs))
@@ -489,7 +419,7 @@ class Sender:
             if overflowed:
                 self._overflowed(cam, overflowed)
 
-    def _apply(self, cam: _Camera, ack: frame_pb2.FrameAck, now: float) -> None:
+    def _apply(self, cam: SenderCamera, ack: frame_pb2.FrameAck, now: float) -> None:
         box = cam.box
         box.set_window(ack.credits)
         if ack.credits and box.window != cam.shown_credits:
@@ -583,7 +513,7 @@ class Sender:
                 link.asked(now)
             self._show(cam)
 
-    def _send(self, cam: _Camera, sock: Any, now: float) -> bool:
+    def _send(self, cam: SenderCamera, sock: Any, now: float) -> bool:
         """What the camera's window lets go, to `sock`; whether it tried to send any (a
         send ZeroMQ could not take, the edge not connected, counts as tried)."""
         import zmq
@@ -615,7 +545,7 @@ class Sender:
         return tried
 
     @staticmethod
-    def _show(cam: _Camera) -> None:
+    def _show(cam: SenderCamera) -> None:
         """Set the camera's gauges that changed."""
         box, level = cam.box, cam.degrader.level
         if level != cam.shown_level:

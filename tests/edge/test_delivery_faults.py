@@ -23,7 +23,8 @@ import pytest
 from edge_testkit import MODEL_SIZE
 from prometheus_client import CollectorRegistry
 from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
-from strata.device.sender import Sender, SenderHooks
+from strata.device.sender import Sender
+from strata.device.sender_parts import SenderHooks
 from strata.shared.config.device import DegradeConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.synthetic import SyntheticClip
