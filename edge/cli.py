@@ -58,8 +58,8 @@ def repository_spec(name: str, path: str, repository: str) -> DetectorSpec | Non
     """Preprocessing, layout and labels from the model's manifest: the repository's, or for
     an explicit ONNX path the manifest beside it (a repository folder) if it describes that
     file; None for a bare ONNX file (read as YOLOv8). ModelError for a non-detector."""
-    from strata.shared.models import ModelError, ModelRepository, detector_spec
-    from strata.shared.models.detector import spec_beside
+    from strata.shared.models import ModelError, ModelRepository
+    from strata.shared.models.detector import detector_spec, spec_beside
 
     try:
         if path:

@@ -8,7 +8,8 @@ model.manifest.input.shape, model.runner.run(batch)
 
 from __future__ import annotations
 
-from .detector import DetectorSpec, detector_spec, yolov8_spec
+# The detector spec (strata.shared.models.detector) is not imported here: it needs numpy and
+# the vision helpers, which `strata --help` and the config must not load.
 from .manifest import (
     MANIFEST_FILE,
     Calibration,
@@ -36,7 +37,6 @@ from .repository import (
 __all__ = [
     "MANIFEST_FILE",
     "Calibration",
-    "DetectorSpec",
     "InputSpec",
     "LoadedModel",
     "Manifest",
@@ -47,7 +47,6 @@ __all__ = [
     "TensorRTBuild",
     "Variant",
     "check_io",
-    "detector_spec",
     "dump_manifest",
     "load_manifest",
     "promote_variant",
@@ -55,5 +54,4 @@ __all__ = [
     "save_manifest",
     "sha256_of",
     "starter_repository",
-    "yolov8_spec",
 ]

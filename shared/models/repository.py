@@ -17,7 +17,6 @@ from typing import Any
 
 from ..config.base import ConfigError
 from ..runtime import ModelLoadError, ModelRunner, TensorSpec, create_runner
-from ..vision.layouts import DetectLayout, LayoutError, check_shapes
 from .manifest import MANIFEST_FILE, Manifest, Variant, load_manifest, save_manifest
 
 _CHUNK = 1 << 20
@@ -343,6 +342,9 @@ def _check_detect_outputs(manifest: Manifest, outs: list[TensorSpec]) -> None:
     decoder reads, against the manifest's labels and input size."""
     h, w = manifest.input.shape[2], manifest.input.shape[3]
     out = manifest.output
+    # Imported here: the vision helpers need numpy, which `strata --help` must not load.
+    from ..vision.layouts import DetectLayout, LayoutError, check_shapes
+
     layout = DetectLayout(
         format=out.format,
         num_classes=manifest.num_classes,

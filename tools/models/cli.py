@@ -40,9 +40,22 @@ def _add_inspect(sub: Any) -> None:
     p.set_defaults(func=run_inspect)
 
 
-def _add_import(sub: Any) -> None:
-    from strata.tools.models.infer_layout import LAYOUTS
+# The layouts `import --format` takes (= infer_layout.LAYOUTS, checked by a test), spelt out
+# so that building the parser imports no model code (`strata --help` stays light).
+FORMATS = (
+    "yolov8",
+    "yolov5",
+    "yolox",
+    "gfl",
+    "end2end",
+    "detr",
+    "ssd",
+    "logits",
+    "probabilities",
+)
 
+
+def _add_import(sub: Any) -> None:
     p = sub.add_parser(
         "import",
         help="Bring any ONNX detector or classifier into a repository (no PyTorch).",
@@ -65,7 +78,7 @@ def _add_import(sub: Any) -> None:
         "--format",
         "--output-format",
         dest="output_format",
-        choices=LAYOUTS,
+        choices=FORMATS,
         help="Output layout (default: from the graph's outputs; a final Softmax means "
         "probabilities).",
     )

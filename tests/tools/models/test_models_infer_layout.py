@@ -157,3 +157,10 @@ def test_unknown_layout_lists_the_layouts_and_the_flag(tmp_path: Path) -> None:
     assert "a [1, 3, 7], b [1, 9], c [1, 2, 2]" in text
     assert "layouts: yolov8, yolov5, yolox, gfl, end2end, detr, ssd, logits, probabilities" in text
     assert "give --format LAYOUT" in text
+
+
+def test_the_import_command_offers_every_layout() -> None:
+    from strata.tools.models.cli import FORMATS
+    from strata.tools.models.infer_layout import LAYOUTS
+
+    assert FORMATS == LAYOUTS
