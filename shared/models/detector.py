@@ -8,7 +8,7 @@ from pathlib import Path
 from ..config.base import ConfigError
 from ..vision.layouts import DetectLayout
 from ..vision.letterbox import Preprocess
-from .manifest import MANIFEST_FILE, Manifest, load_manifest
+from .manifest import MANIFEST_FILE, InputSpec, Manifest, load_manifest
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +31,15 @@ def detector_spec(manifest: Manifest) -> DetectorSpec:
         raise ValueError(
             f"model {manifest.name!r}: the edge needs a square input, got {inp.width}x{size}"
         )
-    pre = Preprocess(
-        size=size,
+    return DetectorSpec(
+        preprocess_of(inp), layout_of(manifest, size), manifest.labels, out.all_names
+    )
+
+
+def preprocess_of(inp: InputSpec) -> Preprocess:
+    """The writer settings of a manifest's (square) image input."""
+    return Preprocess(
+        size=inp.height,
         resize=inp.resize,
         rgb=inp.colour == "RGB",
         scale=inp.scale,
@@ -40,16 +47,20 @@ def detector_spec(manifest: Manifest) -> DetectorSpec:
         std=inp.std,
         pad_value=inp.pad_value,
     )
-    layout = DetectLayout(
+
+
+def layout_of(manifest: Manifest, input_size: int) -> DetectLayout:
+    """How to read a detect manifest's outputs (`input_size` 0: anchor counts unchecked)."""
+    out = manifest.output
+    return DetectLayout(
         format=out.format,
         num_classes=manifest.num_classes,
-        input_size=size,
+        input_size=input_size,
         strides=out.strides,
         reg_max=out.reg_max,
         grid_centre=out.grid_centre,
         class_offset=out.class_offset,
     )
-    return DetectorSpec(pre, layout, manifest.labels, out.all_names)
 
 
 def yolov8_spec(
@@ -78,4 +89,11 @@ def spec_beside(path: str | Path) -> DetectorSpec | None:
     return detector_spec(manifest)
 
 
-__all__ = ["DetectorSpec", "detector_spec", "spec_beside", "yolov8_spec"]
+__all__ = [
+    "DetectorSpec",
+    "detector_spec",
+    "layout_of",
+    "preprocess_of",
+    "spec_beside",
+    "yolov8_spec",
+]

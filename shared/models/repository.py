@@ -341,20 +341,12 @@ def _check_detect_outputs(manifest: Manifest, outs: list[TensorSpec]) -> None:
     """Each detect layout's shape rule (shared/vision/layouts.py), for the outputs the
     decoder reads, against the manifest's labels and input size."""
     h, w = manifest.input.shape[2], manifest.input.shape[3]
-    out = manifest.output
     # Imported here: the vision helpers need numpy, which `strata --help` must not load.
-    from ..vision.layouts import DetectLayout, LayoutError, check_shapes
+    from ..vision.layouts import LayoutError, check_shapes
+    from .detector import layout_of
 
-    layout = DetectLayout(
-        format=out.format,
-        num_classes=manifest.num_classes,
-        # Anchor counts follow a square input's side; unknown (0) they go unchecked.
-        input_size=h if h is not None and h == w else 0,
-        strides=out.strides,
-        reg_max=out.reg_max,
-        grid_centre=out.grid_centre,
-        class_offset=out.class_offset,
-    )
+    # Anchor counts follow a square input's side; unknown (0) they go unchecked.
+    layout = layout_of(manifest, h if h is not None and h == w else 0)
     try:
         check_shapes(layout, [o.shape for o in outs], [o.name for o in outs])
     except LayoutError as exc:

@@ -291,13 +291,20 @@ def check_shapes(layout: DetectLayout, shapes: Sequence[Shape], names: Sequence[
 
 
 def _checked(layout: DetectLayout, outputs: Sequence[np.ndarray], n: int) -> None:
-    check_shapes(layout, [o.shape for o in outputs])
+    _check_batch(layout, tuple(o.shape for o in outputs), n)
+
+
+@lru_cache(maxsize=64)
+def _check_batch(layout: DetectLayout, shapes: tuple[tuple[int, ...], ...], n: int) -> None:
+    """The shape checks of one batch's outputs, once per (layout, shapes, batch size): a
+    model's shapes repeat batch after batch (an error is not cached: it raises each time)."""
+    check_shapes(layout, shapes)
     # A batch-less map (NanoDet's [A, C]) is one frame; the rest have a batch axis first.
-    for i, o in enumerate(outputs):
-        frames = 1 if layout.format == "gfl" and o.ndim == 2 else o.shape[0]
-        if frames < n and not (layout.format == "end2end" and o.ndim == 2):
+    for i, shape in enumerate(shapes):
+        frames = 1 if layout.format == "gfl" and len(shape) == 2 else shape[0]
+        if frames < n and not (layout.format == "end2end" and len(shape) == 2):
             raise LayoutError(
-                f"{layout.format} layout: output {i} {_fmt(o.shape)} holds {frames} frame(s), "
+                f"{layout.format} layout: output {i} {_fmt(shape)} holds {frames} frame(s), "
                 f"the batch has {n}; run batches the model's size (its input's first axis)"
             )
 
@@ -360,15 +367,20 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _grid_cells(size: int, stride: int) -> np.ndarray:
+    """The (x, y) cell of each anchor of a level, row by row: (ceil(size / stride)^2, 2)."""
+    g = math.ceil(size / stride)
+    ys, xs = np.divmod(np.arange(g * g, dtype=np.float32), np.float32(g))
+    return np.stack([xs, ys], axis=1)
+
+
 @lru_cache(maxsize=32)
 def _yolox_grid(layout: DetectLayout) -> tuple[np.ndarray, np.ndarray]:
     """Every anchor's grid cell (A, 2) x, y and stride (A, 1), finest level first."""
     cells, strides = [], []
     for s in layout.level_strides:
-        g = math.ceil(layout.input_size / s)
-        ys, xs = np.divmod(np.arange(g * g, dtype=np.float32), np.float32(g))
-        cells.append(np.stack([xs, ys], axis=1))
-        strides.append(np.full((g * g, 1), s, np.float32))
+        cells.append(_grid_cells(layout.input_size, s))
+        strides.append(np.full((len(cells[-1]), 1), s, np.float32))
     return _read_only(np.concatenate(cells)), _read_only(np.concatenate(strides))
 
 
@@ -405,9 +417,7 @@ def _gfl_plan(layout: DetectLayout, dims: tuple[tuple[int, ...], ...]) -> _GflPl
     levels = _gfl_levels(layout, dims, _Namer(layout, ()))
     centres = []
     for s in levels.strides:
-        g = math.ceil(layout.input_size / s)
-        ys, xs = np.divmod(np.arange(g * g, dtype=np.float32), np.float32(g))
-        xy = np.stack([xs, ys], axis=1)
+        xy = _grid_cells(layout.input_size, s)
         # PicoDet: the cell's middle; NanoDet's older centre: i * s + (s - 1) / 2.
         xy = xy * s + (s - 1) / 2 if layout.grid_centre == "nanodet" else (xy + 0.5) * s
         centres.append(_read_only(xy.astype(np.float32)))

@@ -410,7 +410,8 @@ def _real_frame(sample: Path | None, rng: np.random.Generator) -> np.ndarray:
 
 def _preprocess(frame: np.ndarray, spec: InputSpec) -> np.ndarray:
     """One frame as the model's input (3, H, W), as the manifest says."""
-    from strata.shared.vision.letterbox import LetterboxWriter, Preprocess
+    from strata.shared.models.detector import preprocess_of
+    from strata.shared.vision.letterbox import LetterboxWriter
 
     if spec.height != spec.width:  # the tiers' writer is square; a plain resize suffices here
         import cv2
@@ -419,17 +420,8 @@ def _preprocess(frame: np.ndarray, spec: InputSpec) -> np.ndarray:
         img = img[:, :, ::-1] if spec.colour == "RGB" else img
         chw = ((img * spec.scale - spec.mean) / spec.std).transpose(2, 0, 1)
         return np.ascontiguousarray(chw, np.float32)
-    pre = Preprocess(
-        size=spec.height,
-        resize=spec.resize,
-        rgb=spec.colour == "RGB",
-        scale=spec.scale,
-        mean=spec.mean,
-        std=spec.std,
-        pad_value=spec.pad_value,
-    )
     out = np.empty((3, spec.height, spec.width), np.float32)
-    LetterboxWriter(spec.height, pre).write(frame, out)
+    LetterboxWriter(spec.height, preprocess_of(spec)).write(frame, out)
     return out
 
 
