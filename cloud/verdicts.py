@@ -155,14 +155,6 @@ VERDICT_WORDS = {
 }
 
 
-def describe(verdict: int, label: str, score: float) -> str:
-    """'confirmed (minivan 0.81)': the verdict and its evidence, for people; '' when none."""
-    word = VERDICT_WORDS.get(verdict)  # type: ignore[call-overload]
-    if word is None:
-        return ""
-    return f"{word} ({label} {score:.2f})" if label else word
-
-
 @dataclass(frozen=True, slots=True)
 class VerdictInfo:
     """A stored second opinion as the displays show it beside the detector's label."""
@@ -176,8 +168,12 @@ class VerdictInfo:
 
     @property
     def text(self) -> str:
-        """'confirmed (minivan 0.81)'."""
-        return f"{self.verdict} ({self.label} {self.score:.2f})" if self.label else self.verdict
+        """'confirmed (minivan 0.81)', 'rejected (bicycle 0.74)', or plain 'abstained': an
+        abstaining classifier's top label (a person crop's "speedboat 0.41") is no
+        knowledge of the object, so people are not shown it (the JSON keeps it as `label`)."""
+        if self.label and self.verdict != "abstained":
+            return f"{self.verdict} ({self.label} {self.score:.2f})"
+        return self.verdict
 
     @property
     def sub_label(self) -> str | None:

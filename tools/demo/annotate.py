@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata.shared.contracts import analytics_pb2, common_pb2, events_pb2
+from strata.cloud.verdicts import event_verdict
+from strata.shared.contracts import analytics_pb2, common_pb2
 from strata.tools.demo.results import Received
 
 log = logging.getLogger(__name__)
@@ -23,13 +24,6 @@ def _colour(class_id: int) -> tuple[int, int, int]:
     rng = np.random.default_rng(class_id + 7)
     c = rng.integers(64, 256, size=3)
     return int(c[0]), int(c[1]), int(c[2])
-
-
-_VERDICTS = {
-    events_pb2.VERDICT_CONFIRM: "confirmed",
-    events_pb2.VERDICT_REJECT: "rejected",
-    events_pb2.VERDICT_ABSTAIN: "abstained",
-}
 
 
 def _draw_box(
@@ -75,8 +69,8 @@ def draw_frame(
         if fresh:
             for ev in events:
                 # The verdict on the detector's label, the classifier's label as its evidence.
-                word = _VERDICTS.get(ev.verdict, "cloud")
-                text = f"{word}: {ev.label} {ev.score:.2f}"
+                verdict = event_verdict(ev)
+                text = verdict.text if verdict else f"cloud: {ev.label} {ev.score:.2f}"
                 _draw_box(img, ev.edge_detection.box, text, _CLOUD, 1, True)
     state = "edge result" if fresh else "no edge result: the last result's boxes, grey"
     status = f"{camera}  frame {index}  {state}  boxes {n}"
