@@ -37,8 +37,10 @@ from strata.shared.loopback import free_port
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 RULES = STATIC_CONFIG.parent / "strata-alerts.yml"
-# Frames of the synthetic clip, paced at 5 fps: about 12 s of traffic.
-FRAMES = 60
+# vtest's first frames, paced at its 10 fps: about 12 s of traffic. Not the synthetic clip:
+# a COCO detector (the default since issue 38) sees nothing in its coloured shapes, so no
+# crop would reach the cloud and its panels would have no data.
+FRAMES = 120
 
 # Queries (panel title / refId) that have no data in a short CPU run without faults, and why.
 # Every other query must return at least one series with a number in it.
@@ -184,10 +186,10 @@ def evaluate(prom: Prometheus, q: PanelQuery, start: float, end: float) -> Answe
 
 
 def test_every_dashboard_query_has_data_from_a_real_run(
-    tmp_path: Path, prometheus_for: Any
+    tmp_path: Path, prometheus_for: Any, vtest_mp4: Path
 ) -> None:
+    from strata.tools import cascade_clips
     from strata.tools.demo.pipeline import PipelineRun, RunOptions
-    from strata.tools.demo.sources import synthetic_source
     from strata.tools.demo.stack import Camera
 
     queries = dashboard_queries()
@@ -198,10 +200,11 @@ def test_every_dashboard_query_has_data_from_a_real_run(
 
     run = PipelineRun(
         tmp_path / "run",
-        [Camera("cam0-synthetic", synthetic_source(FRAMES))],
+        [Camera("cam0-vtest", str(cascade_clips.make("vtest", vtest_mp4, tmp_path, FRAMES)))],
         # A gate that can drop (a threshold above 0) runs, so its panel has data; the
-        # shipped default keeps every frame without running it.
-        overrides={"device": {"gate": {"threshold": 1e-6}}},
+        # shipped default keeps every frame without running it. The file is paced as a
+        # camera delivers it.
+        overrides={"device": {"gate": {"threshold": 1e-6}, "source": {"realtime": True}}},
         options=RunOptions(startup_timeout_s=90.0, quiet_s=3.0, drain_timeout_s=30.0),
     )
     prom = prometheus_for(run.stack.ports.metrics)
