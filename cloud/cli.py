@@ -12,9 +12,9 @@ from typing import Any
 
 from strata.shared.cli.common import add_config_flag, load_or_exit, prune
 
-from .client_channel import not_found_as_lookup, open_channel
-from .clip_cli import register_clip
-from .store_file import open_store_file
+from .client.channel import not_found_as_lookup, open_channel
+from .client.clip_cli import register_clip
+from .client.store_file import open_store_file
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     from .outbox.tracked import announced_labels
     from .security import SecurityError
     from .server import CloudServer
-    from .store import StoreError
+    from .store.registry import StoreError
 
     overrides = prune({"cloud": {"listen": args.listen, "store": {"path": args.db}}})
     cfg = load_or_exit(args, overrides, "cloud")
@@ -207,8 +207,8 @@ class _Output:
 def _event_cells(ev: Any) -> tuple[str, ...]:
     from strata.shared.cli.table import local_time
 
-    from .event_rows import object_label
-    from .verdicts import event_verdict
+    from .classify.verdicts import event_verdict
+    from .store.event_rows import object_label
 
     # The detector's label and score, the cloud's verdict beside them (never instead).
     det = ev.edge_detection
@@ -236,7 +236,7 @@ def _wants_tracks(args: argparse.Namespace) -> bool:
 
 def _track_filter(args: argparse.Namespace) -> dict[str, Any]:
     """The request's track fields (`--track` as uid or id); ValueError on a bad value."""
-    from .track_filter import parse_track_uid, parse_type
+    from .store.track_filter import parse_track_uid, parse_type
 
     out: dict[str, Any] = {}
     if args.track:
@@ -258,8 +258,8 @@ def _track_filter(args: argparse.Namespace) -> dict[str, Any]:
 def _track_cells(stored: Any) -> tuple[str, ...]:
     from strata.shared.cli.table import local_time
 
-    from .track_filter import type_name
-    from .verdicts import track_verdict
+    from .classify.verdicts import track_verdict
+    from .store.track_filter import type_name
 
     ev = stored.event
     where = ""
@@ -292,7 +292,7 @@ def _track_cells(stored: Any) -> tuple[str, ...]:
 
 def _query_file(args: argparse.Namespace) -> int:
     """Print events of a SQLite store file, oldest first, without an endpoint."""
-    from .store import StoreError
+    from .store.registry import StoreError
 
     try:
         store = open_store_file(args.db)
@@ -315,7 +315,7 @@ def _query_file(args: argparse.Namespace) -> int:
 
 
 def _print_file_events(store: Any, args: argparse.Namespace, out: _Output) -> None:
-    from .store import EventQuery
+    from .store.registry import EventQuery
 
     track = _track_filter(args)
     q = EventQuery(
@@ -338,7 +338,7 @@ def _print_file_events(store: Any, args: argparse.Namespace, out: _Output) -> No
 
 
 def _print_file_tracks(store: Any, args: argparse.Namespace, out: _Output) -> None:
-    from .store import TrackQuery
+    from .store.registry import TrackQuery
 
     track = _track_filter(args)
     q = TrackQuery(
@@ -421,7 +421,7 @@ def snapshot_query(ref: str, camera: str = "", kind: str = "") -> Any:
     ValueError for a bad kind."""
     from strata.shared.snapshot_ids import parse_kind, parse_snapshot_id
 
-    from .snapshot_rows import SnapshotQuery
+    from .store.snapshot_rows import SnapshotQuery
 
     k = parse_kind(kind) if kind else 0
     try:
@@ -474,7 +474,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
     import grpc
     from strata.shared.snapshot_ids import kind_name
 
-    from .store import StoreError
+    from .store.registry import StoreError
 
     load_or_exit(args, {}, "cloud snapshot")
     name = "strata cloud snapshot"

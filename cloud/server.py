@@ -24,13 +24,16 @@ from strata.shared.gpu_telemetry import DcgmCollector, GpuTelemetry, open_nvml
 from strata.shared.metrics_web import MetricsServer, serve
 from strata.shared.metrics_web import check_bind as check_metrics_bind
 
-from .batcher import DynamicBatcher, batch_limit
-from .classifier import load_classifier
+from .api.drops import Drops
+from .api.parsing import ParseGuard
+from .api.service import AnalyticsService
+from .api.service_parts import ServiceParts
+from .api.watch import WatchHub
+from .classify.batcher import DynamicBatcher, batch_limit
+from .classify.classifier import load_classifier
+from .classify.versions import ClassifierSwitcher, cloud_version_metrics
 from .console.security import ConsoleSecurity, console_security
-from .drops import Drops
 from .metrics import CloudMetrics
-from .parsing import ParseGuard
-from .retention import Pruner
 from .security import (
     SecurityError,
     TokenInterceptor,
@@ -39,11 +42,8 @@ from .security import (
     server_credentials,
     split_listen,
 )
-from .service import AnalyticsService
-from .service_parts import ServiceParts
-from .store import open_store
-from .versions import ClassifierSwitcher, cloud_version_metrics
-from .watch import WatchHub
+from .store.registry import open_store
+from .store.retention import Pruner
 
 if TYPE_CHECKING:
     from strata.shared.config.rules import RulesConfig
@@ -98,7 +98,7 @@ class CloudServer:
             raise
         # Retention of tracks, their events and snapshots (cloud.snapshots.retention).
         self.pruner = self._pruner()
-        # Run-time version switches of a repository classifier (cloud/versions.py).
+        # Run-time version switches of a repository classifier (cloud/classify/versions.py).
         self.switcher: ClassifierSwitcher | None = None
         if not cfg.model.path:
             from strata.shared.models import repository_for

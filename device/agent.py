@@ -24,22 +24,22 @@ from prometheus_client import CollectorRegistry
 from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig
 from strata.shared.contracts import frame_pb2
 
-from .burst_slots import BurstSlots
 from .camera import CameraState, CameraStatus, CameraWorker
-from .cascade import CascadeMetrics, EdgeLink
-from .clip_cutter import ClipCutter
-from .clip_demand import DemandFollower, DemandQueue
-from .clip_spool import ClipSpool
-from .clip_uploader import ClipUploader
-from .gate import RelevanceGate, load_gate
-from .inbox import GateInbox
+from .capture.packet_ring import PacketRing
+from .capture.sources import camera_name
+from .clips.cutter import ClipCutter
+from .clips.demand import DemandFollower, DemandQueue
+from .clips.spool import ClipSpool
+from .clips.uploader import ClipUploader
+from .filters.burst_slots import BurstSlots
+from .filters.cascade import CascadeMetrics, EdgeLink
+from .filters.gate import RelevanceGate, load_gate
+from .filters.inbox import GateInbox
+from .filters.versions import GateSwitcher, device_version_metrics
 from .metrics import ClipMetrics, DeviceMetrics
-from .packet_ring import PacketRing
 from .pipeline import CameraPipeline, KeyframeRequests, PipelineSetup
-from .sender import Sender
-from .sender_parts import SenderHooks, SenderSetup
-from .sources import camera_name
-from .versions import GateSwitcher, device_version_metrics
+from .transport.sender import Sender
+from .transport.sender_parts import SenderHooks, SenderSetup
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class Agent:
         )
         import cv2  # here, as the worker's: cv2 stays out of `strata --help`
 
-        from .encoder import ScaleTarget
+        from .transport.encoder import ScaleTarget
         from .worker import GateSetup, GateWorker
 
         # The host's cores belong to the cameras' decoders: cv2's worker pool, woken for
@@ -207,7 +207,7 @@ class Agent:
 
     def _source_config(self) -> SourceConfig:
         """`device.source` with decode_ahead's auto settled for a camera started now: on
-        while the cameras are fewer than the cores (device/decode_ahead.py says why)."""
+        while the cameras are fewer than the cores (device/capture/decode_ahead.py says why)."""
         src = self.cfg.source
         if src.decode_ahead != "auto":
             return src

@@ -21,24 +21,17 @@ from enum import Enum
 from strata.shared.config.device import CascadeConfig, MotionConfig, SourceConfig
 from strata.shared.logs import RateLimitedLog
 
-from .burst_slots import BurstSlots
-from .cascade import CascadeMetrics, CascadePolicy
-from .decode_ahead import DecodeAhead
-from .decoding import DecoderChoice, HeldAhead
-from .degrade import REASON_MOTION, REASON_RATE, SourceDegrader
-from .frames import Frame
-from .inbox import GateItem
+from .capture.decode_ahead import DecodeAhead
+from .capture.decoding import DecoderChoice, HeldAhead
+from .capture.frames import Frame
+from .capture.sources import PacketTap, Source, SourceError, error_kind, is_live, open_source
+from .filters.burst_slots import BurstSlots
+from .filters.cascade import CascadeMetrics, CascadePolicy
+from .filters.inbox import GateItem
+from .filters.motion import MotionDecision, MotionGate
 from .metrics import CameraMetrics, DropLog
-from .motion import MotionDecision, MotionGate
 from .pipeline import FrameOutlet
-from .sources import (
-    PacketTap,
-    Source,
-    SourceError,
-    error_kind,
-    is_live,
-    open_source,
-)
+from .transport.degrade import REASON_MOTION, REASON_RATE, SourceDegrader
 
 log = logging.getLogger(__name__)
 

@@ -194,8 +194,8 @@ def _started_agent(
     from strata.shared.metrics_web import serve_or_exit
 
     from .agent import Agent
-    from .gate import GateLoadError
-    from .sender import SenderError
+    from .filters.gate import GateLoadError
+    from .transport.sender import SenderError
     from .workers import AgentWorkers, WorkerError, worker_count
 
     agent: Agent | AgentWorkers

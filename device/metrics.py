@@ -173,7 +173,7 @@ class DeviceMetrics:
             registry=r,
         )
 
-        # Clips (device/packet_ring.py, device/clip_cutter.py).
+        # Clips (device/capture/packet_ring.py, device/clips/cutter.py).
         self.ring_bytes = Gauge(
             "strata_device_clip_ring_bytes",
             "Compressed packet bytes the camera's clip ring holds.",
@@ -201,7 +201,7 @@ class DeviceMetrics:
             registry=r,
         )
         self.clip_bytes = counter("clip_bytes", "Bytes of clips written.")
-        # Clips to the cloud and the clips folder (device/clip_uploader.py, clip_spool.py).
+        # Clips to the cloud and the clips folder (device/clips/uploader.py, clip_spool.py).
         self.clip_upload_bytes = Counter(
             "strata_device_clip_upload_bytes",
             "Clip bytes the cloud acked as stored (each byte once).",

@@ -31,10 +31,10 @@ import simplejpeg
 from strata.shared.config.device import PayloadConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 
-from .encoder import H264Encoder, ScaleTarget
-from .frames import BgrScaler, Yuv420Scaler
-from .inbox import GateInbox, GateItem
+from .capture.frames import BgrScaler, Yuv420Scaler
+from .filters.inbox import GateInbox, GateItem
 from .metrics import CameraMetrics
+from .transport.encoder import H264Encoder, ScaleTarget
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class FrameOutlet(Protocol):
 
 
 class Submit(Protocol):
-    """The sender's entry (strata.device.sender.Sender.submit): thread-safe, never blocks."""
+    """The sender's entry (transport.sender.Sender.submit): thread-safe, never blocks."""
 
     def __call__(self, camera_id: str, header: frame_pb2.FrameHeader, payload: Any) -> int: ...
 

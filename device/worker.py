@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from strata.shared.config.device import CascadeConfig, GateConfig
 
-from .gate import RelevanceGate
-from .inbox import GateInbox, GateItem
+from .filters.gate import RelevanceGate
+from .filters.inbox import GateInbox, GateItem
+from .filters.versions import GateSwitcher
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
 from .pipeline import CameraPipeline
-from .versions import GateSwitcher
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class GateWorker:
     """Inbox -> BGR -> relevance gate -> each camera's pipeline.
 
     `gate` None: every frame passes ungated. `switcher`: run-time gate versions
-    (device/versions.py), swapped in between two batches on this worker's thread.
+    (device/filters/versions.py), swapped in between two batches on this worker's thread.
     """
 
     def __init__(

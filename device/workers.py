@@ -123,8 +123,8 @@ def _child(spec: WorkerSpec, conn: Connection) -> None:
     from strata.shared.logs import setup_logging
 
     from .agent import Agent
-    from .gate import GateLoadError
-    from .sender import SenderError
+    from .filters.gate import GateLoadError
+    from .transport.sender import SenderError
 
     setup_logging(spec.logging.level, spec.logging.json_lines, f"strata-device[{spec.index}]")
     # The terminal's Ctrl-C reaches the whole process group: the supervisor stops workers.

@@ -19,7 +19,7 @@ from strata.shared.cli.parser import Parser
 # subcommand -> module providing register(subparsers). Tiers own their own CLI module.
 SUBCOMMANDS: dict[str, str] = {
     "device": "strata.device.cli",
-    "device-clips": "strata.device.clips_cli",
+    "device-clips": "strata.device.clips.cli",
     "edge": "strata.edge.cli",
     "cloud": "strata.cloud.cli",
     "models": "strata.tools.models.cli",

@@ -27,10 +27,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strata.shared.contracts import analytics_pb2
 
-from ..clip_rows import ClipQuery
-from ..event_store import StoreError
-from ..track_filter import TYPES
-from ..watch import WatchUnavailableError
+from ..api.watch import WatchUnavailableError
+from ..store.clip_rows import ClipQuery
+from ..store.event_store import StoreError
+from ..store.track_filter import TYPES
 from . import views
 from .args import (
     BadRequestError,

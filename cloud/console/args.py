@@ -8,7 +8,7 @@ import datetime as dt
 from starlette.requests import Request
 from strata.shared.config.cloud import CloudHttpConfig
 
-from ..track_filter import parse_track_uid
+from ..store.track_filter import parse_track_uid
 from . import views
 from .queries import Cursor, EventFilter
 

@@ -14,9 +14,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from strata.shared.config.cloud import CloudClipsConfig
 
-from ..clip_reader import ClipGoneError, ClipSpan, clip_bytes
-from ..clip_rows import ClipRow
-from ..event_store import EventStore, StoreError
+from ..store.clip_reader import ClipGoneError, ClipSpan, clip_bytes
+from ..store.clip_rows import ClipRow
+from ..store.event_store import EventStore, StoreError
 from .byte_range import ByteRange, RangeNotSatisfiableError, parse_range
 
 log = logging.getLogger(__name__)

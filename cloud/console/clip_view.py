@@ -13,7 +13,7 @@ from typing import Any
 
 from strata.shared.contracts import clips_pb2
 
-from ..clip_rows import ClipRow
+from ..store.clip_rows import ClipRow
 from .views import clip_url, iso
 
 C = clips_pb2

@@ -17,7 +17,7 @@ from typing import Any
 
 from strata.shared.contracts import analytics_pb2, events_pb2
 
-from ..watch import Subscription, WatchHub
+from ..api.watch import Subscription, WatchHub
 from .queries import EventFilter
 
 log = logging.getLogger(__name__)

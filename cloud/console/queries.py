@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 from strata.shared.contracts import analytics_pb2, events_pb2
 
-from .. import event_rows, track_rows
-from ..event_store import EventStore, StoreError
-from ..track_filter import TYPES, TrackQuery
+from ..store import event_rows, track_rows
+from ..store.event_store import EventStore, StoreError
+from ..store.track_filter import TYPES, TrackQuery
 
 # Rows of one instant are ordered crops before track events (descending kind), then by id.
 CROP, TRACK = 1, 0

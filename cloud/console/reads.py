@@ -12,11 +12,11 @@ from prometheus_client import CollectorRegistry
 from strata.shared.config.cloud import CloudClipsConfig, CloudHttpConfig
 from strata.shared.config.rules import RulesConfig
 
-from ..clip_rows import ClipQuery
-from ..event_store import EventQuery, EventStore
-from ..track_filter import TrackQuery, type_name
-from ..verdicts import event_verdict
-from ..watch import WatchHub
+from ..api.watch import WatchHub
+from ..classify.verdicts import event_verdict
+from ..store.clip_rows import ClipQuery
+from ..store.event_store import EventQuery, EventStore
+from ..store.track_filter import TrackQuery, type_name
 from . import editor, views
 from .clip_view import ClipView, clip_view
 from .queries import SNAPSHOT_KINDS, ConsoleQueries, Cursor, EventFilter, Row

@@ -14,9 +14,9 @@ from urllib.parse import urlencode
 from strata.shared.config.rules import CameraRules
 from strata.shared.contracts import analytics_pb2, events_pb2
 
-from ..event_rows import object_label
-from ..track_filter import parse_track_uid, type_name
-from ..verdicts import event_verdict, track_verdict
+from ..classify.verdicts import event_verdict, track_verdict
+from ..store.event_rows import object_label
+from ..store.track_filter import parse_track_uid, type_name
 from .queries import CROP, SNAPSHOT_KINDS, CountRows, Row
 
 _DIRECTIONS = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from strata.cloud.store import StoreError, store_url
+from strata.cloud.store.registry import StoreError, store_url
 from strata.shared.config.cloud import CloudStoreConfig
 
 from .db import Database, LedgerError

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..verdicts import VerdictInfo
+from ..classify.verdicts import VerdictInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import events_pb2
 
-from ..snapshot_rows import latest_jpeg_sql
+from ..store.snapshot_rows import latest_jpeg_sql
 from .connect import open_database
 from .db import Database, LedgerError
 from .events import OutboxEvent

@@ -17,10 +17,10 @@ from typing import Any
 
 from strata.shared.contracts import events_pb2
 
-from ..event_rows import COLUMNS, event_from_row, object_label
-from ..track_filter import type_name
-from ..track_rows import stored_from_row
-from ..verdicts import event_verdict, track_verdict
+from ..classify.verdicts import event_verdict, track_verdict
+from ..store.event_rows import COLUMNS, event_from_row, object_label
+from ..store.track_filter import type_name
+from ..store.track_rows import stored_from_row
 from .events import ObjectState, OutboxEvent
 
 

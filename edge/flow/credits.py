@@ -280,7 +280,7 @@ class CreditGate:
             )
             # Credits keep the node's queue short, so a camera held at its credit is the
             # overload signal (the node's pressure is one too): the level is what the camera
-            # may shed; it sheds only what its own backlog needs (strata.device.degrade).
+            # may shed; it sheds only what its own backlog needs (strata.device.transport.degrade).
             if saturating or loaded:
                 cam.calm_since = -1.0
                 if cam.level < MAX_LEVEL and now - cam.level_since >= cfg.up_s:

@@ -17,7 +17,7 @@ in the order they act (each named once; settings under `edge.overload` unless sa
    2 batch limit divided, 3 credits scaled down and devices asked for level 1 at least,
    4 low-priority cameras answered from their last result. limits.py hands levels 2-3
    to the batcher and the credits.
-6. Source degradation on the device (strata.device.degrade, `device.degrade.*`: enabled,
+6. Source degradation on the device (strata.device.transport.degrade, `device.degrade.*`: enabled,
    motion_factor, rate_headroom, min_fps, backlog_s, up_s, down_s, drop_policy): the
    level in each ack (from the credits' saturation, `edge.flow.period_s`/`up_s`/`down_s`,
    and GPU pressure 3) lets a camera with a backlog raise its motion threshold, cap its

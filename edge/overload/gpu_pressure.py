@@ -1,6 +1,6 @@
 """GPU pressure levels: the design's triggers, and their actions cheapest first.
 
-(Not the device's source degradation, strata.device.degrade: that one acts on a camera.)
+(Not the device's source degradation, strata.device.transport.degrade: that one acts on a camera.)
 
 Triggers (`edge.overload.gpu_pressure`): GPU temperature above 85 C for a minute, GPU memory above
 90 %, inference p99 above twice the SLA. While any holds, the level rises one step per

@@ -244,7 +244,7 @@ class CloudClipsConfig(StrictModel):
 
 
 class CloudVersionsConfig(StrictModel):
-    """Run-time classifier version switches (cloud/versions.py; docs/cloud.md).
+    """Run-time classifier version switches (cloud/classify/versions.py; docs/cloud.md).
 
     When the classifier comes from a repository, the server loads a newer version beside
     the serving one (on SIGHUP, or found by polling), runs a canary on recent crops, and

@@ -166,7 +166,7 @@ class GateConfig(StrictModel):
 
 
 class GateVersionsConfig(StrictModel):
-    """Run-time gate version switches (device/versions.py; docs/models.md).
+    """Run-time gate version switches (device/filters/versions.py; docs/models.md).
 
     When the gate comes from a repository, the agent loads a newer version beside the
     serving one (on SIGHUP, or found by polling), runs a canary on recent frames, and
@@ -410,7 +410,7 @@ class RoutingConfig(StrictModel):
 
 class ClipUploadConfig(StrictModel):
     """Clips to the cloud (Analytics.UploadClip, resumable) and the clips folder's bound
-    (device/clip_uploader.py, device/clip_spool.py)."""
+    (device/clips/uploader.py, device/clips/spool.py)."""
 
     target: str = Field(
         "",

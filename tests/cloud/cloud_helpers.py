@@ -10,8 +10,8 @@ from typing import Any
 import cv2
 import grpc
 import numpy as np
+from strata.cloud.api.watch import Subscription, WatchHub
 from strata.cloud.server import CloudServer
-from strata.cloud.watch import Subscription, WatchHub
 from strata.shared.config.base import validate_model
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc
@@ -137,7 +137,7 @@ def track_event(
 ) -> Any:
     """A valid TrackEvent: `track` is (first_seen_ns, track id), captured at 1 ms + `seq` us;
     the key follows the contract (docs/events.md); `fields` override or add (zone, line...)."""
-    from strata.cloud.track_filter import idempotency_key, parse_type
+    from strata.cloud.store.track_filter import idempotency_key, parse_type
     from strata.shared.contracts import current_version, events_pb2
 
     first_seen, track_id = track

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from cloud_helpers import jpeg, track_event
+from strata.cloud.api.watch import WatchHub
 from strata.cloud.console.reads import ConsoleParts
 from strata.cloud.console.security import ConsoleSecurity, console_security
 from strata.cloud.console.server import ConsoleServer
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.store import EventStore, open_store
-from strata.cloud.watch import WatchHub
+from strata.cloud.store.registry import EventStore, open_store
 from strata.shared.config.base import validate_model
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.config.rules import RulesConfig

@@ -21,9 +21,9 @@ import paho.mqtt.client as paho
 import pytest
 from cloud_helpers import jpeg
 from paho.mqtt.enums import CallbackAPIVersion
-from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.store import open_store
+from strata.cloud.store.event_store import EventStore
+from strata.cloud.store.registry import open_store
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, common_pb2, current_version
 from strata.shared.loopback import free_port

@@ -1,4 +1,4 @@
-"""cloud/batcher.py: the dynamic batcher."""
+"""cloud/classify/batcher.py: the dynamic batcher."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ def test_adaptive_close_waits_only_for_requests_that_can_come(tmp_path: Path) ->
     import time
 
     from cloud_models import build_colour_classifier
-    from strata.cloud.batcher import DynamicBatcher
-    from strata.cloud.classifier import load_classifier
+    from strata.cloud.classify.batcher import DynamicBatcher
+    from strata.cloud.classify.classifier import load_classifier
     from strata.cloud.metrics import CloudMetrics
     from strata.shared.config.cloud import CloudBatcherConfig, CloudModelConfig
     from strata.shared.metrics import sample

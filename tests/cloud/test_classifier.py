@@ -1,9 +1,9 @@
-"""cloud/classifier.py: the batch buffer's normalization."""
+"""cloud/classify/classifier.py: the batch buffer's normalization."""
 
 from __future__ import annotations
 
 import numpy as np
-from strata.cloud.classifier import BatchBuffer, Normalization
+from strata.cloud.classify.classifier import BatchBuffer, Normalization
 
 
 def test_batch_buffer_matches_reference_normalization() -> None:

@@ -1,4 +1,4 @@
-"""Clip rows (cloud/clip_rows.py) on both back ends: a schema 5 store migrates to 6 keeping
+"""Clip rows (cloud/store/clip_rows.py) on both back ends: a schema 5 store migrates to 6 keeping
 its data; a clip's chunks tile what is committed whatever order chunks come in; a clip is
 found by each of its tracks; a uid on two cameras must be named with its camera."""
 
@@ -14,9 +14,8 @@ import pytest
 from clip_helpers import chunk, info
 from cloud_helpers import snapshot
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.postgres_store import MIGRATIONS as PG_MIGRATIONS
-from strata.cloud.sqlite_store import MIGRATIONS as SQLITE_MIGRATIONS
-from strata.cloud.store import (
+from strata.cloud.store.postgres import MIGRATIONS as PG_MIGRATIONS
+from strata.cloud.store.registry import (
     SCHEMA_VERSION,
     ClipLookupError,
     ClipQuery,
@@ -24,6 +23,7 @@ from strata.cloud.store import (
     SnapshotQuery,
     open_store,
 )
+from strata.cloud.store.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import clips_pb2
 

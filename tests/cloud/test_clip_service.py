@@ -1,4 +1,4 @@
-"""Event clips through a real server on 127.0.0.1 (cloud/clip_service.py) with a real fMP4
+"""Event clips through a real server on 127.0.0.1 (cloud/api/clip_service.py) with a real fMP4
 cut from vtest.mp4: uploaded in chunks and acked by committed bytes (a resend changes
 nothing, a gap sends the device back, over the cap and bad input refused with counted
 reasons, the final chunk completes it), resumed after a restart of the cloud, served by
@@ -17,9 +17,9 @@ import grpc
 import pytest
 from clip_helpers import chunk, chunks, frames, info, make_clip
 from cloud_helpers import make_config, stub_for, track_event
-from strata.cloud.clip_cli import clip_query
-from strata.cloud.clip_rows import ClipQuery
+from strata.cloud.client.clip_cli import clip_query
 from strata.cloud.server import CloudServer
+from strata.cloud.store.clip_rows import ClipQuery
 from strata.shared.config.cloud import CloudClipsConfig
 from strata.shared.contracts import clips_pb2, current_version
 from strata.shared.metrics import sample

@@ -15,7 +15,7 @@ import pytest
 from cloud_helpers import jpeg, stored_event, track_event
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.sqlite_store import SQLiteStore
+from strata.cloud.store.sqlite import SQLiteStore
 from strata.shared.cli.table import parse as parse_table
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import (

@@ -17,7 +17,7 @@ import grpc
 import psycopg
 import pytest
 import yaml
-from strata.cloud.store import SCHEMA_VERSION
+from strata.cloud.store.registry import SCHEMA_VERSION
 from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
 from strata.shared.loopback import free_port
 from strata.tools.postgres_temp import TempPostgres

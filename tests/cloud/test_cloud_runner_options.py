@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from strata.cloud.classifier import load_classifier, runner_options
+from strata.cloud.classify.classifier import load_classifier, runner_options
 from strata.shared.config.cloud import CloudModelConfig
 
 

@@ -86,7 +86,7 @@ def test_a_thousand_idle_streams_do_not_starve_health_or_classify(
         [
             sys.executable,
             "-m",
-            "strata.cloud.idle_streams",
+            "strata.cloud.client.idle_streams",
             server.address,
             "500",
             "500",

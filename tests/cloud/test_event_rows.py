@@ -1,4 +1,4 @@
-"""cloud/event_rows.py: Event <-> row, and the QueryEvents SQL."""
+"""cloud/store/event_rows.py: Event <-> row, and the QueryEvents SQL."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from strata.cloud.event_rows import (
+from strata.cloud.metrics import CloudMetrics
+from strata.cloud.store.event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
     event_from_row,
@@ -15,9 +16,8 @@ from strata.cloud.event_rows import (
     query_sql,
     stored_event,
 )
-from strata.cloud.event_store import EventQuery, EventStore, PageKey
-from strata.cloud.metrics import CloudMetrics
-from strata.cloud.store import open_store
+from strata.cloud.store.event_store import EventQuery, EventStore, PageKey
+from strata.cloud.store.registry import open_store
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, common_pb2, events_pb2
 

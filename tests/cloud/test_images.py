@@ -1,4 +1,4 @@
-"""cloud/images.py: JPEG header parsing and the checks before decoding."""
+"""cloud/classify/images.py: JPEG header parsing and the checks before decoding."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import cv2
 import numpy as np
 import pytest
 from cloud_helpers import jpeg
-from strata.cloud.images import ImageLimits, InvalidImageError, decode, jpeg_size
+from strata.cloud.classify.images import ImageLimits, InvalidImageError, decode, jpeg_size
 from strata.shared.contracts import common_pb2
 
 LIMITS = ImageLimits(4096, 4096, 16_000_000)

@@ -1,4 +1,4 @@
-"""The answers every Uplink item kind shares (cloud/item_acks.py), through the track events'
+"""The answers every Uplink item kind shares (cloud/api/item_acks.py), through the track events'
 EventAcks over a real BatchAcks and real futures: each item gets exactly one ack, a refusal
 is counted before it, a bug answers RETRY instead of hanging the batch."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from cloud_helpers import track_event
-from strata.cloud.batch_acks import BatchAcks
-from strata.cloud.drops import Drops
-from strata.cloud.event_store import StoreBusyError, StoredTrack
+from strata.cloud.api.batch_acks import BatchAcks
+from strata.cloud.api.drops import Drops
+from strata.cloud.api.track_service import EventAcks
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.track_service import EventAcks
+from strata.cloud.store.event_store import StoreBusyError, StoredTrack
 from strata.shared.contracts import analytics_pb2, events_pb2
 from strata.shared.metrics import sample
 

@@ -14,8 +14,6 @@ from pathlib import Path
 import psycopg
 import pytest
 from outbox_helpers import crop_event, fill, sample, started_store, wait_for
-from strata.cloud.event_rows import INSERT_COLUMNS, insert_row, placeholders
-from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.outbox.connect import open_database
 from strata.cloud.outbox.events import OutboxEvent
@@ -23,7 +21,9 @@ from strata.cloud.outbox.ledger import Ledger
 from strata.cloud.outbox.sink import DeliveryError
 from strata.cloud.outbox.sources import CROPS
 from strata.cloud.outbox.worker import SinkWorker, WorkerParts
-from strata.cloud.store import open_store
+from strata.cloud.store.event_rows import INSERT_COLUMNS, insert_row, placeholders
+from strata.cloud.store.event_store import EventStore
+from strata.cloud.store.registry import open_store
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import SinksConfig
 from strata.shared.contracts import analytics_pb2

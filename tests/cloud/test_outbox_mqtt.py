@@ -28,12 +28,12 @@ from outbox_helpers import (
     started_store,
     wait_for,
 )
-from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.outbox.events import ObjectState, OutboxEvent
 from strata.cloud.outbox.mqtt import MqttSink
 from strata.cloud.outbox.sink import DeliveryError
 from strata.cloud.outbox.worker import SinkWorker, WorkerParts
+from strata.cloud.store.event_store import EventStore
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import MqttSinkConfig, SinksConfig
 from tls_certs import make_pki

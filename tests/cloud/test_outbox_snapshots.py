@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from cloud_helpers import decodes, snapshot, track_event
 from outbox_helpers import Broker, Subscriber, started_broker, started_store, wait_for
-from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.outbox.mqtt import MqttSink
 from strata.cloud.outbox.snapshots import SnapshotReader
 from strata.cloud.outbox.worker import SinkWorker, WorkerParts
+from strata.cloud.store.event_store import EventStore
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import MqttSinkConfig, SinksConfig
 

@@ -22,7 +22,6 @@ from outbox_helpers import (
     started_store,
     wait_for,
 )
-from strata.cloud.event_store import EventStore
 from strata.cloud.metrics import CloudMetrics
 from strata.cloud.outbox.events import ObjectState, OutboxEvent
 from strata.cloud.outbox.filters import Cooldown, EventFilter
@@ -30,6 +29,7 @@ from strata.cloud.outbox.mqtt import MqttSink
 from strata.cloud.outbox.signature import sign, verify
 from strata.cloud.outbox.webhook import WebhookSink
 from strata.cloud.outbox.worker import SinkWorker, WorkerParts
+from strata.cloud.store.event_store import EventStore
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.config.sinks import (
     MqttSinkConfig,

@@ -1,9 +1,9 @@
-"""cloud/postgres_feed.py: committed ids split over NOTIFY payloads and read back."""
+"""cloud/store/postgres_feed.py: committed ids split over NOTIFY payloads and read back."""
 
 from __future__ import annotations
 
 import pytest
-from strata.cloud.postgres_feed import parse_payload, payloads
+from strata.cloud.store.postgres_feed import parse_payload, payloads
 
 
 def test_ids_split_under_the_notify_limit_and_come_back_in_order() -> None:

@@ -12,12 +12,12 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 from cloud_helpers import LoopThread
+from strata.cloud.api.watch import WatchHub, WatchUnavailableError
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.postgres_feed import parse_payload, payloads
-from strata.cloud.postgres_store import MIGRATIONS as PG_MIGRATIONS
-from strata.cloud.postgres_store import PostgresStore, redact
-from strata.cloud.sqlite_store import MIGRATIONS as SQLITE_MIGRATIONS
-from strata.cloud.store import (
+from strata.cloud.store.postgres import MIGRATIONS as PG_MIGRATIONS
+from strata.cloud.store.postgres import PostgresStore, redact
+from strata.cloud.store.postgres_feed import parse_payload, payloads
+from strata.cloud.store.registry import (
     SCHEMA_VERSION,
     EventQuery,
     EventStore,
@@ -25,7 +25,7 @@ from strata.cloud.store import (
     StoreError,
     open_store,
 )
-from strata.cloud.watch import WatchHub, WatchUnavailableError
+from strata.cloud.store.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, common_pb2
 from strata.shared.metrics import sample

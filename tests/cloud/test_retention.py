@@ -1,4 +1,4 @@
-"""Retention (cloud/retention.py) on both back ends: tracks older than their label's or rules'
+"""Retention (cloud/store/retention.py) on both back ends: tracks older than their label's or rules'
 days leave with their track events, snapshots and clips (a clip with the last track it
 shows), counted; forever means forever; a long
 history goes in several transactions; the server prunes in the background."""
@@ -13,9 +13,9 @@ import pytest
 from clip_helpers import chunk, info
 from cloud_helpers import make_config, snapshot, track_event
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.retention import DAY_NS, Pruner, RetentionPolicy, prune
 from strata.cloud.server import CloudServer
-from strata.cloud.store import ClipQuery, EventStore, SnapshotQuery, TrackQuery, open_store
+from strata.cloud.store.registry import ClipQuery, EventStore, SnapshotQuery, TrackQuery, open_store
+from strata.cloud.store.retention import DAY_NS, Pruner, RetentionPolicy, prune
 from strata.shared.config.cloud import CloudRetentionConfig, CloudStoreConfig
 from strata.shared.metrics import sample
 

@@ -304,7 +304,7 @@ def test_stop_ends_watchers_and_keeps_acked_events(
     start_server: Callable[[CloudConfig], CloudServer],
 ) -> None:
     from strata.cloud.metrics import CloudMetrics
-    from strata.cloud.store import EventQuery, open_store
+    from strata.cloud.store.registry import EventQuery, open_store
 
     model, labels = colour_model
     cfg = make_config(model, tmp_path / "e.sqlite", labels)

@@ -1,4 +1,4 @@
-"""Track snapshots in the store (cloud/snapshot_rows.py through both back ends): one per
+"""Track snapshots in the store (cloud/store/snapshot_rows.py through both back ends): one per
 track and kind, the highest revision kept, found by event key, snapshot id or track; a
 schema 4 store migrates in place; replicas on one PostgreSQL share every snapshot."""
 
@@ -13,14 +13,14 @@ import psycopg
 import pytest
 from cloud_helpers import decodes, snapshot, track_event
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.sqlite_store import MIGRATIONS as SQLITE_MIGRATIONS
-from strata.cloud.store import (
+from strata.cloud.store.registry import (
     SCHEMA_VERSION,
     EventStore,
     SnapshotLookupError,
     SnapshotQuery,
     open_store,
 )
+from strata.cloud.store.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import events_pb2
 

@@ -1,4 +1,4 @@
-"""Snapshots through a real server on 127.0.0.1 (cloud/snapshot_service.py): acked one by one
+"""Snapshots through a real server on 127.0.0.1 (cloud/api/snapshot_service.py): acked one by one
 on the Uplink stream (an oversize one and one that is not a JPEG that decodes refused with
 counted reasons, never stored), served by GetSnapshot and by `strata cloud snapshot` (against
 the endpoint and a store file) as files that decode."""

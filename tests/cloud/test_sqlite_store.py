@@ -1,4 +1,4 @@
-"""cloud/sqlite_store.py: writes, dedup, pages, schema checks and migrations."""
+"""cloud/store/sqlite.py: writes, dedup, pages, schema checks and migrations."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from cloud_helpers import stored_event
-from strata.cloud.event_store import SCHEMA_VERSION, EventQuery, PageKey, StoreError
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.sqlite_store import SQLiteStore
+from strata.cloud.store.event_store import SCHEMA_VERSION, EventQuery, PageKey, StoreError
+from strata.cloud.store.sqlite import SQLiteStore
 from strata.shared.cli.table import parse as parse_table
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2
@@ -50,7 +50,7 @@ def test_store_writes_dedups_pages_and_refuses_newer_schema(tmp_path: Path) -> N
 
 
 def test_schema_1_store_migrates_to_track_ids(tmp_path: Path) -> None:
-    from strata.cloud.sqlite_store import MIGRATIONS
+    from strata.cloud.store.sqlite import MIGRATIONS
 
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path)
@@ -85,7 +85,7 @@ def test_schema_2_store_migrates_to_model_versions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An existing file gains a nullable column: old events have no version, new ones do."""
-    from strata.cloud.sqlite_store import MIGRATIONS
+    from strata.cloud.store.sqlite import MIGRATIONS
 
     path = tmp_path / "v2.sqlite"
     conn = sqlite3.connect(path)

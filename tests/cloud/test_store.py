@@ -1,4 +1,4 @@
-"""cloud/store.py: the back end registry by URL scheme, and where the URL comes from."""
+"""cloud/store/registry.py: the back end registry by URL scheme, and where the URL comes from."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.sqlite_store import SQLiteStore
-from strata.cloud.store import BACKENDS, StoreError, backend_class, open_store, store_url
+from strata.cloud.store.registry import BACKENDS, StoreError, backend_class, open_store, store_url
+from strata.cloud.store.sqlite import SQLiteStore
 from strata.shared.config.cloud import CloudStoreConfig
 
 
@@ -35,7 +35,7 @@ def test_an_unknown_scheme_says_which_are_known() -> None:
 
 def test_a_missing_back_end_package_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     # None in sys.modules makes the import fail as for a package that is not installed.
-    monkeypatch.setitem(sys.modules, "strata.cloud.postgres_store", None)
+    monkeypatch.setitem(sys.modules, "strata.cloud.store.postgres", None)
     with pytest.raises(StoreError, match="not installed"):
         backend_class("postgresql://u@127.0.0.1/db")
 

@@ -1,4 +1,4 @@
-"""cloud/track_checks.py and cloud/track_filter.py: what the cloud requires of a track event,
+"""cloud/api/track_checks.py and cloud/store/track_filter.py: what the cloud requires of a track event,
 and the names and filters of track events."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 from cloud_helpers import track_event
-from strata.cloud.track_checks import check_event
-from strata.cloud.track_filter import (
+from strata.cloud.api.track_checks import check_event
+from strata.cloud.store.track_filter import (
     TrackPageKey,
     TrackQuery,
     idempotency_key,

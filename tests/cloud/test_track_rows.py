@@ -1,4 +1,4 @@
-"""Track events in the store (cloud/track_rows.py through both back ends): stored once per
+"""Track events in the store (cloud/store/track_rows.py through both back ends): stored once per
 idempotency key, in the order sent, filtered and paged, the track's verdict joined from its
 classified crops; schema 3 stores migrate in place; replicas on one PostgreSQL share them."""
 
@@ -12,11 +12,11 @@ from typing import Any
 import psycopg
 import pytest
 from cloud_helpers import LoopThread, track_event
+from strata.cloud.api.watch import WatchHub
 from strata.cloud.metrics import CloudMetrics
-from strata.cloud.postgres_store import MIGRATIONS as PG_MIGRATIONS
-from strata.cloud.postgres_store import PostgresStore
-from strata.cloud.sqlite_store import MIGRATIONS as SQLITE_MIGRATIONS
-from strata.cloud.store import (
+from strata.cloud.store.postgres import MIGRATIONS as PG_MIGRATIONS
+from strata.cloud.store.postgres import PostgresStore
+from strata.cloud.store.registry import (
     SCHEMA_VERSION,
     EventQuery,
     EventStore,
@@ -24,8 +24,8 @@ from strata.cloud.store import (
     TrackQuery,
     open_store,
 )
-from strata.cloud.track_filter import parse_type
-from strata.cloud.watch import WatchHub
+from strata.cloud.store.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
+from strata.cloud.store.track_filter import parse_type
 from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, events_pb2
 

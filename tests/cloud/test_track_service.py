@@ -1,4 +1,4 @@
-"""Track events through a real server on 127.0.0.1 (cloud/track_service.py): acked per event on
+"""Track events through a real server on 127.0.0.1 (cloud/api/track_service.py): acked per event on
 the Uplink stream, queried with filters and the track's verdict, watched live; RETRY while
 PostgreSQL is down."""
 
@@ -15,7 +15,7 @@ import grpc
 import pytest
 from cloud_helpers import jpeg, make_config, read_watch, stub_for, track_event
 from strata.cloud.server import CloudServer
-from strata.cloud.track_filter import parse_type
+from strata.cloud.store.track_filter import parse_type
 from strata.shared.config.cloud import CloudConfig
 from strata.shared.contracts import analytics_pb2, common_pb2, current_version, events_pb2
 from strata.shared.metrics import sample
@@ -266,13 +266,13 @@ def test_a_full_writer_queue_acks_retry_and_holds_that_cameras_later_events(
 ) -> None:
     """At hand-over, without a server: the writer takes one event (max_pending 1, not yet
     started); the rest get RETRY, and the door's event after a RETRY is held back."""
-    from strata.cloud.batch_acks import BatchAcks
-    from strata.cloud.drops import Drops
+    from strata.cloud.api.batch_acks import BatchAcks
+    from strata.cloud.api.drops import Drops
+    from strata.cloud.api.service_parts import ServiceParts
+    from strata.cloud.api.track_service import TrackEvents
+    from strata.cloud.api.watch import WatchHub
     from strata.cloud.metrics import CloudMetrics
-    from strata.cloud.service_parts import ServiceParts
-    from strata.cloud.sqlite_store import SQLiteStore
-    from strata.cloud.track_service import TrackEvents
-    from strata.cloud.watch import WatchHub
+    from strata.cloud.store.sqlite import SQLiteStore
 
     model, labels = colour_model
     cfg = make_config(model, tmp_path / "e.sqlite", labels, store={"max_pending": 1})

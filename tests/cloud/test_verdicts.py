@@ -1,4 +1,4 @@
-"""The cloud's second opinion (cloud/verdicts.py): confirm, reject or abstain on the detector's
+"""The cloud's second opinion (cloud/classify/verdicts.py): confirm, reject or abstain on the detector's
 label within the model's verdict map, never a new label; the starter model's map, stored and
 shown beside the detector's label."""
 
@@ -8,11 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from strata.cloud.classifier import load_classifier
-from strata.cloud.event_rows import COLUMNS, insert_row
-from strata.cloud.outbox.payload import event_json
-from strata.cloud.outbox.sources import crop_event
-from strata.cloud.verdicts import (
+from strata.cloud.classify.classifier import load_classifier
+from strata.cloud.classify.verdicts import (
     VERDICTS_FILE,
     VerdictMap,
     VerdictMapFile,
@@ -20,6 +17,9 @@ from strata.cloud.verdicts import (
     identity_map,
     load_verdict_map,
 )
+from strata.cloud.outbox.payload import event_json
+from strata.cloud.outbox.sources import crop_event
+from strata.cloud.store.event_rows import COLUMNS, insert_row
 from strata.shared.config.cloud import CloudModelConfig
 from strata.shared.contracts import analytics_pb2, common_pb2, events_pb2
 from strata.shared.models import ModelRepository, starter_repository

@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from required_testkit import missing
 from strata.device.agent import Agent
-from strata.device.clip_spool import read_sidecar
-from strata.device.sink import FrameSink
+from strata.device.clips.spool import read_sidecar
+from strata.device.transport.sink import FrameSink
 from strata.edge.build import build_node
 from strata.shared.config.device import (
     CameraConfig,

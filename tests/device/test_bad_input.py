@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
 from strata.device.camera import CameraState
 from strata.device.metrics import CameraCounts
-from strata.device.sink import FrameSink
+from strata.device.transport.sink import FrameSink
 from strata.shared.config.device import CameraConfig, SourceConfig
 from strata.shared.loopback import free_port
 

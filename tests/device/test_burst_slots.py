@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from strata.device.burst_slots import BurstSlots
+from strata.device.filters.burst_slots import BurstSlots
 
 
 def test_at_most_limit_cameras_hold_a_slot_and_only_a_holder_gives_one_back() -> None:

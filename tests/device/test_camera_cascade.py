@@ -9,8 +9,8 @@ import cv2
 import numpy as np
 from prometheus_client import CollectorRegistry
 from strata.device.camera import CameraState, CameraWorker
-from strata.device.cascade import CascadeMetrics
-from strata.device.inbox import GateInbox, GateItem
+from strata.device.filters.cascade import CascadeMetrics
+from strata.device.filters.inbox import GateInbox, GateItem
 from strata.device.metrics import DeviceMetrics
 from strata.shared.config.device import CascadeConfig, MotionConfig, SourceConfig
 from strata.shared.synthetic import SyntheticClip

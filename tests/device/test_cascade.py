@@ -6,8 +6,8 @@ import itertools
 
 from prometheus_client import CollectorRegistry
 from pytest import approx
-from strata.device.burst_slots import BurstSlots
-from strata.device.cascade import CascadeMetrics, CascadePolicy, choose_gap, pan_gap
+from strata.device.filters.burst_slots import BurstSlots
+from strata.device.filters.cascade import CascadeMetrics, CascadePolicy, choose_gap, pan_gap
 from strata.shared.config.device import CascadeConfig
 from strata.shared.contracts import frame_pb2
 

@@ -1,4 +1,4 @@
-"""device/clip_cutter.py on real media (H.264 and HEVC files from vtest, a real RTSP camera):
+"""device/clips/cutter.py on real media (H.264 and HEVC files from vtest, a real RTSP camera):
 clips cover their request with pre- and post-roll, are the source's own packets (no
 re-encode), decode from their first frame, play when cut short, and end with a reason."""
 
@@ -12,10 +12,10 @@ import av
 import pytest
 from prometheus_client import CollectorRegistry
 from required_testkit import missing
-from strata.device.clip_cutter import Clip, ClipCutter, ClipRequest
+from strata.device.capture.packet_ring import PacketRing
+from strata.device.capture.sources import AvSource, SourceError
+from strata.device.clips.cutter import Clip, ClipCutter, ClipRequest
 from strata.device.metrics import ClipMetrics, DeviceMetrics
-from strata.device.packet_ring import PacketRing
-from strata.device.sources import AvSource, SourceError
 from strata.shared.config.device import ClipsConfig, SourceConfig
 
 from .clip_media import (

@@ -1,4 +1,4 @@
-"""device/clip_demand.py and device/clip_spool.py on real media: the edge's demand drives
+"""device/clips/demand.py and device/clips/spool.py on real media: the edge's demand drives
 the cutter (a live track opens a clip, an overlapping one joins it, an end closes it
 post_roll_s later, a track that vanishes ends at the last frame seen with it), every clip
 has a sidecar, and a clip cut short by a stop is found at the next start as CUT_SHORT."""
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from strata.device.clip_cutter import ClipCutter
-from strata.device.clip_demand import DemandFollower
-from strata.device.clip_spool import CUT_SHORT, ClipSpool, read_sidecar
+from strata.device.capture.packet_ring import PacketRing
+from strata.device.capture.sources import AvSource
+from strata.device.clips.cutter import ClipCutter
+from strata.device.clips.demand import DemandFollower
+from strata.device.clips.spool import CUT_SHORT, ClipSpool, read_sidecar
 from strata.device.metrics import ClipMetrics, DeviceMetrics
-from strata.device.packet_ring import PacketRing
-from strata.device.sources import AvSource
 from strata.shared.config.device import ClipsConfig, SourceConfig
 from strata.shared.contracts import clips_pb2, frame_pb2
 

@@ -1,10 +1,10 @@
-"""device/clip_spool.py: what a start takes back from a clips folder others share."""
+"""device/clips/spool.py: what a start takes back from a clips folder others share."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from strata.device.clip_spool import ClipSpool, write_sidecar
+from strata.device.clips.spool import ClipSpool, write_sidecar
 from strata.shared.config.device import ClipsConfig
 from strata.shared.contracts import clips_pb2
 

@@ -1,4 +1,4 @@
-"""device/clip_uploader.py against a real gRPC server on loopback (tests/device/clip_cloud.py)
+"""device/clips/uploader.py against a real gRPC server on loopback (tests/device/clip_cloud.py)
 that stores each clip honestly: clips go oldest first, whole and byte for byte, resume
 after a server restart and after a gap from the committed size, wait when asked, are not
 resent once refused, an open clip's bytes go as they grow; the folder stays under its
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from strata.device.clip_spool import ClipSpool
-from strata.device.clip_uploader import ClipUploader, UploadError, UploadSetupError, target_host
+from strata.device.clips.spool import ClipSpool
+from strata.device.clips.uploader import ClipUploader, UploadError, UploadSetupError, target_host
 from strata.device.metrics import DeviceMetrics
 from strata.shared.config.device import ClipsConfig, ClipUploadConfig
 from strata.shared.config.edge import UplinkTlsConfig

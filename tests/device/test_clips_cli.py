@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from clip_testkit import first_seconds
-from strata.device.clip_spool import write_sidecar
+from strata.device.clips.spool import write_sidecar
 from strata.shared.contracts import clips_pb2
 from strata.tools.cli import main
 

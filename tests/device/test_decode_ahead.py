@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from strata.device.decode_ahead import DecodeAhead
-from strata.device.sources import SourceError
+from strata.device.capture.decode_ahead import DecodeAhead
+from strata.device.capture.sources import SourceError
 
 
 def test_every_item_arrives_in_order() -> None:

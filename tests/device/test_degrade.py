@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strata.device.degrade import SourceDegrader
+from strata.device.transport.degrade import SourceDegrader
 from strata.shared.config.device import DegradeConfig
 
 

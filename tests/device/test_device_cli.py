@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from strata.device.sink import FrameSink
+from strata.device.transport.sink import FrameSink
 
 
 def _strata(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
-from strata.device.diskspool import DiskSpool
 from strata.device.metrics import CameraCounts
-from strata.device.outbox import Outbox, OutboxLimits
-from strata.device.sink import FrameSink
+from strata.device.transport.diskspool import DiskSpool
+from strata.device.transport.outbox import Outbox, OutboxLimits
+from strata.device.transport.sink import FrameSink
 from strata.shared.config.device import CameraConfig, SenderConfig
 from strata.shared.contracts import frame_pb2
 

@@ -1,8 +1,8 @@
-"""device/edges.py: what an edge's acks say about it, liveness and founding members."""
+"""device/transport/edges.py: what an edge's acks say about it, liveness and founding members."""
 
 from __future__ import annotations
 
-from strata.device.edges import EdgeLink, heartbeat_header, tcp_endpoint, update_liveness
+from strata.device.transport.edges import EdgeLink, heartbeat_header, tcp_endpoint, update_liveness
 from strata.shared.contracts import frame_pb2
 from strata.shared.ring import FOUNDING
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from strata.device.frames import GreyScaler
+from strata.device.capture.frames import GreyScaler
 
 
 def _ffmpeg_area(frame: object, size: tuple[int, int]) -> np.ndarray:
@@ -80,7 +80,7 @@ def test_grey_buffers_are_kept_from_frame_to_frame(vtest_mp4: Path) -> None:
 def test_jpeg_planes_match_ffmpegs_area_scale(vtest_mp4: Path, source, size, fmt) -> None:  # type: ignore[no-untyped-def]
     """The kept frame's JPEG planes by cv2's halvings are FFmpeg's (area scale to full-range
     yuvj420p) within a grey level or two on average, with the same brightness."""
-    from strata.device.frames import Yuv420Scaler
+    from strata.device.capture.frames import Yuv420Scaler
 
     scaler = Yuv420Scaler()
     for decoded in _frames(vtest_mp4, 4, source):
@@ -96,7 +96,7 @@ def test_jpeg_planes_match_ffmpegs_area_scale(vtest_mp4: Path, source, size, fmt
 
 
 def test_jpeg_planes_leave_odd_sizes_and_other_formats_to_ffmpeg(vtest_mp4: Path) -> None:
-    from strata.device.frames import Yuv420Scaler
+    from strata.device.capture.frames import Yuv420Scaler
 
     frame = _frames(vtest_mp4, 1)[0]
     scaler = Yuv420Scaler()
@@ -108,7 +108,7 @@ def test_jpeg_planes_leave_odd_sizes_and_other_formats_to_ffmpeg(vtest_mp4: Path
 def test_every_pixel_counts_in_the_grey(shape: tuple[int, int]) -> None:
     """Past the exact halvings no step scales by 2x or more (a bilinear step there would
     skip pixels): a lone bright pixel anywhere moves the grey."""
-    from strata.device.frames import _Halver
+    from strata.device.capture.frames import _Halver
 
     halver = _Halver()
     rng = np.random.default_rng(7)

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
-from strata.device.frames import Frame
-from strata.device.gate import GateLoadError, load_gate
-from strata.device.inbox import GateInbox, GateItem
+from strata.device.capture.frames import Frame
+from strata.device.filters.gate import GateLoadError, load_gate
+from strata.device.filters.inbox import GateInbox, GateItem
 from strata.device.metrics import CameraCounts
-from strata.device.sink import FrameSink
+from strata.device.transport.sink import FrameSink
 from strata.shared.config.device import CameraConfig, GateConfig
 from strata.shared.loopback import free_port
 

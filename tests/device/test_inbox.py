@@ -1,4 +1,4 @@
-"""device/inbox.py: bounded per-camera queues, round-robin batches, wait or drop when full."""
+"""device/filters/inbox.py: bounded per-camera queues, round-robin batches, wait or drop when full."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import threading
 import time
 
 import numpy as np
-from strata.device.frames import Frame
-from strata.device.inbox import GateInbox, GateItem
+from strata.device.capture.frames import Frame
+from strata.device.filters.inbox import GateInbox, GateItem
 
 _PIXELS = np.zeros((4, 4, 3), np.uint8)
 

@@ -5,8 +5,8 @@ import av
 import cv2
 import numpy as np
 import pytest
-from strata.device.frames import Frame
-from strata.device.motion import MotionGate
+from strata.device.capture.frames import Frame
+from strata.device.filters.motion import MotionGate
 from strata.shared.config.device import IgnoreRect, MotionConfig
 from strata.shared.synthetic import SyntheticClip
 
@@ -106,7 +106,7 @@ def test_decoded_frames_score_from_their_luma_as_before(vtest_mp4: Path) -> None
     """FFmpeg's area scaling of the luma plane (no BGR) scores like cv2's INTER_AREA on the
     full-size luma plane did: same decisions, scores within 0.05."""
     import av
-    from strata.device.frames import Frame
+    from strata.device.capture.frames import Frame
 
     cfg = MotionConfig(threshold=6.0, max_interval_s=0)
     fast, full = MotionGate(cfg), MotionGate(cfg)

@@ -1,5 +1,5 @@
 import pytest
-from strata.device.outbox import Outbox, OutboxLimits
+from strata.device.transport.outbox import Outbox, OutboxLimits
 from strata.shared.contracts import frame_pb2
 
 

@@ -1,4 +1,4 @@
-"""device/packet_ring.py on real media: bounded, starts at a keyframe, counts what it drops,
+"""device/capture/packet_ring.py on real media: bounded, starts at a keyframe, counts what it drops,
 hears every packet the camera reads, maps the capture clock to stream time."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 from strata.device.camera import CameraState, CameraWorker
-from strata.device.clip_cutter import ClipCutter, ClipRequest
-from strata.device.inbox import GateInbox
+from strata.device.capture.packet_ring import CaptureClock, PacketRing
+from strata.device.capture.sources import AvSource
+from strata.device.clips.cutter import ClipCutter, ClipRequest
+from strata.device.filters.inbox import GateInbox
 from strata.device.metrics import ClipMetrics, DeviceMetrics
-from strata.device.packet_ring import CaptureClock, PacketRing
-from strata.device.sources import AvSource
 from strata.shared.config.device import ClipsConfig, MotionConfig, SourceConfig
 
 from .clip_media import FPS, encode_vtest

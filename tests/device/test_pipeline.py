@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
-from strata.device.encoder import ScaleTarget
-from strata.device.frames import Frame, Yuv420Scaler
-from strata.device.inbox import GateItem
+from strata.device.capture.frames import Frame, Yuv420Scaler
+from strata.device.filters.inbox import GateItem
 from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
-from strata.device.outbox import Outbox
 from strata.device.pipeline import CameraPipeline, KeyframeRequests, PipelineSetup
-from strata.device.sender import Sender
-from strata.device.sink import FrameSink
+from strata.device.transport.encoder import ScaleTarget
+from strata.device.transport.outbox import Outbox
+from strata.device.transport.sender import Sender
+from strata.device.transport.sink import FrameSink
 from strata.edge.ingest.frames import QueuedFrame
 from strata.shared.config.device import CameraConfig, SenderConfig, SourceConfig
 from strata.shared.contracts import common_pb2, frame_pb2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from strata.device.sources import open_source
+from strata.device.capture.sources import open_source
 from strata.shared.config.device import SourceConfig
 from strata.shared.synthetic import SyntheticClip
 

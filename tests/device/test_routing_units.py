@@ -7,8 +7,8 @@ import math
 
 import pytest
 from pydantic import ValidationError
-from strata.device.edges import Directory, EdgeLink, tcp_endpoint, update_liveness
-from strata.device.routing import CameraRouter
+from strata.device.transport.edges import Directory, EdgeLink, tcp_endpoint, update_liveness
+from strata.device.transport.routing import CameraRouter
 from strata.shared.config.device import DeviceConfig, RoutingConfig
 from strata.shared.contracts import frame_pb2
 from strata.shared.ring import FOUNDING

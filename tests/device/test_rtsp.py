@@ -17,7 +17,7 @@ from required_testkit import missing
 from strata.device.agent import Agent
 from strata.device.camera import CameraState
 from strata.device.metrics import CameraCounts
-from strata.device.sink import FrameSink
+from strata.device.transport.sink import FrameSink
 from strata.shared.config.device import CameraConfig, MotionConfig, SourceConfig
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip

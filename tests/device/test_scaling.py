@@ -7,8 +7,8 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from strata.device.encoder import ScaleTarget, fit_size
-from strata.device.frames import Frame
+from strata.device.capture.frames import Frame
+from strata.device.transport.encoder import ScaleTarget, fit_size
 
 
 def test_fit_size_keeps_aspect_even_and_never_enlarges() -> None:
@@ -51,7 +51,7 @@ def test_bgr_frames_scale_with_opencv(size: tuple[int, int] | None) -> None:
 def test_a_cameras_kept_scaler_gives_the_same_pixels_frame_after_frame(
     synthetic_mp4: Path,
 ) -> None:
-    from strata.device.frames import BgrScaler
+    from strata.device.capture.frames import BgrScaler
 
     scaler = BgrScaler()
     with av.open(str(synthetic_mp4)) as c:

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
 from strata.device.metrics import CameraCounts
-from strata.device.sink import FrameSink, Received
+from strata.device.transport.sink import FrameSink, Received
 from strata.shared.config.device import CameraConfig, GateConfig, SenderConfig
 
 from .conftest import fast_config
@@ -184,7 +184,7 @@ def test_payload_encodings_arrive_intact(port: int, red_model: Path, encoding: s
 
 def test_the_senders_plain_send_flags_are_zeromqs() -> None:
     import zmq
-    from strata.device import sender
+    from strata.device.transport import sender
 
     assert sender._NOBLOCK == zmq.NOBLOCK
     assert sender._MORE == zmq.NOBLOCK | zmq.SNDMORE

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from strata.device.metrics import DeviceMetrics
-from strata.device.sender import Sender
-from strata.device.sender_parts import SenderSetup
+from strata.device.transport.sender import Sender
+from strata.device.transport.sender_parts import SenderSetup
 from strata.shared.config.device import SenderConfig
 from strata.shared.contracts import frame_pb2
 

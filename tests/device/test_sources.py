@@ -1,4 +1,4 @@
-"""device/sources.py: hardware decoding's choice and fallback, max_fps and skip_frame."""
+"""device/capture/sources.py: hardware decoding's choice and fallback, max_fps and skip_frame."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 from strata.device.camera import CameraState, CameraWorker
-from strata.device.decoding import (
+from strata.device.capture.decoding import (
     AUTO_ORDER,
     SOFTWARE,
     DecoderChoice,
@@ -19,10 +19,10 @@ from strata.device.decoding import (
     RateGate,
     device_problem,
 )
-from strata.device.frames import Frame
-from strata.device.inbox import GateInbox
+from strata.device.capture.frames import Frame
+from strata.device.capture.sources import AvSource
+from strata.device.filters.inbox import GateInbox
 from strata.device.metrics import DeviceMetrics
-from strata.device.sources import AvSource
 from strata.shared.config import ConfigError, load_config
 from strata.shared.config.device import MotionConfig, SourceConfig
 from strata.shared.synthetic import SyntheticClip
@@ -166,7 +166,7 @@ def test_held_frames_are_all_decoded_with_skip_held_off(bframes_mp4: Path) -> No
 
 def _delivered_held(path: Path, cfg: SourceConfig, held: HeldAhead) -> tuple[int, Events]:
     """Frames delivered with pixels through `open_source` (which honours skip_held)."""
-    from strata.device.sources import open_source
+    from strata.device.capture.sources import open_source
 
     events = Events()
     src = open_source(str(path), cfg, events=events, held=held)
@@ -195,7 +195,7 @@ def test_hwaccel_auto_without_hardware_decodes_in_software_and_says_so(
     inbox = GateInbox(1000)
     inbox.add_camera("cam")
     cam = CameraWorker("cam", str(vtest_mp4), cfg, MotionConfig(), inbox, metrics.camera("cam"))
-    with caplog.at_level(logging.INFO, logger="strata.device.sources"):
+    with caplog.at_level(logging.INFO, logger="strata.device.capture.sources"):
         cam.start()
         assert cam.join(60)
     assert cam.state is CameraState.ENDED and cam.frames > 0
@@ -219,7 +219,7 @@ def test_a_named_device_the_host_lacks_falls_back_to_software(
         pytest.skip("this host decodes on videotoolbox")
     choice = DecoderChoice("cam", SourceConfig(hwaccel=kind))
     events = Events()
-    with caplog.at_level(logging.WARNING, logger="strata.device.sources"):
+    with caplog.at_level(logging.WARNING, logger="strata.device.capture.sources"):
         src = AvSource(str(vtest_mp4), SourceConfig(hwaccel=kind), choice, events)
         first = next(iter(src.frames()))
         src.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from strata.device.metrics import CameraCounts
-from strata.device.sink import FrameSink
+from strata.device.transport.sink import FrameSink
 from strata.device.workers import (
     AgentWorkers,
     WorkerError,

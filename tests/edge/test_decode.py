@@ -9,7 +9,7 @@ import time
 import cv2
 import numpy as np
 import pytest
-from strata.device.encoder import H264Encoder
+from strata.device.transport.encoder import H264Encoder
 from strata.edge.inference.decode import FrameDecoder
 from strata.edge.ingest.frames import QueuedFrame
 from strata.edge.metrics import EdgeMetrics

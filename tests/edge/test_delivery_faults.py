@@ -23,8 +23,8 @@ import pytest
 from edge_testkit import MODEL_SIZE
 from prometheus_client import CollectorRegistry
 from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
-from strata.device.sender import Sender
-from strata.device.sender_parts import SenderHooks
+from strata.device.transport.sender import Sender
+from strata.device.transport.sender_parts import SenderHooks
 from strata.shared.config.device import DegradeConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.synthetic import SyntheticClip
@@ -238,7 +238,7 @@ def test_a_killed_edge_is_unreachable_not_overloaded_and_its_return_a_reconnect(
         sender.start()
         producer.start()
         until(lambda: counts().acked >= 10, 40.0, "the edge never acked")
-        with caplog.at_level(logging.INFO, logger="strata.device.sender"):
+        with caplog.at_level(logging.INFO, logger="strata.device.transport.sender"):
             daemon.kill()  # kill -9 mid-stream
             time.sleep(0.3)
             # The level the dead edge's last ack asked for, and a camera that needs it.

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zmq
 from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
-from strata.device.encoder import H264Encoder
+from strata.device.transport.encoder import H264Encoder
 from strata.edge.build import build_node
 from strata.edge.node import EdgeNode
 from strata.shared.config.edge import EdgeConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from strata.device.encoder import EncodedFrame, H264Encoder
+from strata.device.transport.encoder import EncodedFrame, H264Encoder
 from strata.edge.inference.h264 import H264Decoders, H264Error, LostReferenceError
 from strata.shared.synthetic import SyntheticClip
 

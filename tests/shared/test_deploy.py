@@ -321,7 +321,7 @@ def exported_names() -> set[str]:
     """Every sample name the three tiers' metric registries can export (labelled or not)."""
     from prometheus_client import CollectorRegistry
     from strata.cloud.metrics import CloudMetrics
-    from strata.device.cascade import CascadeMetrics
+    from strata.device.filters.cascade import CascadeMetrics
     from strata.device.metrics import DeviceMetrics
     from strata.edge.metrics import EdgeMetrics
 

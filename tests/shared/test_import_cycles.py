@@ -2,7 +2,7 @@
 
 Every `import` counts wherever it stands (module level or in a function), except under
 `if TYPE_CHECKING:` (never run). A registry that imports a back end by name (importlib, as
-shared/runtime/__init__.py and cloud/store.py do) is no edge: the back end may import the
+shared/runtime/__init__.py and cloud/store/registry.py do) is no edge: the back end may import the
 registry's interface, never the registry itself.
 """
 

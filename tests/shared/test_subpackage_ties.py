@@ -9,10 +9,10 @@ import still means the two packages know each other).
 edge/: its stage packages are leaves; what runs them (edge/drivers/) and what wires them
 (build.py, node.py) import them, never the other way. No tie is allowed there.
 
-device/ and cloud/ are flat modules today (their grouping into sub-packages is a later
-step of issue 39): test_import_cycles already forbids a cycle between their modules, so a
-tie there can only come from a type-only import or a sub-package. Their count is a
-ratchet: at most what there is today (TIES_TODAY), to be lowered, never raised.
+device/ and cloud/ are grouped by concern the same way (device: capture, filters,
+transport, clips; cloud: api, store, classify, client, outbox, console); the modules that
+run them (device/agent.py, camera.py, pipeline.py; cloud/server.py, cli.py) sit above.
+Their count is a ratchet: at most what there is today (TIES_TODAY, none), never raised.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ FRAME_NS = 10**8  # vtest: 10 fps
 COMPLETE = clips_pb2.CLIP_OUTCOME_COMPLETE
 DISCONNECTED = clips_pb2.CLIP_OUTCOME_DISCONNECTED
 ENDED = clips_pb2.CLIP_OUTCOME_ENDED
-CUT_SHORT = "the device stopped mid-clip"  # device/clip_spool.py says it so
+CUT_SHORT = "the device stopped mid-clip"  # device/clips/spool.py says it so
 
 
 def stack_for(tmp_path: Path, vtest_mp4: Path) -> Stack:

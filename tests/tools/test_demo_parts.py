@@ -253,7 +253,7 @@ def test_camera_states_from_the_device_metrics() -> None:
 def test_table_counts_the_cascade_policys_drops() -> None:
     """decoded = dropped by motion + gate + cascade policy + sent, in the table and per camera."""
     from prometheus_client import generate_latest
-    from strata.device.cascade import CascadeMetrics, CascadePolicy
+    from strata.device.filters.cascade import CascadeMetrics, CascadePolicy
     from strata.device.metrics import DeviceMetrics
     from strata.shared.config.device import CascadeConfig
     from strata.tools.demo.scrape import parse
@@ -290,7 +290,7 @@ def test_the_edges_estimate_per_camera_in_the_live_line_and_the_table() -> None:
     import time
 
     from prometheus_client import generate_latest
-    from strata.device.cascade import CascadeMetrics, CascadePolicy
+    from strata.device.filters.cascade import CascadeMetrics, CascadePolicy
     from strata.device.metrics import DeviceMetrics
     from strata.shared.config.device import CascadeConfig
     from strata.shared.contracts import frame_pb2
@@ -318,7 +318,7 @@ def test_before_a_window_estimate_the_bursts_prediction_is_shown_marked() -> Non
     import time
 
     from prometheus_client import generate_latest
-    from strata.device.cascade import CascadeMetrics, CascadePolicy
+    from strata.device.filters.cascade import CascadeMetrics, CascadePolicy
     from strata.device.metrics import DeviceMetrics
     from strata.shared.config.device import CascadeConfig
     from strata.shared.contracts import frame_pb2

@@ -45,8 +45,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
 from strata.device.camera import CameraState
+from strata.device.capture.sources import AvSource, configure_decoder
 from strata.device.metrics import frames_handled
-from strata.device.sources import AvSource, configure_decoder
 from strata.device.workers import AgentWorkers, worker_count
 from strata.shared.config.common import LoggingConfig
 from strata.shared.config.device import CameraConfig, DeviceConfig, SourceConfig

@@ -43,7 +43,7 @@ from strata.tools.demo.summary import drops, edge_latency_ns, value
 
 log = logging.getLogger(__name__)
 
-# The device's counters of the target (device/cascade.py), summed over cameras.
+# The device's counters of the target (device/filters/cascade.py), summed over cameras.
 UNDER_TARGET = Metric("device", "strata_device_cascade_under_target_total")
 BOOSTED_KEPT = Metric("device", "strata_device_cascade_boosted_kept_total")
 

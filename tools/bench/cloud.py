@@ -334,7 +334,14 @@ def _idle_streams(
 
     watch = n // 2
     holder = subprocess.Popen(
-        [sys.executable, "-m", "strata.cloud.idle_streams", address, str(watch), str(n - watch)],
+        [
+            sys.executable,
+            "-m",
+            "strata.cloud.client.idle_streams",
+            address,
+            str(watch),
+            str(n - watch),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -103,8 +103,8 @@ class Seeded:
 
 def _track_rows(n_tracks: int, now_ns: int) -> Iterator[tuple[list[Any], list[Any], Any]]:
     """Per track: its track-event rows, crop rows and (camera, uid, label, first_seen)."""
-    from strata.cloud import event_rows, track_rows
-    from strata.cloud.track_filter import idempotency_key, parse_type
+    from strata.cloud.store import event_rows, track_rows
+    from strata.cloud.store.track_filter import idempotency_key, parse_type
     from strata.shared.contracts import analytics_pb2, common_pb2, current_version, events_pb2
 
     version = current_version()
@@ -196,7 +196,7 @@ def _snapshot_row(camera: str, edge: str, track_id: int, uid: str, label: str, t
 def fill(db: Path | str, events: int, jpeg: bytes) -> Seeded:
     """Write about `events` events (crops and track events) into the migrated store `db`
     (a SQLite path or a PostgreSQL URL), plus one crop snapshot per track."""
-    from strata.cloud import event_rows, track_rows
+    from strata.cloud.store import event_rows, track_rows
 
     n_tracks = max(1, events // PER_TRACK)
     now_ns = time.time_ns()
@@ -243,7 +243,7 @@ def fill(db: Path | str, events: int, jpeg: bytes) -> Seeded:
 
 def _fill_postgres(url: str, batches: tuple[list[Any], ...], meta: bytes, jpeg: bytes) -> None:
     import psycopg
-    from strata.cloud import event_rows, track_rows
+    from strata.cloud.store import event_rows, track_rows
 
     track_batch, crop_batch, snap_batch = batches
     with psycopg.connect(url) as conn:
@@ -393,12 +393,12 @@ def measure_store(
     """Open (migrate), fill, then time the console's requests over one store."""
     import cv2
     import numpy as np
+    from strata.cloud.api.watch import WatchHub
     from strata.cloud.console.app import Console
     from strata.cloud.console.reads import ConsoleParts
     from strata.cloud.console.security import Gate
     from strata.cloud.metrics import CloudMetrics
-    from strata.cloud.store import open_store
-    from strata.cloud.watch import WatchHub
+    from strata.cloud.store.registry import open_store
     from strata.shared.config.base import validate_model
     from strata.shared.config.cloud import CloudConfig
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 from strata.device.agent import Agent
+from strata.device.capture.sources import configure_decoder
 from strata.device.metrics import CameraCounts, frames_handled
-from strata.device.sources import configure_decoder
 from strata.shared.config.device import (
     CameraConfig,
     DeviceConfig,

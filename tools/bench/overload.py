@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry
 from strata.device.metrics import CameraCounts, DeviceMetrics, dropped_by_reason
-from strata.device.sender import Sender
+from strata.device.transport.sender import Sender
 from strata.shared.config.device import DegradeConfig, SenderConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.loopback import free_port

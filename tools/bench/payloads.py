@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from strata.device.encoder import H264Encoder, fit_size
-from strata.device.frames import Frame
+from strata.device.capture.frames import Frame
+from strata.device.transport.encoder import H264Encoder, fit_size
 from strata.edge.inference.detector import Detector, model_labels, open_staged
 from strata.edge.inference.h264 import H264Decoders
 from strata.edge.ingest.frames import DecodedFrame, QueuedFrame

@@ -1,4 +1,4 @@
-"""The benches' stand-in edge (strata.device.sink.FrameSink) in a process of its own.
+"""The benches' stand-in edge (strata.device.transport.sink.FrameSink) in a process of its own.
 
 An agent measured against a sink in its own process paid for the sink's work: parsing
 every frame, building and sending every ack (about 0.1 ms a frame on vtest) in its CPU
@@ -47,7 +47,7 @@ class SinkReport:
 def serve(endpoint: str, edge: StandInEdge) -> int:
     """The child: bind, say `ready` on stdout, serve until stdin says anything (or
     closes), then print the SinkReport as one JSON line."""
-    from strata.device.sink import FrameSink
+    from strata.device.transport.sink import FrameSink
 
     try:
         side = edge.model_input

@@ -115,7 +115,7 @@ def replica_main(
 ) -> None:
     """One replica: open the store, wait for the others, write n events, report a ReplicaRun."""
     from strata.cloud.metrics import CloudMetrics
-    from strata.cloud.store import Stored, open_store
+    from strata.cloud.store.registry import Stored, open_store
     from strata.shared.config.base import validate_model
     from strata.shared.config.cloud import CloudStoreConfig
 

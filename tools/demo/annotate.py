@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata.cloud.verdicts import event_verdict
+from strata.cloud.classify.verdicts import event_verdict
 from strata.shared.contracts import analytics_pb2, common_pb2
 from strata.tools.demo.results import Received
 

@@ -202,10 +202,10 @@ def test_a_fixed_batch_model_comes_in_with_one_warning_and_every_tier_runs_it(
     once what it costs, records its batch in the manifest, and the device's gate and the
     cloud's classifier run it at their usual max batch (the edge: test_edge_model_batch.py)."""
     from prometheus_client import CollectorRegistry
-    from strata.cloud.batcher import DynamicBatcher
-    from strata.cloud.classifier import load_classifier
+    from strata.cloud.classify.batcher import DynamicBatcher
+    from strata.cloud.classify.classifier import load_classifier
     from strata.cloud.metrics import CloudMetrics
-    from strata.device.gate import load_gate
+    from strata.device.filters.gate import load_gate
     from strata.shared.config.cloud import CloudBatcherConfig, CloudModelConfig
     from strata.shared.config.device import GateConfig
 
@@ -268,8 +268,8 @@ def test_a_batch_one_detector_imports_and_the_gate_and_cloud_keep_the_starter_mo
     """`strata models import NAME FILE --labels FILE -r DIR` then `models.repository: DIR`
     and `edge.model.name: NAME`: DIR holds only the detector, and the device's gate and the
     cloud's classifier still load their own (default) models from the starter repository."""
-    from strata.cloud.classifier import load_classifier
-    from strata.device.gate import load_gate
+    from strata.cloud.classify.classifier import load_classifier
+    from strata.device.filters.gate import load_gate
     from strata.shared.config.cloud import CloudModelConfig
     from strata.shared.config.device import GateConfig
     from strata.shared.models import starter_repository
@@ -304,7 +304,7 @@ def test_a_batch_one_detector_imports_and_the_gate_and_cloud_keep_the_starter_mo
 def test_a_gate_model_no_repository_holds_says_where_it_looked_and_the_fix(
     tmp_path: Path,
 ) -> None:
-    from strata.device.gate import GateLoadError, load_gate
+    from strata.device.filters.gate import GateLoadError, load_gate
     from strata.shared.config.device import GateConfig
 
     repo = tmp_path / "repo"

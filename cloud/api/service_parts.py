@@ -1,0 +1,23 @@
+"""What the Analytics service hands requests to (built by the server, shared by handlers)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from ..classify.batcher import DynamicBatcher
+from ..store.event_store import EventStore
+from .drops import Drops
+from .watch import WatchHub
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceParts:
+    """What the service hands requests to: the batcher computes, the store persists, the hub
+    fans out, `drops` counts what is refused, and blocking work runs on the executor."""
+
+    batcher: DynamicBatcher
+    store: EventStore
+    hub: WatchHub
+    drops: Drops
+    executor: Executor

@@ -1,0 +1,1 @@
+"""The event store: the rows of each table, SQLite and PostgreSQL back ends, retention."""

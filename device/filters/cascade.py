@@ -1,0 +1,443 @@
+"""The device's cascade policy per camera: which frames go to the edge, tuned to a target.
+
+The user states an accuracy target (`device.cascade`: box F1 or counting agreement with
+the detector on every frame) instead of raw knobs. Reducto-style online calibration: now
+and then the camera sends a short burst at full rate (`FrameHeader.calibration`); the
+edge replays that burst through its tracker at every gap it could have used and answers,
+in the acks' CascadeFeedback, the accuracy each gap would have had. The policy then uses
+the longest gap that still meets the target (the cheapest setting): a frame with motion
+is kept once `min_gap` frames have passed since the last kept one. A quiet scene (motion
+under the threshold) is kept only every `max_gap` frames. The edge can also ask for the
+next frame (`send_next`: its prediction is uncertain).
+
+A target that holds or says so: the edge also estimates, after each burst, the accuracy
+the spacing the camera actually used over the last calibration window achieved
+(`estimated_accuracy`, `estimated_counting`). While that estimate is under the target, each
+feedback halves both gaps once more (`boost`: min_gap and max_gap are shifted right by it,
+never under 1), so the camera moves towards uniform spacing at a higher rate, the full rate
+at worst; once the estimate is `recover_margin` above the target, each feedback undoes one
+halving. In between, nothing changes (no flapping around the target). The estimate is a
+gauge per camera, and every change is logged.
+
+A periodic burst that falls due while the scene is empty and still (the edge's last
+feedback tracked no object, the motion gate's last verdict was "nothing changed") waits
+for motion: over an empty street it would measure nothing and cost its frames. A burst
+asked for (the edge, a scene change) starts at once, and so does one where the edge tracks
+objects (a gate blind to them is what the target's estimate must catch).
+
+A camera that pans or tilts (the motion gate measures how far the whole picture moved
+between kept frames: device/filters/camera_shift.py) keeps a frame whenever the picture has moved
+about PAN_SHIFT of the gate's pixels at its speed, whatever the calibrated gap: the edge's
+tracker associates boxes across a gap by overlap, and a gap the still scene allowed moves
+them past it (pans clip, gap 15 at 4 px a frame: box F1 0.4-0.6 over those frames). Back
+to the calibrated gap once a kept frame shows the camera still.
+
+Each decision has a reason, counted per camera: kept first/motion/max_gap/calibration/
+uncertain/pan; dropped motion (nothing changed) or min_gap (changed, but the target allows
+the wait).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from strata.shared.config.device import CascadeConfig
+from strata.shared.contracts import frame_pb2
+
+from .burst_slots import BurstSlots
+from .camera_shift import PAN_SHIFT
+
+log = logging.getLogger(__name__)
+
+KEEP_REASONS = ("first", "motion", "max_gap", "calibration", "uncertain", "pan")
+DROP_REASONS = ("motion", "min_gap")
+
+
+class CascadeMetrics:
+    """Every cascade decision, per camera, kept or dropped, and why."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.decisions = Counter(
+            "strata_device_cascade_decisions",
+            "Frames by the cascade's decision (kept, dropped) and its reason.",
+            ["camera", "decision", "reason"],
+            registry=registry,
+        )
+        self.recalibrations = Counter(
+            "strata_device_cascade_recalibrations",
+            "Times calibration feedback changed a camera's gap.",
+            ["camera"],
+            registry=registry,
+        )
+        self.estimated = Gauge(
+            "strata_device_estimated_accuracy",
+            "The edge's estimate of the accuracy (device.cascade.metric) the camera's spacing "
+            "achieved over its last calibration window.",
+            ["camera"],
+            registry=registry,
+        )
+        self.calibrated = Gauge(
+            "strata_device_cascade_calibrated_accuracy",
+            "The calibration bursts' accuracy (device.cascade.metric) at the gap the camera "
+            "keeps: their prediction, before a calibration window's estimate measures it.",
+            ["camera"],
+            registry=registry,
+        )
+        self.boost = Gauge(
+            "strata_device_cascade_boost",
+            "Times the camera's gaps are halved because the edge's estimate fell under the "
+            "target (0: the calibrated spacing).",
+            ["camera"],
+            registry=registry,
+        )
+        self.under_target = Counter(
+            "strata_device_cascade_under_target",
+            "Edge estimates under the target the camera received (each halves its gaps once "
+            "more, up to every frame).",
+            ["camera"],
+            registry=registry,
+        )
+        self.burst_waits = Counter(
+            "strata_device_cascade_burst_waits",
+            "Frames a due calibration burst waited for one of the agent's burst slots "
+            "(device.cascade.concurrent_bursts).",
+            ["camera"],
+            registry=registry,
+        )
+        self.boosted_kept = Counter(
+            "strata_device_cascade_boosted_kept",
+            "Frames kept while the camera's gaps were halved for an estimate under the target "
+            "(calibration bursts aside): the frames the target asked for.",
+            ["camera"],
+            registry=registry,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PreDecision:
+    """Before the motion score: keep regardless (`force`), drop (`block`), or ask motion."""
+
+    force: str  # a KEEP_REASONS entry, or ""
+    block: bool
+    calibration: bool
+
+
+# Speed (gate pixels a frame) under which the camera counts as still: the phase
+# correlation of two still frames with noise or people moving reads 0.1-0.3 px in all.
+PAN_SPEED = 0.5
+
+
+def pan_gap(shift: float | None, gap: int) -> int:
+    """The gap that keeps a camera moving `shift` gate pixels over `gap` frames within
+    PAN_SHIFT between kept frames; 0: the camera is still (or the shift is unknown)."""
+    if shift is None or gap <= 0:
+        return 0
+    speed = shift / gap
+    return max(1, int(PAN_SHIFT / speed)) if speed >= PAN_SPEED else 0
+
+
+def choose_gap(accuracy_by_gap: Sequence[float], target: float, current: int) -> int:
+    """The longest gap (1-based index into `accuracy_by_gap`) whose accuracy meets `target`.
+
+    Accuracy falls with the gap but not strictly (noise): the longest gap such that every
+    shorter one also meets the target. None meets it: 1 (every frame with motion).
+    """
+    best = 0
+    for gap, acc in enumerate(accuracy_by_gap, start=1):
+        if acc < target:
+            break
+        best = gap
+    return max(best, 1) if accuracy_by_gap else current
+
+
+class CascadePolicy:
+    """One camera's settings and decisions. Feedback arrives from the sender's thread,
+    decisions are made in the camera's thread: a lock guards the settings."""
+
+    def __init__(
+        self,
+        cfg: CascadeConfig,
+        metrics: CascadeMetrics | None = None,
+        camera_id: str = "",
+        bursts: BurstSlots | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.camera_id = camera_id
+        self._metrics = metrics
+        # Shared by the agent's cameras: a due burst starts when a slot is free.
+        self._bursts = bursts
+        self._counters: dict[tuple[str, str], Counter] = {}
+        self._lock = threading.Lock()
+        self.min_gap = cfg.min_gap
+        self.max_gap = cfg.max_gap
+        self._last_kept = -1
+        self._burst_left = 0
+        self._burst_due = 0 if cfg.calibrate_every > 0 else -1
+        self._send_next = False
+        self.estimated = 0.0
+        self.calibrations = 0
+        self._by_gap: np.ndarray | None = None
+        # The min_gap calibration chose, before any boost.
+        self._calibrated_gap = cfg.min_gap
+        self.boost = 0
+        self.edge_estimate: float | None = None
+        # The motion gate's last verdict was "nothing changed" (camera thread only), and
+        # the edge's last feedback tracked no object for the camera.
+        self._still = False
+        self._edge_sees_nothing = False
+        # While the camera moves: keep one frame in this many (0: it is still).
+        self.pan_gap = 0
+
+    def before_motion(self, index: int) -> PreDecision:
+        """What to do with source frame `index` before its motion is scored."""
+        with self._lock:
+            if self._last_kept < 0:
+                self._start_burst_if_due(index)
+                return PreDecision("first", False, self._burst_left > 0)
+            if self._burst_left > 0:
+                return PreDecision("calibration", False, True)
+            if self._start_burst_if_due(index):
+                return PreDecision("calibration", False, True)
+            gap = index - self._last_kept
+            if self._send_next:
+                return PreDecision("uncertain", False, False)
+            if self.pan_gap and gap >= self.pan_gap:
+                return PreDecision("pan", False, False)
+            if gap >= self.max_gap:
+                return PreDecision("max_gap", False, False)
+            return PreDecision("", gap < self.min_gap, False)
+
+    def held_ahead(self, index: int) -> int:
+        """How many frames after source frame `index` `before_motion` will block whatever
+        they show, unless the edge's feedback (send the next frame, calibrate) comes first:
+        their frames need no decoding (`device.source.skip_held`)."""
+        with self._lock:
+            if self._last_kept < 0 or self._burst_left > 0 or self._send_next:
+                return 0
+            gap = self.min_gap
+            if self.pan_gap:
+                gap = min(gap, self.pan_gap)
+            ahead = min(gap, self.max_gap) - 1 - (index - self._last_kept)
+            # A burst due later bounds the hold; one due already waits for a slot or for
+            # motion, either of which may come at any frame: a frame or two skipped
+            # before it starts is one it need not have (the start is late by as much).
+            if self._burst_due > index and self.cfg.burst_frames:
+                ahead = min(ahead, self._burst_due - 1 - index)
+            return max(ahead, 0)
+
+    def count(self, decision: str, reason: str) -> None:
+        """Count one decision ("kept" or "dropped") and its reason. A decision of the
+        motion gate also says whether the scene is still (a due burst waits for motion)."""
+        if reason in ("motion", "scene_change"):
+            self._still = decision == "dropped"
+        if self._metrics is None:
+            return
+        c = self._counters.get((decision, reason))
+        if c is None:
+            c = self._metrics.decisions.labels(self.camera_id, decision, reason)
+            self._counters[(decision, reason)] = c
+        c.inc()
+
+    def camera_moved(self, index: int, shift: float | None) -> None:
+        """Source frame `index` is kept and the picture moved `shift` gate pixels since the
+        last kept frame (None: unknown, a cut): call before `kept(index)`."""
+        with self._lock:
+            old = self.pan_gap
+            self.pan_gap = pan_gap(shift, index - self._last_kept if self._last_kept >= 0 else 0)
+        if bool(self.pan_gap) != bool(old):
+            log.info(
+                "camera %s: the camera %s",
+                self.camera_id,
+                f"moves: 1 frame in {self.pan_gap} kept" if self.pan_gap else "is still again",
+            )
+
+    def kept(self, index: int) -> None:
+        """Source frame `index` goes to the edge."""
+        with self._lock:
+            self._last_kept = index
+            self._send_next = False
+            boosted = self.boost > 0 and self._burst_left == 0
+            if self._burst_left > 0:
+                self._burst_left -= 1
+                if self._burst_left == 0 and self._bursts is not None:
+                    self._bursts.give_back(self.camera_id)
+        if boosted and self._metrics is not None:
+            self._metrics.boosted_kept.labels(self.camera_id).inc()
+
+    def _start_burst_if_due(self, index: int) -> bool:
+        if self._burst_due < 0 or index < self._burst_due or self.cfg.burst_frames == 0:
+            return False
+        if self._still and self._edge_sees_nothing and self._burst_due > 0:
+            # A periodic burst over an empty, still scene measures nothing: it waits for
+            # motion. An asked-for one (due 0) does not, nor one where the edge tracks
+            # objects the motion gate may be blind to (the target's estimate needs it).
+            return False
+        if self._bursts is not None and not self._bursts.take(self.camera_id):
+            if self._metrics is not None:
+                self._metrics.burst_waits.labels(self.camera_id).inc()
+            return False  # due still: tried again on the next frame
+        self._burst_left = self.cfg.burst_frames
+        self._burst_due = index + self.cfg.calibrate_every
+        self.calibrations += 1
+        return True
+
+    def frames_stopped(self) -> None:
+        """The camera's frames stopped (end, failure, reopening): a burst under way ends
+        and gives its slot back (another camera's may start), and one is due when frames
+        come again (the scene may not be the one it measured)."""
+        with self._lock:
+            if self._burst_left > 0:
+                self._burst_left = 0
+                self._burst_due = min(0, self._burst_due)
+            if self._bursts is not None:
+                self._bursts.give_back(self.camera_id)
+
+    def request_burst(self) -> None:
+        """Calibrate from the next frame on (the edge asked, or its session changed)."""
+        with self._lock:
+            if self._burst_due >= 0 and self.cfg.burst_frames:
+                self._burst_due = 0
+
+    def scene_changed(self) -> None:
+        """A cut or a pan: what was measured on the old scene says nothing of the new one;
+        forget it and calibrate from the next frame on."""
+        with self._lock:
+            self._by_gap = None
+            if self._burst_due >= 0 and self.cfg.burst_frames:
+                self._burst_due = 0
+
+    def feedback(self, fb: frame_pb2.CascadeFeedback) -> None:
+        """Apply what the edge measured (from an ack)."""
+        with self._lock:
+            self._edge_sees_nothing = fb.tracked_objects == 0 and not fb.send_next
+            if fb.send_next:
+                self._send_next = True
+            if fb.burst_frames and self._burst_due >= 0 and self._burst_left == 0:
+                # Only where calibration is on (calibrate_every, burst_frames); asked during
+                # a burst (the ask crossed it), that burst answers it.
+                self._burst_due = 0
+            by_gap = fb.f1_by_gap if self.cfg.metric == "f1" else fb.counting_by_gap
+            if by_gap:
+                # One burst is a small sample: decide on a running mean over bursts.
+                new = np.asarray(by_gap, np.float64)
+                prev = self._by_gap
+                if prev is not None and prev.shape == new.shape:
+                    new = prev + self.cfg.smoothing * (new - prev)
+                self._by_gap = new
+                by_gap = new.tolist()
+                old = self._calibrated_gap
+                gap = choose_gap(list(by_gap), self.cfg.target, self._calibrated_gap)
+                self._calibrated_gap = max(1, min(gap, self.cfg.max_min_gap))
+                self.estimated = float(by_gap[self._calibrated_gap - 1])
+                if self._metrics is not None:
+                    self._metrics.calibrated.labels(self.camera_id).set(self.estimated)
+                if self._calibrated_gap != old:
+                    if self._metrics is not None:
+                        self._metrics.recalibrations.labels(self.camera_id).inc()
+                    log.info(
+                        "camera %s: keep 1 frame in %d with motion (was %d), estimated %s %.3f "
+                        "against the target %.3f",
+                        self.camera_id,
+                        self._calibrated_gap,
+                        old,
+                        self.cfg.metric,
+                        self.estimated,
+                        self.cfg.target,
+                    )
+            elif fb.max_gap_frames:
+                self._calibrated_gap = max(1, min(int(fb.max_gap_frames), self.cfg.max_min_gap))
+            field = "estimated_accuracy" if self.cfg.metric == "f1" else "estimated_counting"
+            if fb.HasField(field):
+                self._estimate(float(getattr(fb, field)))
+            self.min_gap = max(1, self._calibrated_gap >> self.boost)
+            self.max_gap = max(1, self.cfg.max_gap >> self.boost)
+
+    def _estimate(self, est: float) -> None:
+        """The edge's estimate of the last window's accuracy: boost or recover (locked)."""
+        self.edge_estimate = est
+        old = self.boost
+        if est < self.cfg.target:
+            if self._metrics is not None:
+                self._metrics.under_target.labels(self.camera_id).inc()
+            # Past this, both gaps are 1 already: every frame is kept.
+            self.boost = min(
+                self.boost + 1, max(self.cfg.max_gap, self._calibrated_gap).bit_length()
+            )
+        elif est >= self.cfg.target + self.cfg.recover_margin:
+            self.boost = max(self.boost - 1, 0)
+        if self._metrics is not None:
+            self._metrics.estimated.labels(self.camera_id).set(est)
+            self._metrics.boost.labels(self.camera_id).set(self.boost)
+        if self.boost > old:
+            log.warning(
+                "camera %s: the edge estimates %s %.3f, under the target %.3f: keeping more "
+                "frames (gaps halved %d times)",
+                self.camera_id,
+                self.cfg.metric,
+                est,
+                self.cfg.target,
+                self.boost,
+            )
+        elif self.boost < old:
+            log.info(
+                "camera %s: the edge estimates %s %.3f against the target %.3f: gaps halved "
+                "%d times (was %d)",
+                self.camera_id,
+                self.cfg.metric,
+                est,
+                self.cfg.target,
+                self.boost,
+                old,
+            )
+
+
+class EdgeLink:
+    """What the edge says in its acks, applied: the model's input size (frames are scaled
+    to it), keyframe requests and a new edge session (the H.264 streams restart), and
+    calibration feedback (each camera's policy)."""
+
+    def __init__(
+        self,
+        policies: dict[str, CascadePolicy],
+        scale: Any,
+        encoder: Any,
+        scale_to_model: bool,
+    ) -> None:
+        self.policies = policies
+        self.scale = scale
+        self.encoder = encoder
+        self.scale_to_model = scale_to_model
+        self.edge_session = 0
+        self.edge_sessions: dict[str, int] = {}
+
+    def on_ack(self, ack: frame_pb2.FrameAck) -> None:
+        """Sender thread: one ack."""
+        if ack.HasField("edge"):
+            e = ack.edge
+            size = (e.model_input_width, e.model_input_height)
+            if self.scale_to_model and all(size) and self.scale.get() != size:
+                log.info("edge model input %dx%d: frames are scaled to fit it", *size)
+                self.scale.set(*size)
+            # Per edge: with several edges (routing) acks of different nodes interleave.
+            last = self.edge_sessions.get(e.edge_id, 0)
+            if e.edge_session and e.edge_session != last:
+                if last:
+                    # A restarted node has no decoder state: every stream restarts.
+                    self.encoder.request_keyframes("new edge session")
+                self.edge_sessions[e.edge_id] = e.edge_session
+                self.edge_session = e.edge_session
+        if ack.keyframe_request:
+            self.encoder.request_keyframe(ack.camera_id, "the edge asked")
+        policy = self.policies.get(ack.camera_id)
+        if policy is not None and ack.HasField("feedback"):
+            policy.feedback(ack.feedback)
+
+    def on_lost(self, camera_id: str) -> None:
+        """A frame was given up before the edge had it: its H.264 stream restarts."""
+        self.encoder.request_keyframe(camera_id, "a frame was given up")

@@ -1,0 +1,1 @@
+"""Frames to the edge: payload encoding, the sender, outbox and disk spool, routing."""
