@@ -172,7 +172,7 @@ class TrackState(_message.Message):
     def __init__(self, label: _Optional[str] = ..., class_id: _Optional[int] = ..., score: _Optional[float] = ..., top_score: _Optional[float] = ..., box: _Optional[_Union[_common_pb2.Box, _Mapping]] = ..., current_zones: _Optional[_Iterable[str]] = ..., entered_zones: _Optional[_Iterable[str]] = ..., stationary: _Optional[bool] = ..., start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., frame_time: _Optional[float] = ..., observed: _Optional[bool] = ...) -> None: ...
 
 class TrackEvent(_message.Message):
-    __slots__ = ("version", "idempotency_key", "type", "camera_id", "track_id", "track_uid", "sequence", "track_sequence", "capture_ns", "edge_id", "frame_width", "frame_height", "before", "after", "rule", "zone", "line", "direction", "dwell_s", "observed", "positions", "observed_positions", "path", "verdict", "crop_snapshot_id", "frame_snapshot_id")
+    __slots__ = ("version", "idempotency_key", "type", "camera_id", "track_id", "track_uid", "sequence", "track_sequence", "capture_ns", "edge_id", "frame_width", "frame_height", "before", "after", "rule", "zone", "line", "direction", "dwell_s", "observed", "positions", "observed_positions", "path", "verdict", "crop_snapshot_id", "frame_snapshot_id", "appearance", "identity_id")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +199,8 @@ class TrackEvent(_message.Message):
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     CROP_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
     FRAME_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    APPEARANCE_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_ID_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     idempotency_key: str
     type: TrackEventType
@@ -225,7 +227,21 @@ class TrackEvent(_message.Message):
     verdict: CloudVerdict
     crop_snapshot_id: str
     frame_snapshot_id: str
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., type: _Optional[_Union[TrackEventType, str]] = ..., camera_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_uid: _Optional[str] = ..., sequence: _Optional[int] = ..., track_sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_id: _Optional[str] = ..., frame_width: _Optional[int] = ..., frame_height: _Optional[int] = ..., before: _Optional[_Union[TrackState, _Mapping]] = ..., after: _Optional[_Union[TrackState, _Mapping]] = ..., rule: _Optional[str] = ..., zone: _Optional[str] = ..., line: _Optional[str] = ..., direction: _Optional[_Union[CrossingDirection, str]] = ..., dwell_s: _Optional[float] = ..., observed: _Optional[bool] = ..., positions: _Optional[int] = ..., observed_positions: _Optional[int] = ..., path: _Optional[_Union[TrackPath, _Mapping]] = ..., verdict: _Optional[_Union[CloudVerdict, _Mapping]] = ..., crop_snapshot_id: _Optional[str] = ..., frame_snapshot_id: _Optional[str] = ...) -> None: ...
+    appearance: Appearance
+    identity_id: int
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., type: _Optional[_Union[TrackEventType, str]] = ..., camera_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_uid: _Optional[str] = ..., sequence: _Optional[int] = ..., track_sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_id: _Optional[str] = ..., frame_width: _Optional[int] = ..., frame_height: _Optional[int] = ..., before: _Optional[_Union[TrackState, _Mapping]] = ..., after: _Optional[_Union[TrackState, _Mapping]] = ..., rule: _Optional[str] = ..., zone: _Optional[str] = ..., line: _Optional[str] = ..., direction: _Optional[_Union[CrossingDirection, str]] = ..., dwell_s: _Optional[float] = ..., observed: _Optional[bool] = ..., positions: _Optional[int] = ..., observed_positions: _Optional[int] = ..., path: _Optional[_Union[TrackPath, _Mapping]] = ..., verdict: _Optional[_Union[CloudVerdict, _Mapping]] = ..., crop_snapshot_id: _Optional[str] = ..., frame_snapshot_id: _Optional[str] = ..., appearance: _Optional[_Union[Appearance, _Mapping]] = ..., identity_id: _Optional[int] = ...) -> None: ...
+
+class Appearance(_message.Message):
+    __slots__ = ("model", "dim", "float16", "samples")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    FLOAT16_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    dim: int
+    float16: bytes
+    samples: int
+    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., float16: _Optional[bytes] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class StoredTrackEvent(_message.Message):
     __slots__ = ("event", "stored_id", "stored_ns")
