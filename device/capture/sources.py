@@ -18,7 +18,8 @@ not decoded either: they are delivered in their place without pixels (`Frame.und
 These three live in device/capture/decoding.py.
 
 Clips (device.clips): a `PacketTap` hears every packet demuxed, before it is decoded, and
-the stream's parameters once per open; the camera's clip ring is one (device/capture/packet_ring.py).
+the stream's parameters once per open; the camera's clip ring is one
+(device/capture/packet_ring.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""cloud/api/track_checks.py and cloud/store/track_filter.py: what the cloud requires of a track event,
-and the names and filters of track events."""
+"""cloud/api/track_checks.py and cloud/store/track_filter.py: what the cloud requires of a track
+event, and the names and filters of track events."""
 
 from __future__ import annotations
 

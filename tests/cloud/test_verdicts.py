@@ -1,6 +1,6 @@
-"""The cloud's second opinion (cloud/classify/verdicts.py): confirm, reject or abstain on the detector's
-label within the model's verdict map, never a new label; the starter model's map, stored and
-shown beside the detector's label."""
+"""The cloud's second opinion (cloud/classify/verdicts.py): confirm, reject or abstain on the
+detector's label within the model's verdict map, never a new label; the starter model's map,
+stored and shown beside the detector's label."""
 
 from __future__ import annotations
 

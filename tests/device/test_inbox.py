@@ -1,4 +1,5 @@
-"""device/filters/inbox.py: bounded per-camera queues, round-robin batches, wait or drop when full."""
+"""device/filters/inbox.py: bounded per-camera queues, round-robin batches, wait or drop when
+full."""
 
 from __future__ import annotations
 
