@@ -18,7 +18,7 @@ from pathlib import Path
 from strata.edge.ingest.frames import DecodedFrame
 from strata.shared.config.edge import DetectionConfig, EdgeConfig
 from strata.shared.models.detector import DetectorSpec, yolov8_spec
-from strata.shared.runtime import ModelLoadError, create_runner
+from strata.shared.runtime import ModelLoadError, OpenVinoOptions, create_runner
 from strata.shared.runtime.staging import HostStagedRunner, StagedRunner
 from strata.shared.vision import (
     COCO80,
@@ -31,7 +31,8 @@ from strata.shared.vision import (
 
 log = logging.getLogger(__name__)
 
-CPU_BACKENDS = ("onnxruntime-cpu",)
+# Back ends with no CUDA device (no GPU telemetry, no device buffers).
+CPU_BACKENDS = ("onnxruntime-cpu", "openvino")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,24 @@ def open_staged(path: Path, cfg: EdgeConfig, max_batch: int, allocate: bool = Tr
     """The configured back end behind the staged interface; `allocate=False` builds the
     engine or session without batch buffers (a standby: `runner.allocate()` later)."""
     rt = cfg.runtime
+    if rt.backend == "openvino":
+        ov = create_runner(
+            path,
+            rt.backend,
+            options=OpenVinoOptions(
+                device=rt.openvino_device,
+                precision=rt.openvino_precision,
+                cache_dir=rt.openvino_cache,
+                threads=rt.threads,
+                streams=rt.openvino_streams,
+            ),
+            max_batch=max_batch,
+            input_size=cfg.model.input_size,
+            allocate=allocate,
+        )
+        if not isinstance(ov, StagedRunner):
+            raise ModelLoadError("the openvino back end does not offer staged execution")
+        return ov
     if rt.backend in CPU_BACKENDS:
         runner = create_runner(path, rt.backend, threads=rt.threads)
         shape = runner.inputs[0].shape

@@ -36,8 +36,16 @@ class RuntimeConfig(StrictModel):
     """Back end and GPU execution options."""
 
     backend: Literal[
-        "onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-tensorrt", "tensorrt", "torch-cuda"
-    ] = Field("onnxruntime-cpu", description="Inference back end (see shared/runtime).")
+        "onnxruntime-cpu",
+        "onnxruntime-cuda",
+        "onnxruntime-tensorrt",
+        "tensorrt",
+        "torch-cuda",
+        "openvino",
+    ] = Field(
+        "onnxruntime-cpu",
+        description="Inference back end (see shared/runtime); openvino needs the openvino extra.",
+    )
     threads: int = Field(0, ge=0, description="CPU intra-op threads; 0: the runtime's default.")
     device_id: int = Field(0, ge=0, description="CUDA device ordinal.")
     streams: int = Field(2, ge=1, le=16, description="CUDA streams (pinned buffer sets) on GPU.")
@@ -51,6 +59,22 @@ class RuntimeConfig(StrictModel):
     workspace_mib: int = Field(1024, ge=64, description="TensorRT builder workspace limit.")
     preprocess_threads: int = Field(
         1, ge=1, le=64, description="Threads letterboxing a batch (OpenCV and numpy free the GIL)."
+    )
+    openvino_device: Literal["CPU", "GPU", "NPU"] = Field(
+        "CPU", description="OpenVINO device (only CPU has been run: docs/edge.md)."
+    )
+    openvino_precision: Literal["f32", "bf16", "f16"] = Field(
+        "f32",
+        description="OpenVINO inference precision hint; f32, since OpenVINO's own default on a "
+        "bf16 CPU is bf16, which moves boxes (an INT8 model's int8 layers stay int8).",
+    )
+    openvino_streams: int = Field(
+        0, ge=0, le=64, description="OpenVINO streams (parallel infer requests); 0: its choice."
+    )
+    openvino_cache: str = Field(
+        "~/.cache/strata/openvino",
+        description="Folder of OpenVINO's compiled models: compiled at the first start, loaded "
+        "from here at the next; empty: compile at every start.",
     )
 
     @model_validator(mode="after")

@@ -10,7 +10,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from .base import ModelLoadError, ModelRunner, TensorSpec
+from .base import ModelLoadError, ModelRunner, OpenVinoOptions, TensorSpec
 
 # name -> "module:Class"; modules are imported only when that back end is chosen.
 BACKENDS: dict[str, str] = {
@@ -20,6 +20,18 @@ BACKENDS: dict[str, str] = {
     "onnxruntime-tensorrt": "strata.shared.runtime.onnxruntime_gpu:OrtTensorrtRunner",
     "tensorrt": "strata.shared.runtime.tensorrt_runner:TensorRTRunner",
     "torch-cuda": "strata.shared.runtime.torch_cuda:TorchCudaRunner",
+    # CPU (and Intel GPU / NPU) through OpenVINO: compiled once, cached, throughput mode.
+    "openvino": "strata.shared.runtime.openvino_runner:OpenVinoRunner",
+}
+
+# The install extra that brings each back end's packages (the error names it).
+EXTRAS: dict[str, str] = {
+    "onnxruntime-cpu": "cpu",
+    "onnxruntime-cuda": "gpu",
+    "onnxruntime-tensorrt": "gpu",
+    "tensorrt": "gpu",
+    "torch-cuda": "gpu-torch",
+    "openvino": "openvino",
 }
 
 
@@ -34,15 +46,24 @@ def create_runner(
             f"unknown runtime back end {backend!r}; known: {', '.join(sorted(BACKENDS))}"
         ) from None
     module_name, cls_name = target.split(":")
+    extra = EXTRAS[backend]
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ModelLoadError(
             f"back end {backend!r} needs a package that is not installed ({exc.name}); "
-            "install the gpu extra: pip install 'strata[gpu]'"
+            f"install the {extra} extra: pip install 'strata[{extra}]'"
         ) from exc
     runner: ModelRunner = getattr(module, cls_name)(path, **options)
     return runner
 
 
-__all__ = ["BACKENDS", "ModelLoadError", "ModelRunner", "TensorSpec", "create_runner"]
+__all__ = [
+    "BACKENDS",
+    "EXTRAS",
+    "ModelLoadError",
+    "ModelRunner",
+    "OpenVinoOptions",
+    "TensorSpec",
+    "create_runner",
+]

@@ -1,4 +1,4 @@
-"""One interface over every inference back end (ONNX Runtime, TensorRT, PyTorch CUDA)."""
+"""One interface over every inference back end (ONNX Runtime, TensorRT, PyTorch CUDA, OpenVINO)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,22 @@ class TensorSpec:
     name: str
     shape: tuple[int | None, ...]
     dtype: np.dtype[np.generic]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenVinoOptions:
+    """How the openvino back end compiles a model (edge.runtime.openvino_*, docs/config.md).
+
+    `precision` is OpenVINO's inference precision hint: f32 by default, since OpenVINO's own
+    default on a CPU with bf16 is bf16. `cache_dir` holds compiled models ("": none);
+    `threads` and `streams` 0 leave them to OpenVINO's throughput hint.
+    """
+
+    device: str = "CPU"
+    precision: str = "f32"
+    cache_dir: str = ""
+    threads: int = 0
+    streams: int = 0
 
 
 class ModelLoadError(RuntimeError):
