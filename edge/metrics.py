@@ -315,9 +315,17 @@ class RulesCollector:
                 "Track events the rules stage sent, by camera and type.",
                 labels=["camera", "type"],
             ),
+            "unseen": GaugeMetricFamily(
+                "strata_edge_rules_camera_unseen",
+                "1 for a camera the rules name that sent no frame in rules.unseen_camera_s "
+                "of serving (a misspelt id, or another edge's camera).",
+                labels=["camera"],
+            ),
         }
         for c in self._counts():
-            if c.kind == "crossings":
+            if c.kind == "unseen":
+                labels = [c.camera]
+            elif c.kind == "crossings":
                 labels = [c.camera, c.rule, c.direction, c.label]
             elif c.kind == "events":
                 labels = [c.camera, c.rule]

@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
     "bench": "strata.tools.bench.cli",
     "cost": "strata.tools.cost",
     "keys": "strata.tools.keys",
+    "config": "strata.tools.config_check",
 }
 
 

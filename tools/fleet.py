@@ -101,7 +101,12 @@ class DeviceProc:
         cameras: dict[str, str],
         routing: dict[str, float] | None = None,
         loop: bool = False,
+        processes: int = 0,
     ) -> None:
+        """`processes`: `device.processes` (0, auto: one worker per 8 cameras, at most one per
+        core). Each worker runs its own ring over its own cameras, so `routing.load_factor`
+        bounds each worker's share, not the host's: a test that counts cameras per edge
+        against the bound runs one process."""
         self.tmp = tmp
         self.cfg = tmp / "device.yaml"
         self.metrics_file = tmp / "device.prom"
@@ -109,6 +114,7 @@ class DeviceProc:
         self.edges = edges
         self.routing = routing or {}
         self.loop = loop
+        self.processes = processes
         self.write_cameras(cameras)
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -116,7 +122,7 @@ class DeviceProc:
         """Rewrite the config with these cameras (id -> source); SIGHUP makes it count."""
         lines = [
             "logging:\n  level: INFO\n",
-            "device:\n  agent_id: fleet\n",
+            f"device:\n  agent_id: fleet\n  processes: {self.processes}\n",
             "  edges:\n" + "".join(f"    - {e}\n" for e in self.edges),
             "  routing:\n" + "".join(f"    {k}: {v}\n" for k, v in self.routing.items())
             if self.routing

@@ -4,12 +4,16 @@ A `ClipRequest` names a span of the camera's capture clock. Its clip starts at t
 at or before start - pre_roll_s (from the ring) and runs until its first frame at or after
 end + post_roll_s and every frame shown before it are in, at most max_s from that keyframe. Packets
 are copied as demuxed, their pts/dts rebased to the clip's first packet, into a fragmented
-MP4 (a fragment per keyframe: a clip cut short by a crash plays up to its last one). A
-request that starts before the end of a clip still open joins it and extends it.
+MP4 (a fragment per keyframe: a clip cut short by a crash plays up to its last one).
+
+A clip follows its own track: each key (a track, an event) gets a clip of its own, cut to
+its own span plus the rolls, even where tracks overlap (issue 39: overlapping tracks merged
+into one clip made a 20 s track's clip the whole 79 s file on a busy scene). Overlapping
+clips hold the same packets twice: bytes are traded for a clip that shows its track. A
+request for a key whose clip is still open extends that clip (a track asked for again).
 
 A live track (`open_track`) has no end yet: its clip runs until `end_track` gives it one
-(then post_roll_s more), or max_s. Each key (a track) keeps its own end; the clip's is the
-latest of them, so overlapping tracks share one clip and the clip ends after the last.
+(then post_roll_s more), or max_s.
 
 Ids are unique forever: "<camera_id>/<session>/<n>" (the agent's session); the file is
 `<dir>/<camera>/<session>-<n>.mp4`. A `ClipJournal` (the clip spool) hears a clip's
@@ -173,7 +177,7 @@ class ClipCutter:
         return len(self._open)
 
     def request(self, req: ClipRequest) -> str:
-        """Cut the clip `req` asks for, or extend the open clip it overlaps; the clip's id.
+        """Cut the clip `req` asks for, or extend its key's clip still open; the clip's id.
         Never raises for the stream's sake: a clip that cannot be cut ends with a reason."""
         return self._ask(req, live=False)
 
@@ -182,8 +186,8 @@ class ClipCutter:
         return self._ask(ClipRequest(start_ns, start_ns, key), live=True)
 
     def end_track(self, key: str, end_ns: int) -> bool:
-        """The track `key` ended at capture time `end_ns`: its clip ends post_roll_s later
-        (or when its other tracks end). False: no open clip has it."""
+        """The track `key` ended at capture time `end_ns`: its clip ends post_roll_s later.
+        False: no open clip has it."""
         ring = self.ring
         with ring.lock:
             for clip in self._open:
@@ -222,7 +226,8 @@ class ClipCutter:
                     math.inf if live else ring.clock.to_stream(req.end_ns) + self.cfg.post_roll_s
                 )
                 for clip in self._open:
-                    if want <= clip.target_ts:
+                    # Only the key's own clip: another track's never grows to hold this one.
+                    if req.key and req.key in clip.keys and want <= clip.target_ts:
                         self._extend(clip, target, req.key)
                         return clip.clip_id
             clip = self._new(req, want, target)

@@ -3,8 +3,8 @@
 The demand is state, not deltas: the camera's live tracks (end 0) and those that ended
 lately (with their end), sent whole when it changes and every few seconds. Applied to a
 camera's cutter (`DemandFollower.apply`):
-  - a track new to the device and live opens a clip, or joins the open one it overlaps
-    (ClipInfo.track_uids lists every track of a clip);
+  - a track new to the device and live opens a clip of its own (overlapping tracks each
+    get theirs, cut to their own span: ClipInfo.track_uids names the one track);
   - a live track that now has an end ends its part of the clip: post_roll_s more;
   - a track new to the device that has already ended is asked for whole (start to end);
   - a live track that vanished from the demand (the edge forgot it: a restart without

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from strata.shared.config.base import closest
 from strata.shared.config.rules import CameraRules, RulesConfig
 from strata.shared.contracts import events_pb2
 
@@ -27,7 +28,7 @@ from .frame import TrackFrame
 
 log = logging.getLogger(__name__)
 
-CountKind = Literal["crossings", "entries", "dwell", "occupancy", "events"]
+CountKind = Literal["crossings", "entries", "dwell", "occupancy", "events", "unseen"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,9 @@ class RulesEngine:
         self.settings = EngineSettings.of(cfg, edge_id)
         self._wall_ns = wall_ns
         self._cameras: dict[str, CameraEngine] = {}
+        # Capture time of the first frame of any camera; the rules' cameras reported unseen.
+        self._first_ns = 0
+        self.unseen: list[str] = []
 
     def camera(self, camera_id: str) -> CameraEngine:
         """The camera's engine, created on first use (a camera without rules still gets
@@ -75,7 +79,35 @@ class RulesEngine:
 
     def process(self, frame: TrackFrame) -> list[events_pb2.TrackEvent]:
         """The events one answered frame causes, in order."""
-        return self.camera(frame.camera_id).process(frame)
+        events = self.camera(frame.camera_id).process(frame)
+        self._check_unseen(frame.capture_ns)
+        return events
+
+    def _check_unseen(self, now_ns: int) -> None:
+        """Issue 39: a rules camera that never sends a frame is refused in the open once the
+        edge has served cameras for `unseen_camera_s`: an ERROR naming it (and the closest
+        camera seen), and strata_edge_rules_camera_unseen{camera} (counts())."""
+        if not self._first_ns:
+            self._first_ns = now_ns
+        if now_ns - self._first_ns < self.cfg.unseen_camera_s * NS:
+            return
+        unseen = self.cfg.unknown_cameras(self._cameras)
+        for cam in unseen:
+            if cam in self.unseen:
+                continue
+            guess = closest(cam, list(self._cameras))
+            log.error(
+                "rules.cameras.%s: refused: no frame of camera %r reached this edge in "
+                "%.0fs of serving %s; its rules never fire here. Rules apply by exact camera "
+                "id%s; if another edge serves %r, ignore this",
+                cam,
+                cam,
+                self.cfg.unseen_camera_s,
+                ", ".join(sorted(self._cameras)),
+                f": did you mean {guess!r}?" if guess else "",
+                cam,
+            )
+        self.unseen = unseen
 
     def is_stationary(self, camera_id: str, track_id: int) -> bool:
         """The track is stationary: no updates and no cloud looks until it moves."""
@@ -99,6 +131,7 @@ class RulesEngine:
                 RuleCount(cam, "occupancy", z, "", lb, v) for (z, lb), v in eng.occupancy().items()
             ]
             out += [RuleCount(cam, "events", t, "", "", v) for t, v in c.events.items()]
+        out += [RuleCount(cam, "unseen", "", "", "", 1) for cam in self.unseen]
         return out
 
     def reconfigure(self, cfg: RulesConfig) -> None:

@@ -380,7 +380,11 @@ class RoutingConfig(StrictModel):
         160, ge=1, description="Ring points per unit of an edge's announced weight."
     )
     load_factor: float = Field(
-        1.15, ge=1.0, description="No edge takes more than this times its fair share of cameras."
+        1.15,
+        ge=1.0,
+        description="No edge takes more than this times its fair share of cameras. The bound "
+        "holds per worker process (device.processes): each worker routes its own cameras on "
+        "its own ring, so an edge may hold up to this bound from every worker.",
     )
     use_capacity: bool = Field(
         False,

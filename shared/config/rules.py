@@ -224,6 +224,14 @@ class RulesConfig(StrictModel):
     near_dwell_s: float = Field(
         1.0, ge=0, description="As near_margin, for a dwell timer this close to its limit."
     )
+    unseen_camera_s: float = Field(
+        60.0,
+        gt=0,
+        description="A camera the rules name that sent no frame to this edge this long "
+        "(capture time) after its first camera did is reported: an ERROR in the log and "
+        "strata_edge_rules_camera_unseen{camera} 1 (a misspelt id, or a camera this edge "
+        "does not serve).",
+    )
     ask_budget: float = Field(
         0.02,
         ge=0,
@@ -240,7 +248,7 @@ class RulesConfig(StrictModel):
                 raise ValueError("a camera id must not be empty")
         return cameras
 
-    def check_cameras(self, known: Sequence[str | None]) -> None:
+    def check_cameras(self, known: Sequence[str | None], where: str = "device.cameras") -> None:
         """Raise KeyValueError for a camera with rules that `known` (device.cameras' ids;
         None for one without an explicit id) does not list; nothing when `known` is empty."""
         if not known:
@@ -254,8 +262,7 @@ class RulesConfig(StrictModel):
             )
             raise KeyValueError(
                 ("cameras", cam),
-                f"rules for camera {cam!r}, which device.cameras does not list "
-                f"(ids: {sorted(ids)}){hint}",
+                f"rules for camera {cam!r}, which {where} does not list (ids: {sorted(ids)}){hint}",
             )
 
     def unknown_cameras(self, ids: Iterable[str]) -> list[str]:

@@ -129,19 +129,35 @@ def test_clips_cover_their_request_with_the_sources_own_packets(
     assert run.outcome_count("complete") == 2
 
 
-def test_overlapping_requests_share_one_clip_and_max_s_caps_it(h264: Path, tmp_path: Path) -> None:
+def test_overlapping_requests_each_get_a_clip_of_their_own_span_and_max_s_caps_one(
+    h264: Path, tmp_path: Path
+) -> None:
+    """Issue 39: overlapping tracks were merged into one clip (a 20 s track's clip was the
+    whole 79 s file on a busy scene): each track's clip is its own span plus the rolls."""
     cfg = ClipsConfig(
         enabled=True, dir=str(tmp_path), pre_roll_s=1.5, post_roll_s=1.0, ring_s=8, max_s=7.0
     )
     run = Run(h264, cfg)
-    # Track a (frames 100-110) is still in its post-roll when track b starts (frame 114);
+    # Track a (frames 85-110) is still in its post-roll when track b starts (frame 114);
     # b's end moves on with every frame until 130, as a live track's does.
-    plan: Plan = {112: [(100, 110, "a")]}
+    plan: Plan = {112: [(85, 110, "a")]}
     plan.update({i: [(114, i, "b")] for i in range(116, 131)})
     run.play(plan)
-    (clip,) = run.cutter.finished
-    assert clip.outcome == "complete" and clip.keys == ("a", "b"), clip
-    _check_clip(clip, decode(h264), (run.times[100], run.times[130]), cfg)
+    by_key = {c.keys: c for c in run.cutter.finished}
+    assert set(by_key) == {("a",), ("b",)}, run.cutter.finished
+    source = decode(h264)
+    gop_s = 10 * FRAME_S
+    for key, (start, end) in (("a", (85, 110)), ("b", (114, 130))):
+        clip = by_key[(key,)]
+        assert clip.outcome == "complete", clip
+        _check_clip(clip, source, (run.times[start], run.times[end]), cfg)
+        # Its own span: from the keyframe at or before its start minus the pre-roll (at
+        # most a GOP earlier) to a frame past its end plus the post-roll, no further.
+        assert clip.start_ts > run.times[start] - cfg.pre_roll_s - gop_s - 1e-6, clip
+        assert clip.end_ts <= run.times[end] + cfg.post_roll_s + 2 * FRAME_S, clip
+    # The two overlap (b's pre-roll reaches into a's clip) and neither holds the other.
+    a, b = by_key[("a",)], by_key[("b",)]
+    assert b.start_ts < a.end_ts and a.start_ts < b.start_ts and a.end_ts < b.end_ts
     # Then one longer than max_s: cut at max_s from its first keyframe, and said so.
     capped = Run(h264, cfg)
     capped.play({180: [(100, 170, "long")]})

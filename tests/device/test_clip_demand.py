@@ -1,5 +1,5 @@
 """device/clips/demand.py and device/clips/spool.py on real media: the edge's demand drives
-the cutter (a live track opens a clip, an overlapping one joins it, an end closes it
+the cutter (a live track opens a clip, an overlapping one opens its own, an end closes it
 post_roll_s later, a track that vanishes ends at the last frame seen with it), every clip
 has a sidecar, and a clip cut short by a stop is found at the next start as CUT_SHORT."""
 
@@ -81,32 +81,39 @@ def _covers(run: Run, path: Path, span: tuple[int, int], cfg: ClipsConfig) -> No
     assert last >= run.times[span[1]] + cfg.post_roll_s - FRAME_S - 1e-6
 
 
-def test_live_tracks_share_a_clip_that_ends_post_roll_after_the_last(
+def test_overlapping_live_tracks_each_get_a_clip_that_ends_post_roll_after_their_end(
     h264: Path, tmp_path: Path
 ) -> None:
+    """Issue 39: a clip follows its own track, overlapping tracks included."""
     cfg = ClipsConfig(enabled=True, dir=str(tmp_path), pre_roll_s=1.5, post_roll_s=1.0, ring_s=8)
     run = Run(h264, cfg)
-    # a lives from frame 40; b joins at 60 while a lives; a ends at 70, b at 90.
+    # a lives from frame 40; b starts at 60 while a lives; a ends at 70, b at 90.
     plan: Plan = {i: [("a", 40, None)] for i in range(42, 60, 5)}
     plan.update({i: [("a", 40, None), ("b", 60, None)] for i in range(62, 72, 5)})
     plan.update({i: [("a", 40, 70), ("b", 60, None)] for i in range(72, 92, 5)})
     plan.update({i: [("a", 40, 70), ("b", 60, 90)] for i in range(92, 130, 5)})
     run.play(plan)
-    (clip,) = run.cutter.finished
-    assert clip.outcome == "complete" and clip.keys == ("a", "b"), clip
-    assert clip.path is not None
-    _covers(run, clip.path, (40, 90), cfg)
-    # The clip ends within a frame of b's end + post_roll: not at max_s.
-    assert clip.end_ts <= run.times[90] + cfg.post_roll_s + 2 * FRAME_S
-    info = read_sidecar(clip.path)
-    assert info is not None and info.final
-    assert list(info.track_uids) == ["a", "b"] and info.agent_id == "agent"
-    assert info.outcome == clips_pb2.CLIP_OUTCOME_COMPLETE and info.codec == "h264"
-    assert info.size_bytes == clip.path.stat().st_size == clip.bytes
-    assert (info.width, info.height) == (384, 288)
-    assert info.clip_id == "cam/s1/0"
+    by_key = {c.keys: c for c in run.cutter.finished}
+    assert set(by_key) == {("a",), ("b",)}, run.cutter.finished
+    gop_s = 10 * FRAME_S
+    for n, (uid, span) in enumerate((("a", (40, 70)), ("b", (60, 90)))):
+        clip = by_key[(uid,)]
+        assert clip.outcome == "complete" and clip.path is not None, clip
+        _covers(run, clip.path, span, cfg)
+        # Its own span: it starts at most a GOP before start - pre_roll and ends within a
+        # frame of its end + post_roll (a's is not stretched to b's end).
+        assert clip.start_ts > run.times[span[0]] - cfg.pre_roll_s - gop_s - 1e-6, clip
+        assert clip.end_ts <= run.times[span[1]] + cfg.post_roll_s + 2 * FRAME_S, clip
+        info = read_sidecar(clip.path)
+        assert info is not None and info.final
+        assert list(info.track_uids) == [uid] and info.agent_id == "agent"
+        assert info.outcome == clips_pb2.CLIP_OUTCOME_COMPLETE and info.codec == "h264"
+        assert info.size_bytes == clip.path.stat().st_size == clip.bytes
+        assert (info.width, info.height) == (384, 288)
+        assert info.clip_id == f"cam/s1/{n}"
     # A repeated demand cuts nothing twice.
     assert run.follower.handled.keys() == {"a", "b"}
+    assert len(run.cutter.finished) == 2
 
 
 def test_a_track_that_vanishes_while_live_ends_at_the_last_frame_seen_with_it(

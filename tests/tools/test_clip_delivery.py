@@ -43,6 +43,26 @@ def stored_clips(db: Path) -> list[tuple[str, int, str]]:
     return [(str(a), int(b), str(c)) for a, b, c in rows]
 
 
+def track_spans(db: Path) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """From the cloud's store: ended tracks' (first, last seen) from their END events, and
+    every track's first seen (a track live when the file ended has no END)."""
+    from strata.shared.contracts import events_pb2
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT track_uid, type, first_seen_ns, event FROM track_events")
+        ended: dict[str, tuple[int, int]] = {}
+        first: dict[str, int] = {}
+        for uid, kind, first_ns, blob in rows.fetchall():
+            first[str(uid)] = min(int(first_ns), first.get(str(uid), int(first_ns)))
+            if kind == events_pb2.TRACK_EVENT_TYPE_END:
+                ev = events_pb2.TrackEvent.FromString(blob)
+                ended[str(uid)] = (ev.path.first_seen_ns, ev.path.last_seen_ns)
+    finally:
+        conn.close()
+    return ended, first
+
+
 def get_clip(stub: Any, **key: str) -> tuple[clips_pb2.ClipInfo, bytes]:
     got = list(stub.GetClip(clips_pb2.GetClipRequest(version=current_version(), **key), timeout=30))
     return got[0].info, b"".join(c.data for c in got)
@@ -102,6 +122,39 @@ def test_clips_of_the_edges_tracks_reach_the_cloud_and_getclip_serves_them(
             # The same clip by its track.
             by_track, again = get_clip(stub, camera_id="cam", track_uid=uid)
             assert by_track.clip_id == clip_id and again == data
+        # Issue 39: a clip follows its own track. vtest's street has people walking at
+        # once: their tracks overlap, and each gets a clip of its own span plus the rolls
+        # (merged, a track's clip ran until the last overlapping one ended).
+        ended, first_seen = track_spans(workdir / "events.sqlite")
+        infos = [get_clip(stub, clip_id=c)[0] for c, _, _ in clips]
+        assert all(len(i.track_uids) == 1 for i in infos), [list(i.track_uids) for i in infos]
+        own = {i.track_uids[0]: i for i in infos if i.track_uids[0] in ended}
+        # The edge learns a track ended only edge.tracking.max_lost source frames (60 at
+        # 10 fps) after it was last seen, and the device hears it on a later ack (seconds
+        # more on a loaded machine); its clip, written live, runs until then.
+        lag_s = 6.0 + 3.0
+        gop_s, slack_s = 1.0, 0.5  # the camera's keyframe interval; frames and clocks
+        # A track that ended while one it overlaps lived on past its clip's end: merged, its
+        # clip would have run until the other's end (or the file's).
+        outlived = [
+            (a, b)
+            for a in own
+            for b in first_seen
+            if b != a
+            and first_seen[b] < ended[a][1]
+            and (b not in ended or ended[b][1] > own[a].end_ns)
+        ]
+        assert outlived, f"no track outlived by one it overlaps: {ended}, {first_seen}"
+        for uid, info in own.items():
+            first, last = ended[uid]
+            why = (uid, ended[uid], info.start_ns, info.end_ns)
+            # From the keyframe at or before the track's start minus the pre-roll ...
+            assert info.start_ns >= first - (1.0 + gop_s + slack_s) * 1e9, why
+            # ... to its end plus the post-roll (once the edge knows it), not to the end of
+            # another track.
+            assert info.end_ns <= last + (lag_s + 1.0 + slack_s) * 1e9, why
+            span_s = (info.end_ns - info.start_ns) / 1e9
+            assert span_s <= (last - first) / 1e9 + 2.0 + gop_s + lag_s + 2 * slack_s, why
         channel.close()
         # Nothing waits on the device: every clip went up and its file was deleted.
         assert not list((workdir / "clips").glob("*/*.mp4"))

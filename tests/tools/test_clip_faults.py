@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import pytest
 from clip_testkit import first_seconds
-from strata.shared.contracts import analytics_pb2_grpc, clips_pb2, current_version
+from strata.shared.contracts import analytics_pb2_grpc, clips_pb2, current_version, events_pb2
 from strata.shared.contracts.events_pb2 import TRACK_EVENT_TYPE_END, TRACK_EVENT_TYPE_NEW
 from strata.tools.demo.stack import Camera, Stack
 
@@ -125,6 +125,9 @@ class Track:
     uid: str
     new_ns: int  # capture time of its NEW event
     end_ns: int  # of its END event (0: none stored)
+    # Where the edge's clip demand ends it: its END's path.last_seen_ns (the tracker says a
+    # track ended some frames after it was last seen), as edge/publish/clip_demand.py.
+    last_seen_ns: int = 0
 
 
 def stored_tracks(db: Path) -> dict[str, Track]:
@@ -132,15 +135,20 @@ def stored_tracks(db: Path) -> dict[str, Track]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         rows = conn.execute(
-            "SELECT track_uid, type, capture_ns FROM track_events WHERE camera_id = 'cam' "
+            "SELECT track_uid, type, capture_ns, event FROM track_events WHERE camera_id = 'cam' "
             "AND type IN (?, ?)",
             (TRACK_EVENT_TYPE_NEW, TRACK_EVENT_TYPE_END),
         ).fetchall()
     finally:
         conn.close()
-    new = {str(u): int(c) for u, t, c in rows if t == TRACK_EVENT_TYPE_NEW}
-    end = {str(u): int(c) for u, t, c in rows if t == TRACK_EVENT_TYPE_END}
-    return {u: Track(u, c, end.get(u, 0)) for u, c in new.items()}
+    new = {str(u): int(c) for u, t, c, _ in rows if t == TRACK_EVENT_TYPE_NEW}
+    end = {str(u): int(c) for u, t, c, _ in rows if t == TRACK_EVENT_TYPE_END}
+    seen = {
+        str(u): events_pb2.TrackEvent.FromString(e).path.last_seen_ns or int(c)
+        for u, t, c, e in rows
+        if t == TRACK_EVENT_TYPE_END
+    }
+    return {u: Track(u, c, end.get(u, 0), seen.get(u, 0)) for u, c in new.items()}
 
 
 def wait_uplink_settled(stack: Stack, timeout: float = 30.0) -> dict[str, Track]:
@@ -266,6 +274,9 @@ def test_edge_killed_mid_track_still_ends_its_clip(tmp_path: Path, vtest_mp4: Pa
         stack.start_device()
         live = wait_for("a clip being written", lambda: open_clip(stack, 2.0), stack, 90)
         kill9(stack, "edge")  # its tracks live; the demand lives on in its checkpoint
+        # Every clip open at the kill: one a track (issue 39), so some of them have a track
+        # that ends before the file does.
+        open_at_kill = [i for i in clip_sidecars(stack) if not i.final and i.track_uids]
         (stack.workdir / "edge.log").rename(stack.workdir / "edge-killed.log")
         stack.restart("edge", 120)
         wait_device_done(stack, 150)
@@ -282,17 +293,23 @@ def test_edge_killed_mid_track_still_ends_its_clip(tmp_path: Path, vtest_mp4: Pa
         got = clips.get(clip_id=live.clip_id)
         assert got is not None
         info, data = got
-        # On vtest people overlap until the file ends, so the clip may run to its end: then
-        # the file ended, no fault (issue 39, on purpose: it was DISCONNECTED, "the source
-        # closed mid-clip: source ended").
+        # On vtest the clip's track may live until the file ends, so its clip may run to
+        # the end: then the file ended, no fault (issue 39, on purpose: it was
+        # DISCONNECTED, "the source closed mid-clip: source ended").
         assert info.final and info.outcome in (COMPLETE, ENDED), info
         if info.outcome == ENDED:
             assert info.reason.startswith("the file ended before the clip's end"), info
-        ended = [tracks[u] for u in live.track_uids if tracks.get(u) and tracks[u].end_ns]
-        assert ended, f"no track of the clip open at the kill has an END: {live}"
-        for t in ended:  # each track's end, plus the post-roll, is in its clip
-            assert t.uid in info.track_uids and by_track[t.uid].clip_id == info.clip_id
-            assert info.end_ns >= t.end_ns + POST_S * 1e9 - FRAME_NS, (t, info)
+        ended = [
+            (tracks[u], c.clip_id)
+            for c in open_at_kill
+            for u in c.track_uids
+            if tracks.get(u) and tracks[u].end_ns
+        ]
+        assert ended, f"no track of the clips open at the kill has an END: {open_at_kill}"
+        for t, clip_id in ended:  # each track's end, plus the post-roll, is in its clip
+            own = by_track[t.uid]
+            assert own.clip_id == clip_id and list(own.track_uids) == [t.uid], own
+            assert own.end_ns >= t.last_seen_ns + POST_S * 1e9 - FRAME_NS, (t, own)
         decodes_from_first_frame(data, tmp_path / "live.mp4")
     finally:
         clips.close()
