@@ -208,7 +208,14 @@ def compile_model(path: Path, opts: OpenVinoOptions) -> Any:
         config["NUM_STREAMS"] = opts.streams
     if opts.cache_dir:
         cache = Path(opts.cache_dir).expanduser()
-        cache.mkdir(parents=True, exist_ok=True)
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ModelLoadError(
+                f"cannot create the OpenVINO cache folder {cache} ({exc.strerror}); set "
+                "edge.runtime.openvino_cache to a writable folder, or empty to compile at "
+                "every start"
+            ) from None
         config["CACHE_DIR"] = str(cache)
     try:
         # From the path, not a read model: a cache hit then skips reading the ONNX too.

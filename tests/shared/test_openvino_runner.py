@@ -130,6 +130,14 @@ def test_a_model_it_cannot_compile_says_the_fix(tmp_path: Path) -> None:
         create_runner(garbage, "openvino")
 
 
+def test_a_cache_folder_it_cannot_create_says_the_setting(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache folder's parent should be")
+    options = OpenVinoOptions(cache_dir=str(blocker / "cache"))
+    with pytest.raises(ModelLoadError, match=r"edge\.runtime\.openvino_cache"):
+        create_runner(PICODET, "openvino", options=options)
+
+
 def test_an_unknown_device_is_refused_with_the_choices(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="CPU, GPU, NPU"):
         create_runner(PICODET, "openvino", options=OpenVinoOptions(device="TPU"))

@@ -47,3 +47,39 @@ def test_bench_writes_ratio_and_latency(colour_detector: Path, tmp_path: Path) -
     assert [p["batch"] for p in doc["sweep"]] == [1, 2]
     assert doc["ratio"] == pytest.approx(doc["node_fps"] / doc["bare_fps"], rel=0.01)
     assert "cores" in doc["machine"]
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "strata.tools.cli", "bench", "edge", *args],
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+
+
+def test_bench_on_openvino_measures_node_bare_and_start_up(
+    colour_detector: Path, tmp_path: Path
+) -> None:
+    """Both sides on OpenVINO; the start-up's warm open comes from the cache the cold wrote."""
+    pytest.importorskip("openvino")
+    out = tmp_path / "edge.json"
+    proc = _bench(
+        "--backend", "openvino", "--model", str(colour_detector), "--batch", "2",
+        "--frames", "8", "--rounds", "1", "--width", "320", "--height", "240",
+        "--json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["backend"] == "openvino" and doc["gpu"] == ""
+    for key in ("bare_fps", "node_fps", "ratio"):
+        assert doc[key] > 0, key
+    start = doc["startup"]
+    assert start["cold_s"] > 0 and start["warm_s"] > 0
+    assert start["warm_from_cache"] is True
+
+
+def test_bench_int8_without_the_variant_says_how_to_make_it(tmp_path: Path) -> None:
+    proc = _bench("--precision", "int8", "--backend", "openvino", "--model", "picodet_s_416")
+    assert proc.returncode != 0
+    assert "strata models quantize picodet_s_416" in proc.stderr, proc.stderr

@@ -6,6 +6,12 @@ same model, back end, threads and max batch takes frames over ZeroMQ from DEALER
 (several cameras) and publishes detections, which a SUB socket counts. The ratio of the
 two frame rates is the node's overhead. Latency is sender -> SUB receipt per frame, at
 saturation (a bounded number of frames in flight, two batches by default).
+
+`--backend openvino` runs both sides on OpenVINO (throughput hint, one infer request per
+stream, each a slot both sides keep busy); `--precision int8` takes the model's `int8`
+variant (`strata models quantize`). Start-up is measured before the sweep: the runner
+opened twice, the first time with an empty OpenVINO cache (cold: compile), the second
+from what it wrote (warm); ONNX Runtime has no cache, so both of its opens are cold.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import argparse
 import json
 import os
 import queue
+import tempfile
 import threading
 import time
 from collections import deque
@@ -24,7 +31,7 @@ from typing import Any
 import numpy as np
 import zmq
 from strata.edge.cli import resolve_model
-from strata.edge.inference.detector import open_staged
+from strata.edge.inference.detector import CPU_BACKENDS, open_staged
 from strata.shared.config.edge import DEFAULT_DETECTOR, EdgeConfig
 from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.machine import cpu_line, gpus
@@ -315,7 +322,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, default=640)
     p.add_argument("--height", type=int, default=480)
     p.add_argument("--encoding", choices=["jpeg", "bgr"], default="jpeg")
-    p.add_argument("--backend", default="onnxruntime-cpu")
+    p.add_argument(
+        "--backend",
+        default="onnxruntime-cpu",
+        help="runtime back end (edge.runtime.backend), e.g. onnxruntime-cpu, openvino",
+    )
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "int8"],
+        default="fp32",
+        help="int8: the model's int8 variant (made by `strata models quantize`)",
+    )
+    p.add_argument(
+        "--openvino-device", default="CPU", help="OpenVINO device: CPU, GPU or NPU (openvino)"
+    )
+    p.add_argument(
+        "--openvino-cache",
+        default="",
+        help="OpenVINO compiled-model cache for the sweep (default: a fresh temporary folder)",
+    )
     p.add_argument("--streams", default="1", help="CUDA streams to sweep (GPU back ends)")
     p.add_argument("--preprocess-threads", type=int, default=1, help="letterbox threads")
     p.add_argument("--no-fp16", action="store_true", help="GPU engines in FP32")
@@ -355,6 +380,8 @@ def _config(
                 "streams": streams,
                 "fp16": not args.no_fp16,
                 "preprocess_threads": args.preprocess_threads,
+                "openvino_device": args.openvino_device,
+                "openvino_cache": args.openvino_cache,
                 # One engine for the whole sweep when asked (a TensorRT build per batch size
                 # would take most of a GPU check's time).
                 "min_batch": args.engine_profile[0] if args.engine_profile else 1,
@@ -467,20 +494,75 @@ def _doc(
         "rounds": args.rounds,
         "inflight": args.inflight or "2 batches",
         "machine": cpu_line(),
-        "gpu": ", ".join(gpus()) if args.backend != "onnxruntime-cpu" else "",
+        "precision": args.precision,
+        "gpu": ", ".join(gpus()) if args.backend not in CPU_BACKENDS else "",
     }
+
+
+def _model(args: argparse.Namespace) -> Path:
+    """The ONNX file: a path, or the repository model (its `int8` variant when asked)."""
+    if args.model.endswith(".onnx"):
+        if args.precision != "fp32":
+            raise SystemExit(
+                f"strata bench edge: --precision {args.precision} takes the repository "
+                "model's variant; give --model a repository name, or the INT8 file as --model"
+            )
+        return Path(args.model)
+    if args.precision == "fp32":
+        return resolve_model(args.model, "", args.repository)
+    from strata.shared.models import ModelError, ModelRepository
+
+    try:
+        _manifest, _key, file = ModelRepository(args.repository or None).file_of(
+            args.model, args.precision
+        )
+    except ModelError as exc:
+        raise SystemExit(
+            f"strata bench edge: {exc}; make the {args.precision} variant first: "
+            f"strata models quantize {args.model} (docs/models.md)"
+        ) from None
+    return file
+
+
+def startup(model: Path, cfg: EdgeConfig, cache: str) -> dict[str, Any]:
+    """Seconds to open the runner (staged, batch buffers allocated), twice: with an empty
+    OpenVINO cache (cold) and from what it wrote (warm); both cold for ONNX Runtime."""
+    if cfg.runtime.backend == "openvino" and cache and any(Path(cache).iterdir()):
+        raise SystemExit(
+            f"strata bench edge: the OpenVINO cache {cache} is not empty, so the cold "
+            "start-up would not be cold; give an empty folder or leave --openvino-cache out"
+        )
+    times, cached = [], []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        runner = open_staged(model, cfg, cfg.batching.max_batch)
+        times.append(time.perf_counter() - t0)
+        cached.append(bool(getattr(runner, "loaded_from_cache", False)))
+        runner.close()
+    out = {
+        "cold_s": round(times[0], 3),
+        "warm_s": round(times[1], 3),
+        "warm_from_cache": cached[1],
+    }
+    print(
+        f"start-up ({cfg.runtime.backend}): cold {out['cold_s']} s, warm {out['warm_s']} s"
+        + (" (loaded from the cache)" if cached[1] else " (no cache)"),
+        flush=True,
+    )
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     """The sweep; the best point's figures on stdout, everything in --json."""
     if args.quick:
         args.batch, args.frames, args.rounds = "1,2", 6, 1
-    model = (
-        Path(args.model)
-        if args.model.endswith(".onnx")
-        else resolve_model(args.model, "", args.repository)
-    )
+    model = _model(args)
     threads = args.threads or (os.cpu_count() or 1)
+    own_cache = None
+    if args.backend == "openvino" and not args.openvino_cache:
+        own_cache = tempfile.TemporaryDirectory(prefix="strata-ov-")
+        args.openvino_cache = own_cache.name
+    start = startup(model, _config(args, threads, 1, 1, 2), args.openvino_cache)
     images = bench_frames(args.width, args.height, 16)
     points: list[Point] = []
     latencies_ms: dict[tuple[int, int], list[float]] = {}
@@ -489,7 +571,9 @@ def run(args: argparse.Namespace) -> int:
     ]:
         pt, latencies_ms[(streams, b)] = _point(args, model, images, threads, streams, b)
         points.append(pt)
-    doc = _doc(args, model, threads, points, latencies_ms)
+    doc = {**_doc(args, model, threads, points, latencies_ms), "startup": start}
+    if own_cache is not None:
+        own_cache.cleanup()
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps({k: doc[k] for k in ("bare_fps", "node_fps", "ratio", "p50_ms", "p99_ms")}))
