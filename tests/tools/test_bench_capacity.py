@@ -148,3 +148,30 @@ def test_baseline_without_supervision_says_what_to_install(
     monkeypatch.setitem(sys.modules, "supervision", None)
     with pytest.raises(capacity_baseline.MissingSupervisionError, match="--no-deps supervision"):
         capacity_baseline.import_supervision()
+
+
+def test_a_rotated_camera_renumbers_frames_and_drops_notices_across_the_wrap() -> None:
+    from strata.tools.bench.capacity_replay import _Camera
+
+    rec = _recording(frames=10)
+    replay = Replay.__new__(Replay)
+    replay.rec = rec
+    cam = _Camera("cap001", 7, 6, None)  # type: ignore[arg-type]  # starts at clip frame 6
+    capture = [1000 * p for p in range(10)]
+    hdr = frame_pb2.FrameHeader(kind=frame_pb2.FRAME_KIND_SKIPPED, frame_index=7)
+    for f in (4, 5, 6):  # clip frames 4, 5 are before the camera's start: across the wrap
+        hdr.earlier_skipped.add(frame_index=f)
+    replay._stamp(cam, hdr, replay.pidx(cam, 7), capture)
+    assert (hdr.camera_id, hdr.session_id, hdr.sequence, hdr.frame_index) == ("cap001", 7, 1, 1)
+    assert [(s.frame_index, s.capture_ns) for s in hdr.earlier_skipped] == [(0, 0)]
+    assert replay.pidx(cam, 5) == 9 and hdr.capture_ns == 1000
+
+
+def test_recorded_messages_skip_heartbeats_and_bound_the_lag() -> None:
+    from strata.tools.bench.capacity_record import to_messages
+
+    beat = frame_pb2.FrameHeader(kind=frame_pb2.FRAME_KIND_HEARTBEAT).SerializeToString()
+    frame = frame_pb2.FrameHeader(frame_index=3, capture_ns=1_000_000_000).SerializeToString()
+    late = frame_pb2.FrameHeader(frame_index=4, capture_ns=1).SerializeToString()
+    out = to_messages([(5, beat, b""), (1_050_000_000, frame, b"x"), (10**12, late, b"y")])
+    assert [(m.frame_index, round(m.lag_s, 3)) for m in out] == [(3, 0.05), (4, 2.0)]
