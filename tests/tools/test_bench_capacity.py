@@ -175,3 +175,14 @@ def test_recorded_messages_skip_heartbeats_and_bound_the_lag() -> None:
     late = frame_pb2.FrameHeader(frame_index=4, capture_ns=1).SerializeToString()
     out = to_messages([(5, beat, b""), (1_050_000_000, frame, b"x"), (10**12, late, b"y")])
     assert [(m.frame_index, round(m.lag_s, 3)) for m in out] == [(3, 0.05), (4, 2.0)]
+
+
+def test_precision_takes_the_models_variant_and_says_when_it_is_missing() -> None:
+    from strata.shared.models import ModelError
+    from strata.tools.bench.capacity import with_variant
+    from strata.tools.bench.detector import resolve
+
+    detector = resolve()
+    assert with_variant(detector, "fp32") is detector
+    with pytest.raises(ModelError):
+        with_variant(detector, "no-such-variant")

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ from strata.shared.machine import cpu_model
 from strata.shared.wire import pack_frame, unpack_ack
 from strata.tools.bench.capacity_replay import Recording, Replay, Trial, TrialRules
 from strata.tools.bench.capacity_search import SearchResult, SearchRules, most_cameras
+from strata.tools.bench.detector import BenchDetector
 from strata.tools.bench.progress import say
 from strata.tools.bench.promise import TARGET_SLACK
 
@@ -186,6 +187,17 @@ def edge_section(args: argparse.Namespace, detector: dict[str, Any]) -> dict[str
     return merge(edge, {"runtime": runtime, "overload": {"gpu_pressure": {"enabled": False}}})
 
 
+def with_variant(detector: BenchDetector, precision: str) -> BenchDetector:
+    """`detector` loading its `precision` variant's file (fp32: the model's own);
+    ModelError when the repository has no such variant."""
+    if precision == "fp32":
+        return detector
+    from strata.shared.models import ModelRepository
+
+    _manifest, _key, path = ModelRepository(detector.repository).file_of(detector.name, precision)
+    return replace(detector, path=path.resolve(), precision=precision)
+
+
 def mode_result(
     rec: Recording, found: SearchResult[Trial], edge_cpu: list[float]
 ) -> dict[str, Any]:
@@ -244,6 +256,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-repository", default="", help="the detector's repository")
     p.add_argument("--model", default="", help="the detector (default: the edge's default)")
     p.add_argument(
+        "--precision",
+        default="fp32",
+        help="the model's variant (int8: made by `strata models quantize`); fp32: its own file",
+    )
+    p.add_argument(
         "--baseline-python",
         default=sys.executable,
         help="interpreter with supervision for the baseline (tools/bench/capacity_baseline.py)",
@@ -270,6 +287,8 @@ def _baseline(args: argparse.Namespace, clip: Path, frames: int) -> dict[str, An
     ]
     if args.model_repository:
         cmd += ["--model-repository", args.model_repository]
+    if args.precision != "fp32":
+        cmd += ["--variant", args.precision]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
@@ -295,6 +314,14 @@ def run(args: argparse.Namespace) -> int:
         detector = resolve(args.model_repository, args.model or DEFAULT_DETECTOR)
     except ModelError as exc:
         say(f"the detector: {exc}")
+        return 2
+    try:
+        detector = with_variant(detector, args.precision)
+    except ModelError as exc:
+        say(
+            f"the detector: {exc}; make the {args.precision} variant first: strata models "
+            f"quantize {detector.name} (docs/models.md)"
+        )
         return 2
     if args.quick:
         args.frames, args.limit, args.max_trials = 60, 4, 4

@@ -68,7 +68,12 @@ def _frames(clip: Path, limit: int) -> Any:
 
 
 def measure(
-    clip: Path, frames: int, repository: str, model: str, backend: str = "onnxruntime-cpu"
+    clip: Path,
+    frames: int,
+    repository: str,
+    model: str,
+    backend: str = "onnxruntime-cpu",
+    variant: str | None = None,
 ) -> dict[str, Any]:
     """Frames per second of decode + detector + ByteTrack + LineZone over `clip`."""
     sv = import_supervision()
@@ -83,7 +88,7 @@ def measure(
     spec = detector_spec(repo.manifest(model))
     det_cfg = DetectionConfig()
     th = Thresholds(det_cfg.score_threshold, det_cfg.iou_threshold, det_cfg.max_detections)
-    det = _Detector(repo.open(model, backend=backend), spec, th, 0)
+    det = _Detector(repo.open(model, backend=backend, variant=variant), spec, th, 0)
     fps = clip_fps(clip) or 10.0
     tracker = sv.ByteTrack(frame_rate=round(fps))
     line: Any = None
@@ -122,6 +127,8 @@ def measure(
     no_decode = n / (stages["detect"] + stages["track_line"]) if n else 0.0
     return {
         "supervision": sv.__version__,
+        "backend": backend,
+        "variant": variant or "",
         "clip": clip.name,
         "frames": n,
         "clip_fps": fps,
@@ -143,10 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-repository", default="")
     p.add_argument("--model", default="picodet_s_416")
     p.add_argument("--backend", default="onnxruntime-cpu")
+    p.add_argument("--variant", default=None, help="the model's variant (e.g. int8)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     try:
-        out = measure(a.clip, a.frames, a.model_repository, a.model, a.backend)
+        out = measure(a.clip, a.frames, a.model_repository, a.model, a.backend, a.variant)
     except MissingSupervisionError as exc:
         print(f"capacity baseline: {exc}", file=sys.stderr)
         return 3
