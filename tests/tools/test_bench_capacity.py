@@ -186,3 +186,12 @@ def test_precision_takes_the_models_variant_and_says_when_it_is_missing() -> Non
     assert with_variant(detector, "fp32") is detector
     with pytest.raises(ModelError):
         with_variant(detector, "no-such-variant")
+
+
+@pytest.mark.slow
+def test_replay_plays_every_camera_to_the_end_of_the_clip(tmp_path: Path) -> None:
+    """The trial lasts the clip: it once ended at a heap leaf's send time, not the last."""
+    with _standin(tmp_path, 1.0) as edge:
+        t = Replay(_recording(frames=20), 7, edge.listen, edge.publish).run(TrialRules())
+    assert (t.sent, t.held_dropped, t.worst_f1) == (140, 0, 1.0), t
+    assert t.seconds >= 2.0

@@ -202,7 +202,8 @@ class Replay:
             [t0_ns + int((period * k / n + p * period) * 1e9) for p in range(rec.frames)]
             for k in range(n)
         ]
-        last_due = plan[-1][0] if plan else t0
+        # The last send of the trial (a heap's last item is not its largest).
+        last_due = max((item[0] for item in plan), default=t0)
         end = None
         while True:
             now = time.monotonic()
