@@ -37,14 +37,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import yaml
 from strata.shared.config.base import merge
@@ -187,6 +190,22 @@ def edge_section(args: argparse.Namespace, detector: dict[str, Any]) -> dict[str
     return merge(edge, {"runtime": runtime, "overload": {"gpu_pressure": {"enabled": False}}})
 
 
+R = TypeVar("R")
+
+
+def kept(path: Path, what: str, make: Callable[[], R]) -> R:
+    """`make()`, kept in `path` for the next run over the same --work folder (which then
+    replays the same recordings: every back end judged on the same device decisions)."""
+    if path.is_file():
+        say(f"{what}: reused from {path}")
+        return cast(R, pickle.loads(path.read_bytes()))
+    say(f"{what} ...")
+    out = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(out))
+    return out
+
+
 def with_variant(detector: BenchDetector, precision: str) -> BenchDetector:
     """`detector` loading its `precision` variant's file (fp32: the model's own);
     ModelError when the repository has no such variant."""
@@ -266,7 +285,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="interpreter with supervision for the baseline (tools/bench/capacity_baseline.py)",
     )
     p.add_argument("--no-baseline", action="store_true", help="skip the supervision baseline")
-    p.add_argument("--work", type=Path, help="work folder (default: a temp dir)")
+    p.add_argument(
+        "--work",
+        type=Path,
+        help="work folder (default: a temp dir); one from an earlier run replays its "
+        "recordings and reference again (another back end, the same device decisions)",
+    )
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--quick", action="store_true", help="60 frames, limit 4, 4 trials")
 
@@ -344,18 +368,21 @@ def run(args: argparse.Namespace) -> int:
     }
     for name in args.profile or PROFILES:
         clip = cascade_clips.make(name, vtest, work / "clips", args.frames)
-        say(f"{name}: reference run (the detector on every frame) ...")
-        ref = reference_run(
-            clip,
-            work / name / "reference",
-            detector.overrides(),
-            (detector.input_width, detector.input_height),
+        size = (detector.input_width, detector.input_height)
+        ref = kept(
+            work / name / "reference.pkl",
+            f"{name}: reference run (the detector on every frame)",
+            partial(reference_run, clip, work / name / "reference", detector.overrides(), size),
         )
         prof: dict[str, Any] = {"clip": clip.name, "frames": len(ref[1])}
         for mode in args.cascade or ("on", "off"):
             on = mode == "on"
-            say(f"{name}: recording the device agent, cascade {mode} ...")
-            rec = record(clip, work / name / f"record-{mode}", detector.overrides(), on, ref)
+            folder = work / name / f"record-{mode}"
+            rec = kept(
+                work / name / f"record-{mode}.pkl",
+                f"{name}: recording the device agent, cascade {mode}",
+                partial(record, clip, folder, detector.overrides(), on, ref),
+            )
             found, edge_cpu = search(rec, edge, work / name / f"search-{mode}", rules, bounds)
             prof[f"cascade_{mode}"] = mode_result(rec, found, edge_cpu)
         if not args.no_baseline:
