@@ -74,6 +74,10 @@ PARTS: dict[str, Part] = {
     "cameras": Part(
         "strata.tools.bench.cameras", "cameras per core at their frame rate, against bare decode"
     ),
+    "capacity": Part(
+        "strata.tools.bench.capacity",
+        "cameras per edge node with the real detector, cascade on and off, and a baseline",
+    ),
 }
 HEADLINE = ("device", "edge", "cloud", "cascade")
 
