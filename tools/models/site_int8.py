@@ -296,8 +296,8 @@ def _check_sources(req: SiteQuantizeRequest) -> None:
             f"held-out {', '.join(both)} is also a calibration source: agreement must be "
             "measured on frames the calibration did not see; give another clip"
         )
-    if not req.threshold > 0.0:
-        raise ValueError(f"--threshold must be above 0, not {req.threshold}")
+    if req.threshold < 0.0:
+        raise ValueError(f"--threshold must be at least 0, not {req.threshold}")
 
 
 def quantize_for_site(

@@ -53,6 +53,7 @@ def test_refuses_below_the_threshold_and_writes_nothing(
     synthetic_mp4: Path, vtest_mp4: Path, tmp_path: Path
 ) -> None:
     """A threshold no model can reach (1.01) forces the refusal on a real run."""
+    (tmp_path / "out").mkdir()
     into = ModelRepository(tmp_path / "out")
     with pytest.raises(QuantizeRefusedError) as exc:
         quantize_for_site(
@@ -75,12 +76,12 @@ def test_refuses_below_the_threshold_and_writes_nothing(
 def test_cli_writes_the_variant_and_its_report_when_it_agrees(
     vtest_mp4: Path, synthetic_mp4: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Threshold 0.01: whatever the agreement, the pass path writes the variant."""
+    """Threshold 0: whatever the agreement, the pass path writes the variant."""
     into = tmp_path / "out"
     rc = main([
         "models", "quantize", str(starter_repository() / PICODET), "--into", str(into),
         "--calibration", str(vtest_mp4), "--held-out", str(synthetic_mp4),
-        "--engine", "onnxruntime", "--threshold", "0.01", "--calibration-frames", "4",
+        "--engine", "onnxruntime", "--threshold", "0", "--calibration-frames", "4",
         "--held-out-frames", "4", "--runs", "2", "--report", str(tmp_path / "r.json"),
     ])  # fmt: skip
     out = capsys.readouterr().out
