@@ -5,7 +5,8 @@ PYTHON ?= python3
 # Exactly one ONNX Runtime: the CPU build here; a GPU host runs
 # `make setup VENV=.venv-gpu EXTRAS=gpu,test`
 # (onnxruntime-gpu, TensorRT 10, cuda-python, NVML; see tests/shared/test_extras.py).
-EXTRAS ?= cpu,test
+# quantize: nncf and openvino, for `strata models quantize --engine openvino`.
+EXTRAS ?= cpu,test,quantize
 # --system-site-packages: a GPU host's own PyTorch (EXTRAS=gpu-torch,test).
 VENV_FLAGS ?=
 

@@ -59,12 +59,44 @@ def transcode_h264(src: Path, dst: Path, gop: int = 10) -> None:
     Path(str(dst) + ".part").rename(dst)
 
 
+def split_h264(src: Path, first: Path, second: Path, at: int = 476) -> None:
+    """Two H.264 clips of `src`: frames before `at`, and the rest. The INT8 calibration
+    example calibrates on the first and measures agreement on the second
+    (docs/models.md)."""
+    import av
+
+    with (
+        av.open(str(src)) as inp,
+        av.open(str(first), "w", format="mp4") as a,
+        av.open(str(second), "w", format="mp4") as b,
+    ):
+        vin = inp.streams.video[0]
+        outs = []
+        for out in (a, b):
+            vout = out.add_stream("libx264", rate=vin.average_rate or 10)
+            vout.width, vout.height = vin.codec_context.width, vin.codec_context.height
+            vout.pix_fmt = "yuv420p"
+            vout.options = {"g": "10", "crf": "18", "preset": "veryfast"}
+            outs.append((out, vout))
+        for i, decoded in enumerate(inp.decode(vin)):
+            out, vout = outs[0 if i < at else 1]
+            frame = decoded.reformat(format="yuv420p")
+            frame.pts = None
+            for packet in vout.encode(frame):
+                out.mux(packet)
+        for out, vout in outs:
+            for packet in vout.encode():
+                out.mux(packet)
+
+
 def main() -> int:
     if not fetch_avi():
         return 0
     mp4 = DATA / "vtest.mp4"
     if not mp4.exists():
         transcode_h264(DATA / "vtest.avi", mp4)
+    if not (DATA / "vtest_b.mp4").exists():
+        split_h264(DATA / "vtest.avi", DATA / "vtest_a.mp4", DATA / "vtest_b.mp4")
     print(f"test_data: {DATA / 'vtest.avi'} and {mp4} ready")
     return 0
 

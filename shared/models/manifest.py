@@ -50,7 +50,7 @@ OutputFormat = Literal[
 ]
 DETECT_FORMATS: tuple[str, ...] = ("yolov8", "yolov5", "yolox", "gfl", "end2end", "detr", "ssd")
 CLASSIFY_FORMATS: tuple[str, ...] = ("logits", "probabilities")
-FileFormat = Literal["onnx", "tensorrt"]
+FileFormat = Literal["onnx", "tensorrt", "openvino"]
 Dim = Annotated[int, Field(gt=0)] | None
 
 
@@ -203,11 +203,18 @@ class Variant(StrictModel):
 
     file: str = Field(..., min_length=1, description="File name inside the model folder.")
     sha256: str = Field(..., pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file.")
-    format: FileFormat = Field("onnx", description="onnx or tensorrt (a serialized engine).")
+    format: FileFormat = Field(
+        "onnx",
+        description="onnx, tensorrt (a serialized engine) or openvino (IR: `file` is the .xml, "
+        "its weights the .bin beside it).",
+    )
     precision: Precision = Field(..., description="Arithmetic of the weights/activations.")
     made_by: str = Field("", description="Command that produced this variant.")
     calibration: Calibration | None = Field(None, description="INT8 only: calibration record.")
     tensorrt: TensorRTBuild | None = Field(None, description="Engines only: build record.")
+    weights_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="OpenVINO IR only: SHA-256 of the .bin."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Variant:

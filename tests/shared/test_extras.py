@@ -29,6 +29,7 @@ SUPPORTED = {
     "gpu": "onnxruntime-gpu",
     "dev": "onnxruntime",
     "cpu,test": "onnxruntime",
+    "cpu,test,quantize": "onnxruntime",
     "gpu,test": "onnxruntime-gpu",
     "dev,export": "onnxruntime",
     "gpu-torch,test": "onnxruntime",

@@ -170,8 +170,42 @@ def _add_quantize(sub: Any) -> None:
         "quantize", help="INT8 static quantization calibrated on a clip; reports agreement."
     )
     _common(p)
-    p.add_argument("name", help="Model name.")
-    p.add_argument("--clip", required=True, help="Video to calibrate and evaluate on.")
+    p.add_argument("name", help="Model name, or a model folder (its name, -r its parent).")
+    p.add_argument("--clip", help="Video to calibrate and evaluate on (the QDQ-only mode).")
+    site = p.add_argument_group(
+        "site calibration (a detector; INT8 kept only when it agrees with FP32)"
+    )
+    site.add_argument(
+        "--calibration",
+        nargs="+",
+        type=Path,
+        help="The site's own clips or folders of kept frames (JPEG/PNG) to calibrate on.",
+    )
+    site.add_argument(
+        "--held-out",
+        nargs="+",
+        type=Path,
+        help="Clips the calibration does not see; agreement with FP32 is measured on them.",
+    )
+    site.add_argument(
+        "--engine",
+        choices=["openvino", "onnxruntime"],
+        default="openvino",
+        help="openvino: NNCF (pip install 'strata[quantize]'); onnxruntime: QDQ.",
+    )
+    site.add_argument(
+        "--threshold",
+        type=float,
+        default=0.95,
+        help="Least box F1 (IoU 0.5, same label) against FP32 on held-out frames; under it "
+        "the quantizer refuses and writes nothing.",
+    )
+    site.add_argument("--calibration-frames", type=int, default=128, help="Calibration frames.")
+    site.add_argument("--held-out-frames", type=int, default=100, help="Held-out frames.")
+    site.add_argument(
+        "--score", type=float, default=0.5, help="Score both models are cut at (min_score)."
+    )
+    site.add_argument("--report", type=Path, help="Also write the report (JSON) here.")
     p.add_argument(
         "--method",
         choices=["entropy", "minmax", "percentile", "auto"],
@@ -563,6 +597,17 @@ def run_quantize(args: argparse.Namespace) -> int:
     from strata.shared.models.repository import ModelError
     from strata.tools.models.quantize import QuantizeRequest, quantize
 
+    if args.calibration or args.held_out:
+        from strata.tools.models.site_cli import run_site_quantize
+
+        return run_site_quantize(args, _repo, _target)
+    if not args.clip:
+        print(
+            "strata models quantize: give --calibration CLIPS --held-out CLIPS (a detector, "
+            "calibrated on the site's frames) or --clip VIDEO",
+            file=sys.stderr,
+        )
+        return 2
     repo = _repo(args)
     target = _target(args, repo)
     keep = tuple(t.strip() for t in args.keep_float.split(",") if t.strip())

@@ -1,0 +1,306 @@
+"""The two INT8 engines of `strata models quantize --calibration`: OpenVINO (NNCF) and ONNX
+Runtime (the QDQ path of tools/models/quantize.py).
+
+Each engine does three things on the same (N, 3, S, S) batches the edge's preprocessing
+writes: run the FP32 model (the reference), quantize it with some layers kept at higher
+precision, and run the INT8 result. `openvino` and `nncf` come from the `quantize` extra and
+are imported only here, only when the OpenVINO engine is asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+Engine = Literal["openvino", "onnxruntime"]
+ENGINES: tuple[Engine, ...] = ("openvino", "onnxruntime")
+INSTALL_HINT = "pip install 'strata[quantize]' (nncf and openvino)"
+
+# Runs one (1, 3, S, S) batch; returns the model's outputs in the manifest's order.
+Runner = Callable[[np.ndarray], list[np.ndarray]]
+
+
+class EngineUnavailableError(RuntimeError):
+    """The engine's packages are not installed; the message names the extra."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """One way of quantizing: which learned layers stay at higher precision, and options.
+
+    `head_depth`: the last `head_depth` convolutions before each output (the detection
+    head) stay in float, with everything after them (the decode: splits, sigmoids,
+    reshapes, DFL). `fast_bias_correction` and `preset` are NNCF's; the ONNX Runtime
+    engine uses `method` (its calibrator) instead."""
+
+    name: str
+    head_depth: int = 1
+    fast_bias_correction: bool = True
+    preset: Literal["mixed", "performance"] = "mixed"
+    method: Literal["entropy", "minmax", "percentile"] = "minmax"
+
+
+# Tried in order until one reaches the threshold: each keeps more in float than the last.
+LADDER: tuple[Recipe, ...] = (
+    # On vtest (64 frames calibrated, 80 held out, score 0.5): NNCF's defaults with the head
+    # output convs in float agree at box F1 0.85; the mixed preset (asymmetric activations,
+    # for hard-swish's negatives) 0.93; full bias correction 0.945.
+    Recipe(
+        "head output convs + decode in float, full bias correction",
+        head_depth=1,
+        fast_bias_correction=False,
+    ),
+    Recipe(
+        "head towers (last 5 convs per output) + decode in float, full bias correction",
+        head_depth=5,
+        fast_bias_correction=False,
+        method="entropy",
+    ),
+)
+
+
+def require(engine: Engine) -> None:
+    """EngineUnavailableError, naming the extra to install, when `engine` cannot be imported."""
+    if engine == "openvino":
+        try:
+            import nncf  # noqa: F401
+            import openvino  # noqa: F401
+        except ImportError as exc:
+            raise EngineUnavailableError(
+                f"--engine openvino needs nncf and openvino, which are not installed "
+                f"({exc.name} missing): {INSTALL_HINT}; or use --engine onnxruntime"
+            ) from None
+    elif engine == "onnxruntime":
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise EngineUnavailableError(
+                "--engine onnxruntime needs onnxruntime: pip install 'strata[cpu]'"
+            ) from None
+    else:
+        raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
+
+
+def head_convs(model: Any, depth: int) -> tuple[list[str], list[str]]:
+    """(learned Convs within `depth` of an output, the decode nodes after them), by name.
+
+    Walks back from each output; a Conv fed by a Softmax is the DFL integral (fixed
+    weights), part of the decode, and does not count."""
+    producers = {out: n for n in model.graph.node for out in n.output}
+    convs: set[str] = set()
+    tail: set[str] = set()
+    stack: list[tuple[str, int]] = [(o.name, 0) for o in model.graph.output]
+    seen: set[tuple[str, int]] = set()
+    while stack:
+        tensor, passed = stack.pop()
+        node = producers.get(tensor)
+        # Keyed by output tensor: some nodes (the imported hard-swish) have no name.
+        if node is None or (node.output[0], passed) in seen:
+            continue
+        seen.add((node.output[0], passed))
+        learned = node.op_type == "Conv" and _learned(node, producers)
+        if learned:
+            if passed >= depth:
+                continue
+            convs.add(node.name)
+            passed += 1
+        elif passed == 0:
+            tail.add(node.name)
+        stack.extend((i, passed) for i in node.input if i)
+    return sorted(c for c in convs if c), sorted(t for t in tail if t)
+
+
+def _learned(node: Any, producers: dict[str, Any]) -> bool:
+    src = producers.get(node.input[0])
+    return src is None or src.op_type != "Softmax"
+
+
+@dataclass(frozen=True, slots=True)
+class Quantized:
+    """An INT8 model ready to run, and how to save it."""
+
+    run: Runner
+    save: Callable[[Path], list[Path]]  # writes the file(s) under this stem; returns them
+    kept: tuple[str, ...]  # node names kept at higher precision
+    suffix: str  # file extension of the saved model
+
+
+class OpenVinoEngine:
+    """OpenVINO: ONNX read by OpenVINO, NNCF post-training quantization of the ov.Model."""
+
+    name: Engine = "openvino"
+
+    def __init__(self, onnx_path: Path, outputs: Sequence[str], threads: int) -> None:
+        import openvino as ov
+
+        self._ov = ov
+        self._core = ov.Core()
+        self._path = onnx_path
+        self._outputs = list(outputs)
+        self._config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
+        if threads > 0:
+            self._config["INFERENCE_NUM_THREADS"] = threads
+
+    def fp32(self) -> Runner:
+        """The FP32 model compiled for the CPU (precision hint f32: no bf16 shortcut)."""
+        return self._runner(self._core.read_model(str(self._path)))
+
+    def _runner(self, model: Any) -> Runner:
+        compiled = self._core.compile_model(model, "CPU", self._config)
+        request = compiled.create_infer_request()
+        ports = [compiled.output(n) for n in self._outputs]
+
+        def run(batch: np.ndarray) -> list[np.ndarray]:
+            result = request.infer({0: batch})
+            return [np.array(result[p]) for p in ports]
+
+        return run
+
+    def quantize(self, calibration: np.ndarray, recipe: Recipe, onnx_model: Any) -> Quantized:
+        """NNCF on the ov.Model (not the ONNX file: on this opset-11 graph that gives no
+        boxes), the head's last convs and the decode in NNCF's ignored scope."""
+        import nncf
+
+        convs, tail = head_convs(onnx_model, recipe.head_depth)
+        kept = tuple(convs + tail)
+        # OpenVINO names a Conv's ops NAME/WithoutBiases (the convolution) and NAME (its bias).
+        pattern = "^(" + "|".join(re.escape(n) for n in kept) + ")(/.*)?$"
+        model = self._core.read_model(str(self._path))
+        dataset = nncf.Dataset(list(calibration), lambda x: x[None])
+        preset = (
+            nncf.QuantizationPreset.MIXED
+            if recipe.preset == "mixed"
+            else nncf.QuantizationPreset.PERFORMANCE
+        )
+        quantized = nncf.quantize(
+            model,
+            dataset,
+            preset=preset,
+            subset_size=len(calibration),
+            fast_bias_correction=recipe.fast_bias_correction,
+            ignored_scope=nncf.IgnoredScope(patterns=[pattern], validate=False),
+        )
+        ov = self._ov
+
+        def save(stem: Path) -> list[Path]:
+            xml = stem.with_suffix(".xml")
+            ov.save_model(quantized, str(xml), compress_to_fp16=False)
+            return [xml, xml.with_suffix(".bin")]
+
+        return Quantized(self._runner(quantized), save, kept, ".xml")
+
+    @staticmethod
+    def version() -> str:
+        import nncf
+        import openvino
+
+        return f"openvino {openvino.__version__}, nncf {nncf.__version__}"
+
+
+class OnnxRuntimeEngine:
+    """ONNX Runtime: the existing QDQ quantize_static path, nodes_to_exclude for the head."""
+
+    name: Engine = "onnxruntime"
+
+    def __init__(self, onnx_path: Path, outputs: Sequence[str], threads: int) -> None:
+        self._path = onnx_path
+        self._outputs = list(outputs)
+        self._threads = threads
+
+    def fp32(self) -> Runner:
+        """The FP32 model in an ONNX Runtime CPU session."""
+        return self._runner(self._path)
+
+    def _runner(self, path: Path) -> Runner:
+        from strata.tools.models.quantize import _session
+
+        session = _session(path, self._threads)
+        name = session.get_inputs()[0].name
+        outputs = self._outputs
+
+        def run(batch: np.ndarray) -> list[np.ndarray]:
+            return list(session.run(outputs, {name: batch}))
+
+        return run
+
+    def quantize(self, calibration: np.ndarray, recipe: Recipe, onnx_model: Any) -> Quantized:
+        """quantize_static (QDQ, per-channel S8 weights, U8 activations) into a temporary
+        file, the head's last convs and the decode in nodes_to_exclude."""
+        import tempfile
+
+        from strata.tools.models.quantize import quantize_file
+
+        convs, tail = head_convs(onnx_model, recipe.head_depth)
+        kept = tuple(convs + tail)
+        pattern = "^(" + "|".join(re.escape(n) for n in kept) + ")$"
+        folder = Path(tempfile.mkdtemp(prefix="strata-int8-"))
+        tmp = folder / "model.int8.onnx"
+        name = onnx_model.graph.input[0].name
+        quantize_file(
+            _opset13(self._path, onnx_model, folder / "opset13.onnx"),
+            tmp, calibration, name, recipe.method, (), pattern, "detect", False,
+        )  # fmt: skip
+
+        def save(stem: Path) -> list[Path]:
+            import shutil
+
+            dst = stem.with_suffix(".onnx")
+            shutil.copyfile(tmp, dst)
+            return [dst]
+
+        return Quantized(self._runner(tmp), save, kept, ".onnx")
+
+    @staticmethod
+    def version() -> str:
+        import onnxruntime
+
+        return f"onnxruntime {onnxruntime.__version__} quantize_static (QDQ)"
+
+
+def _opset13(path: Path, model: Any, dst: Path) -> Path:
+    """`path`, or a copy of it converted to opset 13 when older: per-channel QDQ
+    (DequantizeLinear's axis) needs 13, and an opset-11 file quantizes into a graph ONNX
+    Runtime refuses to load."""
+    import onnx
+    from onnx import version_converter
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if opset >= 13:
+        return path
+    onnx.save(version_converter.convert_version(model, 13), str(dst))
+    return dst
+
+
+def make_engine(
+    engine: Engine, onnx_path: Path, outputs: Sequence[str], threads: int
+) -> OpenVinoEngine | OnnxRuntimeEngine:
+    """The engine, once `require` has said its packages are there."""
+    require(engine)
+    if engine == "openvino":
+        return OpenVinoEngine(onnx_path, outputs, threads)
+    return OnnxRuntimeEngine(onnx_path, outputs, threads)
+
+
+def frames_per_second(a: Runner, b: Runner, batch: np.ndarray, runs: int) -> tuple[float, float]:
+    """Batch-1 frames a second of two runners, interleaved so load changes hit both alike
+    (medians of the per-run times)."""
+    for _ in range(2):
+        a(batch)
+        b(batch)
+    ta: list[float] = []
+    tb: list[float] = []
+    for _ in range(max(runs, 1)):
+        for run, out in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            run(batch)
+            out.append(time.perf_counter() - t0)
+    return 1.0 / float(np.median(ta)), 1.0 / float(np.median(tb))
