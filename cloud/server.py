@@ -33,6 +33,7 @@ from .classify.batcher import DynamicBatcher, batch_limit
 from .classify.classifier import load_classifier
 from .classify.versions import ClassifierSwitcher, cloud_version_metrics
 from .console.security import ConsoleSecurity, console_security
+from .identity.service import IdentityLinker
 from .metrics import CloudMetrics
 from .security import (
     SecurityError,
@@ -98,6 +99,7 @@ class CloudServer:
             raise
         # Retention of tracks, their events and snapshots (cloud.snapshots.retention).
         self.pruner = self._pruner()
+        self.linker = self._linker()  # cross-camera identities (cloud.identity.link)
         # Run-time version switches of a repository classifier (cloud/classify/versions.py).
         self.switcher: ClassifierSwitcher | None = None
         if not cfg.model.path:
@@ -155,6 +157,12 @@ class CloudServer:
         """The background pruner, when some track can expire."""
         retention = self.cfg.snapshots.retention
         return Pruner(self.store, retention, self.metrics) if retention.active else None
+
+    def _linker(self) -> IdentityLinker | None:
+        """The background identity linker, unless cloud.identity.link is off."""
+        if not self.cfg.identity.link:
+            return None
+        return IdentityLinker(self.store, self.cfg.identity, self.metrics)
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
         """Run a coroutine on the server's loop and wait for its result."""
@@ -229,6 +237,8 @@ class CloudServer:
         self.store.start()
         if self.pruner is not None:
             self.pruner.start()
+        if self.linker is not None:
+            self.linker.start()
         if self.outbox is not None:
             self.outbox.start()
         self.batcher.start()
@@ -310,6 +320,8 @@ class CloudServer:
             self.outbox.stop()
         if self.pruner is not None:
             self.pruner.stop()
+        if self.linker is not None:
+            self.linker.stop()
         self.store.close()
         # The classifier serving now (a version switch replaces the first one).
         self.batcher.classifier.close()
