@@ -11,6 +11,7 @@ from strata.shared.contracts import events_pb2
 DIM = 512
 MODEL = "osnet_x0_25_msmt17"
 SECOND = 1_000_000_000
+DAY_NS = 86_400 * SECOND
 
 
 def people(n: int, seed: int = 0) -> np.ndarray:

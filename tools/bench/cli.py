@@ -74,6 +74,10 @@ PARTS: dict[str, Part] = {
     "cameras": Part(
         "strata.tools.bench.cameras", "cameras per core at their frame rate, against bare decode"
     ),
+    "identity-search": Part(
+        "strata.tools.bench.identity_search",
+        "search by example: SearchSimilar's p99 over 100,000 stored tracks",
+    ),
 }
 HEADLINE = ("device", "edge", "cloud", "cascade")
 
