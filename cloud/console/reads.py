@@ -19,6 +19,7 @@ from ..store.event_store import EventQuery, EventStore
 from ..store.track_filter import TrackQuery, type_name
 from . import editor, views
 from .clip_view import ClipView, clip_view
+from .identity_view import IdentityReads
 from .queries import SNAPSHOT_KINDS, ConsoleQueries, Cursor, EventFilter, Row
 from .scrape import Scraper
 
@@ -45,6 +46,7 @@ class ConsoleReads:
         self.parts = parts
         self.queries = queries
         self.scraper = scraper
+        self.identities = IdentityReads(parts.store)
 
     def camera_rules(self, camera: str) -> Any:
         rules = self.parts.rules
@@ -75,6 +77,7 @@ class ConsoleReads:
         found = store.find_clip(ClipQuery(camera_id=camera, track_uid=uid))
         clip = clip_view(found, camera, uid, at_ns) if found is not None else None
         return {
+            **self.identities.of_track(camera, uid),
             "camera": camera,
             "track_uid": uid,
             "at_ns": at_ns,

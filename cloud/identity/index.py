@@ -79,7 +79,8 @@ class _ModelMatrix:
         if n == 0 or k <= 0:
             return []
         sims = self.vectors[:n] @ v
-        sims[self.ids[:n] < 0] = -2.0
+        if len(self.row) < n:  # some rows were removed
+            sims[self.ids[:n] < 0] = -2.0
         if skip_camera >= 0:
             sims[self.cameras[:n] == skip_camera] = -2.0
         k = min(k, n)

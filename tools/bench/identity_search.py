@@ -49,7 +49,8 @@ def embeddings(n: int, dim: int, seed: int) -> np.ndarray:
     who = rng.integers(0, len(people), size=n)
     v = people[who] + 0.6 * rng.normal(size=(n, dim)).astype(np.float32) / np.sqrt(dim) * 4
     v /= np.linalg.norm(v, axis=1, keepdims=True)
-    return v.astype(np.float16).astype(np.float32)
+    out: np.ndarray = v.astype(np.float16).astype(np.float32)
+    return out
 
 
 def _percentiles(ms: list[float]) -> dict[str, float]:
