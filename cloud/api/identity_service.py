@@ -42,7 +42,7 @@ class SimilarTracks:
         self, cfg: CloudIdentityConfig, parts: ServiceParts, metrics: CloudMetrics
     ) -> None:
         self.cfg = cfg
-        self.searcher = Searcher(parts.store, metrics)
+        self.searcher = parts.searcher or Searcher(parts.store, metrics)
         self.executor = parts.executor
         self.drops = parts.drops
         self.metrics = metrics

@@ -53,9 +53,9 @@ def _sighting(row: appearance_rows.AppearanceRow, sim: float | None = None) -> S
 class IdentityReads:
     """Blocking reads of identities and similar tracks (the app runs them on its executor)."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, searcher: Searcher | None = None) -> None:
         self.store = store
-        self.searcher = Searcher(store, store.metrics)
+        self.searcher = searcher or Searcher(store, store.metrics)
 
     def of_track(self, camera: str, uid: str) -> dict[str, Any]:
         """The track page's identity part: its identity, the other tracks of it in time

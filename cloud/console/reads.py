@@ -14,6 +14,7 @@ from strata.shared.config.rules import RulesConfig
 
 from ..api.watch import WatchHub
 from ..classify.verdicts import event_verdict
+from ..identity.service import Searcher
 from ..store.clip_rows import ClipQuery
 from ..store.event_store import EventQuery, EventStore
 from ..store.track_filter import TrackQuery, type_name
@@ -37,6 +38,8 @@ class ConsoleParts:
     rules: RulesConfig | None = None
     registry: CollectorRegistry | None = None
     clips: CloudClipsConfig = field(default_factory=CloudClipsConfig)
+    # Search by example's index, shared with the gRPC service (None: the console's own).
+    searcher: Searcher | None = None
 
 
 class ConsoleReads:
@@ -46,7 +49,7 @@ class ConsoleReads:
         self.parts = parts
         self.queries = queries
         self.scraper = scraper
-        self.identities = IdentityReads(parts.store)
+        self.identities = IdentityReads(parts.store, parts.searcher)
 
     def camera_rules(self, camera: str) -> Any:
         rules = self.parts.rules
