@@ -14,6 +14,7 @@ from strata.shared.cli.common import add_config_flag, load_or_exit, prune
 
 from .client.channel import not_found_as_lookup, open_channel
 from .client.clip_cli import register_clip
+from .client.identity_cli import add_flags as add_identity_flags
 from .client.store_file import open_store_file
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ def register(subparsers: Any) -> None:
         metavar="UID_OR_ID",
         help="only this track: its uid (<first_seen_ns>-<track_id>) or its tracker id",
     )
+    add_identity_flags(q)
     _add_client_flags(q)
     q.add_argument("--json", action="store_true", help="one JSON object per event")
     q.set_defaults(func=run_query)
@@ -231,7 +233,7 @@ def _model_name(ev: Any) -> str:
 
 
 def _wants_tracks(args: argparse.Namespace) -> bool:
-    return bool(args.tracks or args.type or args.zone or args.line or args.rule)
+    return bool(args.tracks or args.type or args.zone or args.line or args.rule or args.identity)
 
 
 def _track_filter(args: argparse.Namespace) -> dict[str, Any]:
@@ -251,6 +253,7 @@ def _track_filter(args: argparse.Namespace) -> dict[str, Any]:
             zone=args.zone,
             line=args.line,
             rule=args.rule,
+            identity_id=args.identity,
         )
     return out
 
@@ -281,7 +284,7 @@ def _track_cells(stored: Any) -> tuple[str, ...]:
         ev.camera_id,
         type_name(ev.type),
         ev.after.label,
-        f"{ev.track_uid}#{ev.track_sequence}",
+        f"{ev.track_uid}#{ev.track_sequence}" + (f" id {ev.identity_id}" if ev.identity_id else ""),
         where,
         ev.rule,
         f"{ev.dwell_s:.1f}s" if ev.dwell_s else "",
@@ -352,6 +355,7 @@ def _print_file_tracks(store: Any, args: argparse.Namespace, out: _Output) -> No
         rule=args.rule,
         track_id=track.get("track_id", 0),
         track_uid=track.get("track_uid", ""),
+        identity_id=track["identity_id"],
     )
     shown, after = 0, None
     while shown < args.limit:
@@ -369,6 +373,10 @@ def run_query(args: argparse.Namespace) -> int:
     from strata.shared.contracts import analytics_pb2, analytics_pb2_grpc, current_version
 
     load_or_exit(args, {}, "cloud query")
+    if args.similar_to:
+        from .client.identity_cli import run_similar
+
+        return run_similar(args)
     if args.db:
         return _query_file(args)
     try:

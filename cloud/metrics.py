@@ -212,6 +212,27 @@ class CloudMetrics:
             "Prune passes that failed (the store could not be written); retried next pass.",
             registry=r,
         )
+        # Identities and search by example (cloud.identity, issue 42).
+        self.identity_tracks_linked = Counter(
+            "strata_cloud_identity_tracks_linked",
+            "Tracks the linker gave a cross-camera identity (or moved to another).",
+            registry=r,
+        )
+        self.identity_passes = Counter(
+            "strata_cloud_identity_passes",
+            "Linker passes, by outcome: ok, failed (retried next pass).",
+            ["outcome"],
+            registry=r,
+        )
+        self.search_duration = Histogram(
+            "strata_cloud_search_duration_seconds",
+            "SearchSimilar: time to refresh the index and rank the tracks.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.search_index_tracks = Gauge(
+            "strata_cloud_search_index_tracks", "Tracks in the search index.", registry=r
+        )
         # Cost accounting per camera (strata cost).
         self.camera_gpu_seconds = Counter(
             "strata_cloud_camera_gpu_seconds",

@@ -33,6 +33,7 @@ from .classify.batcher import DynamicBatcher, batch_limit
 from .classify.classifier import load_classifier
 from .classify.versions import ClassifierSwitcher, cloud_version_metrics
 from .console.security import ConsoleSecurity, console_security
+from .identity.service import IdentityLinker, Searcher
 from .metrics import CloudMetrics
 from .security import (
     SecurityError,
@@ -98,6 +99,10 @@ class CloudServer:
             raise
         # Retention of tracks, their events and snapshots (cloud.snapshots.retention).
         self.pruner = self._pruner()
+        self.linker = self._linker()
+        self.searcher = Searcher(
+            self.store, self.metrics
+        )  # SearchSimilar and the console  # cross-camera identities (cloud.identity.link)
         # Run-time version switches of a repository classifier (cloud/classify/versions.py).
         self.switcher: ClassifierSwitcher | None = None
         if not cfg.model.path:
@@ -122,11 +127,8 @@ class CloudServer:
         interceptors.append(ParseGuard(self._bad_request))
         # Blocking work (store reads, large decodes) runs here, never on the event loop.
         self.executor = ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="cloud")
-        self.service = AnalyticsService(
-            cfg,
-            ServiceParts(self.batcher, self.store, self.hub, self.drops, self.executor),
-            self.metrics,
-        )
+        parts = (self.batcher, self.store, self.hub, self.drops, self.executor, self.searcher)
+        self.service = AnalyticsService(cfg, ServiceParts(*parts), self.metrics)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve_loop, name="cloud-grpc", daemon=True)
         self._thread.start()
@@ -155,6 +157,12 @@ class CloudServer:
         """The background pruner, when some track can expire."""
         retention = self.cfg.snapshots.retention
         return Pruner(self.store, retention, self.metrics) if retention.active else None
+
+    def _linker(self) -> IdentityLinker | None:
+        """The background identity linker, unless cloud.identity.link is off."""
+        if not self.cfg.identity.link:
+            return None
+        return IdentityLinker(self.store, self.cfg.identity, self.metrics)
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
         """Run a coroutine on the server's loop and wait for its result."""
@@ -229,6 +237,8 @@ class CloudServer:
         self.store.start()
         if self.pruner is not None:
             self.pruner.start()
+        if self.linker is not None:
+            self.linker.start()
         if self.outbox is not None:
             self.outbox.start()
         self.batcher.start()
@@ -262,6 +272,7 @@ class CloudServer:
             self.rules,
             self.metrics.registry,
             self.cfg.clips,
+            self.searcher,
         )
         self.console = ConsoleServer(parts, security)
         await self.console.start()
@@ -310,6 +321,8 @@ class CloudServer:
             self.outbox.stop()
         if self.pruner is not None:
             self.pruner.stop()
+        if self.linker is not None:
+            self.linker.stop()
         self.store.close()
         # The classifier serving now (a version switch replaces the first one).
         self.batcher.classifier.close()

@@ -39,6 +39,7 @@ from ..store.event_store import EventQuery, PageKey, StoreBusyError, Stored, Sto
 from ..store.track_filter import parse_track_uid
 from .batch_acks import BatchAcks
 from .clip_service import Clips
+from .identity_service import SimilarTracks
 from .item_acks import ItemAcks, Refusal
 from .request_version import require_version
 from .service_parts import ServiceParts
@@ -113,6 +114,7 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         self.tracks = TrackEvents(cfg, parts, metrics)
         self.snapshots = Snapshots(cfg, parts, metrics)
         self.clips = Clips(cfg, parts, metrics)
+        self.similar = SimilarTracks(cfg.identity, parts, metrics)
 
     # helpers
 
@@ -526,3 +528,13 @@ class AnalyticsService(analytics_pb2_grpc.AnalyticsServicer):  # type: ignore[mi
         """A stored clip's bytes, in chunks."""
         async for chunk in self.clips.get(request, context):
             yield chunk
+
+    # search by example (identity_service)
+
+    async def SearchSimilar(  # noqa: N802
+        self,
+        request: analytics_pb2.SearchSimilarRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> analytics_pb2.SearchSimilarResponse:
+        """The stored tracks most like one track, best first."""
+        return await self.similar.search(request, context)

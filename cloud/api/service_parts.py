@@ -6,6 +6,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from ..classify.batcher import DynamicBatcher
+from ..identity.service import Searcher
 from ..store.event_store import EventStore
 from .drops import Drops
 from .watch import WatchHub
@@ -21,3 +22,6 @@ class ServiceParts:
     hub: WatchHub
     drops: Drops
     executor: Executor
+    # Search by example's index (shared with the console: one copy of the matrix); None:
+    # the service makes its own.
+    searcher: Searcher | None = None

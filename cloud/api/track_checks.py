@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from google.protobuf.message import Message
 from strata.shared.contracts import ProtocolVersionError, check_version, events_pb2
 
@@ -62,8 +63,41 @@ def check_track_uid(track_uid: str, track_id: int) -> Invalid | None:
     return None
 
 
-def check_event(ev: events_pb2.TrackEvent, max_bytes: int) -> Invalid | None:
-    """None when the event can be stored, else why not."""
+def check_appearance(ev: events_pb2.TrackEvent, dim: int) -> Invalid | None:
+    """None when the event has no appearance or a well-formed one of `dim` values (0: any),
+    else bad_appearance saying what is wrong."""
+    if not ev.HasField("appearance"):
+        return None
+    a = ev.appearance
+    if not a.model:
+        return Invalid(
+            "bad_appearance",
+            "appearance.model is empty (embeddings of different models never compare)",
+        )
+    if len(a.model) > MAX_TEXT:
+        return Invalid("bad_appearance", f"appearance.model is longer than {MAX_TEXT} characters")
+    if a.dim == 0 or (dim and a.dim != dim):
+        want = f"{dim}" if dim else "above 0"
+        return Invalid(
+            "bad_appearance",
+            f"appearance.dim is {a.dim}; this cloud takes {want} values (cloud.identity.dim; "
+            "the edge's appearance model must match)",
+        )
+    if len(a.float16) != 2 * a.dim:
+        return Invalid(
+            "bad_appearance",
+            f"appearance.float16 is {len(a.float16)} bytes; dim {a.dim} needs {2 * a.dim} "
+            "(2 bytes a value)",
+        )
+    values = np.frombuffer(a.float16, dtype="<f2")
+    if not np.isfinite(values).all() or not values.any():
+        return Invalid("bad_appearance", "appearance.float16 holds a NaN, an infinity or zeros")
+    return None
+
+
+def check_event(ev: events_pb2.TrackEvent, max_bytes: int, dim: int = 0) -> Invalid | None:
+    """None when the event can be stored, else why not (`dim`: the embedding size the cloud
+    takes, 0: any)."""
     try:
         check_version(ev.version)
     except ProtocolVersionError as exc:
@@ -87,6 +121,9 @@ def check_event(ev: events_pb2.TrackEvent, max_bytes: int) -> Invalid | None:
     if not ev.HasField("after"):
         return Invalid("no_after", "after (the track's state after the event) is not set")
     bad = _rule_fields(ev)
+    if bad is not None:
+        return bad
+    bad = check_appearance(ev, dim)
     if bad is not None:
         return bad
     want = idempotency_key(ev)

@@ -128,7 +128,7 @@ class TrackEvents:
         self, j: int, ev: events_pb2.TrackEvent, acks: BatchAcks, held: dict[str, str]
     ) -> None:
         self.metrics.track_events_received.labels(type_name(ev.type)).inc()
-        bad = check_event(ev, self.cfg.limits.max_event_bytes)
+        bad = check_event(ev, self.cfg.limits.max_event_bytes, self.cfg.identity.dim)
         if bad is not None:
             self.answers.invalid(j, ev, acks, bad.code, str(bad))
             return
@@ -160,6 +160,7 @@ class TrackEvents:
             rule=req.rule,
             track_id=req.track_id,
             track_uid=req.track_uid,
+            identity_id=getattr(req, "identity_id", 0),
         )
 
     async def query(

@@ -91,6 +91,7 @@ class Console:
             Route("/", self.events_page),
             Route("/track", self.track_page),
             Route("/crop", self.crop_page),
+            Route("/similar", self.similar_page),
             Route("/cameras", self.cameras_page),
             Route("/counts", self.counts_page),
             Route("/login", self.login, methods=["GET", "POST"]),
@@ -100,6 +101,7 @@ class Console:
             Route("/api/events/stream", self.api_stream),
             Route("/api/track", self.api_track),
             Route("/api/crop", self.api_crop),
+            Route("/api/similar", self.api_similar),
             Route("/api/cameras", self.api_cameras),
             Route("/api/rules", self.api_rules),
             Route("/api/counts", self.api_counts),
@@ -243,6 +245,32 @@ class Console:
             if track is None:
                 return JSONResponse({"error": "no such track"}, status_code=404)
             return JSONResponse(jsonable(track))
+
+        return await self._guard(work())
+
+    async def similar_page(self, request: Request) -> Response:
+        """The tracks most like one track (search by example from its snapshot)."""
+        return await self._similar(request, as_json=False)
+
+    async def api_similar(self, request: Request) -> Response:
+        """JSON of /similar."""
+        return await self._similar(request, as_json=True)
+
+    async def _similar(self, request: Request, as_json: bool) -> Response:
+        camera, uid = track_args(request)
+        others = query_value(request, "other") in ("1", "true")
+        k = self.parts.http.page_size
+
+        async def work() -> Response:
+            found = await self._run(self.reads.identities.similar, camera, uid, k, others)
+            if found is None:
+                why = "the track has no stored appearance (its camera needs appearance.enabled)"
+                if as_json:
+                    return JSONResponse({"error": why}, status_code=404)
+                return self.render("error.html", 404, title="Not found", message=why)
+            if as_json:
+                return JSONResponse(jsonable(found))
+            return self.render("similar.html", title=f"Like {uid}", **found)
 
         return await self._guard(work())
 

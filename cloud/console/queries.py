@@ -24,7 +24,8 @@ from ..store.track_filter import TYPES, TrackQuery
 CROP, TRACK = 1, 0
 SNAPSHOT_KINDS = {"crop": 1, "frame": 2}  # events.proto SnapshotKind
 _TRACK_COLUMNS = (
-    "stored_id, stored_ns, event, camera_id, track_id, first_seen_ns, capture_ns, sequence"
+    "stored_id, stored_ns, event, camera_id, track_id, track_uid, first_seen_ns, capture_ns, "
+    "sequence"
 )
 # Line crossings read for one counts chart at most (their direction lives in the event body).
 MAX_CROSSINGS = 100_000

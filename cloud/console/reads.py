@@ -14,11 +14,13 @@ from strata.shared.config.rules import RulesConfig
 
 from ..api.watch import WatchHub
 from ..classify.verdicts import event_verdict
+from ..identity.service import Searcher
 from ..store.clip_rows import ClipQuery
 from ..store.event_store import EventQuery, EventStore
 from ..store.track_filter import TrackQuery, type_name
 from . import editor, views
 from .clip_view import ClipView, clip_view
+from .identity_view import IdentityReads
 from .queries import SNAPSHOT_KINDS, ConsoleQueries, Cursor, EventFilter, Row
 from .scrape import Scraper
 
@@ -36,6 +38,8 @@ class ConsoleParts:
     rules: RulesConfig | None = None
     registry: CollectorRegistry | None = None
     clips: CloudClipsConfig = field(default_factory=CloudClipsConfig)
+    # Search by example's index, shared with the gRPC service (None: the console's own).
+    searcher: Searcher | None = None
 
 
 class ConsoleReads:
@@ -45,6 +49,7 @@ class ConsoleReads:
         self.parts = parts
         self.queries = queries
         self.scraper = scraper
+        self.identities = IdentityReads(parts.store, parts.searcher)
 
     def camera_rules(self, camera: str) -> Any:
         rules = self.parts.rules
@@ -75,6 +80,7 @@ class ConsoleReads:
         found = store.find_clip(ClipQuery(camera_id=camera, track_uid=uid))
         clip = clip_view(found, camera, uid, at_ns) if found is not None else None
         return {
+            **self.identities.of_track(camera, uid),
             "camera": camera,
             "track_uid": uid,
             "at_ns": at_ns,

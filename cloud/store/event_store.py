@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 # Every back end migrates its schema to this version (its MIGRATIONS has this many entries);
 # a new version adds one migration to each back end.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 T = TypeVar("T")
 

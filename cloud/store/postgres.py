@@ -24,7 +24,7 @@ from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, events_pb2
 
 from ..metrics import CloudMetrics
-from . import clip_rows, snapshot_rows, track_rows
+from . import appearance_rows, clip_rows, snapshot_rows, track_rows
 from .event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
@@ -128,6 +128,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 7: the cloud's second opinion (verdict, model, support) and the detector's label, which
     # label filters match (the classifier's label stays as its evidence).
     MIGRATION_7,
+    # 8: each track's appearance embedding and cross-camera identity (issue 42).
+    (
+        appearance_rows.table_sql(
+            "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BYTEA", "BIGINT"
+        ),
+        *appearance_rows.INDEXES,
+    ),
 )
 # pg_advisory_xact_lock key that serialises migrations of replicas starting together.
 _MIGRATION_LOCK = 0x5354524154414556  # "STRATAEV"
@@ -336,6 +343,7 @@ class PostgresStore(EventStore):
                 results.append(StoredTrack(track_rows.stored_from_row(existing), True))
             else:
                 fresh.append(got)
+                appearance_rows.write(cur.execute, ev, "%s")
                 results.append(StoredTrack(track_rows.stored_from_insert(ev, got, row), False))
         for payload in payloads(fresh):
             cur.execute("SELECT pg_notify(%s, %s)", (TRACK_CHANNEL, payload))

@@ -24,7 +24,7 @@ from typing import Any
 from strata.shared.config.cloud import CloudRetentionConfig
 
 from ..metrics import CloudMetrics
-from . import clip_rows
+from . import appearance_rows, clip_rows
 from .event_store import EventStore, StoreError
 from .snapshot_rows import Run
 
@@ -157,6 +157,7 @@ def _delete(tracks: list[tuple[Any, ...]], ph: str) -> Callable[[Run], Pruned]:
         for camera, uid in tracks:
             e = run(f"DELETE FROM track_events WHERE {where}", (camera, uid)).rowcount
             s = run(f"DELETE FROM snapshots WHERE {where}", (camera, uid)).rowcount
+            run(appearance_rows.delete_sql(ph), (camera, uid))  # the embedding goes too
             clips += _unshown_clips(run, camera, uid, ph)
             n_events += max(0, e)
             n_snaps += max(0, s)

@@ -15,7 +15,7 @@ from strata.shared.config.cloud import CloudStoreConfig
 from strata.shared.contracts import analytics_pb2, events_pb2
 
 from ..metrics import CloudMetrics
-from . import clip_rows, snapshot_rows, track_rows
+from . import appearance_rows, clip_rows, snapshot_rows, track_rows
 from .event_rows import (
     COLUMNS,
     INSERT_COLUMNS,
@@ -113,6 +113,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 7: the cloud's second opinion (verdict, model, support) and the detector's label, which
     # label filters match (the classifier's label stays as its evidence).
     MIGRATION_7,
+    # 8: each track's appearance embedding and cross-camera identity (issue 42).
+    (
+        appearance_rows.table_sql("INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "INTEGER"),
+        *appearance_rows.INDEXES,
+    ),
 )
 
 _INSERT = (
@@ -247,6 +252,7 @@ class SQLiteStore(EventStore):
         if row is None:
             existing = conn.execute(_FIND_TRACK, (ev.idempotency_key,)).fetchone()
             return StoredTrack(track_rows.stored_from_row(existing), duplicate=True)
+        appearance_rows.write(conn.execute, ev, "?")
         return StoredTrack(track_rows.stored_from_insert(ev, int(row[0]), values), False)
 
     # reads

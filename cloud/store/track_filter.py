@@ -69,6 +69,9 @@ class TrackQuery:
     rule: str = ""
     track_id: int = 0
     track_uid: str = ""
+    # The tracks of one cross-camera identity (issue 42); 0: any. Queries only: a watch
+    # cannot know it yet (the linker assigns it after the events are stored).
+    identity_id: int = 0
 
     def matches(self, stored: events_pb2.StoredTrackEvent) -> bool:
         """Whether a stored event passes this filter (the watch's test; SQL does the query's)."""
@@ -84,6 +87,7 @@ class TrackQuery:
             and (not self.rule or ev.rule == self.rule)
             and (not self.track_id or ev.track_id == self.track_id)
             and (not self.track_uid or ev.track_uid == self.track_uid)
+            and (not self.identity_id or ev.identity_id == self.identity_id)
         )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from strata.shared.contracts import events_pb2
 
+from . import appearance_rows
 from .track_filter import TrackPageKey, TrackQuery, parse_track_uid
 
 _U64 = 1 << 64
@@ -54,9 +55,13 @@ def find_sql(ph: str) -> str:
 def insert_row(ev: events_pb2.TrackEvent) -> tuple[Any, ...]:
     """The values of INSERT_COLUMNS for a checked event (track_checks), stored now."""
     first_seen, _ = parse_track_uid(ev.track_uid)
-    if ev.HasField("verdict"):  # the cloud's to set, on reads
+    # The verdict and identity are the cloud's to set, on reads; the embedding is kept in
+    # track_appearance only (appearance_rows), so no read of events can carry it out.
+    ev = appearance_rows.without_appearance(ev)
+    if ev.HasField("verdict") or ev.identity_id:
         ev = events_pb2.TrackEvent.FromString(ev.SerializeToString())
         ev.ClearField("verdict")
+        ev.ClearField("identity_id")
     return (
         ev.idempotency_key,
         ev.camera_id,
@@ -87,7 +92,7 @@ def stored_from_insert(
 
 
 def stored_from_row(row: tuple[Any, ...]) -> events_pb2.StoredTrackEvent:
-    """A StoredTrackEvent from (stored_id, stored_ns, event[, verdict columns...])."""
+    """A StoredTrackEvent from (stored_id, stored_ns, event[, verdict columns..., identity])."""
     out = events_pb2.StoredTrackEvent(stored_id=int(row[0]), stored_ns=int(row[1]))
     out.event.ParseFromString(bytes(row[2]))
     if len(row) > 3 and row[3] is not None:
@@ -100,6 +105,8 @@ def stored_from_row(row: tuple[Any, ...]) -> events_pb2.StoredTrackEvent:
             v.model, v.support = str(row[8] or ""), float(row[9] or 0.0)
         # The crop's detector label; the track's own for a crop stored before schema 7.
         v.detector_label = str(row[10]) if row[10] is not None else out.event.after.label
+    if len(row) > 11 and row[11]:
+        out.event.identity_id = int(row[11])
     return out
 
 
@@ -146,7 +153,7 @@ TRACKS_VIEW = (
 
 # How many leading columns of a with_verdicts row stored_from_row reads (capture_ns and
 # sequence follow).
-STORED_COLUMNS = 11
+STORED_COLUMNS = 12
 
 
 def with_verdicts(inner: str, order: str) -> str:
@@ -155,14 +162,16 @@ def with_verdicts(inner: str, order: str) -> str:
     return (
         "SELECT m.stored_id, m.stored_ns, m.event, v.event_id, v.label, v.score, "
         "v.model_version, v.verdict, v.model, v.support, v.detector_label, "
-        "m.capture_ns, m.sequence FROM "
+        "(SELECT a.identity_id FROM track_appearance a WHERE a.camera_id = m.camera_id "
+        "AND a.track_uid = m.track_uid), m.capture_ns, m.sequence FROM "
         f"(SELECT p.*, {_verdict_id('p')} AS verdict_id FROM ({inner}) AS p) AS m "
         f"LEFT JOIN events v ON v.event_id = m.verdict_id ORDER BY {order}"
     )
 
 
 _PAGE_COLUMNS = (
-    "stored_id, stored_ns, event, camera_id, track_id, first_seen_ns, capture_ns, sequence"
+    "stored_id, stored_ns, event, camera_id, track_id, track_uid, first_seen_ns, capture_ns, "
+    "sequence"
 )
 _ORDER = "capture_ns, sequence, stored_id"
 
@@ -215,6 +224,12 @@ def filter_terms(q: TrackQuery, ph: str) -> tuple[list[str], list[object]]:
     if q.types:
         where.append(f"type IN ({', '.join([ph] * len(q.types))})")
         args += [int(t) for t in q.types]
+    if q.identity_id:
+        where.append(
+            "(camera_id, track_uid) IN (SELECT camera_id, track_uid FROM track_appearance "
+            f"WHERE identity_id = {ph})"
+        )
+        args.append(_signed(q.identity_id))
     return where, args
 
 

@@ -306,6 +306,55 @@ class CloudHttpConfig(StrictModel):
     )
 
 
+class CloudIdentityConfig(StrictModel):
+    """Cross-camera identities and search by example (issue 42; docs/cloud.md). The cloud
+    keeps the appearance embeddings that cameras with `appearance.enabled` send; it never
+    forwards them to MQTT or webhooks."""
+
+    link: bool = Field(
+        True, description="Link tracks of different cameras that look alike into identities."
+    )
+    dim: int = Field(
+        512,
+        ge=0,
+        le=4096,
+        description="Values in an embedding (OSNet: 512); an event whose embedding has "
+        "another size is refused (INVALID bad_appearance); 0: any size.",
+    )
+    threshold: float = Field(
+        0.8,
+        ge=-1.0,
+        le=1.0,
+        description="Least cosine similarity of two tracks' embeddings to link them.",
+    )
+    window_s: float = Field(
+        60.0,
+        ge=0,
+        description="Most seconds between two tracks' lives (0 when they overlap) to link them.",
+    )
+    neighbours: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="camera -> the cameras a person can walk to from it (either direction "
+        "counts); empty: any two cameras may link.",
+    )
+    link_every_s: float = Field(
+        5.0, gt=0, description="Seconds between linker passes over recent tracks."
+    )
+    lookback_s: float = Field(
+        600.0,
+        gt=0,
+        description="A pass relinks tracks last seen this many seconds (capture time) before "
+        "the newest stored appearance.",
+    )
+    max_tracks_per_pass: int = Field(
+        20000, ge=2, description="Most recent tracks one linker pass considers."
+    )
+    search_limit: int = Field(
+        20, ge=1, description="Tracks SearchSimilar returns when the request says 0."
+    )
+    max_search_limit: int = Field(500, ge=1, description="Most tracks one SearchSimilar returns.")
+
+
 class CloudConfig(StrictModel):
     """Options of `strata cloud`."""
 
@@ -359,4 +408,8 @@ class CloudConfig(StrictModel):
     )
     http: CloudHttpConfig = Field(
         default_factory=CloudHttpConfig, description="The web console (docs/console.md)."
+    )
+    identity: CloudIdentityConfig = Field(
+        default_factory=CloudIdentityConfig,
+        description="Cross-camera identities and search by example (appearance embeddings).",
     )

@@ -166,7 +166,7 @@ class Event(_message.Message):
     def __init__(self, event_id: _Optional[int] = ..., edge_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., edge_detection: _Optional[_Union[_common_pb2.Detection, _Mapping]] = ..., label: _Optional[str] = ..., score: _Optional[float] = ..., stored_ns: _Optional[int] = ..., crop_id: _Optional[str] = ..., track_id: _Optional[int] = ..., track_events: _Optional[int] = ..., model_version: _Optional[int] = ..., verdict: _Optional[_Union[_events_pb2.Verdict, str]] = ..., model: _Optional[str] = ..., support: _Optional[float] = ...) -> None: ...
 
 class QueryEventsRequest(_message.Message):
-    __slots__ = ("version", "camera_id", "start_ns", "end_ns", "label", "page_size", "page_token", "group_by_track", "types", "zone", "line", "rule", "track_id", "track_uid")
+    __slots__ = ("version", "camera_id", "start_ns", "end_ns", "label", "page_size", "page_token", "group_by_track", "types", "zone", "line", "rule", "track_id", "track_uid", "identity_id")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
     START_NS_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +181,7 @@ class QueryEventsRequest(_message.Message):
     RULE_FIELD_NUMBER: _ClassVar[int]
     TRACK_ID_FIELD_NUMBER: _ClassVar[int]
     TRACK_UID_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_ID_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     camera_id: str
     start_ns: int
@@ -195,7 +196,8 @@ class QueryEventsRequest(_message.Message):
     rule: str
     track_id: int
     track_uid: str
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., label: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., group_by_track: _Optional[bool] = ..., types: _Optional[_Iterable[_Union[_events_pb2.TrackEventType, str]]] = ..., zone: _Optional[str] = ..., line: _Optional[str] = ..., rule: _Optional[str] = ..., track_id: _Optional[int] = ..., track_uid: _Optional[str] = ...) -> None: ...
+    identity_id: int
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., label: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., group_by_track: _Optional[bool] = ..., types: _Optional[_Iterable[_Union[_events_pb2.TrackEventType, str]]] = ..., zone: _Optional[str] = ..., line: _Optional[str] = ..., rule: _Optional[str] = ..., track_id: _Optional[int] = ..., track_uid: _Optional[str] = ..., identity_id: _Optional[int] = ...) -> None: ...
 
 class QueryEventsResponse(_message.Message):
     __slots__ = ("version", "events", "next_page_token")
@@ -254,3 +256,47 @@ class GetSnapshotResponse(_message.Message):
     snapshot: _events_pb2.Snapshot
     stored_ns: int
     def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., snapshot: _Optional[_Union[_events_pb2.Snapshot, _Mapping]] = ..., stored_ns: _Optional[int] = ...) -> None: ...
+
+class SearchSimilarRequest(_message.Message):
+    __slots__ = ("version", "camera_id", "track_uid", "limit", "min_similarity", "other_cameras")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_UID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    MIN_SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    OTHER_CAMERAS_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    camera_id: str
+    track_uid: str
+    limit: int
+    min_similarity: float
+    other_cameras: bool
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., track_uid: _Optional[str] = ..., limit: _Optional[int] = ..., min_similarity: _Optional[float] = ..., other_cameras: _Optional[bool] = ...) -> None: ...
+
+class SimilarTrack(_message.Message):
+    __slots__ = ("camera_id", "track_uid", "similarity", "first_seen_ns", "last_seen_ns", "identity_id", "label")
+    CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_UID_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_NS_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    camera_id: str
+    track_uid: str
+    similarity: float
+    first_seen_ns: int
+    last_seen_ns: int
+    identity_id: int
+    label: str
+    def __init__(self, camera_id: _Optional[str] = ..., track_uid: _Optional[str] = ..., similarity: _Optional[float] = ..., first_seen_ns: _Optional[int] = ..., last_seen_ns: _Optional[int] = ..., identity_id: _Optional[int] = ..., label: _Optional[str] = ...) -> None: ...
+
+class SearchSimilarResponse(_message.Message):
+    __slots__ = ("version", "tracks", "searched")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TRACKS_FIELD_NUMBER: _ClassVar[int]
+    SEARCHED_FIELD_NUMBER: _ClassVar[int]
+    version: _common_pb2.ProtocolVersion
+    tracks: _containers.RepeatedCompositeFieldContainer[SimilarTrack]
+    searched: int
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., tracks: _Optional[_Iterable[_Union[SimilarTrack, _Mapping]]] = ..., searched: _Optional[int] = ...) -> None: ...

@@ -81,6 +81,11 @@ class AnalyticsStub:
                 request_serializer=strata_dot_v1_dot_clips__pb2.GetClipRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_clips__pb2.ClipChunk.FromString,
                 _registered_method=True)
+        self.SearchSimilar = channel.unary_unary(
+                '/strata.v1.Analytics/SearchSimilar',
+                request_serializer=strata_dot_v1_dot_analytics__pb2.SearchSimilarRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_analytics__pb2.SearchSimilarResponse.FromString,
+                _registered_method=True)
 
 
 class AnalyticsServicer:
@@ -151,6 +156,13 @@ class AnalyticsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SearchSimilar(self, request, context):
+        """Tracks that look like one track (issue 42): NOT_FOUND when it has no stored appearance.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalyticsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -198,6 +210,11 @@ def add_AnalyticsServicer_to_server(servicer, server):
                     servicer.GetClip,
                     request_deserializer=strata_dot_v1_dot_clips__pb2.GetClipRequest.FromString,
                     response_serializer=strata_dot_v1_dot_clips__pb2.ClipChunk.SerializeToString,
+            ),
+            'SearchSimilar': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchSimilar,
+                    request_deserializer=strata_dot_v1_dot_analytics__pb2.SearchSimilarRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_analytics__pb2.SearchSimilarResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -443,6 +460,33 @@ class Analytics:
             '/strata.v1.Analytics/GetClip',
             strata_dot_v1_dot_clips__pb2.GetClipRequest.SerializeToString,
             strata_dot_v1_dot_clips__pb2.ClipChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchSimilar(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/strata.v1.Analytics/SearchSimilar',
+            strata_dot_v1_dot_analytics__pb2.SearchSimilarRequest.SerializeToString,
+            strata_dot_v1_dot_analytics__pb2.SearchSimilarResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -69,7 +69,7 @@ def store(where: Path | str) -> Iterator[EventStore]:
 
 
 def test_a_schema_5_store_migrates_to_clips(where: Path | str) -> None:
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 8
     old_store(where)
     s = open_store(config(where), CloudMetrics())
     s.start()

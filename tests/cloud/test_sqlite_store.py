@@ -75,7 +75,7 @@ def test_schema_1_store_migrates_to_track_ids(tmp_path: Path) -> None:
     assert store.find("e", "new").track_id == 2**63  # type: ignore[union-attr]
     store.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 7
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 8
     indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert "events_track" in indexes
     conn.close()

@@ -185,8 +185,8 @@ def exercise(store: EventStore) -> list[tuple[Any, ...]]:
     return observed
 
 
-def test_both_back_ends_are_at_schema_7() -> None:
-    assert SCHEMA_VERSION == 7 == len(SQLITE_MIGRATIONS) == len(PG_MIGRATIONS)
+def test_both_back_ends_are_at_schema_8() -> None:
+    assert SCHEMA_VERSION == 8 == len(SQLITE_MIGRATIONS) == len(PG_MIGRATIONS)
 
 
 def test_sqlite_stores_filters_and_attaches_verdicts(tmp_path: Path) -> None:

@@ -78,6 +78,10 @@ PARTS: dict[str, Part] = {
         "strata.tools.bench.capacity",
         "cameras per edge node with the real detector, cascade on and off, and a baseline",
     ),
+    "identity-search": Part(
+        "strata.tools.bench.identity_search",
+        "search by example: SearchSimilar's p99 over 100,000 stored tracks",
+    ),
 }
 HEADLINE = ("device", "edge", "cloud", "cascade")
 
