@@ -195,6 +195,19 @@ class Looks:
             look.samples += 1
             look.frame = frame
 
+    def after(
+        self,
+        frame: int,
+        fl: FrameLooks,
+        ended: tuple[int, ...],
+        det_ids: np.ndarray,
+        dets: np.ndarray,
+    ) -> None:
+        """A detected frame's association done: tracks `ended` forgotten, then the tracks at
+        detections `dets` (matched or started; ids `det_ids` by detection) learn their crops."""
+        self.forget(ended)
+        self.learn(det_ids[dets], dets, fl, frame)
+
     def forget(self, ids: tuple[int, ...]) -> None:
         """Tracks that ended (kept in `ended` until the next detected frame)."""
         for tid in ids:

@@ -281,12 +281,8 @@ class Tracker:
             cost += cfg.direction_weight * self._direction_cost(frame, dets.boxes)
         if cfg.size_weight > 0:
             cost += cfg.size_weight * size_cost(pred, dets.boxes)
-        fl = self._looks(frame, dets, high, ok, dist, embed)
-        if fl is not None and fl.has.any() and self.looks is not None:
-            alike, cost_a = self.looks.gate_and_cost(self._ids, fl)
-            ok |= alike & self._near(dets, dist)
-            cost = cost + cost_a
-        m = np.where(ok, cost, _FORBIDDEN)
+        fl, extra = self._looks(frame, dets, high, ok, dist, embed)  # widens `ok` in place
+        m = np.where(ok, cost + extra, _FORBIDDEN)
         free = np.ones(len(self), bool)
         confirmed = np.zeros(n_det, bool)
         matched_t: list[np.ndarray] = []
@@ -325,9 +321,7 @@ class Tracker:
             det_ids[new] = self._start(frame, dets, new)
             confirmed[new] = cfg.min_hits <= 1
         if self.looks is not None and fl is not None:
-            self.looks.forget(ended)
-            self.looks.learn(det_ids[d], d, fl, frame)
-            self.looks.learn(det_ids[new], new, fl, frame)
+            self.looks.after(frame, fl, ended, det_ids, np.concatenate([d, new]))
         # A detected frame answers with the detector's own boxes: only ids are added.
         return TrackedBoxes(
             dets.boxes,
@@ -391,10 +385,11 @@ class Tracker:
         ok: np.ndarray,
         dist: np.ndarray,
         embed: EmbedFn | None,
-    ) -> FrameLooks | None:
-        """Appearance on: the embeddings of the detections that need one (looks.py)."""
+    ) -> tuple[FrameLooks | None, np.ndarray | float]:
+        """Appearance on: the embeddings of the detections that need one (looks.py), and
+        the appearance term of the cost; pairs that look alike are let into the gate `ok`."""
         if self.looks is None:
-            return None
+            return None, 0.0
         self.looks.ended.clear()
         allowed = np.zeros(len(dets), bool)
         allowed[high] = True
@@ -402,7 +397,12 @@ class Tracker:
             allowed &= np.isin(dets.class_ids, list(self.looks.class_ids))
         near = self._near(dets, dist)
         idx, overlapping = self.looks.wanted(self._ids, ok, near, dets.boxes, allowed, frame)
-        return self.looks.frame_looks(embed, idx, len(dets), overlapping)
+        fl = self.looks.frame_looks(embed, idx, len(dets), overlapping)
+        if not fl.has.any():
+            return fl, 0.0
+        alike, extra = self.looks.gate_and_cost(self._ids, fl)
+        ok |= alike & near
+        return fl, extra
 
     def _relink(
         self,
