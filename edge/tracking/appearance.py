@@ -4,7 +4,7 @@
 `osnet_x0_25_msmt17`) on ONNX Runtime CPU: each box's crop from the decoded frame, stretched
 to the model's input (256x128), RGB, normalised as its manifest says, in batches of
 `edge.appearance.batch`; outputs L2-normalised. The tracker asks only for the boxes that
-need one (edge/tracking/looks.py), at most `max_crops` a frame: the rest are counted
+need one (edge/tracking/reid.py), `crops_per_frame` on average: the rest are counted
 (`skipped`), never silently dropped.
 
 `to_proto` / `from_proto`: the contract's `Appearance` (float16, little-endian); a vector of
@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from strata.shared.config.appearance import AppearanceConfig
 from strata.shared.contracts import events_pb2
 from strata.shared.runtime.base import ModelRunner
+from strata.shared.vision import FrameBoxes
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -188,3 +193,100 @@ def from_proto(msg: events_pb2.Appearance, dim: int | None = None) -> np.ndarray
         )
     v = np.frombuffer(msg.float16, "<f2").astype(np.float32)
     return v / max(float(np.linalg.norm(v)), 1e-12)
+
+
+class Appearance:
+    """Appearance for a node: the settings, the embedder (one for all cameras: the worker
+    thread is its only caller) and the class ids embedded (edge.appearance.labels)."""
+
+    def __init__(
+        self, cfg: AppearanceConfig, embedder: Embedder, classes: frozenset[int] | None
+    ) -> None:
+        self.cfg = cfg
+        self.embedder = embedder
+        self.classes = classes
+
+    @classmethod
+    def for_node(
+        cls, cfg: AppearanceConfig, labels: tuple[str, ...], repository: str | None = None
+    ) -> Appearance | None:
+        """None when no camera has appearance on; AppearanceError when the model cannot
+        be used or its labels are not the detector's."""
+        if not cfg.enabled and not any(cfg.cameras.values()):
+            return None
+        missing = [x for x in cfg.labels if labels and x not in labels]
+        if missing:
+            raise AppearanceError(
+                f"edge.appearance.labels {missing} are not the detector's labels: name labels "
+                "it has (e.g. person)"
+            )
+        classes = frozenset(labels.index(x) for x in cfg.labels) if labels else None
+        embedder = Embedder(cfg, repository)
+        on = sorted(c for c, v in cfg.cameras.items() if v)
+        log.info(
+            "appearance (%s) on for %s%s",
+            embedder.model_name,
+            "every camera" if cfg.enabled else "camera(s) ",
+            "" if cfg.enabled else ", ".join(on),
+        )
+        return cls(cfg, embedder, classes)
+
+    def embed_fn(
+        self, image: np.ndarray | None, boxes: FrameBoxes, source: tuple[int, int]
+    ) -> Callable[[np.ndarray], np.ndarray] | None:
+        """The tracker's `embed` for one frame: crops of detections (source pixels) cut
+        from `image` (its own scale); None without an image."""
+        if image is None:
+            return None
+        sx = image.shape[1] / max(source[0], 1)
+        sy = image.shape[0] / max(source[1], 1)
+        scale = np.array([sx, sy, sx, sy], np.float32)
+
+        def embed(idx: np.ndarray) -> np.ndarray:
+            return self.embedder.embed(image, boxes.boxes[idx] * scale)
+
+        return embed
+
+    def message(self, vector: np.ndarray, samples: int) -> events_pb2.Appearance:
+        """A track's embedding as its events carry it."""
+        return to_proto(vector, samples, self.embedder.model_name)
+
+    def close(self) -> None:
+        self.embedder.close()
+
+
+class AppearanceCollector:
+    """Appearance's figures on /metrics: crops embedded and their time, crops skipped over
+    the budget (the cost bound's drops), lost tracks re-linked, tracks with an embedding."""
+
+    def __init__(self, appearance: Appearance, looks: Callable[[], tuple[int, int, int]]) -> None:
+        self.appearance = appearance
+        self.looks = looks
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        e = self.appearance.embedder
+        skipped, relinked, tracks = self.looks()
+        yield CounterMetricFamily(
+            "strata_edge_appearance_crops", "Crops embedded (edge.appearance).", value=e.crops
+        )
+        yield CounterMetricFamily(
+            "strata_edge_appearance_seconds",
+            "Time spent embedding crops (crop, resize, model).",
+            value=e.seconds,
+        )
+        yield CounterMetricFamily(
+            "strata_edge_appearance_skipped",
+            "Crops that needed an embedding but were over the budget "
+            "(edge.appearance.crops_per_frame, max_crops).",
+            value=skipped,
+        )
+        yield CounterMetricFamily(
+            "strata_edge_appearance_relinked",
+            "Lost tracks re-linked to a detection by appearance.",
+            value=relinked,
+        )
+        yield GaugeMetricFamily(
+            "strata_edge_appearance_tracks", "Live tracks with an embedding.", value=tracks
+        )

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import Field
 from scipy.optimize import linear_sum_assignment
-from strata.edge.tracking.looks import EmbedFn, FrameLooks, Looks
+from strata.edge.tracking.reid import EmbedFn, FrameLooks, Looks
 from strata.shared.config.appearance import AppearanceConfig
 from strata.shared.config.base import StrictModel
 from strata.shared.config.edge import TrackingConfig
@@ -160,7 +160,7 @@ class Tracker:
         appearance: AppearanceConfig | None = None,
         class_ids: frozenset[int] | None = None,
     ) -> None:
-        """`appearance`: embeddings join motion in the association (edge/tracking/looks.py),
+        """`appearance`: embeddings join motion in the association (edge/tracking/reid.py),
         for the classes `class_ids` (None: every class)."""
         self.cfg = cfg
         self.looks = Looks(appearance, class_ids) if appearance is not None else None
@@ -386,7 +386,7 @@ class Tracker:
         dist: np.ndarray,
         embed: EmbedFn | None,
     ) -> tuple[FrameLooks | None, np.ndarray | float]:
-        """Appearance on: the embeddings of the detections that need one (looks.py), and
+        """Appearance on: the embeddings of the detections that need one (reid.py), and
         the appearance term of the cost; pairs that look alike are let into the gate `ok`."""
         if self.looks is None:
             return None, 0.0
@@ -413,7 +413,7 @@ class Tracker:
         dets: FrameBoxes,
         fl: FrameLooks | None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Appearance's re-link (looks.py): lost tracks still free against the confident
+        """Appearance's re-link (reid.py): lost tracks still free against the confident
         detections no track took; (tracks, detections) matched."""
         empty = np.zeros(0, np.int64)
         if self.looks is None or fl is None or not fl.has.any():

@@ -158,3 +158,54 @@ def test_appearance_is_per_camera() -> None:
     assert cfg.on("door") and not cfg.on("yard")
     cfg = AppearanceConfig(enabled=True, cameras={"bathroom": False})
     assert cfg.on("yard") and not cfg.on("bathroom")
+
+
+def test_on_for_one_camera_and_off_for_another() -> None:
+    """edge.appearance.cameras: the door's tracks get embeddings and their events' message,
+    the yard's none; the real model on a real frame's crops."""
+    from strata.edge.tracking.answers import Answers
+    from strata.edge.tracking.appearance import Appearance
+    from strata.shared.contracts import frame_pb2
+
+    cfg = AppearanceConfig(cameras={"door": True})
+    app = Appearance.for_node(cfg, ("person", "car"))
+    assert app is not None
+    answers = Answers(TrackingConfig(), app)
+    rng = np.random.default_rng(0)
+    image = (rng.random((288, 384, 3)) * 255).astype(np.uint8)  # half the source's scale
+    dets = FrameBoxes(
+        np.array([_box(100), _box(400)], np.float32),
+        np.array([0.9, 0.9], np.float32),
+        np.zeros(2, np.int32),
+    )
+    for cam in ("door", "yard"):
+        h = frame_pb2.FrameHeader(
+            camera_id=cam, session_id=1, frame_index=0, width=384, height=288,
+            source_width=768, source_height=576,
+        )  # fmt: skip
+        tracked, _ = answers.detected(h, dets, image)
+        tracker = answers.tracker(1, cam)
+        assert tracker is not None
+        look = tracker.appearance(int(tracked.track_ids[0]))
+        if cam == "door":
+            assert look is not None and look[1] == 1
+            msg = app.message(*look)
+            assert msg.model == "osnet_x0_25_msmt17" and msg.dim == 512
+        else:
+            assert tracker.looks is None and look is None
+    # The door's first frame only, within the budget (edge.appearance.crops_per_frame).
+    assert app.embedder.crops == 1
+    assert Appearance.for_node(AppearanceConfig(), ("person",)) is None
+    with pytest.raises(AppearanceError, match="not the detector's labels"):
+        Appearance.for_node(AppearanceConfig(enabled=True), ("car",))
+
+
+def test_the_pub_copy_leaves_the_embedding_out() -> None:
+    from strata.edge.publish.results import _pub_copy
+    from strata.shared.contracts import events_pb2
+
+    ev = events_pb2.TrackEvent(camera_id="door", track_id=3)
+    ev.appearance.CopyFrom(to_proto(np.ones(DIM), 2, "osnet_x0_25_msmt17"))
+    copy = events_pb2.TrackEvent.FromString(_pub_copy(ev))
+    assert not copy.HasField("appearance") and copy.track_id == 3
+    assert ev.HasField("appearance"), "the durable copy keeps it"

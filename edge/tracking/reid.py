@@ -14,7 +14,10 @@ detection is embedded only when an id is at risk or will need one:
 2. no track gates it (a new track, or a lost track's candidate for re-linking);
 3. the one track gating it has no embedding yet, or none for `refresh_frames`.
 
-in that order, at most `max_crops` a frame (the rest counted as skipped). A track's
+parting crops first (within the wider gate of a track that met someone, overlapping no other
+box: clean crops where motion may hand ids over), then new ones, then crops among
+overlapping boxes, then refreshes; at most `crops_per_frame` a detected frame on average,
+saved up to `max_crops` (the cost bound; the rest counted as skipped). A track's
 embedding is the exponential moving average (`ema`) of its crops' (BoT-SORT), re-normalised;
 crops that overlap another detection are not averaged in (half of them is someone else).
 
@@ -26,12 +29,17 @@ cosine distance): the person came back from behind someone.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 from strata.shared.config.appearance import AppearanceConfig
+from strata.shared.logs import RateLimitedLog
 from strata.shared.vision import iou
+
+log = logging.getLogger(__name__)
+_skipped_log = RateLimitedLog(log, 60.0, logging.INFO)
 
 # Embeds the detections at these indices of the frame: (k, dim), L2-normalised.
 EmbedFn = Callable[[np.ndarray], np.ndarray]
@@ -67,6 +75,7 @@ class Looks:
     # Per track id: the last detected frame it shared a gate with another or overlapped.
     met: dict[int, int] = field(default_factory=dict)
     embedded: int = 0
+    tokens: float = 0.0  # crops this camera may still embed (the cost bound's bucket)
     skipped: int = 0
     relinked: int = 0
 
@@ -94,16 +103,32 @@ class Looks:
                 [frame - self.met.get(int(i), -(10**9)) <= self.cfg.refresh_frames for i in ids]
             )
             shared |= near[recent].any(axis=0)
-        risk = allowed & (shared | overlapping)
+        # Parting (near a track that met someone, in the clear) first: a clean crop where
+        # motion may hand ids over; then crops among overlapping boxes.
+        parting = allowed & shared & ~overlapping
+        crowded = allowed & overlapping & ~parting
+        risk = parting | crowded
         alone = allowed & (gates == 0) & ~risk
         stale = np.zeros(n, bool)
         for d in np.flatnonzero(allowed & (gates == 1) & ~risk).tolist():
             t = int(np.flatnonzero(ok[:, d])[0])
             look = self.tracks.get(int(ids[t]))
             stale[d] = look is None or frame - look.frame >= self.cfg.refresh_frames
-        order = np.concatenate([np.flatnonzero(risk), np.flatnonzero(alone), np.flatnonzero(stale)])
-        cap = self.cfg.max_crops
-        self.skipped += max(0, int(order.size) - cap)
+        order = np.concatenate([np.flatnonzero(x) for x in (parting, alone, crowded, stale)])
+        # The cost bound: `crops_per_frame` on average, saved up to `max_crops`.
+        self.tokens = min(float(self.cfg.max_crops), self.tokens + self.cfg.crops_per_frame)
+        cap = int(self.tokens)
+        if order.size > cap:
+            self.skipped += int(order.size) - cap
+            _skipped_log.warn(
+                "skipped",
+                "appearance: %d crops needed an embedding over the budget (%d; edge.appearance."
+                "crops_per_frame, max_crops) at one frame; not embedded "
+                "(strata_edge_appearance_skipped)",
+                int(order.size) - cap,
+                cap,
+            )
+        self.tokens -= min(cap, int(order.size))
         return order[:cap], overlapping
 
     def frame_looks(
