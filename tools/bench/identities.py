@@ -14,7 +14,8 @@ the right 60%, so people walk out of one view into the other (the middle 20% bot
   matched one-to-one to its truth boxes (IoU at least 0.5, Hungarian); a truth track whose
   matched track id differs from the one it last matched is a switch. Summed over both
   cameras, per 100 truth tracks seen by the cameras (a truth track seen by both counts in
-  each). Also the switches split by cause: `handover` (the truth track's previous track
+  each). Also the switches of truth boxes that overlap another truth box (`crowded`), and
+  the switches split by cause: `handover` (the truth track's previous track
   is still alive: two tracks traded people) and `fragment` (its previous track was gone:
   a new id after a loss), and tracks per truth track.
 - **cross-camera links**: each camera track (appearance on) with its embedding and the
@@ -179,6 +180,7 @@ class CameraRun:
     switches: int = 0
     handovers: int = 0
     fragments: int = 0
+    crowded: int = 0  # switches of a truth box overlapping another truth box
     truth_tracks: set[int] = field(default_factory=set)
     tracks: dict[int, TrackLife] = field(default_factory=dict)
     # For IDF1 and persistent switches: per truth id its matched track ids in frame order,
@@ -274,6 +276,8 @@ def _score(
     if not len(ids) or not len(tid):
         return
     ov = iou(tb, boxes)
+    among = iou(tb, tb)
+    np.fill_diagonal(among, 0.0)
     r, c = linear_sum_assignment(-ov)
     for a, b in zip(r.tolist(), c.tolist(), strict=True):
         if ov[a, b] < 0.5:
@@ -286,6 +290,7 @@ def _score(
         before = last.get(who)
         if before is not None and before != track:
             run.switches += 1
+            run.crowded += int((among[a] > 0).any())
             if before in alive:
                 run.handovers += 1
             else:
@@ -373,6 +378,7 @@ def per_100(runs: Sequence[CameraRun]) -> tuple[float, dict[str, Any]]:
         "persistent_switches_per_100_tracks": 100.0 * lasting / truth if truth else None,
         "switches": sw,
         "handovers": sum(r.handovers for r in runs),
+        "crowded": sum(r.crowded for r in runs),
         "fragments": sum(r.fragments for r in runs),
         "truth_tracks": truth,
         "tracks": sum(len(r.tracks) for r in runs),
