@@ -62,6 +62,7 @@ from strata.edge.state.checkpoint import Checkpointer, CheckpointMetrics, Checkp
 from strata.edge.state.checkpoint_file import VERSION, CheckpointBody
 from strata.edge.state.parts import CountersPart, SettledPart, TrackersPart, UplinkPart
 from strata.edge.state.takeover import Takeover
+from strata.edge.tracking.appearance import Appearance
 from strata.edge.tracking.cascade import EdgeCascade
 from strata.edge.tracking.handoff import TrackedStage
 from strata.edge.uplink.stream import Uplink
@@ -158,6 +159,8 @@ def build_node(
             opts.objects, serving.labels, metrics.label_drops, cfg.detection.score_threshold
         )
         check_labels(rules_cfg, serving.labels)
+        # AppearanceError (a ValueError) when its model is missing or not an embedding one.
+        appearance = Appearance.for_node(cfg.appearance, tuple(serving.labels), opts.repository)
     except ValueError:
         if serving.switcher is not None:
             serving.switcher.stop()
@@ -171,7 +174,7 @@ def build_node(
     flow = _flow(cfg, serving, overload, metrics, checkpointer)
     takeover = Takeover(cfg.edge_id, checkpointer, flow.delivery.precheck)
     ingest = Ingest(cfg, metrics, precheck=takeover.precheck)
-    cascade = EdgeCascade(cfg, metrics.registry, serving.detector.input_size)
+    cascade = EdgeCascade(cfg, metrics.registry, serving.detector.input_size, appearance)
     flow.acks.decorate = cascade.decorate
     rules = _rules(cfg, rules_cfg, serving, cascade, metrics)
     uplink = Uplink(cfg.cloud, cfg.uplink, metrics) if cfg.cloud else None
@@ -207,6 +210,7 @@ def _rules(
     through the cascade's feedback; its counts are on /metrics."""
     engine = RulesEngine(rules, cfg.edge_id)
     stage = RulesStage(engine, serving.labels, cascade.ask_next, cascade.ask_refused)
+    stage.appearance_of = cascade.appearance_of
     metrics.registry.register(RulesCollector(stage.counts))
     if rules.cameras:
         log.info("rules for camera(s) %s", ", ".join(sorted(rules.cameras)))

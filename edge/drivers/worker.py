@@ -167,7 +167,7 @@ class Worker:
             boxes = s.objects(frame.header, detected)
             # Boxes go out in the source frame's pixels with their track ids; the skipped
             # frames this detection completes are answered right after it, in order.
-            tracked, answers = s.cascade.detected(frame.header, boxes)
+            tracked, answers = s.cascade.detected(frame.header, boxes, frame.image)
             # In capture order, so the rules follow each track's path step by step.
             idx = frame.header.frame_index
             self._answer([a for a in answers if a.header.frame_index < idx])

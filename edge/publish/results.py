@@ -6,7 +6,8 @@ resend, flagged as a redelivery by the next life of the node, never a lost frame
 
 Track events (the rules stage's, on the frame) go out after the frame's result and
 before its ack: a copy on the PUB socket (topic `events_topic(camera)`) and the durable
-copy to the uplink; without a cloud only the copy.
+copy to the uplink; without a cloud only the copy. The copy leaves out the track's
+appearance embedding (edge.appearance): it travels the durable uplink only.
 
 Worker thread only (the PUB socket is the worker's). The PUB socket is a live tap: a
 result without subscribers is dropped by ZeroMQ; crops and events travel the durable
@@ -118,7 +119,7 @@ class Results:
         if not events:
             return
         for ev in events:
-            self._pub.send_multipart([events_topic(ev.camera_id), ev.SerializeToString()])
+            self._pub.send_multipart([events_topic(ev.camera_id), _pub_copy(ev)])
         if self.to_cloud is not None:
             self.to_cloud.events(events)
         if self.state is not None:  # before the frame's ack (see EventState)
@@ -219,3 +220,14 @@ class Results:
             d = msg.detections.add(score=score, class_id=cid, track_id=tid)
             d.box.x1, d.box.y1, d.box.x2, d.box.y2 = x1, y1, x2, y2
             d.label = labels[cid] if 0 <= cid < nlab else str(cid)
+
+
+def _pub_copy(ev: events_pb2.TrackEvent) -> bytes:
+    """The PUB socket's copy of an event: without its appearance embedding (a person's
+    description goes only to the cloud, over the uplink)."""
+    if not ev.HasField("appearance"):
+        return ev.SerializeToString()
+    copy = events_pb2.TrackEvent()
+    copy.CopyFrom(ev)
+    copy.ClearField("appearance")
+    return copy.SerializeToString()

@@ -37,6 +37,16 @@ log = logging.getLogger(__name__)
 # why: "line", "zone", "dwell".
 AskNext = Callable[[int, str, Sequence[str]], None]
 
+# (session, camera, track id): the track's appearance embedding for its lifecycle events
+# (None: appearance is off for the camera, or the track has none yet).
+AppearanceOf = Callable[[int, str, int], events_pb2.Appearance | None]
+# Lifecycle events: the ones that carry the track's appearance (issue 42).
+_LIFECYCLE = (
+    events_pb2.TRACK_EVENT_TYPE_NEW,
+    events_pb2.TRACK_EVENT_TYPE_UPDATE,
+    events_pb2.TRACK_EVENT_TYPE_END,
+)
+
 # The horizon of `needs_frames`: the gap to the camera's previous kept frame, at most this.
 MAX_HORIZON_S = 2.0
 # The ask budget's bucket: a camera starts with this many asks and saves up to it.
@@ -73,6 +83,7 @@ class RulesStage:
         # The model's labels, one tuple every frame shares (the engine caches by identity).
         self.labels = tuple(labels)
         self.ask_next = ask_next
+        self.appearance_of: AppearanceOf | None = None
         self._lock = threading.Lock()
         # Capture time of each camera's last kept frame (the horizon of needs_frames).
         self._kept_ns: dict[str, int] = {}
@@ -107,6 +118,12 @@ class RulesStage:
         if granted:
             why = [k for k in ("line", "zone", "dwell") if getattr(need, k)]
             self.ask_next(a.header.session_id, f.camera_id, why)
+        if self.appearance_of is not None:
+            for e in events:
+                if e.type in _LIFECYCLE:
+                    look = self.appearance_of(a.header.session_id, e.camera_id, e.track_id)
+                    if look is not None:
+                        e.appearance.CopyFrom(look)
         return tuple(events)
 
     def _need(self, f: TrackFrame) -> Need:

@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 
 import numpy as np
+from strata.edge.tracking.appearance import Appearance
 from strata.edge.tracking.tracker import TrackedBoxes, Tracker, TrackerState
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
@@ -59,8 +60,14 @@ class _Held:
 
 
 class _Camera:
-    def __init__(self, cfg: TrackingConfig) -> None:
-        self.tracker = Tracker(cfg)
+    def __init__(self, cfg: TrackingConfig, appearance: Appearance | None, camera: str) -> None:
+        on = appearance is not None and appearance.cfg.on(camera)
+        self.appearance = appearance if on else None
+        self.tracker = (
+            Tracker(cfg, appearance.cfg, appearance.classes)
+            if on and appearance is not None
+            else Tracker(cfg)
+        )
         # Kept frames accepted but not yet detected (frame indices, in arrival order).
         self.pending: deque[int] = deque()
         self.held: deque[_Held] = deque()
@@ -78,8 +85,10 @@ def _source_size(h: frame_pb2.FrameHeader) -> tuple[int, int]:
 class Answers:
     """Per-camera trackers and the skipped frames waiting for their answer."""
 
-    def __init__(self, cfg: TrackingConfig) -> None:
+    def __init__(self, cfg: TrackingConfig, appearance: Appearance | None = None) -> None:
+        """`appearance`: embeddings for the cameras it is on for (edge.appearance)."""
         self.cfg = cfg
+        self.appearance = appearance
         self._lock = threading.Lock()
         self._cams: dict[tuple[int, str], _Camera] = {}
 
@@ -87,7 +96,7 @@ class Answers:
         key = (h.session_id, h.camera_id)
         c = self._cams.get(key)
         if c is None:
-            c = self._cams[key] = _Camera(self.cfg)
+            c = self._cams[key] = _Camera(self.cfg, self.appearance, h.camera_id)
         c.used = time.monotonic()
         return c
 
@@ -97,6 +106,11 @@ class Answers:
             c = self._cams.get((session, camera))
             return c.tracker if c else None
 
+    def trackers(self) -> list[Tracker]:
+        """Every camera's tracker (for metrics)."""
+        with self._lock:
+            return [c.tracker for c in self._cams.values()]
+
     def snapshot(self) -> list[tuple[int, str, TrackerState]]:
         """(session, camera, state) of every camera's tracker (for a checkpoint)."""
         with self._lock:
@@ -105,15 +119,15 @@ class Answers:
     def restore(self, session: int, camera: str, state: TrackerState) -> bool:
         """Seed a camera's tracker from a checkpoint, unless the one here has seen later
         frames already (True when restored). ValueError: the state is inconsistent."""
-        tracker = Tracker(self.cfg)
-        tracker.restore(state)
+        fresh = _Camera(self.cfg, self.appearance, camera)
+        fresh.tracker.restore(state)
         with self._lock:
             c = self._cams.get((session, camera))
             if c is not None and c.tracker.last_frame >= state.last_frame:
                 return False
             if c is None:
-                c = self._cams[(session, camera)] = _Camera(self.cfg)
-            c.tracker = tracker
+                c = self._cams[(session, camera)] = fresh
+            c.tracker = fresh.tracker
             return True
 
     def expect(self, h: frame_pb2.FrameHeader) -> None:
@@ -138,10 +152,11 @@ class Answers:
             c.held.append(_Held(h, received, receive_ns, token))
 
     def detected(
-        self, h: frame_pb2.FrameHeader, boxes: FrameBoxes
+        self, h: frame_pb2.FrameHeader, boxes: FrameBoxes, image: np.ndarray | None = None
     ) -> tuple[TrackedBoxes, list[Answer]]:
         """A kept frame's detections (source pixels): them with track ids, and the skipped
-        frames that can be answered now."""
+        frames that can be answered now. `image`: the decoded frame (any scale of the
+        source), for appearance's crops on cameras it is on for."""
         now = time.monotonic()
         out: list[Answer] = []
         with self._lock:
@@ -161,7 +176,10 @@ class Answers:
                 # Prediction-mode frames before this one are answered from the state
                 # before it is corrected.
                 self._answer(c, now, out, before=idx)
-                tracked = c.tracker.update(idx, boxes)
+                embed = (
+                    c.appearance.embed_fn(image, boxes, _source_size(h)) if c.appearance else None
+                )
+                tracked = c.tracker.update(idx, boxes, embed)
                 if gone:
                     tracked = replace(tracked, ended=(*gone, *tracked.ended))
             # Interpolation: the frames held between the last detected frame and this one.

@@ -29,11 +29,12 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.edge.inference.h264 import H264Decoders
 from strata.edge.tracking.answers import Answer, Answers
+from strata.edge.tracking.appearance import Appearance, AppearanceCollector
 from strata.edge.tracking.calibration import Calibration, Estimate
 from strata.edge.tracking.estimate import Tally
 from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import EdgeConfig
-from strata.shared.contracts import frame_pb2
+from strata.shared.contracts import events_pb2, frame_pb2
 from strata.shared.logs import RateLimitedLog
 from strata.shared.vision import FrameBoxes
 
@@ -119,11 +120,20 @@ class CascadeMetrics:
 class EdgeCascade:
     """Tracking, answers, H.264 decoders and calibration of one node. Thread-safe."""
 
-    def __init__(self, cfg: EdgeConfig, registry: CollectorRegistry, model_input: int) -> None:
+    def __init__(
+        self,
+        cfg: EdgeConfig,
+        registry: CollectorRegistry,
+        model_input: int,
+        appearance: Appearance | None = None,
+    ) -> None:
         self.cfg = cfg
         self.model_input = model_input
         self.metrics = CascadeMetrics(registry)
-        self.answers = Answers(cfg.tracking)
+        self.appearance = appearance
+        if appearance is not None:
+            registry.register(AppearanceCollector(appearance, self._looks))
+        self.answers = Answers(cfg.tracking, appearance)
         self.h264 = H264Decoders()
         self.calibration = Calibration(
             cfg.tracking,
@@ -204,16 +214,16 @@ class EdgeCascade:
             self._keyframe.add((h.session_id, h.camera_id))
 
     def detected(
-        self, h: frame_pb2.FrameHeader, boxes: FrameBoxes
+        self, h: frame_pb2.FrameHeader, boxes: FrameBoxes, image: np.ndarray | None = None
     ) -> tuple[TrackedBoxes, list[Answer]]:
         """A kept frame's boxes (payload pixels): them in source pixels with track ids, and
-        the skipped frames this completes."""
+        the skipped frames this completes. `image`: the decoded payload (appearance's crops)."""
         src = to_source(h, boxes)
         if h.scene_change:
             self.metrics.scene_changes.inc()
         tracker = self.answers.tracker(h.session_id, h.camera_id)
         started = tracker.started if tracker is not None else 0
-        tracked, done = self.answers.detected(h, src)
+        tracked, done = self.answers.detected(h, src, image)
         tracker = self.answers.tracker(h.session_id, h.camera_id)
         if tracker is not None:
             self.metrics.tracks.inc(tracker.started - started)
@@ -225,6 +235,28 @@ class EdgeCascade:
             self.metrics.calibrations.inc()
         self._count(done)
         return tracked, done
+
+    def appearance_of(
+        self, session: int, camera_id: str, track_id: int
+    ) -> events_pb2.Appearance | None:
+        """A track's embedding as its events carry it (None: appearance off there, or the
+        track has none yet)."""
+        tracker = self.answers.tracker(session, camera_id)
+        if self.appearance is None or tracker is None:
+            return None
+        look = tracker.appearance(track_id)
+        return None if look is None else self.appearance.message(*look)
+
+    def _looks(self) -> tuple[int, int, int]:
+        """(crops skipped over the budget, lost tracks re-linked, tracks with an embedding)
+        over every camera's tracker."""
+        skipped = relinked = tracks = 0
+        for t in self.answers.trackers():
+            if t.looks is not None:
+                skipped += t.looks.skipped
+                relinked += t.looks.relinked
+                tracks += len(t.looks.tracks)
+        return skipped, relinked, tracks
 
     def _estimated(self, e: Estimate) -> None:
         if e.f1 is not None:

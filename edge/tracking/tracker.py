@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import Field
 from scipy.optimize import linear_sum_assignment
+from strata.edge.tracking.reid import EmbedFn, FrameLooks, Looks
+from strata.shared.config.appearance import AppearanceConfig
 from strata.shared.config.base import StrictModel
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
@@ -152,8 +154,16 @@ def _assign(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class Tracker:
     """The tracks of one camera. Not thread-safe: one camera's frames arrive in order."""
 
-    def __init__(self, cfg: TrackingConfig) -> None:
+    def __init__(
+        self,
+        cfg: TrackingConfig,
+        appearance: AppearanceConfig | None = None,
+        class_ids: frozenset[int] | None = None,
+    ) -> None:
+        """`appearance`: embeddings join motion in the association (edge/tracking/reid.py),
+        for the classes `class_ids` (None: every class)."""
         self.cfg = cfg
+        self.looks = Looks(appearance, class_ids) if appearance is not None else None
         self._next_id = 1
         # Per track: state (8,) cx cy w h and their velocities per frame, covariance (8, 8).
         self._x = np.zeros((0, 8), np.float64)
@@ -245,8 +255,9 @@ class Tracker:
         var = p[:, 0, 0] + p[:, 1, 1]
         return np.asarray(np.sqrt(var) / np.maximum(x[:, 3], 1.0), np.float32)
 
-    def update(self, frame: int, dets: FrameBoxes) -> TrackedBoxes:
-        """Associate the detector's boxes of `frame`; returns them with their track ids."""
+    def update(self, frame: int, dets: FrameBoxes, embed: EmbedFn | None = None) -> TrackedBoxes:
+        """Associate the detector's boxes of `frame`; returns them with their track ids.
+        `embed` (appearance on): embeddings of the detections at given indices."""
         self._last_frame = max(self._last_frame, frame)
         previous, self._last_update = self._last_update, frame
         x, p = self._predicted(frame)
@@ -270,7 +281,8 @@ class Tracker:
             cost += cfg.direction_weight * self._direction_cost(frame, dets.boxes)
         if cfg.size_weight > 0:
             cost += cfg.size_weight * size_cost(pred, dets.boxes)
-        m = np.where(ok, cost, _FORBIDDEN)
+        fl, extra = self._looks(frame, dets, high, ok, dist, embed)  # widens `ok` in place
+        m = np.where(ok, cost + extra, _FORBIDDEN)
         free = np.ones(len(self), bool)
         confirmed = np.zeros(n_det, bool)
         matched_t: list[np.ndarray] = []
@@ -287,8 +299,10 @@ class Tracker:
         rt, rd = self._recover(
             free & (self._seen < previous), high, np.concatenate(matched_d), dets
         )
-        t = np.concatenate([*matched_t, rt])
-        d = np.concatenate([*matched_d, rd])
+        free[rt] = False
+        lt, ld = self._relink(frame, free, high, np.concatenate([*matched_d, rd]), dets, fl)
+        t = np.concatenate([*matched_t, rt, lt])
+        d = np.concatenate([*matched_d, rd, ld])
         if t.size:
             x[t], p[t] = self._correct(x[t], p[t], _to_xywh(dets.boxes[d]))
             self._seen[t] = frame
@@ -306,6 +320,8 @@ class Tracker:
         if new.size:
             det_ids[new] = self._start(frame, dets, new)
             confirmed[new] = cfg.min_hits <= 1
+        if self.looks is not None and fl is not None:
+            self.looks.after(frame, fl, ended, det_ids, np.concatenate([d, new]))
         # A detected frame answers with the detector's own boxes: only ids are added.
         return TrackedBoxes(
             dets.boxes,
@@ -354,6 +370,66 @@ class Tracker:
         )
         r, c = _assign(np.where(ok, dist - ov, _FORBIDDEN))
         return tracks[r], group[c]
+
+    def _near(self, dets: FrameBoxes, dist: np.ndarray) -> np.ndarray:
+        """Appearance's wider gate (tracks, detections): same class, within gate_distance."""
+        reach = self.looks.cfg.gate_distance if self.looks is not None else 0.0
+        near: np.ndarray = (self._cls[:, None] == dets.class_ids[None, :]) & (dist <= reach)
+        return near
+
+    def _looks(
+        self,
+        frame: int,
+        dets: FrameBoxes,
+        high: np.ndarray,
+        ok: np.ndarray,
+        dist: np.ndarray,
+        embed: EmbedFn | None,
+    ) -> tuple[FrameLooks | None, np.ndarray | float]:
+        """Appearance on: the embeddings of the detections that need one (reid.py), and
+        the appearance term of the cost; pairs that look alike are let into the gate `ok`."""
+        if self.looks is None:
+            return None, 0.0
+        self.looks.ended.clear()
+        allowed = np.zeros(len(dets), bool)
+        allowed[high] = True
+        if self.looks.class_ids is not None:
+            allowed &= np.isin(dets.class_ids, list(self.looks.class_ids))
+        near = self._near(dets, dist)
+        idx, overlapping = self.looks.wanted(self._ids, ok, near, dets.boxes, allowed, frame)
+        fl = self.looks.frame_looks(embed, idx, len(dets), overlapping)
+        if not fl.has.any():
+            return fl, 0.0
+        alike, extra = self.looks.gate_and_cost(self._ids, fl)
+        ok |= alike & near
+        return fl, extra
+
+    def _relink(
+        self,
+        frame: int,
+        free: np.ndarray,
+        high: np.ndarray,
+        taken: np.ndarray,
+        dets: FrameBoxes,
+        fl: FrameLooks | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Appearance's re-link (reid.py): lost tracks still free against the confident
+        detections no track took; (tracks, detections) matched."""
+        empty = np.zeros(0, np.int64)
+        if self.looks is None or fl is None or not fl.has.any():
+            return empty, empty
+        lost = np.flatnonzero(free)
+        lost = lost[frame - self._seen[lost] <= self.looks.cfg.relink_frames]
+        group = np.setdiff1d(high, taken)
+        group = group[np.isin(dets.class_ids[group], self._cls[lost])]
+        return self.looks.relink(self._ids, lost, self._obs, group, dets.boxes, fl)
+
+    def appearance(self, track_id: int) -> tuple[np.ndarray, int] | None:
+        """A live (or just ended) track's embedding and its number of crops, if it has one."""
+        if self.looks is None:
+            return None
+        look = self.looks.of(track_id)
+        return None if look is None else (look.vector, look.samples)
 
     def predict(self, frame: int, width: int = 0, height: int = 0) -> TrackedBoxes:
         """Boxes of the live tracks moved to `frame` (nothing stored), clipped to the frame.
@@ -452,11 +528,17 @@ class Tracker:
     def clear(self) -> tuple[int, ...]:
         """Drop every track (a scene change: the scene they were in is gone); their ids.
         Ids keep counting, so a new track never reuses an old one's id."""
-        return self._drop(np.zeros(len(self), bool))
+        gone = self._drop(np.zeros(len(self), bool))
+        if self.looks is not None:
+            self.looks.forget(gone)
+        return gone
 
     def _retire(self, frame: int) -> tuple[int, ...]:
         """Drop the tracks unseen for more than `max_lost` frames; their ids."""
-        keep = frame - self._seen <= self.cfg.max_lost
+        life = self.cfg.max_lost
+        if self.looks is not None:
+            life = max(life, self.looks.cfg.relink_frames)
+        keep = frame - self._seen <= life
         if keep.all():
             return ()
         return self._drop(keep)

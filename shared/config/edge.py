@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from .appearance import AppearanceConfig
 from .base import StrictModel
 from .common import MetricsConfig
 
@@ -741,6 +742,10 @@ class EdgeConfig(StrictModel):
     )
     tracking: TrackingConfig = Field(
         default_factory=TrackingConfig, description="Per-camera tracker."
+    )
+    appearance: AppearanceConfig = Field(
+        default_factory=AppearanceConfig,
+        description="Appearance embeddings in the tracker, opt-in per camera (issue 42).",
     )
     clips: EdgeClipsConfig = Field(
         default_factory=EdgeClipsConfig, description="Clip demand sent to the devices."

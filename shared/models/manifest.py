@@ -24,7 +24,7 @@ from ..config.base import ConfigError, StrictModel, load_yaml_model
 
 MANIFEST_FILE = "manifest.yaml"
 
-Task = Literal["detect", "classify"]
+Task = Literal["detect", "classify", "embed"]
 Precision = Literal["fp32", "fp16", "int8"]
 # Output layouts the tiers know how to decode (shared/vision/layouts.py has one decoder each):
 #   yolov8:   [N, 4 + C, anchors]: cx, cy, w, h in input pixels, then class scores (sigmoid
@@ -43,10 +43,20 @@ Precision = Literal["fp32", "fp16", "int8"]
 #             count [N] (TensorFlow / TFLite detection post-processing).
 #   logits:   one tensor [N, num_classes] of raw logits (softmax not applied).
 #   probabilities: one tensor [N, num_classes] that already sums to one.
+#   embedding: one tensor [N, D], an appearance embedding (task embed; compared by cosine).
 DetectFormat = Literal["yolov8", "yolov5", "yolox", "gfl", "end2end", "detr", "ssd"]
 ClassifyFormat = Literal["logits", "probabilities"]
 OutputFormat = Literal[
-    "yolov8", "yolov5", "yolox", "gfl", "end2end", "detr", "ssd", "logits", "probabilities"
+    "yolov8",
+    "yolov5",
+    "yolox",
+    "gfl",
+    "end2end",
+    "detr",
+    "ssd",
+    "logits",
+    "probabilities",
+    "embedding",
 ]
 DETECT_FORMATS: tuple[str, ...] = ("yolov8", "yolov5", "yolox", "gfl", "end2end", "detr", "ssd")
 CLASSIFY_FORMATS: tuple[str, ...] = ("logits", "probabilities")
@@ -230,7 +240,7 @@ class Manifest(StrictModel):
     name: str = Field(
         ..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Model name (= folder name)."
     )
-    task: Task = Field(..., description="detect or classify.")
+    task: Task = Field(..., description="detect, classify or embed (appearance).")
     file: str = Field(..., min_length=1, description="Primary model file (ONNX) in the folder.")
     sha256: str = Field(..., pattern=r"^[0-9a-f]{64}$", description="SHA-256 of `file`.")
     precision: Precision = Field("fp32", description="Precision of the primary file.")
@@ -261,6 +271,8 @@ class Manifest(StrictModel):
             )
         if self.task == "classify" and fmt not in CLASSIFY_FORMATS:
             raise ValueError("a classify model needs output format logits or probabilities")
+        if (self.task == "embed") != (fmt == "embedding"):
+            raise ValueError("an embed model has output format embedding, and only it has")
         if self.input.shape[1] != 3:
             raise ValueError("input.shape: the channel axis (index 1) must be 3")
         return self

@@ -331,7 +331,11 @@ def check_io(
             f"no output {', '.join(map(repr, missing))} (the model has: {names}); "
             "name the model's outputs in the manifest's output.name / output.names"
         )
-    if manifest.task == "detect":
+    if manifest.task == "embed":
+        out = by_name[manifest.output.name]
+        if len(out.shape) != 2:
+            raise ModelError(f"output {out.name!r} shape {_fmt(out.shape)} is not [N, D]")
+    elif manifest.task == "detect":
         _check_detect_outputs(manifest, [by_name[name] for name in manifest.output.all_names])
     else:
         _check_output(manifest, by_name[manifest.output.name])

@@ -134,3 +134,23 @@ def test_a_tracked_label_the_model_lacks_refuses_to_build(colour_model: Path) ->
     objects = ObjectsConfig.model_validate({"track": ["person", "dog"]})
     with pytest.raises(UntrackableLabelError, match="dog"):
         build_node(cfg(), colour_model, "colour", NodeOptions(objects=objects))
+
+
+def test_appearance_on_a_camera_builds_and_bad_labels_refuse(colour_model: Path) -> None:
+    """edge.appearance on for one camera: the cascade embeds and the rules stage hands the
+    tracks' embeddings to their lifecycle events; labels the detector lacks refuse to build
+    with the fix (and the model is closed again)."""
+    from strata.edge.tracking.appearance import AppearanceError
+    from strata.shared.config.appearance import AppearanceConfig
+
+    on = AppearanceConfig(cameras={"door": True})
+    node = build_node(cfg().model_copy(update={"appearance": on}), colour_model, "colour")
+    try:
+        assert node.stages.cascade.appearance is not None
+        assert node.rules.appearance_of is not None
+        assert node.rules.appearance_of(1, "door", 1) is None  # no such track yet
+    finally:
+        node.stop()
+    bad = AppearanceConfig(enabled=True, labels=["dog"])  # the colour model has no dog
+    with pytest.raises(AppearanceError, match="not the detector's labels"):
+        build_node(cfg().model_copy(update={"appearance": bad}), colour_model, "colour")

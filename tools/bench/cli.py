@@ -71,6 +71,10 @@ PARTS: dict[str, Part] = {
         "strata.tools.bench.rules_policy",
         "sampling policies replayed on a saved rules run: what the rules agree at a share",
     ),
+    "identities": Part(
+        "strata.tools.bench.identities",
+        "id switches with appearance off and on, cross-camera links, on two cuts of vtest",
+    ),
     "cameras": Part(
         "strata.tools.bench.cameras", "cameras per core at their frame rate, against bare decode"
     ),

@@ -371,6 +371,10 @@ class BenchSetup:
     retrack: TrackingConfig | None = None
     # What the cascade run's device sends the edge (jpeg: the device's default).
     encoding: str = "jpeg"
+    # The cascade run's edge with appearance in its tracker (edge.appearance; `--appearance`);
+    # the reference stays the every-frame run as shipped (motion only), so the agreement is
+    # against the same reference as without it.
+    appearance: bool = False
 
 
 def events_of(
@@ -423,6 +427,11 @@ class Collected:
         return cls(ref, cas, ref_events, cas_events, labels, (int(w), int(h)), fps, notes)
 
 
+def _appearance(on: bool) -> dict[str, Any]:
+    """The cascade run's edge.appearance (`--appearance`: on for every camera)."""
+    return {"edge": {"appearance": {"enabled": True}}} if on else {}
+
+
 def collect(setup: BenchSetup, progress: Callable[[str], None] = say) -> Collected:
     """The reference and cascade daemon runs over the clip, with the same rules."""
     extra = merge(NO_SHEDDING, {"rules": {"cameras": {CAMERA: setup.camera_rules}}})
@@ -433,7 +442,7 @@ def collect(setup: BenchSetup, progress: Callable[[str], None] = say) -> Collect
     cas = run_pipeline(
         setup.workdir / "cascade",
         setup.clip,
-        merge(cascade_config(setup.encoding), extra),
+        merge(merge(cascade_config(setup.encoding), extra), _appearance(setup.appearance)),
         setup.timeout_s,
     )
     labels = Labels()
@@ -754,6 +763,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tolerance", type=float, default=1.0, metavar="S", help="event match window (1 s)"
     )
     p.add_argument("--json", metavar="OUT", help="write the report here too")
+    p.add_argument(
+        "--appearance",
+        action="store_true",
+        help="the cascade run's edge with appearance in its tracker (edge.appearance on); the "
+        "reference as shipped",
+    )
     add_encoding_argument(p)
     p.add_argument(
         "--from",
@@ -805,6 +820,7 @@ def run(args: argparse.Namespace) -> int:
             say("vtest.mp4 not found (python .ci/test_data.py fetches it); use --quick")
             return 2
         setup = BenchSetup(vtest, out, VTEST_RULES, args.tolerance, encoding=encoding)
+    setup = replace(setup, appearance=bool(getattr(args, "appearance", False)))
     if getattr(args, "from_dir", None):
         if getattr(args, "retrack", None) is not None:
             setup = replace(setup, retrack=_tracking(args.retrack))
@@ -814,6 +830,7 @@ def run(args: argparse.Namespace) -> int:
     doc = {
         "command": getattr(args, "command_line", "strata bench rules"),
         "encoding": encoding,
+        "appearance": setup.appearance,
         "machine": {
             **machine.describe(),
             "load_avg_1m_at_start": load_start,

@@ -15,7 +15,13 @@ from strata.shared.models import (
 )
 from strata.shared.runtime import ModelLoadError
 
-STARTERS = ("mobilenetv2_imagenet", "mobilenetv3_small", "picodet_s_416", "yolov8n")
+STARTERS = (
+    "mobilenetv2_imagenet",
+    "mobilenetv3_small",
+    "osnet_x0_25_msmt17",
+    "picodet_s_416",
+    "yolov8n",
+)
 
 
 def test_default_repository_is_the_starter_one() -> None:
@@ -51,6 +57,8 @@ def test_starter_models_run_in_onnxruntime(name: str) -> None:
         # Per level a class map [N, A, C] and a box map [N, A, 4 * (reg_max + 1)].
         assert {o.shape[2] for o in outs} == {m.num_classes, 4 * (m.output.reg_max + 1)}
         assert all(o.shape[0] == 2 for o in outs), "dynamic batch"
+    elif m.output.format == "embedding":
+        assert out.shape == (2, 512)
     else:
         assert out.shape == (2, m.num_classes)
     assert all(np.isfinite(o).all() for o in outs)

@@ -1,0 +1,211 @@
+"""Appearance in the tracker (edge/tracking/looks.py, appearance.py): scenes built to swap
+ids, re-linking after an occlusion, and bad input (issue 42)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from strata.edge.tracking.appearance import AppearanceError, Embedder, from_proto, to_proto
+from strata.edge.tracking.tracker import Tracker
+from strata.shared.config.appearance import AppearanceConfig
+from strata.shared.config.edge import TrackingConfig
+from strata.shared.vision import FrameBoxes
+
+DIM = 512
+
+
+def _people(n: int, seed: int = 0, alike: float = 0.45) -> np.ndarray:
+    """n people's embeddings whose pairwise cosine is about `alike` (OSNet on vtest's
+    different people: 0.46), plus a per-look jitter added by `_look`."""
+    rng = np.random.default_rng(seed)
+    common = rng.normal(size=DIM)
+    own = rng.normal(size=(n, DIM))
+    v = np.sqrt(alike) * common / np.linalg.norm(common) + np.sqrt(1 - alike) * (
+        own / np.linalg.norm(own, axis=1, keepdims=True)
+    )
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _look(people: np.ndarray, who: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """This frame's crops of `who`: the same person about 0.85 cosine to their mean."""
+    v = people[who] + 0.45 * rng.normal(size=(who.size, DIM)) / np.sqrt(DIM)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _run(frames: list[tuple[int, np.ndarray, np.ndarray]], appearance: bool) -> list[dict]:
+    """Per frame: true person -> track id."""
+    tracker = Tracker(TrackingConfig(), AppearanceConfig() if appearance else None)
+    people, rng = _people(4), np.random.default_rng(1)
+    out = []
+    for f, boxes, who in frames:
+        crops = _look(people, who, rng)
+        dets = FrameBoxes(boxes, np.full(len(who), 0.9, np.float32), np.zeros(len(who), np.int32))
+        t = tracker.update(f, dets, (lambda idx, c=crops: c[idx]) if appearance else None)
+        out.append(dict(zip(who.tolist(), t.track_ids.tolist(), strict=True)))
+    return out
+
+
+def _box(cx: float, cy: float = 160.0) -> list[float]:
+    return [cx - 20, cy - 60, cx + 20, cy + 60]
+
+
+def _meet_and_turn(step: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Two people walk towards each other, meet at frame 10 and both turn back: motion
+    predicts each carries on, so without appearance they swap ids."""
+    out = []
+    for f in range(0, 21, step):
+        k = f if f <= 10 else 20 - f
+        boxes = np.array([_box(100 + 14 * k), _box(400 - 14 * k)], np.float32)
+        out.append((f, boxes, np.array([0, 1])))
+    return out
+
+
+@pytest.mark.parametrize("step", [1, 2, 5])
+def test_people_who_meet_and_turn_keep_their_ids_with_appearance(step: int) -> None:
+    without = _run(_meet_and_turn(step), appearance=False)
+    assert without[-1] == {0: without[0][1], 1: without[0][0]}, "the scene must swap"
+    with_ = _run(_meet_and_turn(step), appearance=True)
+    assert with_[-1] == with_[0]
+
+
+def _cross() -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Two people cross paths at a steady pace: motion alone gets it right."""
+    out = []
+    for f in range(0, 21, 2):
+        boxes = np.array([_box(100 + 15 * f), _box(400 - 15 * f)], np.float32)
+        out.append((f, boxes, np.array([0, 1])))
+    return out
+
+
+def test_appearance_keeps_what_motion_gets_right() -> None:
+    without, with_ = _run(_cross(), False), _run(_cross(), True)
+    assert without[-1] == without[0]
+    assert with_[-1] == with_[0]
+
+
+def _occluded(gap: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """One person walks, is hidden for `gap` frames (behind a pillar) and comes out 2.5 box
+    heights from where they were last seen; another stands far away all along."""
+    out = []
+    for f in range(0, 10):
+        out.append((f, np.array([_box(100 + 5 * f), _box(700)], np.float32), np.array([0, 1])))
+    for f in range(10, 10 + gap):
+        out.append((f, np.array([_box(700)], np.float32), np.array([1])))
+    back = 10 + gap
+    for f in range(back, back + 5):
+        cx = 145 + 300 + 5 * (f - back)
+        out.append((f, np.array([_box(cx), _box(700)], np.float32), np.array([0, 1])))
+    return out
+
+
+def test_a_lost_track_is_relinked_when_it_reappears() -> None:
+    without = _run(_occluded(20), appearance=False)
+    assert without[-1][0] != without[0][0], "the scene must lose the id without appearance"
+    with_ = _run(_occluded(20), appearance=True)
+    assert with_[-1][0] == with_[0][0]
+    assert with_[-1][1] == with_[0][1]
+
+
+def test_no_relink_past_the_window() -> None:
+    frames = _occluded(AppearanceConfig().relink_frames + 10)
+    out = _run(frames, appearance=True)
+    assert out[-1][0] != out[0][0]
+
+
+def test_an_embedding_of_the_wrong_size_is_refused() -> None:
+    tracker = Tracker(TrackingConfig(), AppearanceConfig())
+    dets = FrameBoxes(
+        np.array([_box(100)], np.float32), np.array([0.9], np.float32), np.zeros(1, np.int32)
+    )
+    with pytest.raises(ValueError, match="dim 512"):
+        tracker.update(0, dets, lambda idx: np.ones((idx.size, 128), np.float32))
+    msg = to_proto(np.ones(DIM), 3, "osnet_x0_25_msmt17")
+    assert msg.dim == DIM and len(msg.float16) == 2 * DIM and msg.samples == 3
+    assert np.allclose(from_proto(msg), np.ones(DIM) / np.sqrt(DIM), atol=1e-3)
+    msg.float16 = msg.float16[:-2]
+    with pytest.raises(ValueError, match="malformed"):
+        from_proto(msg)
+    with pytest.raises(ValueError, match="same embedding model"):
+        from_proto(to_proto(np.ones(256), 1, "other"), dim=DIM)
+
+
+def test_a_missing_model_says_the_fix(tmp_path) -> None:
+    with pytest.raises(AppearanceError, match=r"edge\.appearance\.model"):
+        Embedder(AppearanceConfig(model="no_such_model"), tmp_path)
+    with pytest.raises(AppearanceError, match="not a file"):
+        Embedder(AppearanceConfig(path=str(tmp_path / "missing.onnx")))
+    with pytest.raises(AppearanceError, match="not an embedding one"):
+        Embedder(AppearanceConfig(model="picodet_s_416"))
+
+
+def test_the_real_model_embeds_crops() -> None:
+    """The shipped OSNet: a crop is nearer to itself shifted by a pixel than to another."""
+    emb = Embedder(AppearanceConfig())
+    rng = np.random.default_rng(0)
+    image = (rng.random((240, 320, 3)) * 255).astype(np.uint8)
+    image[:, :160] = (image[:, :160] * 0.3).astype(np.uint8)
+    boxes = np.array([[10, 10, 70, 200], [11, 11, 71, 201], [200, 10, 260, 200]], np.float32)
+    v = emb.embed(image, boxes)
+    assert v.shape == (3, 512)
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-4)
+    assert v[0] @ v[1] > v[0] @ v[2]
+    assert emb.crops == 3
+    emb.close()
+
+
+def test_appearance_is_per_camera() -> None:
+    cfg = AppearanceConfig(enabled=False, cameras={"door": True})
+    assert cfg.on("door") and not cfg.on("yard")
+    cfg = AppearanceConfig(enabled=True, cameras={"bathroom": False})
+    assert cfg.on("yard") and not cfg.on("bathroom")
+
+
+def test_on_for_one_camera_and_off_for_another() -> None:
+    """edge.appearance.cameras: the door's tracks get embeddings and their events' message,
+    the yard's none; the real model on a real frame's crops."""
+    from strata.edge.tracking.answers import Answers
+    from strata.edge.tracking.appearance import Appearance
+    from strata.shared.contracts import frame_pb2
+
+    cfg = AppearanceConfig(cameras={"door": True})
+    app = Appearance.for_node(cfg, ("person", "car"))
+    assert app is not None
+    answers = Answers(TrackingConfig(), app)
+    rng = np.random.default_rng(0)
+    image = (rng.random((288, 384, 3)) * 255).astype(np.uint8)  # half the source's scale
+    dets = FrameBoxes(
+        np.array([_box(100), _box(400)], np.float32),
+        np.array([0.9, 0.9], np.float32),
+        np.zeros(2, np.int32),
+    )
+    for cam in ("door", "yard"):
+        h = frame_pb2.FrameHeader(
+            camera_id=cam, session_id=1, frame_index=0, width=384, height=288,
+            source_width=768, source_height=576,
+        )  # fmt: skip
+        tracked, _ = answers.detected(h, dets, image)
+        tracker = answers.tracker(1, cam)
+        assert tracker is not None
+        look = tracker.appearance(int(tracked.track_ids[0]))
+        if cam == "door":
+            assert look is not None and look[1] == 1
+            msg = app.message(*look)
+            assert msg.model == "osnet_x0_25_msmt17" and msg.dim == 512
+        else:
+            assert tracker.looks is None and look is None
+    # The door's first frame only, within the budget (edge.appearance.crops_per_frame).
+    assert app.embedder.crops == 1
+    assert Appearance.for_node(AppearanceConfig(), ("person",)) is None
+    with pytest.raises(AppearanceError, match="not the detector's labels"):
+        Appearance.for_node(AppearanceConfig(enabled=True), ("car",))
+
+
+def test_the_pub_copy_leaves_the_embedding_out() -> None:
+    from strata.edge.publish.results import _pub_copy
+    from strata.shared.contracts import events_pb2
+
+    ev = events_pb2.TrackEvent(camera_id="door", track_id=3)
+    ev.appearance.CopyFrom(to_proto(np.ones(DIM), 2, "osnet_x0_25_msmt17"))
+    copy = events_pb2.TrackEvent.FromString(_pub_copy(ev))
+    assert not copy.HasField("appearance") and copy.track_id == 3
+    assert ev.HasField("appearance"), "the durable copy keeps it"

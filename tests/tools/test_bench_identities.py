@@ -1,0 +1,41 @@
+"""`strata bench identities`' scoring: switches against the truth, their kinds, persistent
+switches, IDF1, the two camera cuts."""
+
+from __future__ import annotations
+
+import numpy as np
+from strata.tools.bench.identities import CameraRun, TrackLife, _score, idf1, persistent, views
+
+
+def _b(x: float) -> list[float]:
+    return [x, 0.0, x + 20.0, 60.0]
+
+
+def test_views_are_the_left_and_right_60_percent() -> None:
+    left, right = views(768)
+    assert (left.x0, left.x1) == (0, 461) and (right.x0, right.x1) == (307, 768)
+
+
+def test_a_handover_and_a_fragment_are_switches() -> None:
+    run = CameraRun()
+    last: dict[int, int] = {}
+    truth = (np.array([_b(0), _b(100)], np.float32), np.array([1, 2]))
+    for frame, ids, alive in (
+        (0, [10, 11], {10, 11}),
+        (1, [11, 10], {10, 11}),  # two tracks traded people
+        (2, [12, 10], {10, 12}),  # truth 1 gets a new id, 11 gone
+    ):
+        for t in ids:
+            run.tracks.setdefault(t, TrackLife(frame, frame))
+        tracked = (truth[0], np.array(ids, np.uint64))
+        _score(run, tracked, truth, last, alive)
+    assert run.switches == 3 and run.handovers == 2 and run.fragments == 1
+    assert run.seq[1] == [10, 11, 12]
+    tp, nt, nh = idf1(run)
+    assert (nt, nh) == (6, 6) and tp == 3  # best mapping: truth 2 -> 10 (2), truth 1 -> 11 (1)
+
+
+def test_a_flicker_is_not_a_persistent_switch() -> None:
+    assert persistent([1, 1, 2, 1, 1]) == 0
+    assert persistent([1, 1, 2, 2]) == 1
+    assert persistent([1, 2, 3]) == 0
