@@ -277,6 +277,8 @@ class CascadePolicy:
         with self._lock:
             if self._last_kept < 0 or self._burst_left > 0 or self._send_next:
                 return 0
+            if self._burst_due == 0 and self.cfg.burst_frames:
+                return 0  # an asked-for burst (a cut, a pan, the edge) starts next frame
             gap = self.min_gap
             if self.pan_gap:
                 gap = min(gap, self.pan_gap)
@@ -310,6 +312,9 @@ class CascadePolicy:
             old = self.pan_gap
             self.pan_gap = pan_gap(shift, index - self._last_kept if self._last_kept >= 0 else 0)
         if bool(self.pan_gap) != bool(old):
+            # A pan starts or ends: what was measured says little of the spacing it needs
+            # now; calibrate from the next frame on (as after a cut).
+            self.request_burst()
             log.info(
                 "camera %s: the camera %s",
                 self.camera_id,

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # The device's counters of the target (device/filters/cascade.py), summed over cameras.
 UNDER_TARGET = Metric("device", "strata_device_cascade_under_target_total")
 BOOSTED_KEPT = Metric("device", "strata_device_cascade_boosted_kept_total")
+# By how much the device reports the target missed where it cannot keep more (last scrape).
+TARGET_MISSED = Metric("device", "strata_device_cascade_target_missed")
 
 # Both runs: the edge must not shed frames (a shed reference frame has no answer), and the
 # deep queue of a file read at full speed must not trigger batch-size degradation.
@@ -225,6 +227,7 @@ class ClipResult:
     target: float = 0.9
     estimates_under_target: int = 0
     boosted_kept: int = 0
+    target_missed: float = 0.0
     # Uniform spacing at twice the cascade's share (does the cascade need half the frames?).
     uniform_double: Agreement | None = None
     # How the edge answered the frames it did not detect (interpolated, predicted, timeout:
@@ -397,6 +400,7 @@ def measure_clip(
         target=cascade_target(cascade),
         estimates_under_target=int(value(cas.scrapes, UNDER_TARGET)),
         boosted_kept=int(value(cas.scrapes, BOOSTED_KEPT)),
+        target_missed=value(cas.scrapes, TARGET_MISSED),
         uniform_double=double,
         detected_vs_reference=agreement([reference[i] for i in sent], [cas_boxes[i] for i in sent]),
         bytes_clips=value(cas.scrapes, CLIP_BYTES),
