@@ -32,8 +32,9 @@ tracker associates boxes across a gap by overlap, and a gap the still scene allo
 them past it (pans clip, gap 15 at 4 px a frame: box F1 0.4-0.6 over those frames). Back
 to the calibrated gap once a kept frame shows the camera still.
 
-The floor (`device.cascade.budget`): while the edge tracks objects for the camera (its
-acks' `tracked_objects`), kept frames are never spaced wider than uniform sampling at the
+The floor (`device.cascade.budget`): while the edge tracks moving objects for the camera
+(its acks' `moving_objects`: a parked car or a static false detection does not count), kept
+frames are never spaced wider than uniform sampling at the
 camera's budget would space them (one in floor(1 / budget)), whatever the motion gate says
 and whatever gap the calibration allows: a calibrated gap longer than that, or a gate blind
 to the objects, would make the cascade worse than lowering the frame rate. Motion, scene
@@ -237,7 +238,7 @@ class CascadePolicy:
         self._edge_sees_nothing = False
         # While the camera moves: keep one frame in this many (0: it is still).
         self.pan_gap = 0
-        # The floor while the edge tracks objects (its last feedback's tracked_objects).
+        # The floor while the edge tracks moving objects (its last feedback's moving_objects).
         self._floor = floor_gap(cfg.budget)
         self.floor_gap = self._floor
         self.tracking = False
@@ -312,9 +313,6 @@ class CascadePolicy:
             old = self.pan_gap
             self.pan_gap = pan_gap(shift, index - self._last_kept if self._last_kept >= 0 else 0)
         if bool(self.pan_gap) != bool(old):
-            # A pan starts or ends: what was measured says little of the spacing it needs
-            # now; calibrate from the next frame on (as after a cut).
-            self.request_burst()
             log.info(
                 "camera %s: the camera %s",
                 self.camera_id,
@@ -385,7 +383,7 @@ class CascadePolicy:
         """Apply what the edge measured (from an ack)."""
         with self._lock:
             self._edge_sees_nothing = fb.tracked_objects == 0 and not fb.send_next
-            self.tracking = fb.tracked_objects > 0
+            self.tracking = fb.moving_objects > 0
             if fb.send_next:
                 self._send_next = True
             if fb.burst_frames and self._burst_due >= 0 and self._burst_left == 0:

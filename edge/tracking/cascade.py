@@ -179,15 +179,17 @@ class EdgeCascade:
             ack.feedback.send_next = True
         tracker = self.answers.tracker(*key)
         tracks = len(tracker) if tracker is not None else 0
+        moving = tracker.moving() if tracker is not None else 0
         with self._lock:
-            # The device's floor spaces frames only while objects are tracked: it hears
-            # when tracking starts and stops, not only with calibration feedback.
-            changed = self._tracking.get(key, False) != (tracks > 0)
+            # The device's floor spaces frames only while tracked objects move: it hears
+            # when that starts and stops, not only with calibration feedback.
+            changed = self._tracking.get(key, False) != (moving > 0)
             if changed and tracker is not None:
-                self._tracking[key] = tracks > 0
+                self._tracking[key] = moving > 0
         if tracker is not None and (fb is not None or send_next or changed):
             ack.feedback.SetInParent()
             ack.feedback.tracked_objects = tracks
+            ack.feedback.moving_objects = moving
 
     # -- worker thread ---------------------------------------------------------------------
 

@@ -294,14 +294,18 @@ def test_the_floor_spaces_kept_frames_as_uniform_at_the_budget_while_tracking() 
     whatever gap calibration allows; motion keeps more above it; nothing tracked, no floor."""
     cfg = CascadeConfig(calibrate_every=0, budget=0.2, max_gap=50, max_min_gap=15)
     p = CascadePolicy(cfg)
-    p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0] * 12, tracked_objects=2))
+    p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0] * 12, tracked_objects=2, moving_objects=2))
     assert p.min_gap == 12 and p.floor_gap == 5 and p.tracking
     # A gate blind to the objects (no motion): the floor keeps one frame in 5.
     d = run(p, range(0, 16), motion=False)
     assert [i for i, r in enumerate(d) if r != "-"] == [0, 5, 10, 15]
     assert set(d) == {"first", "floor", "-"}
     # Calibration allows 1 in 3 with motion: motion spends frames above the floor.
-    p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0, 1.0, 1.0, 0.5], tracked_objects=1))
+    p.feedback(
+        frame_pb2.CascadeFeedback(
+            f1_by_gap=[1.0, 1.0, 1.0, 0.5], tracked_objects=1, moving_objects=1
+        )
+    )
     assert p.min_gap == 3
     assert [i for i, r in enumerate(run(p, range(16, 25))) if r != "-"] == [2, 5, 8]
     # Nothing tracked: quiet frames cost nothing until max_gap.
@@ -315,7 +319,7 @@ def test_held_ahead_stops_at_the_floor() -> None:
     p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0] * 10))
     run(p, range(0, 1))
     assert p.held_ahead(0) == 9  # nothing tracked: min_gap 10
-    p.feedback(frame_pb2.CascadeFeedback(tracked_objects=1))
+    p.feedback(frame_pb2.CascadeFeedback(tracked_objects=1, moving_objects=1))
     assert p.held_ahead(0) == 3  # the floor: 1 in 4
 
 
@@ -345,3 +349,11 @@ def test_a_target_it_cannot_reach_is_reported_missed() -> None:
     assert q.target_missed == approx(0.2)
     q.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.95))
     assert q.target_missed == 0.0
+
+
+def test_no_floor_for_objects_that_do_not_move() -> None:
+    """A parked car tracked on a still street: quiet frames cost nothing (max_gap aside)."""
+    p = CascadePolicy(CascadeConfig(calibrate_every=0, budget=0.2, max_gap=50))
+    p.feedback(frame_pb2.CascadeFeedback(tracked_objects=2, moving_objects=0))
+    d = run(p, range(0, 60), motion=False)
+    assert [i for i, r in enumerate(d) if r != "-"] == [0, 50]

@@ -411,3 +411,14 @@ def test_the_lower_bound_leans_low_on_few_samples_and_not_on_many() -> None:
     few, many = lower_bound(0.9, 20), lower_bound(0.9, 2000)
     assert few < 0.85 < many < 0.9
     assert lower_bound(1.0, 50) < 1.0 and lower_bound(0.0, 50) == 0.0
+
+
+def test_the_tracker_counts_the_tracks_that_move() -> None:
+    from strata.edge.tracking.tracker import Tracker
+
+    t = Tracker(TrackingConfig())
+    for i in range(6):
+        walking = scene(i, 6.0)
+        boxes = np.concatenate([walking.boxes[:1], _parked(i).boxes[:1]])
+        t.update(i, FrameBoxes(boxes, np.full(2, 0.9, np.float32), np.zeros(2, np.int32)))
+    assert len(t) == 2 and t.moving() == 1

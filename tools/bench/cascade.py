@@ -257,6 +257,14 @@ def run_once(workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: fl
     return outcome
 
 
+def _device_target(result: ClipResult, cas: Outcome) -> None:
+    """What the device said of its target: estimates under it, frames kept for them, and
+    by how much it reported the target missed (last scrape)."""
+    result.estimates_under_target = int(value(cas.scrapes, UNDER_TARGET))
+    result.boosted_kept = int(value(cas.scrapes, BOOSTED_KEPT))
+    result.target_missed = value(cas.scrapes, TARGET_MISSED)
+
+
 def _count_crops(result: ClipResult, cas: Outcome) -> None:
     """Cloud looks per tracked object, and crops without a track."""
     per_track: dict[tuple[str, str, int], int] = {}
@@ -398,9 +406,6 @@ def measure_clip(
         estimated_counting=run_estimate(cas.scrapes, "counting"),
         estimated_f1_last=estimated_f1(cas.scrapes),
         target=cascade_target(cascade),
-        estimates_under_target=int(value(cas.scrapes, UNDER_TARGET)),
-        boosted_kept=int(value(cas.scrapes, BOOSTED_KEPT)),
-        target_missed=value(cas.scrapes, TARGET_MISSED),
         uniform_double=double,
         detected_vs_reference=agreement([reference[i] for i in sent], [cas_boxes[i] for i in sent]),
         bytes_clips=value(cas.scrapes, CLIP_BYTES),
@@ -410,6 +415,7 @@ def measure_clip(
     if unanswered:
         result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")
     _count_crops(result, cas)
+    _device_target(result, cas)
     if setup.curve:
         _curves(result, clip, reference, size)
     if truth is not None:
