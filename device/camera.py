@@ -63,6 +63,9 @@ class CameraStatus:
     error: str
     frames: int
     reconnects: int
+    # By how much the camera misses device.cascade.target where it cannot keep more frames
+    # (strata_device_cascade_target_missed); 0: held, recovering, or no cascade.
+    target_missed: float = 0.0
 
 
 class _SourceMetrics:
@@ -188,7 +191,13 @@ class CameraWorker:
     def status(self) -> CameraStatus:
         """A snapshot of this camera."""
         return CameraStatus(
-            self.camera_id, self.source, self.state, self.error, self.frames, self.reconnects
+            self.camera_id,
+            self.source,
+            self.state,
+            self.error,
+            self.frames,
+            self.reconnects,
+            self.policy.target_missed if self.policy is not None else 0.0,
         )
 
     def _run(self) -> None:
@@ -327,6 +336,7 @@ class CameraWorker:
                 self._degrade_log.add(1, f"motion threshold raised to {raised:g}")
                 if policy is not None:
                     policy.count("dropped", REASON_MOTION)
+                    policy.overloaded()
                 return False, REASON_MOTION, verdict.score
         if not verdict.keep:
             self.m.dropped_motion.inc()
@@ -345,6 +355,7 @@ class CameraWorker:
             self._degrade_log.add(1, f"frame rate capped at {self.degrader.rate_cap():.1f}/s")
             if policy is not None:
                 policy.count("dropped", REASON_RATE)
+                policy.overloaded()
             return False, REASON_RATE, verdict.score
         if policy is not None:
             self._kept_by_policy(policy, index, verdict, bool(pre and pre.calibration), in_burst)

@@ -278,4 +278,10 @@ def run(args: argparse.Namespace) -> int:
             c.edge_reconnects,
             f" ({s.error})" if s.error else "",
         )
+        if s.target_missed > 0:
+            log.warning(
+                "camera %s: cascade target MISSED by %.3f (strata_device_cascade_target_missed)",
+                s.camera_id,
+                s.target_missed,
+            )
     return 1 if failed else 0

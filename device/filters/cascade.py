@@ -32,14 +32,30 @@ tracker associates boxes across a gap by overlap, and a gap the still scene allo
 them past it (pans clip, gap 15 at 4 px a frame: box F1 0.4-0.6 over those frames). Back
 to the calibrated gap once a kept frame shows the camera still.
 
+The floor (`device.cascade.budget`): while the edge tracks moving objects for the camera
+(its acks' `moving_objects`: a parked car or a static false detection does not count), kept
+frames are never spaced wider than uniform sampling at the
+camera's budget would space them (one in floor(1 / budget)), whatever the motion gate says
+and whatever gap the calibration allows: a calibrated gap longer than that, or a gate blind
+to the objects, would make the cascade worse than lowering the frame rate. Motion, scene
+changes, pans and the edge's asks keep frames above the floor, never instead of it. With
+nothing tracked there is no floor: quiet frames cost nothing (max_gap aside).
+
+A target it cannot reach: an estimate under the target while the camera's gaps are already
+as short as `max_share` lets them be, or while the edge's overload degrades the camera (it
+drops frames the target would want), is a missed target: the gauge
+strata_device_cascade_target_missed says by how much (target - estimate; 0: held or still
+recovering), a warning says it, and the camera's status carries it.
+
 Each decision has a reason, counted per camera: kept first/motion/max_gap/calibration/
-uncertain/pan; dropped motion (nothing changed) or min_gap (changed, but the target allows
-the wait).
+uncertain/pan/floor; dropped motion (nothing changed) or min_gap (changed, but the target
+allows the wait).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,7 +71,7 @@ from .camera_shift import PAN_SHIFT
 
 log = logging.getLogger(__name__)
 
-KEEP_REASONS = ("first", "motion", "max_gap", "calibration", "uncertain", "pan")
+KEEP_REASONS = ("first", "motion", "max_gap", "calibration", "uncertain", "pan", "floor")
 DROP_REASONS = ("motion", "min_gap")
 
 
@@ -110,6 +126,21 @@ class CascadeMetrics:
             ["camera"],
             registry=registry,
         )
+        self.target_missed = Gauge(
+            "strata_device_cascade_target_missed",
+            "By how much the edge's estimate misses device.cascade.target while the camera "
+            "cannot keep more frames (its gaps at max_share, or degraded by the edge's "
+            "overload); 0: held, or still keeping more frames to recover.",
+            ["camera"],
+            registry=registry,
+        )
+        self.floor_gap = Gauge(
+            "strata_device_cascade_floor_gap",
+            "Widest spacing of kept frames while the edge tracks objects (the floor: uniform "
+            "sampling at device.cascade.budget, halved with the boost); 0: no floor.",
+            ["camera"],
+            registry=registry,
+        )
         self.boosted_kept = Counter(
             "strata_device_cascade_boosted_kept",
             "Frames kept while the camera's gaps were halved for an estimate under the target "
@@ -140,6 +171,20 @@ def pan_gap(shift: float | None, gap: int) -> int:
         return 0
     speed = shift / gap
     return max(1, int(PAN_SHIFT / speed)) if speed >= PAN_SPEED else 0
+
+
+def floor_gap(budget: float) -> int:
+    """The spacing of uniform sampling at `budget` (a share of frames): the floor's widest
+    gap while objects are tracked; 0: no floor."""
+    if budget <= 0:
+        return 0
+    # 1e-9: a budget of 0.2 is one frame in 5, not in 4 for a float's rounding.
+    return max(1, int(1.0 / budget + 1e-9))
+
+
+def shortest_gap(max_share: float) -> int:
+    """The shortest gap the target may ask for: ceil(1 / max_share)."""
+    return max(1, math.ceil(1.0 / max_share - 1e-9))
 
 
 def choose_gap(accuracy_by_gap: Sequence[float], target: float, current: int) -> int:
@@ -193,6 +238,17 @@ class CascadePolicy:
         self._edge_sees_nothing = False
         # While the camera moves: keep one frame in this many (0: it is still).
         self.pan_gap = 0
+        # The floor while the edge tracks moving objects (its last feedback's moving_objects).
+        self._floor = floor_gap(cfg.budget)
+        self.floor_gap = self._floor
+        self.tracking = False
+        self._shortest = shortest_gap(cfg.max_share)
+        # The edge's overload degraded the camera since its last estimate.
+        self._overloaded = False
+        # By how much the target is missed where the camera cannot keep more (0: it is not).
+        self.target_missed = 0.0
+        if metrics is not None:
+            metrics.floor_gap.labels(camera_id).set(self._floor)
 
     def before_motion(self, index: int) -> PreDecision:
         """What to do with source frame `index` before its motion is scored."""
@@ -209,6 +265,8 @@ class CascadePolicy:
                 return PreDecision("uncertain", False, False)
             if self.pan_gap and gap >= self.pan_gap:
                 return PreDecision("pan", False, False)
+            if self.tracking and 0 < self.floor_gap <= gap < self.max_gap:
+                return PreDecision("floor", False, False)
             if gap >= self.max_gap:
                 return PreDecision("max_gap", False, False)
             return PreDecision("", gap < self.min_gap, False)
@@ -220,9 +278,13 @@ class CascadePolicy:
         with self._lock:
             if self._last_kept < 0 or self._burst_left > 0 or self._send_next:
                 return 0
+            if self._burst_due == 0 and self.cfg.burst_frames:
+                return 0  # an asked-for burst (a cut, a pan, the edge) starts next frame
             gap = self.min_gap
             if self.pan_gap:
                 gap = min(gap, self.pan_gap)
+            if self.tracking and self.floor_gap:
+                gap = min(gap, self.floor_gap)
             ahead = min(gap, self.max_gap) - 1 - (index - self._last_kept)
             # A burst due later bounds the hold; one due already waits for a slot or for
             # motion, either of which may come at any frame: a frame or two skipped
@@ -312,10 +374,16 @@ class CascadePolicy:
             if self._burst_due >= 0 and self.cfg.burst_frames:
                 self._burst_due = 0
 
+    def overloaded(self) -> None:
+        """The edge's overload made the camera drop a frame (degraded at the source): an
+        estimate under the target now may be one it cannot recover."""
+        self._overloaded = True
+
     def feedback(self, fb: frame_pb2.CascadeFeedback) -> None:
         """Apply what the edge measured (from an ack)."""
         with self._lock:
             self._edge_sees_nothing = fb.tracked_objects == 0 and not fb.send_next
+            self.tracking = fb.moving_objects > 0
             if fb.send_next:
                 self._send_next = True
             if fb.burst_frames and self._burst_due >= 0 and self._burst_left == 0:
@@ -355,13 +423,29 @@ class CascadePolicy:
             field = "estimated_accuracy" if self.cfg.metric == "f1" else "estimated_counting"
             if fb.HasField(field):
                 self._estimate(float(getattr(fb, field)))
-            self.min_gap = max(1, self._calibrated_gap >> self.boost)
-            self.max_gap = max(1, self.cfg.max_gap >> self.boost)
+            self._apply_boost()
+
+    def _apply_boost(self) -> None:
+        """The gaps at the current boost (locked), never under max_share's."""
+        low = self._shortest
+        self.min_gap = max(low, self._calibrated_gap >> self.boost)
+        self.max_gap = max(low, self.cfg.max_gap >> self.boost)
+        self.floor_gap = max(low, self._floor >> self.boost) if self._floor else 0
+        if self._metrics is not None:
+            self._metrics.floor_gap.labels(self.camera_id).set(self.floor_gap)
+
+    def _saturated(self) -> bool:
+        """Every gap is as short as max_share lets it be: the target cannot get more."""
+        low = self._shortest
+        return self.min_gap <= low and self.max_gap <= low
 
     def _estimate(self, est: float) -> None:
         """The edge's estimate of the last window's accuracy: boost or recover (locked)."""
         self.edge_estimate = est
         old = self.boost
+        overloaded, self._overloaded = self._overloaded, False
+        # Saturated before this estimate: the window it measured had every frame allowed.
+        cannot = self._saturated() or overloaded
         if est < self.cfg.target:
             if self._metrics is not None:
                 self._metrics.under_target.labels(self.camera_id).inc()
@@ -371,9 +455,34 @@ class CascadePolicy:
             )
         elif est >= self.cfg.target + self.cfg.recover_margin:
             self.boost = max(self.boost - 1, 0)
+        missed = self.cfg.target - est if est < self.cfg.target and cannot else 0.0
+        if missed > 0:
+            log.warning(
+                "camera %s: target %s %.3f MISSED by %.3f (estimated %.3f) and the camera "
+                "cannot keep more frames: %s",
+                self.camera_id,
+                self.cfg.metric,
+                self.cfg.target,
+                missed,
+                est,
+                "the edge's overload degrades it"
+                if overloaded
+                else f"it keeps every frame device.cascade.max_share {self.cfg.max_share:g} "
+                "allows (raise it, or lower the target)",
+            )
+        elif self.target_missed > 0:
+            log.info(
+                "camera %s: target %s %.3f no longer missed (estimated %.3f)",
+                self.camera_id,
+                self.cfg.metric,
+                self.cfg.target,
+                est,
+            )
+        self.target_missed = missed
         if self._metrics is not None:
             self._metrics.estimated.labels(self.camera_id).set(est)
             self._metrics.boost.labels(self.camera_id).set(self.boost)
+            self._metrics.target_missed.labels(self.camera_id).set(missed)
         if self.boost > old:
             log.warning(
                 "camera %s: the edge estimates %s %.3f, under the target %.3f: keeping more "

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from strata.edge.tracking.answers import STILL_REASON, Answers
-from strata.edge.tracking.estimate import Curves, Spacing, Span, Still, Tally
+from strata.edge.tracking.estimate import Curves, Spacing, Span, Still, Tally, lower_bound
 from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
@@ -389,13 +389,18 @@ class Calibration:
             cam = self._cameras.get(key)
             if cam is None:  # a scene change while measuring: the new scene starts afresh
                 cam = self._cameras[key] = _Camera(self.window)
-            cam.curves.add(acc.f1, acc.counting, acc.boxes if informative else 0)
+            cam.curves.add(acc.f1, acc.counting, acc.boxes if informative else 0, acc.frames)
             if still.frames:
                 cam.curves.add_still(still)
             window = Tally()
             for span in burst.window:
                 window.add(span, cam.curves)
-            f1, counting = window.f1(), window.counting()
+            raw_f1, raw_counting = window.f1(), window.counting()
+            # Few samples: the lower bound (estimate.py); the device acts on its doubt.
+            f1 = None if raw_f1 is None else lower_bound(raw_f1, cam.curves.boxes)
+            counting = (
+                None if raw_counting is None else lower_bound(raw_counting, cam.curves.frames)
+            )
             if f1 is not None:
                 fb.estimated_accuracy = f1
             if counting is not None:
@@ -409,10 +414,12 @@ class Calibration:
         if f1 is not None or counting is not None:
             log.info(
                 "camera %s: the spacing of the last calibration window is estimated at box F1 "
-                "%s, counting %s",
+                "%s, counting %s (lower bounds on the bursts' sample; as measured %s, %s)",
                 key[1],
                 "n/a (no object)" if f1 is None else f"{f1:.3f}",
                 "n/a" if counting is None else f"{counting:.3f}",
+                "n/a" if raw_f1 is None else f"{raw_f1:.3f}",
+                "n/a" if raw_counting is None else f"{raw_counting:.3f}",
             )
             if self.on_estimate is not None:
                 self.on_estimate(Estimate(key[1], f1, counting))

@@ -146,6 +146,8 @@ class EdgeCascade:
         self._refused_log = RateLimitedLog(log, 10.0, logging.INFO)
         self._send_next: set[tuple[int, str]] = set()
         self._keyframe: set[tuple[int, str]] = set()
+        # Per camera: whether its last ack told the device of tracked objects.
+        self._tracking: dict[tuple[int, str], bool] = {}
 
     # -- ingest thread ---------------------------------------------------------------------
 
@@ -186,8 +188,18 @@ class EdgeCascade:
         if send_next:
             ack.feedback.send_next = True
         tracker = self.answers.tracker(*key)
-        if tracker is not None and (fb is not None or send_next):
-            ack.feedback.tracked_objects = len(tracker)
+        tracks = len(tracker) if tracker is not None else 0
+        moving = tracker.moving() if tracker is not None else 0
+        with self._lock:
+            # The device's floor spaces frames only while tracked objects move: it hears
+            # when that starts and stops, not only with calibration feedback.
+            changed = self._tracking.get(key, False) != (moving > 0)
+            if changed and tracker is not None:
+                self._tracking[key] = moving > 0
+        if tracker is not None and (fb is not None or send_next or changed):
+            ack.feedback.SetInParent()
+            ack.feedback.tracked_objects = tracks
+            ack.feedback.moving_objects = moving
 
     # -- worker thread ---------------------------------------------------------------------
 
@@ -284,6 +296,12 @@ class EdgeCascade:
     def forget_idle(self, idle_s: float) -> None:
         """Drop the state of cameras silent for `idle_s`."""
         self.answers.forget_idle(idle_s)
+        with self._lock:
+            keys = list(self._tracking)
+        gone = [k for k in keys if self.answers.tracker(*k) is None]
+        with self._lock:
+            for key in gone:
+                self._tracking.pop(key, None)
         self.h264.forget_idle()
 
     def close(self) -> None:

@@ -31,6 +31,12 @@ the whole span is scored at the curve (the pessimistic side): a gate blind to th
 (it drops them as unchanged) shows in bursts as unchanged frames whose answers miss, and
 the estimate falls as it should.
 
+With few samples the estimate leans low: what goes back to the device for its target is
+the lower confidence bound (`lower_bound`, Wilson's, z = ESTIMATE_Z) of the window's
+estimate, its sample the boxes (F1) or frames (counting) the curves were measured on: two
+bursts over a handful of people are a small sample, and the device keeps more frames on
+their doubt rather than fewer on their luck.
+
 A `Tally` sums spans: one per calibration window (the feedback's estimate, against the
 device's target) and increments for the run (counters, so a bench divides one by the
 other and compares with the every-frame reference over the same frames).
@@ -38,6 +44,7 @@ other and compares with the every-frame reference over the same frames).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -76,12 +83,30 @@ class Still:
     counting_sum: float = 0.0
 
 
+# One-sided confidence of the estimate sent to the device (1: about 84%).
+ESTIMATE_Z = 1.0
+
+
+def lower_bound(p: float, n: float, z: float = ESTIMATE_Z) -> float:
+    """Wilson's lower confidence bound of a proportion `p` measured on `n` samples (boxes,
+    frames); `n` <= 0: 0 (nothing measured says nothing)."""
+    if n <= 0:
+        return 0.0
+    p = min(max(p, 0.0), 1.0)
+    z2 = z * z
+    centre = p + z2 / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, (centre - spread) / (1 + z2 / n))
+
+
 class Curves:
     """A camera's last `window` bursts' accuracy by gap (index g - 1), averaged by weight."""
 
     def __init__(self, window: int) -> None:
         self._f1: deque[tuple[np.ndarray, float]] = deque(maxlen=window)
         self._counting: deque[np.ndarray] = deque(maxlen=window)
+        # Frames each burst scored (the counting curve's sample).
+        self._frames: deque[int] = deque(maxlen=window)
         self.f1: np.ndarray | None = None
         self.counting: np.ndarray | None = None
         self._still: deque[Still] = deque(maxlen=window)
@@ -105,10 +130,24 @@ class Curves:
         counting = sum(s.counting_sum for s in self._still)
         self.still_counting = counting / frames if enough else None
 
-    def add(self, f1: tuple[float, ...], counting: tuple[float, ...], boxes: int) -> None:
-        """One burst's curves; `boxes`: the detector's boxes in the frames it scored."""
+    @property
+    def boxes(self) -> float:
+        """The detector's boxes the F1 curve was measured on (its sample)."""
+        return float(sum(w for _, w in self._f1))
+
+    @property
+    def frames(self) -> int:
+        """The frames the counting curve was measured on (its sample)."""
+        return sum(self._frames)
+
+    def add(
+        self, f1: tuple[float, ...], counting: tuple[float, ...], boxes: int, frames: int = 0
+    ) -> None:
+        """One burst's curves; `boxes`: the detector's boxes in the frames it scored (and
+        `frames` of them)."""
         self._f1.append((np.asarray(f1, np.float64), float(boxes)))
         self._counting.append(np.asarray(counting, np.float64))
+        self._frames.append(frames)
         weights = np.array([w for _, w in self._f1])
         self.f1 = (
             np.average(np.stack([c for c, _ in self._f1]), axis=0, weights=weights)

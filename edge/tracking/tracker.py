@@ -480,6 +480,13 @@ class Tracker:
         """The tracks' boxes at their last state (N, 4), for attention regions."""
         return _to_xyxy(self._x)
 
+    def moving(self, share: float = 0.01) -> int:
+        """Tracks whose centre moves more than `share` of their box's height a frame, and
+        those seen once (their speed unknown yet: counted as moving)."""
+        speed = np.hypot(self._x[:, 4], self._x[:, 5])
+        fast = speed > share * np.maximum(self._x[:, 3], 1.0)
+        return int(np.count_nonzero(fast | (self._hits <= 1)))
+
     def velocities(self) -> np.ndarray:
         """Per track: speed of the centre in pixels per frame (N,)."""
         return np.asarray(np.hypot(self._x[:, 4], self._x[:, 5]), np.float32)

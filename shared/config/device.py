@@ -228,6 +228,24 @@ class CascadeConfig(StrictModel):
         15, ge=1, description="Calibration never spaces frames with motion further than this."
     )
     max_gap: int = Field(50, ge=1, description="A quiet scene still sends one frame in this many.")
+    budget: float = Field(
+        0.15,
+        ge=0,
+        le=1,
+        description="The camera's budget as a share of its frames: while the edge tracks "
+        "objects, kept frames are never spaced wider than uniform sampling at this share "
+        "(the floor: one in floor(1 / budget)); motion, scene changes and the edge's asks "
+        "keep frames above it. Nothing tracked: no floor. 0: no floor.",
+    )
+    max_share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Most share of its frames a camera keeps for an estimate under the "
+        "target (its gaps never under ceil(1 / max_share)); an estimate still under the "
+        "target there, or while the edge's overload degrades the camera, is reported as "
+        "missed (metric, log, status).",
+    )
     calibrate_every: int = Field(
         900, ge=0, description="Source frames between calibration bursts; 0: never."
     )

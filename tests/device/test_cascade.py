@@ -287,3 +287,73 @@ def test_frames_held_ahead_are_those_the_gap_then_blocks() -> None:
     # The edge asking for the next frame ends every hold.
     p.feedback(frame_pb2.CascadeFeedback(send_next=True))
     assert p.held_ahead(120) == 0
+
+
+def test_the_floor_spaces_kept_frames_as_uniform_at_the_budget_while_tracking() -> None:
+    """Tracked objects: never wider than uniform at the budget, whatever motion says and
+    whatever gap calibration allows; motion keeps more above it; nothing tracked, no floor."""
+    cfg = CascadeConfig(calibrate_every=0, budget=0.2, max_gap=50, max_min_gap=15)
+    p = CascadePolicy(cfg)
+    p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0] * 12, tracked_objects=2, moving_objects=2))
+    assert p.min_gap == 12 and p.floor_gap == 5 and p.tracking
+    # A gate blind to the objects (no motion): the floor keeps one frame in 5.
+    d = run(p, range(0, 16), motion=False)
+    assert [i for i, r in enumerate(d) if r != "-"] == [0, 5, 10, 15]
+    assert set(d) == {"first", "floor", "-"}
+    # Calibration allows 1 in 3 with motion: motion spends frames above the floor.
+    p.feedback(
+        frame_pb2.CascadeFeedback(
+            f1_by_gap=[1.0, 1.0, 1.0, 0.5], tracked_objects=1, moving_objects=1
+        )
+    )
+    assert p.min_gap == 3
+    assert [i for i, r in enumerate(run(p, range(16, 25))) if r != "-"] == [2, 5, 8]
+    # Nothing tracked: quiet frames cost nothing until max_gap.
+    p.feedback(frame_pb2.CascadeFeedback(tracked_objects=0))
+    d = run(p, range(25, 80), motion=False)
+    assert [25 + i for i, r in enumerate(d) if r != "-"] == [74]
+
+
+def test_held_ahead_stops_at_the_floor() -> None:
+    p = CascadePolicy(CascadeConfig(calibrate_every=0, budget=0.25))
+    p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0] * 10))
+    run(p, range(0, 1))
+    assert p.held_ahead(0) == 9  # nothing tracked: min_gap 10
+    p.feedback(frame_pb2.CascadeFeedback(tracked_objects=1, moving_objects=1))
+    assert p.held_ahead(0) == 3  # the floor: 1 in 4
+
+
+def test_a_target_it_cannot_reach_is_reported_missed() -> None:
+    """Under the target with every frame max_share allows kept: missed, by how much; while
+    the gaps can still shrink, only boosted."""
+    registry = CollectorRegistry()
+    metrics = CascadeMetrics(registry)
+    cfg = CascadeConfig(calibrate_every=0, target=0.9, max_gap=8, max_share=0.5, budget=0.25)
+    p = CascadePolicy(cfg, metrics, "cam")
+
+    def missed() -> float:
+        v = registry.get_sample_value("strata_device_cascade_target_missed", {"camera": "cam"})
+        return -1.0 if v is None else v
+
+    p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.8))
+    assert p.boost == 1 and p.max_gap == 4 and missed() == 0.0
+    p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.8))
+    assert p.max_gap == 2 and p.min_gap == 2 and p.floor_gap == 2 and missed() == 0.0
+    # Gaps at ceil(1 / max_share) = 2: the next estimate under the target is a miss.
+    p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.85))
+    assert p.max_gap == 2 and missed() == approx(0.05) and p.target_missed == approx(0.05)
+    # Overload degrading the camera: missed even with room left.
+    q = CascadePolicy(CascadeConfig(calibrate_every=0, target=0.9), metrics, "cam2")
+    q.overloaded()
+    q.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.7))
+    assert q.target_missed == approx(0.2)
+    q.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.95))
+    assert q.target_missed == 0.0
+
+
+def test_no_floor_for_objects_that_do_not_move() -> None:
+    """A parked car tracked on a still street: quiet frames cost nothing (max_gap aside)."""
+    p = CascadePolicy(CascadeConfig(calibrate_every=0, budget=0.2, max_gap=50))
+    p.feedback(frame_pb2.CascadeFeedback(tracked_objects=2, moving_objects=0))
+    d = run(p, range(0, 60), motion=False)
+    assert [i for i, r in enumerate(d) if r != "-"] == [0, 50]

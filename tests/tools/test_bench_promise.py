@@ -51,3 +51,16 @@ def test_the_report_carries_the_promise_per_clip() -> None:
     assert got["matches_with_half_the_frames"] is True
     md = report.promise_markdown([_clip()], {"name": "m", "version": 2, "input_size": [320, 320]})
     assert "Detector: m version 2, input 320x320" in "\n".join(md)
+
+
+def test_the_verdict_per_clip_and_uniform_at_the_same_share() -> None:
+    """held / missed and said / missed silently (issue 41), and not worse than uniform at
+    the same share by more than 0.01."""
+    assert promise(_clip()).verdict == "held"
+    said = promise(_clip(vs_reference=_a(0.80, 0.85), target_missed=0.07))
+    assert said.verdict == "missed and said" and "missed by 0.070" in said.line()
+    silent = promise(_clip(vs_reference=_a(0.80, 0.85)))
+    assert silent.verdict == "missed silently"
+    assert promise(_clip(vs_reference=_a(0.845, 0.875))).not_worse_than_uniform
+    assert not promise(_clip(vs_reference=_a(0.835, 0.95))).not_worse_than_uniform
+    assert promise(_clip(uniform=None)).not_worse_than_uniform is None

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # The device's counters of the target (device/filters/cascade.py), summed over cameras.
 UNDER_TARGET = Metric("device", "strata_device_cascade_under_target_total")
 BOOSTED_KEPT = Metric("device", "strata_device_cascade_boosted_kept_total")
+# By how much the device reports the target missed where it cannot keep more (last scrape).
+TARGET_MISSED = Metric("device", "strata_device_cascade_target_missed")
 
 # Both runs: the edge must not shed frames (a shed reference frame has no answer), and the
 # deep queue of a file read at full speed must not trigger batch-size degradation.
@@ -225,6 +227,7 @@ class ClipResult:
     target: float = 0.9
     estimates_under_target: int = 0
     boosted_kept: int = 0
+    target_missed: float = 0.0
     # Uniform spacing at twice the cascade's share (does the cascade need half the frames?).
     uniform_double: Agreement | None = None
     # How the edge answered the frames it did not detect (interpolated, predicted, timeout:
@@ -252,6 +255,14 @@ def run_once(workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: fl
     if outcome.error is not None:
         raise RuntimeError(str(outcome.error))
     return outcome
+
+
+def _device_target(result: ClipResult, cas: Outcome) -> None:
+    """What the device said of its target: estimates under it, frames kept for them, and
+    by how much it reported the target missed (last scrape)."""
+    result.estimates_under_target = int(value(cas.scrapes, UNDER_TARGET))
+    result.boosted_kept = int(value(cas.scrapes, BOOSTED_KEPT))
+    result.target_missed = value(cas.scrapes, TARGET_MISSED)
 
 
 def _count_crops(result: ClipResult, cas: Outcome) -> None:
@@ -395,8 +406,6 @@ def measure_clip(
         estimated_counting=run_estimate(cas.scrapes, "counting"),
         estimated_f1_last=estimated_f1(cas.scrapes),
         target=cascade_target(cascade),
-        estimates_under_target=int(value(cas.scrapes, UNDER_TARGET)),
-        boosted_kept=int(value(cas.scrapes, BOOSTED_KEPT)),
         uniform_double=double,
         detected_vs_reference=agreement([reference[i] for i in sent], [cas_boxes[i] for i in sent]),
         bytes_clips=value(cas.scrapes, CLIP_BYTES),
@@ -406,6 +415,7 @@ def measure_clip(
     if unanswered:
         result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")
     _count_crops(result, cas)
+    _device_target(result, cas)
     if setup.curve:
         _curves(result, clip, reference, size)
     if truth is not None:

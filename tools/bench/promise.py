@@ -5,6 +5,10 @@
   frames it asks for (frames kept while boosted).
 - The edge's estimate, averaged over the run the way the measured F1 pools it (boxes), is
   within ESTIMATE_TOLERANCE of the measured F1.
+- The verdict (issue 41): "held", "missed and said" (the device heard estimates under the
+  target and kept more frames, or reported the target missed), or "missed silently".
+- Against uniform at the same share (issue 41): the cascade's F1 and counting at least
+  uniform's minus SAME_SHARE_SLACK (`not_worse_than_uniform`).
 - Against lowering the frame rate (uniform spacing, the same tracker answering the rest):
   the cascade matches uniform's F1 and counting with at most half its frames (uniform at
   twice the cascade's share), or beats both by QUIET_MARGIN at the same share.
@@ -19,6 +23,8 @@ from strata.tools.bench.cascade import ClipResult
 TARGET_SLACK = 0.02
 ESTIMATE_TOLERANCE = 0.03
 QUIET_MARGIN = 0.05
+SAME_SHARE_SLACK = 0.01
+VERDICTS = ("held", "missed and said", "missed silently")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,12 @@ class Promise:
     # The detector on the frames sent (H.264 at the model's size) against the reference on
     # the same frames: a loss the edge's estimate cannot see (it never has the originals).
     sent_frames_f1: float | None = None
+    # "held", "missed and said", "missed silently" (VERDICTS).
+    verdict: str = ""
+    # F1 and counting at least uniform's at the same share minus SAME_SHARE_SLACK.
+    not_worse_than_uniform: bool | None = None
+    # The device's last report of a missed target (strata_device_cascade_target_missed).
+    target_missed: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         """For report.json (floats rounded)."""
@@ -67,14 +79,15 @@ class Promise:
             f"{'within' if self.estimate_within else 'NOT within'} {ESTIMATE_TOLERANCE})"
         )
         if self.target_held:
-            target = f"target {self.target:g} held"
+            target = f"target {self.target:g}: held"
         elif self.said_so:
             target = (
-                f"target {self.target:g} missed, said so ({self.estimates_under_target} "
-                f"estimates under it, {self.boosted_kept} extra frames kept)"
+                f"target {self.target:g}: missed and said ({self.estimates_under_target} "
+                f"estimates under it, {self.boosted_kept} extra frames kept, reported missed "
+                f"by {self.target_missed:.3f})"
             )
         else:
-            target = f"target {self.target:g} MISSED SILENTLY"
+            target = f"target {self.target:g}: MISSED SILENTLY"
         half = {None: "n/a", True: "yes", False: "no"}
         return (
             f"{self.clip}: {self.share:.1%} of frames; F1 {f(self.f1)} (uniform "
@@ -82,7 +95,9 @@ class Promise:
             f"{f(self.uniform_counting)}); {est}, the frames sent alone F1 "
             f"{f(self.sent_frames_f1)}; {target}; matches uniform at "
             f"{self.double_share:.1%}: {half[self.matches_with_half_the_frames]}; beats "
-            f"uniform by {QUIET_MARGIN}: {half[self.beats_at_the_same_share]}"
+            f"uniform by {QUIET_MARGIN}: {half[self.beats_at_the_same_share]}; not worse than "
+            f"uniform at the same share (-{SAME_SHARE_SLACK}): "
+            f"{half[self.not_worse_than_uniform]}"
         )
 
 
@@ -93,7 +108,8 @@ def promise(c: ClipResult) -> Promise:
     u, d = c.uniform, c.uniform_double
     error = None if c.estimated_f1 is None else c.estimated_f1 - a.f1
     held = a.f1 >= c.target - TARGET_SLACK
-    said_so = c.estimates_under_target > 0 and c.boosted_kept > 0
+    said_so = (c.estimates_under_target > 0 and c.boosted_kept > 0) or c.target_missed > 0
+    verdict = VERDICTS[0] if held else VERDICTS[1] if said_so else VERDICTS[2]
     return Promise(
         clip=c.clip,
         share=share,
@@ -120,4 +136,9 @@ def promise(c: ClipResult) -> Promise:
         if u is None
         else a.f1 >= u.f1 + QUIET_MARGIN and a.counting >= u.counting + QUIET_MARGIN,
         sent_frames_f1=c.detected_vs_reference.f1 if c.detected_vs_reference else None,
+        verdict=verdict,
+        not_worse_than_uniform=None
+        if u is None
+        else a.f1 >= u.f1 - SAME_SHARE_SLACK and a.counting >= u.counting - SAME_SHARE_SLACK,
+        target_missed=c.target_missed,
     )

@@ -1,0 +1,163 @@
+"""The cascade's floor and its target, with the real device agent and a real edge node:
+a clip that cuts and pans keeps the floor's spacing while the edge tracks objects, and a
+target the camera cannot reach shows on its metrics, in its log and in its status."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from prometheus_client import CollectorRegistry
+from strata.device.agent import Agent
+from strata.edge.build import build_node
+from strata.shared.config.device import (
+    CameraConfig,
+    CascadeConfig,
+    DeviceConfig,
+    GateConfig,
+    MotionConfig,
+    SourceConfig,
+)
+from strata.shared.config.edge import EdgeConfig
+from strata.shared.synthetic import SyntheticClip
+from strata.tools.cascade_clips import PanRecipe, pans_clip
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+
+FRAMES = 240
+
+
+def _node(colour_model: Path, zctx: Any, image: Any, window: int = 4) -> tuple[Any, Any, Any]:
+    node = build_node(
+        EdgeConfig.model_validate(
+            {
+                "listen": "tcp://127.0.0.1:0",
+                "publish": "tcp://127.0.0.1:0",
+                "model": {"input_size": MODEL_SIZE},
+                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
+                "overload": {"gpu_pressure": {"enabled": False}},
+                "tracking": {"calibration_window": window},
+                "flow": {"min_credits": 64},
+            }
+        ),
+        colour_model,
+    )
+    ep = node.start()
+    sub = Listener(zctx, ep.publish, "cam")
+    wait_until_subscribed(RawAgent(zctx, ep.listen, "probe"), sub, image, camera="cam")
+    return node, ep, sub
+
+
+@pytest.fixture(scope="module")
+def cutting_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Six objects seen through a crop that stays, pans (4 px a frame) and cuts to another
+    place every 40 frames (tools/cascade_clips.py's pans recipe, on a synthetic scene)."""
+    work = tmp_path_factory.mktemp("floor")
+    src = SyntheticClip(width=320, height=240, frames=FRAMES, fps=20, objects=6, seed=5)
+    out = work / "pans.mp4"
+    pans_clip(src.write(work / "scene.mp4"), out, PanRecipe(segment_s=2.0, pan_px=4))
+    return out
+
+
+def test_a_clip_that_cuts_and_pans_keeps_the_floor_while_tracks_live(
+    colour_model: Path, zctx: Any, cutting_clip: Path
+) -> None:
+    """Motion gate blind to the objects (threshold out of reach), calibration off and its
+    gap at 15: only the floor (budget 0.2: 1 in 5) spaces the frames while objects are
+    tracked; cuts and pans keep frames above it."""
+    image = SyntheticClip(width=256, height=192, frames=1).frame(0).image
+    node, ep, sub = _node(colour_model, zctx, image)
+    registry = CollectorRegistry()
+    agent = Agent(
+        DeviceConfig(
+            agent_id="agent-under-test",
+            edge=ep.listen,
+            cameras=[CameraConfig(id="cam", source=str(cutting_clip))],
+            source=SourceConfig(realtime=True),
+            motion=MotionConfig(threshold=1000.0, max_interval_s=0),
+            gate=GateConfig(enabled=False),
+            cascade=CascadeConfig(min_gap=15, max_gap=50, calibrate_every=0, budget=0.2),
+        ),
+        registry=registry,
+    )
+    try:
+        agent.start()
+        results = [r for r in sub.collect(FRAMES, timeout_s=60.0) if r.session_id]
+        agent.stop(drain_timeout_s=5.0)
+    finally:
+        node.stop()
+    by_index = {r.frame_index: r for r in results}
+    detected = sorted(i for i, r in by_index.items() if not r.predicted)
+    assert len(by_index) >= FRAMES - 2, sorted(set(range(FRAMES)) - set(by_index))
+    # While the edge tracks objects (its answer for the frames between two kept frames has
+    # boxes), kept frames are at most the floor's 5 apart. The first kept frames of a scene
+    # wait for the ack that says objects are tracked (one kept frame later).
+    wide = [
+        (a, b)
+        for a, b in itertools.pairwise(detected)
+        if b - a > 5 and any(len(by_index[i].detections) for i in range(a + 1, b) if i in by_index)
+    ]
+    kept_by = {
+        reason: registry.get_sample_value(
+            "strata_device_cascade_decisions_total",
+            {"camera": "cam", "decision": "kept", "reason": reason},
+        )
+        or 0
+        for reason in ("floor", "pan", "motion", "max_gap", "first")
+    }
+    assert not wide, (wide, detected, kept_by)
+    assert kept_by["floor"] >= 20, kept_by
+    # Not every frame: the floor spaces them, about 1 in 5 plus cuts and pans.
+    assert len(detected) <= FRAMES // 2, (len(detected), kept_by)
+
+
+def test_a_target_it_cannot_reach_shows_on_metrics_log_and_status(
+    colour_model: Path,
+    zctx: Any,
+    synthetic_clip: SyntheticClip,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Target 1.0 with at most one frame in 6 (max_share), gate blind to the objects: the
+    estimate stays under the target once the gaps are as short as allowed, and the camera
+    says by how much it misses it."""
+    node, ep, sub = _node(colour_model, zctx, synthetic_clip.frame(0).image, window=1)
+    registry = CollectorRegistry()
+    clip = "synthetic://?frames=360&seed=3&width=320&height=240&objects=6&fps=30&realtime=1"
+    agent = Agent(
+        DeviceConfig(
+            agent_id="agent-under-test",
+            edge=ep.listen,
+            cameras=[CameraConfig(id="cam", source=clip)],
+            motion=MotionConfig(threshold=1000.0, max_interval_s=0, scene_change=0),
+            gate=GateConfig(enabled=False),
+            cascade=CascadeConfig(
+                target=1.0,
+                max_gap=12,
+                max_share=1 / 6,
+                budget=0,
+                calibrate_every=60,
+                burst_frames=30,
+            ),
+        ),
+        registry=registry,
+    )
+    caplog.set_level(logging.INFO, logger="strata.device.filters.cascade")
+    try:
+        agent.start()
+        sub.collect(360, timeout_s=60.0)
+        status = agent.statuses()[0]
+        agent.stop(drain_timeout_s=5.0)
+    finally:
+        node.stop()
+    cam = {"camera": "cam"}
+    missed = registry.get_sample_value("strata_device_cascade_target_missed", cam)
+    estimated = registry.get_sample_value("strata_device_estimated_accuracy", cam)
+    assert estimated is not None and estimated < 1.0
+    assert missed is not None and missed == pytest.approx(1.0 - estimated, abs=1e-6)
+    assert status.target_missed == pytest.approx(missed, abs=1e-6)
+    lines = [r.getMessage() for r in caplog.records if "MISSED" in r.getMessage()]
+    assert lines and "max_share" in lines[-1], lines
