@@ -71,6 +71,10 @@ PARTS: dict[str, Part] = {
         "strata.tools.bench.rules_policy",
         "sampling policies replayed on a saved rules run: what the rules agree at a share",
     ),
+    "gate": Part(
+        "strata.tools.bench.gate",
+        "the site gate on nuisance motion (light, rain, foliage): frames saved, F1 cost",
+    ),
     "cameras": Part(
         "strata.tools.bench.cameras", "cameras per core at their frame rate, against bare decode"
     ),
