@@ -278,4 +278,9 @@ def run(args: argparse.Namespace) -> int:
             c.edge_reconnects,
             f" ({s.error})" if s.error else "",
         )
+        # The site gate's state (one process's agent; worker processes log their own).
+        route = getattr(agent, "site", None)
+        site = route.gate.status(s.camera_id) if route is not None else None
+        if site is not None:
+            log.info("camera %s: %s", s.camera_id, site.line())
     return 1 if failed else 0

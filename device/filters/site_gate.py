@@ -32,7 +32,7 @@ from typing import Any
 import cv2
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from strata.shared.config.device import SiteGateConfig
+from strata.shared.config.device import GateConfig, SiteGateConfig
 
 from .site_head import Agreement, HeadSettings, HeldOut, OnlineHead, fmt_share, is_probe
 
@@ -316,3 +316,44 @@ class SiteGate:
         with self._lock:
             cam = self._cams.get(camera_id)
             return cam is not None and cam.on
+
+
+@dataclass(frozen=True, slots=True)
+class SiteRoute:
+    """What the gate worker runs for the site gate: the backbone and the per-camera heads."""
+
+    backbone: Backbone
+    gate: SiteGate
+
+    def keep(
+        self, cameras: Sequence[str], indices: Sequence[int], images: Sequence[np.ndarray]
+    ) -> np.ndarray:
+        """Keep mask of a batch of frames of any cameras (one backbone run)."""
+        feats = self.backbone.embed(images)
+        keep = np.ones(len(images), bool)
+        by_cam: dict[str, list[int]] = {}
+        for row, cam in enumerate(cameras):
+            by_cam.setdefault(cam, []).append(row)
+        for cam, rows in by_cam.items():
+            keep[rows] = self.gate.decide(cam, [indices[r] for r in rows], feats[rows])
+        return keep
+
+    def close(self) -> None:
+        """Release the backbone."""
+        self.backbone.close()
+
+
+def site_route(cfg: GateConfig, repository: str, registry: CollectorRegistry) -> SiteRoute | None:
+    """The site gate of `device.gate` (None when off); BackboneError says what is wrong."""
+    if not (cfg.enabled and cfg.site.enabled):
+        return None
+    backbone = load_backbone(cfg.site.model, repository, cfg.threads)
+    gate = SiteGate(backbone.dim, head_settings(cfg.site), SiteGateMetrics(registry))
+    log.info(
+        "site gate: %s cut at its pool (%d features); keeps every frame until its held-out "
+        "recall of object frames reaches %g",
+        cfg.site.model,
+        backbone.dim,
+        cfg.site.min_recall,
+    )
+    return SiteRoute(backbone, gate)

@@ -351,13 +351,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--answer-lag", type=int, default=4, help="kept frames before a frame's answer (4)"
     )
+    p.add_argument(
+        "--site",
+        metavar="YAML",
+        help="device.gate.site settings (inline YAML, e.g. '{min_positives: 20}')",
+    )
     p.add_argument("--json", metavar="OUT", help="write the rows here too")
+
+
+def _observed(
+    name: str, args: argparse.Namespace, det: ReferenceDetector, backbone: Any, where: Any
+) -> _Run:
+    """The clip's observed frames, from the workdir's cache when an earlier run with the
+    same clip, frames and detector left them (only the site gate's simulation reruns)."""
+    import pickle
+
+    vtest, workdir, fps = where
+    cache = workdir / f"observed-{name}-{args.frames}-{det.name}.pkl"
+    if cache.is_file():
+        observed: _Run = pickle.loads(cache.read_bytes())
+        return observed
+    observed = _observe(clip_frames(name, vtest, workdir, args.frames), det, backbone, fps)
+    cache.write_bytes(pickle.dumps(observed))
+    return observed
 
 
 def run(args: argparse.Namespace) -> int:
     """The table on stdout (and JSON with --json)."""
+    import yaml
     from strata.device.filters.site_gate import head_settings, load_backbone
-    from strata.shared.config.device import GateConfig
+    from strata.shared.config.device import GateConfig, SiteGateConfig
     from strata.shared.config.edge import DEFAULT_DETECTOR
     from strata.shared.config.objects import ObjectsConfig
     from strata.shared.machine import cpu_line
@@ -369,6 +392,8 @@ def run(args: argparse.Namespace) -> int:
     if vtest is None:
         raise SystemExit("data/vtest.mp4 missing: run `python .ci/test_data.py` or pass --vtest")
     site = GateConfig().site
+    if args.site:
+        site = SiteGateConfig.model_validate({**site.model_dump(), **yaml.safe_load(args.site)})
     det = ReferenceDetector(
         args.model_repository, args.model or DEFAULT_DETECTOR, ObjectsConfig().track
     )
@@ -380,13 +405,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         for name in [c.strip() for c in args.clips.split(",") if c.strip()]:
             t0 = time.monotonic()
-            observed = _observe(clip_frames(name, vtest, workdir, args.frames), det, backbone, fps)
+            observed = _observed(name, args, det, backbone, (vtest, workdir, fps))
             rows.append(measure(name, observed, head_settings(site), args.answer_lag))
             print(f"{name}: {len(observed.motion)} frames in {time.monotonic() - t0:.0f} s")
     finally:
         det.close()
         backbone.close()
-    print(f"\ndetector {det.name}; backbone {site.model}; {cpu_line()}\n")
+    print(f"\ndetector {det.name}; backbone {site.model}; site gate {site.model_dump()}")
+    print(f"{cpu_line()}\n")
     print(markdown(rows))
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=2))
