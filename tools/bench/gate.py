@@ -15,7 +15,7 @@ and the site gate's output against the motion gate's (what the drops cost).
 The nuisance clips are synthesised from the project's quiet clip (vtest's passages of people
 between stretches of its own empty street; tools/cascade_clips.py), since the project has no
 real footage of them: `light` (the light steps every few seconds, as clouds pass), `rain`
-(streaks and sensor noise on every frame) and `foliage` (a patch of the scene sways).
+(streaks and sensor noise on every frame) and `foliage` (the top-left quarter sways).
 """
 
 from __future__ import annotations
@@ -151,23 +151,25 @@ def _rain(images: Iterator[np.ndarray], seed: int) -> Iterator[np.ndarray]:
 
 
 def _foliage(images: Iterator[np.ndarray], seed: int) -> Iterator[np.ndarray]:
-    """The top third of the frame sways as leaves in the wind: rows shifted by a sine of
-    a few pixels that changes with time and height, with gusts."""
+    """The top-left quarter of the frame (vtest's facade and lawn, clear of the van parked
+    top right) sways as leaves in the wind: rows shifted by a sine of a few pixels that
+    changes with time and height, with gusts."""
     import cv2
 
     rng = np.random.default_rng(seed)
     phase = 0.0
     for t, img in enumerate(images):
         h, w = img.shape[:2]
-        top = h // 3
+        top, left = h // 2, w // 2
         gust = 1.0 + 0.8 * math.sin(t / 23.0) + float(rng.normal(0, 0.1))
         phase += 0.6
         rows = np.arange(top, dtype=np.float32)
         shift = (6.0 * gust * np.sin(rows / 9.0 + phase)).astype(np.float32)
-        map_x = (np.arange(w, dtype=np.float32)[None, :] + shift[:, None]).astype(np.float32)
-        map_y = np.repeat(rows[:, None], w, axis=1)
+        map_x = (np.arange(left, dtype=np.float32)[None, :] + shift[:, None]).astype(np.float32)
+        map_y = np.repeat(rows[:, None], left, axis=1)
         out = img.copy()
-        out[:top] = cv2.remap(img[:top], map_x, map_y, cv2.INTER_LINEAR, cv2.BORDER_REFLECT)
+        patch = np.ascontiguousarray(img[:top, :left])
+        out[:top, :left] = cv2.remap(patch, map_x, map_y, cv2.INTER_LINEAR, cv2.BORDER_REFLECT)
         yield out
 
 
