@@ -35,6 +35,7 @@ from .filters.burst_slots import BurstSlots
 from .filters.cascade import CascadeMetrics, EdgeLink
 from .filters.gate import RelevanceGate, load_gate
 from .filters.inbox import GateInbox
+from .filters.site_gate import site_route
 from .filters.versions import GateSwitcher, device_version_metrics
 from .metrics import ClipMetrics, DeviceMetrics
 from .pipeline import CameraPipeline, KeyframeRequests, PipelineSetup
@@ -75,9 +76,12 @@ class Agent:
         self.agent_id = cfg.agent_id or socket.gethostname()
         self.metrics = DeviceMetrics(registry)
         # A gate loaded here from the repository can switch versions at run time.
-        from_repo = gate is None and cfg.gate.enabled and not cfg.gate.model_path
-        if gate is None and cfg.gate.enabled:
+        site_on = cfg.gate.enabled and cfg.gate.site.enabled
+        from_repo = gate is None and cfg.gate.enabled and not cfg.gate.model_path and not site_on
+        if gate is None and cfg.gate.enabled and not site_on:
             gate = load_gate(cfg.gate, models_repository)
+        # The gate that learns the site from the edge's answers (device/filters/site_gate.py).
+        self.site = site_route(cfg.gate, models_repository, self.metrics.registry)
         self.gate = gate if cfg.gate.enabled else None
         self.inbox = GateInbox(cfg.gate.queue_frames)
         # The sender's hooks are this agent's methods: what it reports reaches the edge link
@@ -88,7 +92,12 @@ class Agent:
             self.metrics,
             cfg.degrade,
             setup=SenderSetup(routing=cfg.routing, agent_id=self.agent_id),
-            hooks=SenderHooks(on_ack=self._on_ack, on_lost=self._on_lost, on_move=self._moved),
+            hooks=SenderHooks(
+                on_ack=self._on_ack,
+                on_lost=self._on_lost,
+                on_move=self._moved,
+                on_final=self._on_final if self.site is not None else None,
+            ),
         )
         import cv2  # here, as the worker's: cv2 stays out of `strata --help`
 
@@ -110,7 +119,11 @@ class Agent:
         self.pipelines: dict[str, CameraPipeline] = {}
         self.switcher = self._gate_switcher(models_repository) if from_repo else None
         self.worker = GateWorker(
-            self.inbox, self.metrics, GateSetup(cfg.gate, cfg.cascade), self.gate, self.switcher
+            self.inbox,
+            self.metrics,
+            GateSetup(cfg.gate, cfg.cascade, self.site),
+            self.gate,
+            self.switcher,
         )
         self.cascade_metrics = CascadeMetrics(self.metrics.registry)
         self.bursts = BurstSlots(cfg.cascade.concurrent_bursts)
@@ -298,6 +311,13 @@ class Agent:
         """Removed cameras whose frames are still being settled."""
         with self._cams_lock:
             return list(self._draining)
+
+    def _on_final(
+        self, camera_id: str, header: frame_pb2.FrameHeader, ack: frame_pb2.FrameAck
+    ) -> None:
+        """Sender thread: a kept frame's final ack; its answer teaches the site gate."""
+        if self.site is not None and ack.HasField("moving_objects"):
+            self.site.gate.answer(camera_id, header.frame_index, ack.moving_objects)
 
     def _on_ack(self, ack: frame_pb2.FrameAck) -> None:
         self.link.on_ack(ack)

@@ -284,4 +284,9 @@ def run(args: argparse.Namespace) -> int:
                 s.camera_id,
                 s.target_missed,
             )
+        # The site gate's state (one process's agent; worker processes log their own).
+        route = getattr(agent, "site", None)
+        site = route.gate.status(s.camera_id) if route is not None else None
+        if site is not None:
+            log.info("camera %s: %s", s.camera_id, site.line())
     return 1 if failed else 0

@@ -24,6 +24,7 @@ from strata.shared.config.device import CascadeConfig, GateConfig
 
 from .filters.gate import RelevanceGate
 from .filters.inbox import GateInbox, GateItem
+from .filters.site_gate import SiteRoute
 from .filters.versions import GateSwitcher
 from .metrics import CameraMetrics, DeviceMetrics, DropLog
 from .pipeline import CameraPipeline
@@ -51,6 +52,8 @@ class GateSetup:
 
     gate: GateConfig = field(default_factory=GateConfig)
     cascade: CascadeConfig | None = None
+    # The gate that learns the site (device/filters/site_gate.py): replaces `gate` when set.
+    site: SiteRoute | None = None
 
 
 class GateWorker:
@@ -76,6 +79,7 @@ class GateWorker:
         cascade = setup.cascade
         self.send_skipped = cascade is not None and cascade.enabled and cascade.send_skipped
         self.switcher = switcher
+        self.site = setup.site
         self._cams: dict[str, tuple[CameraMetrics, DropLog, CameraPipeline]] = {}
         self._finish = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gate", daemon=True)
@@ -85,7 +89,7 @@ class GateWorker:
     def gating(self) -> bool:
         """The gate runs: frames go through this worker (fixed for the agent's life: a
         new version keeps the configured threshold)."""
-        return self.gate is not None and self.gate.can_drop
+        return self.site is not None or (self.gate is not None and self.gate.can_drop)
 
     @property
     def needed(self) -> bool:
@@ -127,7 +131,7 @@ class GateWorker:
         return done
 
     def _run(self) -> None:
-        max_batch = self.gate_cfg.max_batch if self.gate else 64
+        max_batch = self.gate_cfg.max_batch if self.gate or self.site else 64
         while True:
             if self.switcher is not None:
                 self._maybe_switch(self.switcher)
@@ -166,12 +170,35 @@ class GateWorker:
             if g is not None:
                 self._cams[item.camera_id][2].emit(g.item, g.image, g.gate_score)
 
+    def _why(self, gate_score: float) -> str:
+        if self.site is not None:
+            return "the site gate's head: no moving object"
+        return f"score {gate_score:.3f} < {self.gate_cfg.threshold:g}"
+
+    def _site(
+        self, batch: list[GateItem], images: list[np.ndarray]
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The site gate's keep mask (as scores 1/0); None, None (sent ungated, logged)
+        when the backbone fails on the batch."""
+        assert self.site is not None
+        try:
+            keep = self.site.keep([i.camera_id for i in batch], [i.index for i in batch], images)
+        except Exception as exc:  # ORT errors are untyped
+            log.error("site gate failed on a batch of %d, sent ungated: %s", len(batch), exc)
+            return None, None
+        finally:
+            self.batches += 1
+            self.metrics.gate_batch.observe(len(batch))
+        return keep.astype(np.float32), keep
+
     def _gate(self, batch: list[GateItem], images: list[np.ndarray]) -> list[_Gated | None]:
         """Per frame: what its pipeline sends (a frame, a dropped frame's notice, None)."""
         out: list[_Gated | None] = []
         scores: np.ndarray | None = None
         keep: np.ndarray | None = None
-        if self.gate is not None and not self.gate.can_drop:
+        if self.site is not None:
+            scores, keep = self._site(batch, images)
+        elif self.gate is not None and not self.gate.can_drop:
             # Every frame passes (gate_score 1.0, as ungated); a canary still needs them.
             if self.switcher is not None:
                 self.switcher.remember(images, self.gate, np.ones(len(images), bool))
@@ -198,7 +225,7 @@ class GateWorker:
                 # A scene change is kept: the edge must see the new scene to re-seed.
                 if not keep[i] and not item.calibration and not item.scene_change:
                     m.dropped_gate.inc()
-                    drop_log.add(1, f"score {gate_score:.3f} < {self.gate_cfg.threshold:g}")
+                    drop_log.add(1, self._why(gate_score))
                     if self.send_skipped:
                         item.skip_reason = "gate"
                         out.append(_Gated(item, None, gate_score))

@@ -43,10 +43,19 @@ class FinalAcks:
         """The worker thread's end of the final-ack pipe (from its start on)."""
         self._out = sock
 
-    def send(self, frame: QueuedFrame, status: int, reason: str = "") -> None:
-        """Send a taken frame's final ack (it leaves through ingest)."""
+    def send(
+        self,
+        frame: QueuedFrame,
+        status: int,
+        reason: str = "",
+        moving_objects: int | None = None,
+    ) -> None:
+        """Send a taken frame's final ack (it leaves through ingest); `moving_objects`: a
+        detected frame's answer for the device's site gate (edge/publish/moving.py)."""
         h = frame.header
         ack = self.delivery.settle(h, status, reason)
+        if moving_objects is not None:
+            ack.moving_objects = moving_objects
         if status == frame_pb2.ACK_STATUS_PROCESSED and self.decorate is not None:
             self.decorate(ack, h)
         self.journal.settled(h.session_id, h.camera_id, h.sequence, status, reason)

@@ -27,6 +27,7 @@ from strata.edge.inference.serving import ServingModel
 from strata.edge.ingest.frames import DecodedFrame, QueuedFrame
 from strata.edge.metrics import EdgeMetrics
 from strata.edge.overload.gpu_pressure import GpuPressure
+from strata.edge.publish.moving import MovingObjects
 from strata.edge.publish.to_cloud import CropsToCloud
 from strata.edge.tracking.answers import Answer
 from strata.edge.tracking.handoff import TrackedFrame
@@ -73,6 +74,7 @@ class Results:
         self.to_cloud = to_cloud
         self.state = state
         self.last: dict[str, Cached] = {}
+        self.moving = MovingObjects()
         self._pub: Any = None
 
     def open(self, pub: Any) -> None:
@@ -82,6 +84,7 @@ class Results:
     def forget_cameras(self, cameras: list[str]) -> None:
         for cam in cameras:
             self.last.pop(cam, None)
+            self.moving.forget(cam)
 
     def frame(self, tf: TrackedFrame) -> None:
         """Publish a detected (or cached) frame's result, then its crops and final ack."""
@@ -105,7 +108,10 @@ class Results:
         if self.to_cloud is not None:
             self.to_cloud.send(tf, msg)
         self.events(tf.events, tf.snapshots)
-        self.acks.send(frame, frame_pb2.ACK_STATUS_PROCESSED)
+        moving = None
+        if not tf.predicted:
+            moving = self.moving.count(h.session_id, h.camera_id, tf.tracked, len(tf.boxes))
+        self.acks.send(frame, frame_pb2.ACK_STATUS_PROCESSED, moving_objects=moving)
 
     def events(
         self,

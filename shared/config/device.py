@@ -133,6 +133,47 @@ class MotionConfig(StrictModel):
     )
 
 
+class SiteGateConfig(StrictModel):
+    """The relevance gate that knows the site (device/filters/site_gate.py; docs/device.md):
+    a frozen ImageNet backbone's pooled features and a per-camera head learned online from
+    the edge's answers. It keeps every frame until its held-out recall of object frames
+    passes `min_recall`, and keeps every frame again as soon as it no longer does."""
+
+    enabled: bool = Field(
+        False,
+        description="On: the site gate replaces the classifier gate (model, threshold, "
+        "positive_class_ids are not used).",
+    )
+    model: str = Field(
+        "mobilenetv3_small_imagenet",
+        description="The backbone in the model repository (cut at its global average pool).",
+    )
+    drop_below: float = Field(
+        0.2, gt=0, lt=1, description="Drop a frame when the head's P(object) is under this."
+    )
+    min_recall: float = Field(
+        0.98,
+        gt=0,
+        le=1,
+        description="Least held-out recall of object frames (share the head would keep) for "
+        "the gate to drop anything.",
+    )
+    holdout_every: int = Field(
+        5, ge=2, description="One frame in this many is a held-out probe: sent, never trained on."
+    )
+    window: int = Field(300, ge=20, description="Probes in the rolling agreement window.")
+    min_positives: int = Field(
+        50, ge=1, description="Object probes in the window before the gate may switch on."
+    )
+    min_negatives: int = Field(
+        50, ge=1, description="Empty probes in the window before the gate may switch on."
+    )
+    min_training: int = Field(
+        100, ge=1, description="Answers the head learned from before the gate may switch on."
+    )
+    learning_rate: float = Field(0.05, gt=0, description="The head's SGD step.")
+
+
 class GateConfig(StrictModel):
     """The MobileNetV3 relevance gate over frames that passed motion (ONNX Runtime, CPU)."""
 
@@ -163,6 +204,10 @@ class GateConfig(StrictModel):
         16, ge=1, description="Frames per camera waiting for the gate; beyond, live drops."
     )
     threads: int = Field(1, ge=0, description="ONNX Runtime intra-op threads; 0: all cores.")
+    site: SiteGateConfig = Field(
+        default_factory=SiteGateConfig,
+        description="The gate that learns the site from the edge's answers.",
+    )
 
 
 class GateVersionsConfig(StrictModel):

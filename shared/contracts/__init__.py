@@ -9,7 +9,8 @@ PROTOCOL_MAJOR = 2
 # Minor 2: track snapshots (Snapshot) on the uplink, their references in TrackEvent, and
 # GetSnapshot.
 # Minor 3: event clips (clips.proto): ClipDemand on FrameAck, UploadClip and GetClip.
-PROTOCOL_MINOR = 3
+# Minor 4: FrameAck.moving_objects, what the device's site gate learns from.
+PROTOCOL_MINOR = 4
 
 
 class ProtocolVersionError(ValueError):

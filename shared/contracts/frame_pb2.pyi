@@ -157,7 +157,7 @@ class CascadeFeedback(_message.Message):
     def __init__(self, burst_frames: _Optional[int] = ..., motion_threshold: _Optional[float] = ..., max_interval_s: _Optional[float] = ..., estimated_accuracy: _Optional[float] = ..., tracked_objects: _Optional[int] = ..., max_gap_frames: _Optional[int] = ..., send_next: _Optional[bool] = ..., f1_by_gap: _Optional[_Iterable[float]] = ..., counting_by_gap: _Optional[_Iterable[float]] = ..., estimated_counting: _Optional[float] = ..., moving_objects: _Optional[int] = ...) -> None: ...
 
 class FrameAck(_message.Message):
-    __slots__ = ("version", "camera_id", "sequence", "status", "reason", "session_id", "retry_after_ms", "credits", "pressure", "degrade_level", "edge", "keyframe_request", "feedback", "clips", "clips_set")
+    __slots__ = ("version", "camera_id", "sequence", "status", "reason", "session_id", "retry_after_ms", "credits", "pressure", "degrade_level", "edge", "keyframe_request", "feedback", "clips", "clips_set", "moving_objects")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +173,7 @@ class FrameAck(_message.Message):
     FEEDBACK_FIELD_NUMBER: _ClassVar[int]
     CLIPS_FIELD_NUMBER: _ClassVar[int]
     CLIPS_SET_FIELD_NUMBER: _ClassVar[int]
+    MOVING_OBJECTS_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     camera_id: str
     sequence: int
@@ -188,7 +189,8 @@ class FrameAck(_message.Message):
     feedback: CascadeFeedback
     clips: _containers.RepeatedCompositeFieldContainer[ClipDemand]
     clips_set: bool
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., status: _Optional[_Union[AckStatus, str]] = ..., reason: _Optional[str] = ..., session_id: _Optional[int] = ..., retry_after_ms: _Optional[int] = ..., credits: _Optional[int] = ..., pressure: _Optional[float] = ..., degrade_level: _Optional[int] = ..., edge: _Optional[_Union[EdgeInfo, _Mapping]] = ..., keyframe_request: _Optional[bool] = ..., feedback: _Optional[_Union[CascadeFeedback, _Mapping]] = ..., clips: _Optional[_Iterable[_Union[ClipDemand, _Mapping]]] = ..., clips_set: _Optional[bool] = ...) -> None: ...
+    moving_objects: int
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., status: _Optional[_Union[AckStatus, str]] = ..., reason: _Optional[str] = ..., session_id: _Optional[int] = ..., retry_after_ms: _Optional[int] = ..., credits: _Optional[int] = ..., pressure: _Optional[float] = ..., degrade_level: _Optional[int] = ..., edge: _Optional[_Union[EdgeInfo, _Mapping]] = ..., keyframe_request: _Optional[bool] = ..., feedback: _Optional[_Union[CascadeFeedback, _Mapping]] = ..., clips: _Optional[_Iterable[_Union[ClipDemand, _Mapping]]] = ..., clips_set: _Optional[bool] = ..., moving_objects: _Optional[int] = ...) -> None: ...
 
 class ClipDemand(_message.Message):
     __slots__ = ("track_uid", "start_ns", "end_ns")

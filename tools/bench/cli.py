@@ -75,6 +75,10 @@ PARTS: dict[str, Part] = {
         "strata.tools.bench.identities",
         "id switches with appearance off and on, cross-camera links, on two cuts of vtest",
     ),
+    "gate": Part(
+        "strata.tools.bench.gate",
+        "the site gate on nuisance motion (light, rain, foliage): frames saved, F1 cost",
+    ),
     "cameras": Part(
         "strata.tools.bench.cameras", "cameras per core at their frame rate, against bare decode"
     ),

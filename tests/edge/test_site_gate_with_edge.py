@@ -1,0 +1,77 @@
+"""The site gate's answers end to end: a real edge node acks each detected frame with its
+moving objects, and the real device agent's site gate learns from them (keeping every
+frame, as it must before its held-out agreement passes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from edge_testkit import MODEL_SIZE
+from prometheus_client import CollectorRegistry
+from strata.device.agent import Agent
+from strata.device.metrics import CameraCounts
+from strata.edge.build import build_node
+from strata.shared.config.device import (
+    CameraConfig,
+    DeviceConfig,
+    GateConfig,
+    MotionConfig,
+    SiteGateConfig,
+)
+from strata.shared.config.edge import EdgeConfig
+from strata.shared.metrics import sample
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+
+CLIP = "synthetic://?frames=60&seed=1&width=320&height=240&objects=3&fps=10&realtime=0"
+
+
+def test_the_edge_answers_teach_the_site_gate(colour_model: Path, zctx: Any) -> None:
+    node = build_node(
+        EdgeConfig.model_validate(
+            {
+                "listen": "tcp://127.0.0.1:0",
+                "publish": "tcp://127.0.0.1:0",
+                "model": {"input_size": MODEL_SIZE},
+                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
+            }
+        ),
+        colour_model,
+    )
+    ep = node.start()
+    registry = CollectorRegistry()
+    agent = Agent(
+        DeviceConfig(
+            agent_id="site-gate",
+            edge=ep.listen,
+            cameras=[CameraConfig(id="cam-a", source=CLIP)],
+            motion=MotionConfig(enabled=False),
+            gate=GateConfig(site=SiteGateConfig(enabled=True)),
+        ),
+        registry=registry,
+    )
+    try:
+        agent.start()
+        assert agent.wait(timeout=120)
+        agent.stop(drain_timeout_s=10.0)
+    finally:
+        node.stop()
+    assert agent.site is not None
+    st = agent.site.gate.status("cam-a")
+    assert st is not None
+    counts = CameraCounts.read(registry, "cam-a")
+    # Every frame was answered: one in holdout_every a probe, the rest training samples.
+    trained = sample(
+        registry, "strata_device_gate_site_training_samples_total", {"camera": "cam-a"}
+    )
+    probes = sample(registry, "strata_device_gate_site_probes_total", {"camera": "cam-a"})
+    assert trained == st.samples and trained > 30
+    assert probes == st.positives + st.negatives and probes > 5
+    assert trained + probes == counts.acked == 60
+    # Both kinds of answer came (objects new or moving, and settled ones), but 60 frames are
+    # short of min_training: the gate stays off and drops nothing.
+    assert st.positives > 0 and st.samples < SiteGateConfig().min_training and not st.on
+    assert counts.dropped_gate == 0
+    assert sample(registry, "strata_device_gate_site_on", {"camera": "cam-a"}) in (None, 0.0)
