@@ -84,21 +84,7 @@ class Agent:
         self.site = site_route(cfg.gate, models_repository, self.metrics.registry)
         self.gate = gate if cfg.gate.enabled else None
         self.inbox = GateInbox(cfg.gate.queue_frames)
-        # The sender's hooks are this agent's methods: what it reports reaches the edge link
-        # (built below, before the sender thread starts) and the cameras.
-        self.sender = Sender(
-            cfg.edges or cfg.edge,
-            cfg.sender,
-            self.metrics,
-            cfg.degrade,
-            setup=SenderSetup(routing=cfg.routing, agent_id=self.agent_id),
-            hooks=SenderHooks(
-                on_ack=self._on_ack,
-                on_lost=self._on_lost,
-                on_move=self._moved,
-                on_final=self._on_final if self.site is not None else None,
-            ),
-        )
+        self.sender = self._make_sender()
         import cv2  # here, as the worker's: cv2 stays out of `strata --help`
 
         from .transport.encoder import ScaleTarget
@@ -149,6 +135,24 @@ class Agent:
         )
         self._started = False
         self._stopped = False
+
+    def _make_sender(self) -> Sender:
+        # The sender's hooks are this agent's methods: what it reports reaches the edge link
+        # (built in __init__, before the sender thread starts) and the cameras.
+        cfg = self.cfg
+        return Sender(
+            cfg.edges or cfg.edge,
+            cfg.sender,
+            self.metrics,
+            cfg.degrade,
+            setup=SenderSetup(routing=cfg.routing, agent_id=self.agent_id),
+            hooks=SenderHooks(
+                on_ack=self._on_ack,
+                on_lost=self._on_lost,
+                on_move=self._moved,
+                on_final=self._on_final if self.site is not None else None,
+            ),
+        )
 
     def _clip_store(
         self, clip_owner: Callable[[str], bool] | None

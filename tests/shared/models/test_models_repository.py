@@ -18,10 +18,16 @@ from strata.shared.runtime import ModelLoadError
 STARTERS = (
     "mobilenetv2_imagenet",
     "mobilenetv3_small",
+    "mobilenetv3_small_imagenet",
     "osnet_x0_25_msmt17",
     "picodet_s_416",
     "yolov8n",
 )
+# Run only through a cut at its pool (device/filters/site_gate.py), which makes the batch axis
+# dynamic; its classifier's Reshape is fixed at one, so the whole file runs one frame at a
+# time. tests/device/test_site_gate.py checks the cut's dynamic batch.
+BACKBONES = ("mobilenetv3_small_imagenet",)
+WHOLE = tuple(n for n in STARTERS if n not in BACKBONES)
 
 
 def test_default_repository_is_the_starter_one() -> None:
@@ -37,12 +43,15 @@ def test_starter_repository_is_under_40_mb_and_labelled_untrained() -> None:
     repo = ModelRepository()
     for name in STARTERS:
         m = repo.manifest(name)
+        if name in BACKBONES:
+            assert m.source.trained is (m.source.weights != "")
+            continue
         # Until trained weights replace them, the manifest must say so.
         assert m.source.trained is (m.source.weights != "")
         assert m.input.shape[0] is None, "dynamic batch"
 
 
-@pytest.mark.parametrize("name", STARTERS)
+@pytest.mark.parametrize("name", WHOLE)
 def test_starter_models_run_in_onnxruntime(name: str) -> None:
     loaded = ModelRepository().open(name, threads=1)
     m = loaded.manifest
