@@ -180,7 +180,7 @@ def digest(seed: int, engine: type[Any] = RulesEngine) -> dict[str, Any]:
 # Generated from main at 5f28c0e (before the cost work) with this file's scenes.
 GOLDEN: dict[int, dict[str, Any]] = {
     0: {
-        "sha256": "de903e89c31c37c8bacea8149b75c3103af2b70d47bf498f3a28ab48def4bca3",
+        "sha256": "dc3bf2ff08f5034270889a9de1f3f9413139c5bb6ac6b7737c9a75590e8472f9",
         "events": {
             "active": 81,
             "dwell_exceeded": 10,
@@ -194,11 +194,11 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     1: {
-        "sha256": "3f502859b3d29a23b002bce8e4b5ebc91498741f4eb5b41a4b0a6e2709b7cf29",
+        "sha256": "e0e30549877a3b69e67d727e9205d6ffbf7d730fc3bb6a55bc6ae4ecb12d265c",
         "events": {"end": 5, "new": 6, "stationary": 3, "update": 1},
     },
     2: {
-        "sha256": "1b522bacd8a6dec0c12c396585b34a991cd82db67680666fdeb5a5daada02ac5",
+        "sha256": "3b499e2c2b52cea21769d5e23a915dbf8ee48b8b040a66e0f6092a1b3d4f4dcb",
         "events": {
             "end": 2,
             "line_crossed": 1,
@@ -209,7 +209,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     3: {
-        "sha256": "873f0e177d31b174e9d90f06ca117964fcfd13adf3a413b975eeb4dbea417839",
+        "sha256": "7c4da66d74a1e5ba2f8d846b188e9f405e490a1c52634139032b8fc37870c5fb",
         "events": {
             "active": 12,
             "end": 8,
@@ -220,7 +220,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     4: {
-        "sha256": "6d4253bd5d96fc57355fb3d974748da2a65dcd0366984b141fcfb59d84253d7d",
+        "sha256": "98420cdecec0688ee06ac14ba7da74c08132d6b3fb74e5821c11940eecd771e5",
         "events": {
             "active": 25,
             "end": 7,
@@ -232,7 +232,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     5: {
-        "sha256": "3c285ec9b6f0158cd2b897b41be5e711d30e237236a1d68ee94d6e896811c65e",
+        "sha256": "cec31652a1588a343ae6b658bcf326d54fdd664b69287dd3de6939e641d2761d",
         "events": {
             "active": 1,
             "end": 2,
@@ -245,7 +245,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     6: {
-        "sha256": "7a11a61215cc88dd27f492ac7525681b0fea54e77894a097ae069f0a310911d9",
+        "sha256": "0e5254951430534623ddbcce4d5d591dbe0c2292df5ba73e8cc2f10be0f42437",
         "events": {
             "active": 16,
             "end": 9,
@@ -258,11 +258,11 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     7: {
-        "sha256": "11a14ed583cf4309b6ddf16d159b8a3909977852bed10dde745bbfca36ac3501",
+        "sha256": "8fee95de64efcd0664872a3fdeabab64107c761336b120d727e7b8bee080daa4",
         "events": {"end": 2, "new": 7, "update": 4},
     },
     8: {
-        "sha256": "17ae5109b317ee5370bf3bba0546a2af5fd87fad52aceb4f542b4ddbcbbb6e23",
+        "sha256": "af954e18ea936c02ff918409e92ae5d1ea9a8f856216be4df27b64e7bceca89b",
         "events": {
             "active": 2,
             "end": 5,
@@ -274,7 +274,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     9: {
-        "sha256": "37d99efca0ed5489f870a893420fc02b841db4a70bd7b06f066320c6b49117f5",
+        "sha256": "33b7bbebbb1abce3570404b7075462054411271e631bfeb68fc8e92907aa4af6",
         "events": {
             "active": 10,
             "end": 8,
@@ -286,7 +286,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     10: {
-        "sha256": "7aad617a00edb7a11da95dc202bb0de91ea1659ce8a964187c7dfeaf142816d1",
+        "sha256": "46c47aed745eac7b89125c3be8c75411b53afe1803a7d166e2db6df1380699b3",
         "events": {
             "active": 4,
             "end": 7,
@@ -299,11 +299,11 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     11: {
-        "sha256": "914107ff58b12a1351bc567dd800965e4b40ed009bd5edb995287ab85c285a13",
+        "sha256": "cdd5b55c8a42a282653d5975251e266fee1a3c069356d613dab753fb70ef1efe",
         "events": {"active": 13, "end": 22, "new": 42, "stationary": 39, "update": 8},
     },
     12: {
-        "sha256": "7972c01d1b72db2d739938ab1113c06f0c19fd41b6e408c117190664e38052c7",
+        "sha256": "05e97ed1a76d4f86510f8f46eafc573b74686d7ed727c2516992c00d33fd519c",
         "events": {
             "active": 61,
             "end": 7,
@@ -316,7 +316,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     13: {
-        "sha256": "5c3d1c2f8b90fe194fc71f378a40e72fcc3aec85ee39a95da4aa00c017243d39",
+        "sha256": "0bfd9d5fdb669a0d0cc54c7d847972d01d87b51aa009e62cb9aa5424355d2e5e",
         "events": {
             "active": 5,
             "end": 4,
@@ -327,7 +327,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     14: {
-        "sha256": "0216a78cb40464ad6aa75dfbc736a2979663d6602662c03b1c4fe7daa2655a1b",
+        "sha256": "f13e41dcb669a8e3f63baffb77634efa02bb6a4a7567713089d1c3d02dd43f3f",
         "events": {
             "active": 11,
             "dwell_exceeded": 3,
@@ -340,7 +340,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     15: {
-        "sha256": "489f7a451b7c44ad761d6ee2a23f4a889370711b17c9393b7d0a7f59be8ee6e2",
+        "sha256": "d5353b45c53c877948f71dc2c202a50bf538f70ea14ed04831819ca721c2a06e",
         "events": {
             "active": 4,
             "end": 5,
@@ -351,7 +351,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     16: {
-        "sha256": "276523f4b165440ae239cc0e9e3ada37eb0010cb3681df85d3775683952fdacb",
+        "sha256": "6aa121022106af0a4cb862766f59003dd78ab4a685e0f69235ea3d94ad5f8a7a",
         "events": {
             "active": 18,
             "end": 7,
@@ -362,7 +362,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     17: {
-        "sha256": "5f0a5a199e3379e94bdb37c5db30864976d07a9f992847ba2ac52680a56d0913",
+        "sha256": "ad395bfff441f312a26708f296aeb474689735d585fa05770b7d3c0f527d13fb",
         "events": {
             "active": 17,
             "end": 12,
@@ -375,7 +375,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     18: {
-        "sha256": "a12dbc9c2918286477c4efabffc396c231be2c2ba3c62b2affd4262d7ae7ed04",
+        "sha256": "ae52d3f5b21c56b27c82d0c86070af3929830652178a2c1ffcf9c0e9149ff492",
         "events": {
             "active": 10,
             "line_crossed": 2,
@@ -387,7 +387,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     19: {
-        "sha256": "e4fe923087addb51e53ebc6bc6709b2c8b93298d7e9eb9b8872b48eff3124125",
+        "sha256": "110d82be34a80560110a611e5570ea42a8804caa23a973e8cdc81844f00c1965",
         "events": {
             "active": 9,
             "end": 6,
@@ -400,7 +400,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     20: {
-        "sha256": "a5eea2f8fe47ba3d0cda24d24d683b2144e8de0b6690c7f3f6ad8b73bae9902f",
+        "sha256": "c5347d4efaeacda30fc6b324d4af928ad2a69aa7545b3dc51cfe85f6ec848a83",
         "events": {
             "active": 1,
             "end": 3,
@@ -411,7 +411,7 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     21: {
-        "sha256": "be2f6f4ba77792c0b08d07e7f071523add857b1484aa6867a1414a7c3e3dc574",
+        "sha256": "9a843a61c5a8794b4093d852fca504888795d3efcddce3ab297ca584a0916fd1",
         "events": {
             "active": 1,
             "end": 3,
@@ -424,11 +424,11 @@ GOLDEN: dict[int, dict[str, Any]] = {
         },
     },
     22: {
-        "sha256": "6cb3e93a668968252eabf77611e66bd90a1007d831b205ea0339aa25e39d7e8f",
+        "sha256": "3d5de3241ace8a50b10247bb9742da492f60979b2517b4e0ee518f4d47d22789",
         "events": {"active": 7, "end": 10, "new": 11, "stationary": 9, "update": 1},
     },
     23: {
-        "sha256": "756fbb7d592d6303da64836d0af49333cef5cace122ae20115972f6dcd53b162",
+        "sha256": "ce4665250fb2c137c8a5da648aa709239c0b5ff3c3054a4510b30676b580b8a1",
         "events": {
             "active": 25,
             "dwell_exceeded": 1,
