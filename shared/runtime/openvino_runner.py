@@ -25,7 +25,7 @@ import openvino as ov
 
 from .base import ModelLoadError, OpenVinoOptions, TensorSpec
 from .pool import Block, host_pool
-from .staging import SlotRing
+from .staging import SlotRing, host_slots
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +128,9 @@ class OpenVinoRunner:
         """The slots' input buffers from the host pool, zeroed; nothing the second time."""
         if self._blocks:
             return
-        dtype = self.inputs[0].dtype
-        nbytes = int(np.prod(self._shape)) * dtype.itemsize
-        pool = host_pool()
-        self._blocks = [pool.allocate(nbytes, self.pool_owner) for _ in range(self.slots)]
-        self._host = [b.view(self._shape, dtype) for b in self._blocks]
-        for h in self._host:
-            h.fill(0)
+        self._blocks, self._host = host_slots(
+            self._shape, self.inputs[0].dtype, self.slots, self.pool_owner
+        )
 
     def io_bytes(self) -> int:
         """Bytes of input buffers held (0 before allocate); outputs are OpenVINO's own."""

@@ -251,6 +251,19 @@ class StagedRunner(Protocol):
     def close(self) -> None: ...
 
 
+def host_slots(
+    shape: tuple[int, ...], dtype: np.dtype, slots: int, owner: str
+) -> tuple[list[Block], list[np.ndarray]]:
+    """`slots` zeroed input buffers of `shape` from the host pool, and their array views."""
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    pool = host_pool()
+    blocks = [pool.allocate(nbytes, owner) for _ in range(slots)]
+    host = [b.view(shape, dtype) for b in blocks]
+    for h in host:
+        h.fill(0)
+    return blocks, host
+
+
 class HostStagedRunner:
     """A synchronous ModelRunner behind the staged interface, with buffers allocated once.
 
@@ -298,13 +311,9 @@ class HostStagedRunner:
         """The slots' input buffers from the host pool, zeroed; nothing the second time."""
         if self._blocks:
             return
-        dtype = self.runner.inputs[0].dtype
-        nbytes = int(np.prod(self._shape)) * dtype.itemsize
-        pool = host_pool()
-        self._blocks = [pool.allocate(nbytes, self.pool_owner) for _ in range(self.slots)]
-        self._host = [b.view(self._shape, dtype) for b in self._blocks]
-        for h in self._host:
-            h.fill(0)
+        self._blocks, self._host = host_slots(
+            self._shape, self.runner.inputs[0].dtype, self.slots, self.pool_owner
+        )
 
     def io_bytes(self) -> int:
         """Bytes of input buffers this runner holds (0 before allocate)."""
