@@ -17,41 +17,58 @@ from strata.edge.tracking.tracker import TrackedBoxes
 _MAX_TRACKS = 4096
 
 
+class _Origins:
+    """One camera's tracks in the order first seen: id, where it began, detected frames."""
+
+    __slots__ = ("ids", "seen", "x0", "y0")
+
+    def __init__(self) -> None:
+        self.ids = np.empty(0, np.int64)
+        self.x0 = np.empty(0, np.float64)
+        self.y0 = np.empty(0, np.float64)
+        self.seen = np.empty(0, np.int64)
+
+    def keep(self, mask: np.ndarray) -> None:
+        self.ids, self.x0, self.y0 = self.ids[mask], self.x0[mask], self.y0[mask]
+        self.seen = self.seen[mask]
+
+
 class MovingObjects:
     """Per camera: where each track began, and how many detected frames it has had."""
 
     def __init__(self, min_shift: float = 0.25, young: int = 3) -> None:
         self.min_shift = min_shift
         self.young = young
-        self._tracks: dict[tuple[int, str], dict[int, tuple[float, float, int]]] = {}
+        self._tracks: dict[tuple[int, str], _Origins] = {}
 
     def count(self, session_id: int, camera_id: str, tracked: TrackedBoxes | None, n: int) -> int:
         """Moving objects among a detected frame's `n` boxes (`tracked`: their tracks)."""
         if tracked is None:
             return n  # no tracking: every box is news
-        tracks = self._tracks.setdefault((session_id, camera_id), {})
-        for gone in tracked.ended:
-            tracks.pop(int(gone), None)
+        o = self._tracks.setdefault((session_id, camera_id), _Origins())
+        if len(tracked.ended) and len(o.ids):
+            o.keep(~np.isin(o.ids, np.asarray(tracked.ended, np.int64)))
         boxes = np.asarray(tracked.boxes, np.float64).reshape(-1, 4)
-        moving = 0
-        for box, tid in zip(boxes, tracked.track_ids.tolist(), strict=True):
-            if not tid:
-                moving += 1
-                continue
-            cx, cy = (box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0
-            height = max(float(box[3] - box[1]), 1.0)
-            first = tracks.get(int(tid))
-            if first is None:
-                tracks[int(tid)] = (cx, cy, 1)
-                moving += 1
-                continue
-            x0, y0, seen = first
-            tracks[int(tid)] = (x0, y0, seen + 1)
-            if seen < self.young or np.hypot(cx - x0, cy - y0) >= self.min_shift * height:
-                moving += 1
-        while len(tracks) > _MAX_TRACKS:
-            tracks.pop(next(iter(tracks)))
-        return moving
+        tid = np.asarray(tracked.track_ids, np.int64).reshape(-1)
+        cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2.0, (boxes[:, 1] + boxes[:, 3]) / 2.0
+        height = np.maximum(boxes[:, 3] - boxes[:, 1], 1.0)
+        # Each box's track among those remembered (ids are unique within a frame).
+        found = old = np.zeros(len(tid), bool)
+        if len(o.ids):
+            order = np.argsort(o.ids, kind="stable")
+            idx = order[np.minimum(np.searchsorted(o.ids[order], tid), len(order) - 1)]
+            found = (tid != 0) & (o.ids[idx] == tid)
+            shift = np.hypot(cx - o.x0[idx], cy - o.y0[idx])
+            old = found & (o.seen[idx] >= self.young) & (shift < self.min_shift * height)
+            o.seen[idx[found]] += 1
+        new = (tid != 0) & ~found
+        if new.any():  # a track seen the first time begins here
+            o.ids = np.concatenate([o.ids, tid[new]])
+            o.x0, o.y0 = np.concatenate([o.x0, cx[new]]), np.concatenate([o.y0, cy[new]])
+            o.seen = np.concatenate([o.seen, np.ones(int(new.sum()), np.int64)])
+        if len(o.ids) > _MAX_TRACKS:  # the oldest are forgotten
+            o.keep(np.arange(len(o.ids)) >= len(o.ids) - _MAX_TRACKS)
+        return int(len(tid) - np.count_nonzero(old))
 
     def forget(self, camera_id: str) -> None:
         """A camera removed: its tracks go."""
