@@ -188,6 +188,18 @@ def head(src: Path, out: Path, frames: int) -> int:
     return writer.frames
 
 
+def footage(src: Path, workdir: Path, frames: int = 0) -> Path:
+    """`src` (any video PyAV reads) as the bench's H.264 clip in `workdir`, named
+    footage-STEM (reused when already there); `frames` > 0: only its first `frames`."""
+    if not src.is_file():
+        raise FileNotFoundError(f"--footage {src}: no such file")
+    suffix = f"-first{frames}" if frames > 0 else ""
+    out = workdir / f"footage-{src.stem}{suffix}.mp4"
+    if not out.is_file():
+        head(src, out, frames if frames > 0 else 1 << 31)
+    return out
+
+
 # Name -> recipe (source, output) -> frames written, for `strata bench cascade --clip`.
 RECIPES: dict[str, Callable[[Path, Path], int]] = {"quiet": quiet_clip, "pans": pans_clip}
 

@@ -12,6 +12,7 @@ from strata.tools.cascade_clips import (
     PanRecipe,
     QuietRecipe,
     crop_offsets,
+    footage,
     head,
     make,
     pans_clip,
@@ -68,3 +69,14 @@ def test_a_short_bench_takes_the_first_frames_of_a_clip(source: Path, tmp_path: 
     first = make("vtest", source, tmp_path, frames=7)
     assert first.name == "src-first7.mp4" and clip_shape(first) == (7, 320, 240)
     assert head(source, tmp_path / "h.mp4", 100) == 40  # no more than the clip has
+
+
+def test_footage_of_ones_own_is_re_encoded_whole_or_its_first_frames(
+    source: Path, tmp_path: Path
+) -> None:
+    whole = footage(source, tmp_path / "clips")
+    assert whole.name == "footage-src.mp4" and clip_shape(whole) == (40, 320, 240)
+    first = footage(source, tmp_path / "clips", frames=9)
+    assert first.name == "footage-src-first9.mp4" and clip_shape(first) == (9, 320, 240)
+    with pytest.raises(FileNotFoundError, match="--footage"):
+        footage(tmp_path / "absent.mp4", tmp_path / "clips")

@@ -2,7 +2,7 @@
 
 The synthetic clip first (its ground truth is known), then, when vtest is present, vtest and
 the clips made from it (quiet footage, pans and cuts: tools/cascade_clips.py; `--clip`
-chooses): each through
+chooses), then any `--footage` of the user's own: each through
 a reference run (the detector on every frame) and a cascade run of the real daemons over
 loopback (tools/bench/cascade.py), compared frame by frame, with the edge's detector of
 choice (`--model-repository`, `--model`: tools/bench/detector.py). Writes the cascade.*
@@ -52,11 +52,14 @@ class CascadeOptions:
     detector: BenchDetector | None = None
     # What the cascade run's device sends the edge (clip_args.ENCODINGS).
     encoding: str = "jpeg"
+    # Clips of the user's own, run after vtest's (`--footage`).
+    footage: tuple[Path, ...] = ()
 
 
 def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
     """The synthetic clip (with ground truth), then the clips made from vtest (`vtest`
-    itself, `quiet`, `pans`: tools/cascade_clips.py) when it is present and not quick."""
+    itself, `quiet`, `pans`: tools/cascade_clips.py) when it is present and not quick, then
+    the user's `footage` (not when quick)."""
     clips: list[ClipResult] = []
     frames = 30 if opts.quick else 300
     if opts.frames > 0:
@@ -72,20 +75,36 @@ def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
     setup = ClipSetup(model, (detector.input_width, detector.input_height), encoding=opts.encoding)
     say(f"the cascade run's device sends the edge {opts.encoding} payloads")
     clips.append(measure_clip(path, work / "synthetic", setup, truth, labels))
-    if opts.skip_vtest:
-        return clips
+    if not opts.skip_vtest:
+        clips.extend(_vtest_clips(work, opts, setup))
+    if not opts.quick:
+        for own in opts.footage:
+            path = cascade_clips.footage(own, work / "clips", opts.frames)
+            clips.append(_measure(path, work / path.stem, setup))
+    return clips
+
+
+def _vtest_clips(work: Path, opts: CascadeOptions, setup: ClipSetup) -> list[ClipResult]:
+    """vtest and the clips made from it (`--clip`), when vtest is here and not quick."""
     vtest = opts.vtest
     if vtest is None or not vtest.is_file():
         say("vtest.mp4 not found (python .ci/test_data.py fetches it); cascade on it skipped")
-    elif opts.quick:
+        return []
+    if opts.quick:
         say("--quick: cascade on vtest.mp4 skipped (795 frames through two full pipeline runs)")
-    else:
-        for name in opts.clips:
-            path = cascade_clips.make(name, vtest, work / "clips", opts.frames)
-            say(f"cascade on {path.name}: reference run, then cascade run ...")
-            clips.append(measure_clip(path, work / name, replace(setup, curve=True)))
-            say(promise(clips[-1]).line())
-    return clips
+        return []
+    return [
+        _measure(cascade_clips.make(name, vtest, work / "clips", opts.frames), work / name, setup)
+        for name in opts.clips
+    ]
+
+
+def _measure(path: Path, work: Path, setup: ClipSetup) -> ClipResult:
+    """One clip's reference and cascade runs, and its verdict said."""
+    say(f"cascade on {path.name}: reference run, then cascade run ...")
+    result = measure_clip(path, work, replace(setup, curve=True))
+    say(promise(result).line())
+    return result
 
 
 def holes_doc(holes: ReferenceHolesError) -> dict[str, object]:
@@ -105,8 +124,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="bench-out/cascade", metavar="DIR", help="work folder")
     p.add_argument("--quick", action="store_true", help="30 synthetic frames, no vtest")
     p.add_argument("--vtest", metavar="FILE", help="the real clip (default: data/vtest.mp4)")
-    p.add_argument("--no-vtest", action="store_true", help="the synthetic clip only")
+    p.add_argument(
+        "--no-vtest",
+        action="store_true",
+        help="no clip made from vtest (the synthetic clip and any --footage)",
+    )
     add_clip_arguments(p)
+    p.add_argument(
+        "--footage",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a clip of your own after vtest's (repeatable): footage the project was not "
+        "tuned on, re-encoded H.264 at its own rate (python .ci/test_data.py --unseen writes "
+        "four to data/unseen/)",
+    )
     p.add_argument("--json", metavar="OUT", help="write the figures here too")
 
 
@@ -120,6 +152,13 @@ def run(args: argparse.Namespace) -> int:
     except ModelError as exc:
         say(f"the detector: {exc}")
         return 2
+    absent = [f for f in args.footage if not Path(f).is_file()]
+    if absent:
+        say(
+            f"--footage: no such file: {', '.join(absent)} (python .ci/test_data.py --unseen "
+            "writes four clips to data/unseen/)"
+        )
+        return 2
     opts = CascadeOptions(
         quick=args.quick,
         vtest=find_vtest(args.vtest),
@@ -128,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         frames=args.frames,
         detector=detector,
         encoding=args.encoding,
+        footage=tuple(Path(f) for f in args.footage),
     )
     try:
         clips = run_cascade(out, opts)
