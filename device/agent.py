@@ -327,8 +327,8 @@ class Agent:
         self.link.on_ack(ack)
         self.clip_demands.on_ack(ack)
 
-    def _on_lost(self, camera_id: str) -> None:
-        self.link.on_lost(camera_id)
+    def _on_lost(self, camera_id: str, frames: int) -> None:
+        self.link.on_lost(camera_id, frames)
 
     def _moved(self, camera_id: str, edge: str) -> None:
         # An H.264 stream must start with a keyframe on its new edge.

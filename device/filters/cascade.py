@@ -45,7 +45,10 @@ A target it cannot reach: an estimate under the target while the camera's gaps a
 as short as `max_share` lets them be, or while the edge's overload degrades the camera (it
 drops frames the target would want), is a missed target: the gauge
 strata_device_cascade_target_missed says by how much (target - estimate; 0: held or still
-recovering), a warning says it, and the camera's status carries it.
+recovering), a warning says it, and the camera's status carries it. Frames given up before
+the edge had them (its overload, a full spool) have no answer at all, while the edge's
+estimate covers only the frames it answered: the estimate is scaled by the share of the
+window's frames not given up before it is held against the target.
 
 Each decision has a reason, counted per camera: kept first/motion/max_gap/calibration/
 uncertain/pan/floor; dropped motion (nothing changed) or min_gap (changed, but the target
@@ -245,6 +248,12 @@ class CascadePolicy:
         self._shortest = shortest_gap(cfg.max_share)
         # The edge's overload degraded the camera since its last estimate.
         self._overloaded = False
+        # Source frames seen (the last index before_motion saw) and frames given up before
+        # the edge had them, since the last estimate: the edge's estimate covers the frames
+        # it answered; a frame given up has no answer at all.
+        self._index = -1
+        self._window_start = 0
+        self._lost = 0
         # By how much the target is missed where the camera cannot keep more (0: it is not).
         self.target_missed = 0.0
         if metrics is not None:
@@ -253,6 +262,7 @@ class CascadePolicy:
     def before_motion(self, index: int) -> PreDecision:
         """What to do with source frame `index` before its motion is scored."""
         with self._lock:
+            self._index = index
             if self._last_kept < 0:
                 self._start_burst_if_due(index)
                 return PreDecision("first", False, self._burst_left > 0)
@@ -374,6 +384,13 @@ class CascadePolicy:
             if self._burst_due >= 0 and self.cfg.burst_frames:
                 self._burst_due = 0
 
+    def lost(self, frames: int) -> None:
+        """Sender thread: `frames` kept frames were given up before the edge had them
+        (overload, a full spool)."""
+        with self._lock:
+            self._lost += frames
+            self._overloaded = True
+
     def overloaded(self) -> None:
         """The edge's overload made the camera drop a frame (degraded at the source): an
         estimate under the target now may be one it cannot recover."""
@@ -446,6 +463,11 @@ class CascadePolicy:
         overloaded, self._overloaded = self._overloaded, False
         # Saturated before this estimate: the window it measured had every frame allowed.
         cannot = self._saturated() or overloaded
+        # What the camera's frames got: the estimate on those the edge answered, nothing on
+        # those given up (the rules never saw them).
+        seen = max(self._index - self._window_start, 1)
+        got = est * max(0.0, 1.0 - min(self._lost, seen) / seen)
+        self._window_start, self._lost = self._index, 0
         if est < self.cfg.target:
             if self._metrics is not None:
                 self._metrics.under_target.labels(self.camera_id).inc()
@@ -455,16 +477,17 @@ class CascadePolicy:
             )
         elif est >= self.cfg.target + self.cfg.recover_margin:
             self.boost = max(self.boost - 1, 0)
-        missed = self.cfg.target - est if est < self.cfg.target and cannot else 0.0
+        missed = self.cfg.target - got if got < self.cfg.target and cannot else 0.0
         if missed > 0:
             log.warning(
-                "camera %s: target %s %.3f MISSED by %.3f (estimated %.3f) and the camera "
+                "camera %s: target %s %.3f MISSED by %.3f (estimated %.3f%s) and the camera "
                 "cannot keep more frames: %s",
                 self.camera_id,
                 self.cfg.metric,
                 self.cfg.target,
                 missed,
                 est,
+                f" on the frames answered, {got:.3f} with those given up" if got < est else "",
                 "the edge's overload degrades it"
                 if overloaded
                 else f"it keeps every frame device.cascade.max_share {self.cfg.max_share:g} "
@@ -547,6 +570,10 @@ class EdgeLink:
         if policy is not None and ack.HasField("feedback"):
             policy.feedback(ack.feedback)
 
-    def on_lost(self, camera_id: str) -> None:
-        """A frame was given up before the edge had it: its H.264 stream restarts."""
+    def on_lost(self, camera_id: str, frames: int) -> None:
+        """Frames were given up before the edge had them: the camera's H.264 stream
+        restarts, and its estimate must not speak for them."""
         self.encoder.request_keyframe(camera_id, "a frame was given up")
+        policy = self.policies.get(camera_id)
+        if policy is not None:
+            policy.lost(frames)

@@ -180,7 +180,7 @@ class Sender:
 
     def _overflowed(self, cam: SenderCamera, seqs: tuple[int, ...]) -> None:
         if self.hooks.on_lost is not None:
-            self.hooks.on_lost(cam.box.camera_id)
+            self.hooks.on_lost(cam.box.camera_id, len(seqs))
         cam.m.overflowed.inc(len(seqs))
         cam.m.dropped("spool_full").inc(len(seqs))
         pool, edge = self.pool, cam.edge
@@ -503,7 +503,7 @@ class Sender:
                 dropped = box.limit_waiting(limit, self.degrade_cfg.drop_policy)
                 if dropped:
                     if self.hooks.on_lost is not None:
-                        self.hooks.on_lost(box.camera_id)
+                        self.hooks.on_lost(box.camera_id, len(dropped))
                     cam.m.dropped(REASON_POLICY).inc(len(dropped))
                     cam.drop_log.add(
                         len(dropped),

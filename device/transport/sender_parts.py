@@ -78,8 +78,9 @@ class SenderHooks:
 
     # Every ack as it arrives, heartbeat answers too (their EdgeInfo sizes frames).
     on_ack: Callable[[frame_pb2.FrameAck], None] | None = None
-    # A camera's frame given up before the edge had it (an H.264 stream needs a keyframe).
-    on_lost: Callable[[str], None] | None = None
+    # A camera's frames (how many) given up before the edge had them: an H.264 stream needs
+    # a keyframe, and the cascade's estimate does not cover them.
+    on_lost: Callable[[str, int], None] | None = None
     # Every frame settled by a final ack.
     on_final: FinalHook | None = None
     # A camera moved from one edge to another.

@@ -357,3 +357,17 @@ def test_no_floor_for_objects_that_do_not_move() -> None:
     p.feedback(frame_pb2.CascadeFeedback(tracked_objects=2, moving_objects=0))
     d = run(p, range(0, 60), motion=False)
     assert [i for i, r in enumerate(d) if r != "-"] == [0, 50]
+
+
+def test_frames_given_up_count_against_the_estimate() -> None:
+    """The edge's estimate covers the frames it answered: 40 of a window's 100 frames given
+    up (overload) make an estimate of 1.0 a target missed by 0.3; a window with none lost is
+    held again."""
+    p = CascadePolicy(CascadeConfig(calibrate_every=0, target=0.9), None, "cam")
+    run(p, range(101))
+    p.lost(40)
+    p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=1.0))
+    assert p.target_missed == approx(0.3) and p.boost == 0  # more frames would not help
+    run(p, range(101, 201))
+    p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.95))
+    assert p.target_missed == 0.0
