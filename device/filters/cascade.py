@@ -390,6 +390,14 @@ class CascadePolicy:
         with self._lock:
             self._lost += frames
             self._overloaded = True
+            # Said now, not at the next estimate (a window can be minutes long): the last
+            # estimate on the frames answered, scaled by the share not given up so far.
+            est = self.edge_estimate
+            if est is not None and est * self._answered() < self.cfg.target:
+                why = "frames given up before the edge had them (its overload, a full spool)"
+                self._judge(
+                    est, min(est * self._answered(), self.cfg.target - self.target_missed), why
+                )
 
     def overloaded(self) -> None:
         """The edge's overload made the camera drop a frame (degraded at the source): an
@@ -456,6 +464,11 @@ class CascadePolicy:
         low = self._shortest
         return self.min_gap <= low and self.max_gap <= low
 
+    def _answered(self) -> float:
+        """The share of the window's frames not given up before the edge had them (locked)."""
+        seen = max(self._index - self._window_start, 1)
+        return max(0.0, 1.0 - min(self._lost, seen) / seen)
+
     def _estimate(self, est: float) -> None:
         """The edge's estimate of the last window's accuracy: boost or recover (locked)."""
         self.edge_estimate = est
@@ -465,8 +478,7 @@ class CascadePolicy:
         cannot = self._saturated() or overloaded
         # What the camera's frames got: the estimate on those the edge answered, nothing on
         # those given up (the rules never saw them).
-        seen = max(self._index - self._window_start, 1)
-        got = est * max(0.0, 1.0 - min(self._lost, seen) / seen)
+        got = est * self._answered()
         self._window_start, self._lost = self._index, 0
         if est < self.cfg.target:
             if self._metrics is not None:
@@ -477,35 +489,16 @@ class CascadePolicy:
             )
         elif est >= self.cfg.target + self.cfg.recover_margin:
             self.boost = max(self.boost - 1, 0)
-        missed = self.cfg.target - got if got < self.cfg.target and cannot else 0.0
-        if missed > 0:
-            log.warning(
-                "camera %s: target %s %.3f MISSED by %.3f (estimated %.3f%s) and the camera "
-                "cannot keep more frames: %s",
-                self.camera_id,
-                self.cfg.metric,
-                self.cfg.target,
-                missed,
-                est,
-                f" on the frames answered, {got:.3f} with those given up" if got < est else "",
-                "the edge's overload degrades it"
-                if overloaded
-                else f"it keeps every frame device.cascade.max_share {self.cfg.max_share:g} "
-                "allows (raise it, or lower the target)",
-            )
-        elif self.target_missed > 0:
-            log.info(
-                "camera %s: target %s %.3f no longer missed (estimated %.3f)",
-                self.camera_id,
-                self.cfg.metric,
-                self.cfg.target,
-                est,
-            )
-        self.target_missed = missed
+        why = (
+            "the edge's overload degrades it"
+            if overloaded
+            else f"it keeps every frame device.cascade.max_share {self.cfg.max_share:g} "
+            "allows (raise it, or lower the target)"
+        )
+        self._judge(est, got if cannot else self.cfg.target, why)
         if self._metrics is not None:
             self._metrics.estimated.labels(self.camera_id).set(est)
             self._metrics.boost.labels(self.camera_id).set(self.boost)
-            self._metrics.target_missed.labels(self.camera_id).set(missed)
         if self.boost > old:
             log.warning(
                 "camera %s: the edge estimates %s %.3f, under the target %.3f: keeping more "
@@ -527,6 +520,34 @@ class CascadePolicy:
                 self.boost,
                 old,
             )
+
+    def _judge(self, est: float, got: float, why: str) -> None:
+        """The target missed by target - `got` (what the camera's frames got, where it
+        cannot keep more), or held: the gauge, and a log line when that changes (locked)."""
+        missed = max(self.cfg.target - got, 0.0)
+        if missed > 0 and self.target_missed == 0:
+            log.warning(
+                "camera %s: target %s %.3f MISSED by %.3f (estimated %.3f%s) and the camera "
+                "cannot keep more frames: %s",
+                self.camera_id,
+                self.cfg.metric,
+                self.cfg.target,
+                missed,
+                est,
+                f" on the frames answered, {got:.3f} with those given up" if got < est else "",
+                why,
+            )
+        elif missed == 0 and self.target_missed > 0:
+            log.info(
+                "camera %s: target %s %.3f no longer missed (estimated %.3f)",
+                self.camera_id,
+                self.cfg.metric,
+                self.cfg.target,
+                est,
+            )
+        self.target_missed = missed
+        if self._metrics is not None:
+            self._metrics.target_missed.labels(self.camera_id).set(missed)
 
 
 class EdgeLink:

@@ -371,3 +371,9 @@ def test_frames_given_up_count_against_the_estimate() -> None:
     run(p, range(101, 201))
     p.feedback(frame_pb2.CascadeFeedback(estimated_accuracy=0.95))
     assert p.target_missed == 0.0
+    # Said when the frames are given up, not only at the next estimate (windows are long).
+    run(p, range(201, 301))
+    p.lost(50)
+    assert p.target_missed == approx(0.9 - 0.95 * 0.5)
+    p.lost(1)  # more lost: missed by more, never by less
+    assert p.target_missed == approx(0.9 - 0.95 * 0.49)
