@@ -199,6 +199,13 @@ class CloudMetrics:
             ["camera"],
             registry=r,
         )
+        self.clip_bytes_cut_back = Counter(
+            "strata_cloud_clip_bytes_cut_back",
+            "Committed clip bytes a device's cut-back last chunk dropped (its clip ran past "
+            "its track's end plus the post-roll; issue 39), by camera.",
+            ["camera"],
+            registry=r,
+        )
         # Retention (cloud.snapshots.retention): what the background pruner deleted.
         self.retention_pruned = Counter(
             "strata_cloud_retention_pruned",

@@ -201,6 +201,11 @@ class DeviceMetrics:
             registry=r,
         )
         self.clip_bytes = counter("clip_bytes", "Bytes of clips written.")
+        self.clip_cut_back = counter(
+            "clip_bytes_cut_back",
+            "Bytes cut off clips that ran past their track's end plus the post-roll (the "
+            "end heard the tracker's lost wait late; issue 39).",
+        )
         # Clips to the cloud and the clips folder (device/clips/uploader.py, clip_spool.py).
         self.clip_upload_bytes = Counter(
             "strata_device_clip_upload_bytes",
@@ -244,6 +249,7 @@ class ClipMetrics:
         self.ring_bytes = m.ring_bytes.labels(c)
         self.ring_seconds = m.ring_seconds.labels(c)
         self.clip_bytes = m.clip_bytes.labels(c)
+        self.clip_cut_back = m.clip_cut_back.labels(c)
         self._m, self._camera = m, c
 
     def dropped(self, reason: str, packets: int) -> None:

@@ -51,6 +51,8 @@ def check_chunk(chunk: clips_pb2.ClipChunk, max_bytes: int) -> Invalid | None:
         )
     if chunk.last != info.final:
         return Invalid("final", "info.final must be set on the last chunk, and only there")
+    if chunk.cut_back and not chunk.last:
+        return Invalid("cut_back", "cut_back is set on the last chunk only (with the final info)")
     if chunk.last and info.size_bytes != end:
         return Invalid(
             "size_mismatch", f"info.size_bytes is {info.size_bytes}; the last chunk ends at {end}"

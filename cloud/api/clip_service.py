@@ -126,6 +126,14 @@ class Clips:
             m.clip_chunks_resent.inc()
             return
         m.camera_clip_bytes.labels(camera).inc(got.appended)
+        if got.cut:
+            m.clip_bytes_cut_back.labels(camera).inc(got.cut)
+            log.info(
+                "clip %s cut back by the device to %d bytes: %d stored bytes past it dropped",
+                chunk.info.clip_id,
+                got.committed,
+                got.cut,
+            )
         if got.finished:
             m.clips_stored.labels(outcome_name(chunk.info.outcome)).inc()
             log.info(

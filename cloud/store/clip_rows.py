@@ -10,7 +10,10 @@ row per track it shows (lookup by track, and by a track event's key through its 
 Invariant: the chunks of a clip tile [0, committed_bytes) exactly, because a chunk is only
 ever appended at the committed offset, in the transaction that moves the offset. A chunk
 wholly below the offset is a resend and changes nothing; one past it is a gap (RETRY: the
-device goes back to the offset); once final, nothing more is appended.
+device goes back to the offset); once final, nothing more is appended. The one way back:
+a last chunk with `cut_back` that ends below the offset (the device cut the clip back to
+a byte prefix of what it sent, issue 39) truncates the chunks to its end, in the
+transaction that makes the clip final.
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ class ClipWrite:
 
     `code` names a refusal (metric label; '' when stored), `appended` the bytes newly
     committed, `started` whether the chunk made the clip's row, `finished` whether it made
-    the clip final, `complete` whether the clip is final (now or before)."""
+    the clip final, `complete` whether the clip is final (now or before), `cut` the bytes
+    a cut-back last chunk dropped."""
 
     status: int
     committed: int
@@ -90,6 +94,7 @@ class ClipWrite:
     started: bool = False
     finished: bool = False
     complete: bool = False
+    cut: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +237,17 @@ def append(run: Run, chunk: clips_pb2.ClipChunk, now_ns: int, ph: str, lock: str
             "gap",
             f"chunk starts at {chunk.offset}; {committed} bytes are stored",
         )
+    if end < committed and chunk.cut_back:  # cut back to a prefix of what is stored
+        _cut(run, info.clip_id, end, ph)
+        _commit(run, chunk, b"", end, now_ns, ph)
+        return ClipWrite(
+            C.CLIP_CHUNK_STATUS_STORED,
+            end,
+            started=started,
+            finished=True,
+            complete=True,
+            cut=committed - end,
+        )
     if end < committed:  # a last chunk that ends before what is stored
         return _refuse(
             C.CLIP_CHUNK_STATUS_INVALID,
@@ -249,6 +265,25 @@ def append(run: Run, chunk: clips_pb2.ClipChunk, now_ns: int, ph: str, lock: str
         finished=chunk.last,
         complete=chunk.last,
     )
+
+
+def _cut(run: Run, clip_id: str, end: int, ph: str) -> None:
+    """Truncate a clip's chunks to [0, end): the chunks past it go, the one across it
+    keeps its head."""
+    run(f"DELETE FROM clip_chunks WHERE clip_id = {ph} AND byte_offset >= {ph}", (clip_id, end))
+    across = run(
+        f"SELECT byte_offset, data FROM clip_chunks WHERE clip_id = {ph} "
+        f"AND byte_offset + size > {ph}",
+        (clip_id, end),
+    ).fetchone()
+    if across is not None:
+        offset = int(across[0])
+        head = bytes(across[1])[: end - offset]
+        run(
+            f"UPDATE clip_chunks SET size = {ph}, data = {ph} WHERE clip_id = {ph} "
+            f"AND byte_offset = {ph}",
+            (len(head), head, clip_id, offset),
+        )
 
 
 def from_row(row: tuple[Any, ...]) -> ClipRow:

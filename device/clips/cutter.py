@@ -13,7 +13,16 @@ clips hold the same packets twice: bytes are traded for a clip that shows its tr
 request for a key whose clip is still open extends that clip (a track asked for again).
 
 A live track (`open_track`) has no end yet: its clip runs until `end_track` gives it one
-(then post_roll_s more), or max_s.
+(its last seen capture time, then post_roll_s more), or max_s. That end arrives late: the
+edge knows a track ended only the tracker's lost-track wait after it was last seen
+(edge.tracking.max_lost, seconds), and the clip, written live, has run on meanwhile. Such
+a clip ends at once at the first fragment boundary (a keyframe) whose frames before it
+reach the end, and the fragments after it are cut off the file when it is finished: a
+byte prefix of what was written (the uploader tells the cloud to keep that prefix:
+ClipChunk.cut_back). It then ends at most a GOP past its track's end plus the post-roll,
+never before it; the bytes cut off are counted (strata_device_clip_bytes_cut_back) and
+logged. A clip whose end is still ahead, or in the fragment being written, ends at the
+first frame at or after it as any other.
 
 Ids are unique forever: "<camera_id>/<session>/<n>" (the agent's session); the file is
 `<dir>/<camera>/<session>-<n>.mp4`. A `ClipJournal` (the clip spool) hears a clip's
@@ -40,6 +49,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import secrets
 from collections import deque
 from dataclasses import dataclass
@@ -118,7 +128,9 @@ class _OpenClip:
     __slots__ = (
         "base",
         "clip_id",
+        "cut",
         "end_ts",
+        "frags",
         "keys",
         "notes",
         "out",
@@ -146,6 +158,10 @@ class _OpenClip:
         self.start_ts = 0.0
         self.end_ts = 0.0
         self.packets = 0
+        # Per keyframe after the first: the latest frame shown before it, the packets
+        # before it, and the file offset where its fragment starts (a place to cut back to).
+        self.frags: list[tuple[float, int, int]] = []
+        self.cut: tuple[float, int, int] | None = None  # the one cut back to, if any
 
 
 class ClipCutter:
@@ -186,7 +202,8 @@ class ClipCutter:
         return self._ask(ClipRequest(start_ns, start_ns, key), live=True)
 
     def end_track(self, key: str, end_ns: int) -> bool:
-        """The track `key` ended at capture time `end_ns`: its clip ends post_roll_s later.
+        """The track `key` was last seen at capture time `end_ns`: its clip ends
+        post_roll_s later, cut back to there if it ran past (the module docstring).
         False: no open clip has it."""
         ring = self.ring
         with ring.lock:
@@ -196,6 +213,7 @@ class ClipCutter:
                     end = clock.to_stream(end_ns) if not clock.empty else clip.end_ts
                     clip.targets[key] = end + self.cfg.post_roll_s
                     clip.target_ts = max(clip.targets.values())
+                    self._cut_back(clip)
                     return True
         return False
 
@@ -266,6 +284,51 @@ class ClipCutter:
         earliest wanted start while it waits for a keyframe)."""
         first = clip.start_ts if clip.out is not None else clip.want_ts + self.cfg.pre_roll_s
         return min(clip.target_ts, first + self.cfg.max_s)
+
+    def _cut_back(self, clip: _OpenClip) -> None:
+        """End a clip written past its end at the first fragment boundary that reaches it
+        (the fragments after it are cut off in `_finish`); one whose end is ahead, or in
+        the fragment being written, is left to `_feed`."""
+        end = self._end_ts(clip)
+        if clip.out is None or clip.end_ts < end:
+            return
+        clip.cut = next((f for f in clip.frags if f[0] >= end), None)
+        if clip.cut is not None:
+            self._finish(clip, "complete", "")
+
+    def _cut_file(self, clip: _OpenClip, cut: tuple[float, int, int]) -> None:
+        """Truncate the closed clip's file to the fragment boundary `cut`; counted and
+        logged. A file without a fragment there is left whole (said why)."""
+        shown, packets, offset = cut
+        try:
+            with open(clip.path, "r+b") as f:
+                f.seek(offset)
+                head = f.read(8)
+                if head[4:8] != b"moof":
+                    raise ValueError(f"no fragment starts at byte {offset} ({head!r})")
+                size = os.fstat(f.fileno()).st_size
+                f.truncate(offset)
+        except (OSError, ValueError) as exc:
+            log.error(
+                "camera %s: clip %s not cut back to its end (it runs %.2fs past it): %s",
+                self.ring.camera_id,
+                clip.clip_id,
+                clip.end_ts - shown,
+                exc,
+            )
+            return
+        if self._m is not None:
+            self._m.clip_cut_back.inc(size - offset)
+        log.info(
+            "camera %s: clip %s cut back by %.2fs (%d packets, %d bytes): its track's end "
+            "came after the clip had run past it plus the post-roll",
+            self.ring.camera_id,
+            clip.clip_id,
+            clip.end_ts - shown,
+            clip.packets - packets,
+            size - offset,
+        )
+        clip.end_ts, clip.packets = shown, packets
 
     def _start(self, clip: _OpenClip) -> None:
         ring = self.ring
@@ -361,7 +424,10 @@ class ClipCutter:
         out.dts = packet.dts - base if packet.dts is not None else None
         out.is_keyframe = packet.key
         out.stream = clip.stream
+        boundary = (clip.end_ts, clip.packets) if packet.key and clip.packets else None
         clip.out.mux(out)
+        if boundary is not None:  # muxing a keyframe flushed the fragment before it
+            clip.frags.append((*boundary, clip.path.stat().st_size))
         clip.packets += 1
         clip.end_ts = max(clip.end_ts, packet.pts_ts)
 
@@ -406,6 +472,8 @@ class ClipCutter:
                     outcome, reason = "error", f"closing failed: {exc}"
             clip.out = None
             path = clip.path if clip.path.exists() else None
+            if path is not None and clip.cut is not None:
+                self._cut_file(clip, clip.cut)
         size = path.stat().st_size if path is not None else 0
         start_ns, end_ns = self._capture_span(clip)
         done = Clip(

@@ -5,7 +5,9 @@ lately (with their end), sent whole when it changes and every few seconds. Appli
 camera's cutter (`DemandFollower.apply`):
   - a track new to the device and live opens a clip of its own (overlapping tracks each
     get theirs, cut to their own span: ClipInfo.track_uids names the one track);
-  - a live track that now has an end ends its part of the clip: post_roll_s more;
+  - a live track that now has an end (its last seen time) ends its clip post_roll_s
+    later, cut back to there when the clip, written live, already ran past it (the edge
+    ends a track only the tracker's lost wait after it was last seen: ClipCutter);
   - a track new to the device that has already ended is asked for whole (start to end);
   - a live track that vanished from the demand (the edge forgot it: a restart without
     its checkpoint, a camera forgotten) is ended at the capture time of the newest frame

@@ -7,7 +7,10 @@ restart of either side the upload resumes there, nothing is sent twice). Then ch
 `chunk_kib` follow, one in flight (each acked before the next is read from the file): an
 open clip's bytes as the file grows (a fragmented MP4 is only ever appended to), and when
 the clip is final, its rest and a chunk with `last` and the final ClipInfo. An ack that
-says `complete` deletes the clip's file and sidecar.
+says `complete` deletes the clip's file and sidecar. The one exception to appending: a
+clip the cutter cut back to a fragment boundary (its track's end heard late) may end
+before what the cloud holds; its last chunk then says `cut_back`, and the cloud keeps
+that prefix.
 
 Acks: STORED moves the offset to `committed_bytes`. RETRY with a `committed_bytes` behind
 the chunk sent (a gap: the cloud lost what it had not committed) goes back there at once;
@@ -253,7 +256,18 @@ class ClipUploader:
         size = up.clip.size()
         start = up.committed
         if start > size:
-            raise UploadError("io", f"clip {up.clip.clip_id}: the cloud holds more than the file")
+            # The cutter cut the clip back to a byte prefix (its track's end heard late,
+            # device/clips/cutter.py): once final, the cloud is told to keep that prefix.
+            if not final:
+                return False  # being cut back: its final info follows
+            self._send(up, size, b"", True, cut_back=True)
+            if up.committed != size:
+                raise UploadError(
+                    "io",
+                    f"clip {up.clip.clip_id}: cut back to {size} bytes but the cloud holds "
+                    f"{up.committed}",
+                )
+            return True
         if start == size and not final:
             return False  # an open clip's bytes are all in
         try:
@@ -268,7 +282,9 @@ class ClipUploader:
         self._send(up, start, data, last)
         return True
 
-    def _send(self, up: _Upload, offset: int, data: bytes, last: bool) -> None:
+    def _send(
+        self, up: _Upload, offset: int, data: bytes, last: bool, cut_back: bool = False
+    ) -> None:
         """One chunk and its ack: STORED moves on, RETRY goes back or waits, INVALID
         refuses the clip."""
         info = up.clip.info
@@ -284,7 +300,12 @@ class ClipUploader:
                 height=info.height,
             )
         chunk = clips_pb2.ClipChunk(
-            version=current_version(), info=info, offset=offset, data=data, last=last
+            version=current_version(),
+            info=info,
+            offset=offset,
+            data=data,
+            last=last,
+            cut_back=cut_back,
         )
         for _ in range(MAX_STALLS):
             up.requests.put(chunk)

@@ -523,7 +523,12 @@ class ClipsConfig(StrictModel):
     pre_roll_s: float = Field(
         5.0, ge=0, description="A clip starts at the keyframe at or before its start minus this."
     )
-    post_roll_s: float = Field(5.0, ge=0, description="A clip runs this long past its end.")
+    post_roll_s: float = Field(
+        5.0,
+        ge=0,
+        description="A clip runs this long past its end (a track's last seen time; when the "
+        "end is heard after the clip ran past it, cut back to the next keyframe after it).",
+    )
     max_s: float = Field(120.0, gt=0, description="Longest clip, from its first keyframe.")
     ring_s: float = Field(
         15.0,

@@ -71,18 +71,20 @@ class ClipInfo(_message.Message):
     def __init__(self, clip_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., track_uids: _Optional[_Iterable[str]] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., codec: _Optional[str] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., outcome: _Optional[_Union[ClipOutcome, str]] = ..., reason: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., size_bytes: _Optional[int] = ..., final: _Optional[bool] = ...) -> None: ...
 
 class ClipChunk(_message.Message):
-    __slots__ = ("version", "info", "offset", "data", "last")
+    __slots__ = ("version", "info", "offset", "data", "last", "cut_back")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
+    CUT_BACK_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     info: ClipInfo
     offset: int
     data: bytes
     last: bool
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., info: _Optional[_Union[ClipInfo, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
+    cut_back: bool
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., info: _Optional[_Union[ClipInfo, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ..., cut_back: _Optional[bool] = ...) -> None: ...
 
 class ClipChunkAck(_message.Message):
     __slots__ = ("clip_id", "status", "committed_bytes", "reason", "retry_after_ms", "complete")

@@ -126,3 +126,39 @@ def test_a_clip_is_found_by_each_track_and_a_shared_uid_needs_its_camera(
     assert store.find_clip(ClipQuery(track_uid="3-3")) is not None
     with pytest.raises(ClipLookupError):
         store.find_clip(ClipQuery(clip_id="x/y/1", track_uid="1-1"))
+
+
+def test_a_cut_back_last_chunk_keeps_the_prefix_and_without_the_flag_is_refused(
+    store: EventStore,
+) -> None:
+    # Issue 39: the device sent an open clip's bytes as it grew, then cut the clip back to
+    # a byte prefix (its track's end heard late). The cut falls inside a stored chunk.
+    data = random.Random(3).randbytes(10_000)
+    ci = info()
+    for offset in range(0, 10_000, 3000):
+        got = store.append_clip(chunk(data, offset, 3000, ci))
+        assert got.status == C.CLIP_CHUNK_STATUS_STORED
+    assert got.committed == 10_000
+    cut = 4_500
+    plain = chunk(data, cut, 0, ci, last=True)
+    refused = store.append_clip(plain)
+    assert (refused.status, refused.code) == (C.CLIP_CHUNK_STATUS_INVALID, "size_mismatch")
+    back = chunk(data, cut, 0, ci, last=True)
+    back.cut_back = True
+    got = store.append_clip(back)
+    assert (got.status, got.committed, got.complete, got.finished) == (
+        C.CLIP_CHUNK_STATUS_STORED,
+        cut,
+        True,
+        True,
+    )
+    assert got.cut == 10_000 - cut
+    pieces = store.clip_pieces(ci.clip_id, 0, 100)
+    assert b"".join(p for _, p in pieces) == data[:cut]
+    assert [o for o, _ in pieces] == [0, 3000]
+    found = store.find_clip(ClipQuery(clip_id=ci.clip_id))
+    assert found is not None and found.final and found.committed_bytes == cut
+    assert found.info.size_bytes == cut
+    # Sent again (an ack lost): the clip is final, nothing changes.
+    again = store.append_clip(back)
+    assert (again.committed, again.complete, again.cut) == (cut, True, 0)

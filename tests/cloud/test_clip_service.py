@@ -126,6 +126,44 @@ def test_chunks_are_committed_in_order_and_refused_with_reasons(
     assert server.store.count_clips() == 1
 
 
+def moof_offsets(data: bytes) -> list[int]:
+    """Where the fMP4's fragments start (its top-level moof boxes)."""
+    at, out = 0, []
+    while at + 8 <= len(data):
+        size, kind = int.from_bytes(data[at : at + 4], "big"), data[at + 4 : at + 8]
+        if kind == b"moof":
+            out.append(at)
+        at += size
+    return out
+
+
+def test_a_clip_cut_back_by_the_device_is_served_as_its_prefix(
+    server: CloudServer, clip: bytes
+) -> None:
+    # Issue 39: the device sent an open clip's fragments as they were written, then heard
+    # its track ended long before and cut the file back to a fragment boundary.
+    ci = info()
+    cut = moof_offsets(clip)[1]  # the first second of the clip's two
+    open_parts = [chunk(clip, o, 64 * KB, ci) for o in range(0, len(clip), 64 * KB)]
+    channel, stub = stub_for(server)
+    m = server.metrics.registry
+    with channel:
+        acks = send(stub, open_parts)
+        assert acks[-1].committed_bytes == len(clip) and not acks[-1].complete
+        early = chunk(clip, cut, 0, ci)
+        early.cut_back = True  # only the last chunk may say so
+        back = chunk(clip, cut, 0, ci, last=True)
+        back.cut_back = True
+        acks = send(stub, [early, back])
+        assert acks[0].status == INVALID and acks[0].reason.startswith("cut_back"), acks[0]
+        assert (acks[1].status, acks[1].committed_bytes, acks[1].complete) == (STORED, cut, True)
+        data, got = fetch(stub, clip_id=ci.clip_id)
+        assert data == clip[:cut] and got[-1].last
+        assert 0 < frames(data) < frames(clip)
+    dropped = sample(m, "strata_cloud_clip_bytes_cut_back_total", {"camera": "door"})
+    assert dropped == len(clip) - cut
+
+
 def test_bad_chunks_are_invalid_and_store_nothing(server: CloudServer) -> None:
     ci = info(clip_id="door/s1/2")
     big = chunk(b"\x00" * 100 * KB, 0, 100 * KB, ci)

@@ -1,7 +1,8 @@
 """A real gRPC server on loopback that implements Analytics.UploadClip honestly: each
 clip's bytes appended to a file (synced before the ack says so), acks by committed size,
 a chunk past the committed size answered RETRY with it, complete once the final chunk is
-in. Faults on request: the server stopped after N chunks (a restart), stored bytes lost
+in (a last chunk that says `cut_back` truncates what is held to its end, as the cloud's
+clip_rows does). Faults on request: the server stopped after N chunks (a restart), stored bytes lost
 at chunk N (a gap), RETRY with a wait, a camera refused (INVALID)."""
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ class ClipStore(analytics_pb2_grpc.AnalyticsServicer):
             return clips_pb2.ClipChunkAck(
                 clip_id=info.clip_id, status=RETRY, committed_bytes=committed, reason="gap"
             )
+        end = chunk.offset + len(chunk.data)
+        if chunk.last and chunk.cut_back and end < committed:  # kept: the prefix
+            os.truncate(path, end)
+            committed = end
         new = chunk.data[committed - chunk.offset :]
         if new:
             with open(path, "ab") as out:

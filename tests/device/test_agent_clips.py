@@ -175,10 +175,15 @@ def test_tracks_on_a_real_edge_get_clips_in_the_cloud(
             for u, _, e in run.tracks
             if u in info.track_uids
         )
+        if end and info.outcome == clips_pb2.CLIP_OUTCOME_COMPLETE:
+            # Issue 39: it ends at the track's last seen time plus the post-roll, to the
+            # next fragment boundary (a GOP: 10 frames) at most, though the device hears of
+            # the end the tracker's lost wait later (the clip is cut back).
+            assert info.end_ns <= end + int((post + 10 / FPS) * 1e9) + FRAME_NS, (uid, info)
         if info.outcome == clips_pb2.CLIP_OUTCOME_ENDED:
-            # The file ended under the clip: a track's own clip ends where the edge's clip
-            # demand puts it, which follows the track's end by the tracker's lost wait
-            # (issue 39, open), so an ended track's clip can run to the file's last frame.
+            # The file ended under the clip before the device heard the track's end (the
+            # edge tells it the tracker's lost wait after the track was last seen): there
+            # was no more to show, nor a clip open to cut back.
             assert info.end_ns >= run.last_ns - FRAME_NS, info
         elif not late:
             assert info.outcome == clips_pb2.CLIP_OUTCOME_COMPLETE, info

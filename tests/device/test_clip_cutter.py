@@ -187,6 +187,86 @@ def test_a_file_that_ends_under_a_live_track_ends_its_clip_as_ended(
     assert run.outcome_count("ended") == 1 and not run.outcome_count("disconnected")
 
 
+def play_tracks(run: Run, opens: dict[int, str], ends: dict[int, tuple[str, int]]) -> None:
+    """The whole file through the real source; at frame i, `opens` opens a live track's
+    clip, `ends` ends one as last seen at an earlier frame (as the demand tells it)."""
+    src = AvSource(str(run.path), SourceConfig(), tap=run.ring)
+    try:
+        for frame in src.frames():
+            run.capture.append(frame.capture_ns)
+            run.times.append(frame.ts)
+            if frame.index in opens:
+                run.cutter.open_track(opens[frame.index], frame.capture_ns)
+            if frame.index in ends:
+                key, seen = ends[frame.index]
+                assert run.cutter.end_track(key, run.capture[seen])
+    finally:
+        src.close()
+
+
+def test_a_track_ended_late_has_its_clip_cut_back_to_its_end_plus_the_post_roll(
+    h264: Path, tmp_path: Path
+) -> None:
+    """Issue 39: the edge tells the device a track ended only its lost-track wait after it
+    was last seen; the clip, written live, had run on. It ends at the first fragment
+    boundary at or past last seen + post_roll (at most a GOP more), the file cut back to
+    it; another track's live clip is untouched."""
+    cfg = ClipsConfig(enabled=True, dir=str(tmp_path), pre_roll_s=1.0, post_roll_s=1.0, ring_s=8)
+    run = Run(h264, cfg)
+    # "a" from frame 40, last seen at frame 83, its end heard at frame 143 (6 s later);
+    # "b" from frame 50, live until the file ends (frame 199).
+    play_tracks(run, {40: "a", 50: "b"}, {143: ("a", 83)})
+    by_key = {c.keys: c for c in run.cutter.finished}
+    a, b = by_key[("a",)], by_key[("b",)]
+    source = decode(h264)
+    gop_s = 10 * FRAME_S
+    end = run.times[83] + cfg.post_roll_s
+    assert a.outcome == "complete" and a.reason == "" and a.notes == (), a
+    _check_clip(a, source, (run.times[40], run.times[83]), cfg)  # the rolls and bytes
+    assert end - 1e-6 <= a.end_ts <= end + gop_s, (a.end_ts, end)
+    assert a.path is not None
+    boxes = mp4_boxes(a.path)
+    assert boxes[-1] == "mdat" and boxes.count("moof") == boxes.count("mdat"), boxes
+    # Cut back, not cut off: the file played to frame 143 before its end was heard.
+    assert a.end_ts < run.times[143] - 4.0
+    assert a.packets == len(decode(a.path).crcs)
+    cut = run.registry.get_sample_value(
+        "strata_device_clip_bytes_cut_back_total", {"camera": "cam"}
+    )
+    assert cut and cut > 4 * a.bytes / (a.end_ts - a.start_ts)  # over 4 s of bytes went
+    # The live track's clip runs on to the file's end, whole.
+    assert b.outcome == "ended" and b.start_ts <= run.times[50] - cfg.pre_roll_s + 1e-6
+    assert b.path is not None and b.end_ts == pytest.approx(max(run.times))
+    got = decode(b.path)
+    k = source.crcs.index(got.crcs[0])
+    assert got.crcs == source.crcs[k:], "every frame from its keyframe to the file's end"
+
+
+def test_a_track_end_heard_within_its_post_roll_ends_its_clip_as_it_comes(
+    h264: Path, tmp_path: Path
+) -> None:
+    """An end heard before the clip reached it (or within the fragment being written)
+    cuts nothing back: the clip ends at the first frame at or after it, as before."""
+    cfg = ClipsConfig(enabled=True, dir=str(tmp_path), pre_roll_s=1.0, post_roll_s=1.0, ring_s=8)
+    run = Run(h264, cfg)
+    # "a" last seen at frame 83, heard at 95: past its end (frame 93), in the fragment
+    # being written (frames 90-99); "c" last seen at 95, heard at 96: its end ahead.
+    play_tracks(run, {40: "a", 45: "c"}, {95: ("a", 83), 96: ("c", 95)})
+    by_key = {c.keys: c for c in run.cutter.finished}
+    source = decode(h264)
+    # How far past its end a clip may run: "c" a frame or two (B-frames); "a" the packets
+    # the ring had past frame 95 when its end was heard, within that fragment.
+    for key, seen, over_s in (("a", 83, 10.0 - 9.3), ("c", 95, 2 * FRAME_S)):
+        clip = by_key[(key,)]
+        end = run.times[seen] + cfg.post_roll_s
+        assert clip.outcome == "complete", clip
+        assert end - 1e-6 <= clip.end_ts < end + over_s, (key, clip.end_ts, end)
+        _check_clip(clip, source, (run.times[40], run.times[seen]), cfg)
+    assert not run.registry.get_sample_value(
+        "strata_device_clip_bytes_cut_back_total", {"camera": "cam"}
+    )
+
+
 def test_a_clip_cut_short_still_decodes_its_first_fragments(h264: Path, tmp_path: Path) -> None:
     cfg = ClipsConfig(enabled=True, dir=str(tmp_path), pre_roll_s=1.0, post_roll_s=1.0, ring_s=8)
     run = Run(h264, cfg)

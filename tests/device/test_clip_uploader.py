@@ -160,6 +160,32 @@ def test_an_open_clip_goes_as_it_grows_and_ends_with_its_final_chunk(
         cloud.stop()
 
 
+def test_a_clip_cut_back_after_its_bytes_went_up_ends_as_that_prefix(
+    tmp_path: Path, port: int
+) -> None:
+    # Issue 39: an open clip's bytes went up as it grew; then the cutter cut the file back
+    # (its track's end heard late). Until its final info, the uploader waits (no failure);
+    # then its last chunk says cut_back and the cloud keeps the prefix.
+    cloud = Cloud(tmp_path / "cloud", port)
+    dev = Device(tmp_path / "clips", f"127.0.0.1:{port}")
+    try:
+        path, cid = dev.clip(11 * KIB, final=False)
+        dev.uploader.run_pass()
+        assert cloud.bytes_of(cid) == path.read_bytes()
+        os.truncate(path, 7 * KIB)
+        dev.uploader.run_pass()  # cut back, not final yet: nothing to send, no failure
+        assert dev.value("strata_device_clip_upload_failures_total", {"reason": "io"}) == 0
+        assert len(cloud.bytes_of(cid)) == 11 * KIB
+        dev.finish(path, dev.spool.pending()[0].info)
+        data = path.read_bytes()
+        dev.uploader.run_pass()
+        assert cloud.bytes_of(cid) == data and len(data) == 7 * KIB
+        assert cid in cloud.store.complete and not dev.spool.pending()
+        assert cloud.store.infos[cid].size_bytes == 7 * KIB
+    finally:
+        cloud.stop()
+
+
 def test_the_thread_uploads_through_an_outage_with_backoff(tmp_path: Path, port: int) -> None:
     dev = Device(tmp_path / "clips", f"127.0.0.1:{port}", poll_s=0.1, connect_timeout_s=1)
     path, cid = dev.clip(20 * KIB)
