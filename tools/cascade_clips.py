@@ -188,15 +188,27 @@ def head(src: Path, out: Path, frames: int) -> int:
     return writer.frames
 
 
-def footage(src: Path, workdir: Path, frames: int = 0) -> Path:
+def footage(src: Path, workdir: Path, frames: int = 0, fps: float = 0) -> Path:
     """`src` (any video PyAV reads) as the bench's H.264 clip in `workdir`, named
-    footage-STEM (reused when already there); `frames` > 0: only its first `frames`."""
+    footage-STEM (reused when already there); `frames` > 0: only its first `frames`; `fps`
+    > 0: frames dropped evenly down to about that rate (a camera's stream set to it)."""
     if not src.is_file():
         raise FileNotFoundError(f"--footage {src}: no such file")
-    suffix = f"-first{frames}" if frames > 0 else ""
+    rate, _total, width, height = _rate(src)
+    step = max(1, round(rate / fps)) if fps > 0 else 1
+    suffix = (f"-{fps:g}fps" if step > 1 else "") + (f"-first{frames}" if frames > 0 else "")
     out = workdir / f"footage-{src.stem}{suffix}.mp4"
-    if not out.is_file():
-        head(src, out, frames if frames > 0 else 1 << 31)
+    if out.is_file():
+        return out
+    writer = _Writer(out, rate / step, width, height)
+    try:
+        for i, img in enumerate(_frames(src)):
+            if frames > 0 and writer.frames >= frames:
+                break
+            if i % step == 0:
+                writer.write(img)
+    finally:
+        writer.close()
     return out
 
 

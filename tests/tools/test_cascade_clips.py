@@ -78,5 +78,7 @@ def test_footage_of_ones_own_is_re_encoded_whole_or_its_first_frames(
     assert whole.name == "footage-src.mp4" and clip_shape(whole) == (40, 320, 240)
     first = footage(source, tmp_path / "clips", frames=9)
     assert first.name == "footage-src-first9.mp4" and clip_shape(first) == (9, 320, 240)
+    slower = footage(source, tmp_path / "clips", fps=5)  # 10 fps source: every other frame
+    assert slower.name == "footage-src-5fps.mp4" and clip_shape(slower) == (20, 320, 240)
     with pytest.raises(FileNotFoundError, match="--footage"):
         footage(tmp_path / "absent.mp4", tmp_path / "clips")

@@ -54,6 +54,8 @@ class CascadeOptions:
     encoding: str = "jpeg"
     # Clips of the user's own, run after vtest's (`--footage`).
     footage: tuple[Path, ...] = ()
+    # > 0: the footage's frames dropped evenly down to about this rate.
+    footage_fps: float = 0.0
 
 
 def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
@@ -79,7 +81,7 @@ def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
         clips.extend(_vtest_clips(work, opts, setup))
     if not opts.quick:
         for own in opts.footage:
-            path = cascade_clips.footage(own, work / "clips", opts.frames)
+            path = cascade_clips.footage(own, work / "clips", opts.frames, opts.footage_fps)
             clips.append(_measure(path, work / path.stem, setup))
     return clips
 
@@ -139,6 +141,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "tuned on, re-encoded H.264 at its own rate (python .ci/test_data.py --unseen writes "
         "four to data/unseen/)",
     )
+    p.add_argument(
+        "--footage-fps",
+        type=float,
+        default=0.0,
+        metavar="FPS",
+        help="drop --footage's frames evenly down to about this rate, as a camera set to "
+        "it (default: the file's own rate)",
+    )
     p.add_argument("--json", metavar="OUT", help="write the figures here too")
 
 
@@ -168,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         detector=detector,
         encoding=args.encoding,
         footage=tuple(Path(f) for f in args.footage),
+        footage_fps=args.footage_fps,
     )
     try:
         clips = run_cascade(out, opts)
