@@ -67,6 +67,26 @@ class Agreement:
         )
 
 
+# The gate's states, as strata_device_gate_site_state and the console say them.
+GATE_STATES = ("training", "off", "on")
+
+
+def gate_state(on: bool, samples: int, a: Agreement, s: HeadSettings) -> str:
+    """`on`: it drops frames. `training`: it keeps every frame, short of the training
+    samples or of the object or empty probes its agreement needs. `off`: it keeps every
+    frame, its held-out recall under `min_recall` with probes enough to say so."""
+    if on:
+        return "on"
+    if (
+        samples < s.min_training
+        or a.positives < s.min_positives
+        or a.negatives < s.min_negatives
+        or a.recall is None
+    ):
+        return "training"
+    return "off"
+
+
 class OnlineHead:
     """Class-balanced logistic regression on standardised features, SGD in numpy."""
 
