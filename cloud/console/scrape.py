@@ -34,12 +34,24 @@ RATES = {
 }
 
 
-# Gauges and counters read as they are, per camera (no rate): sample name -> key.
-_CASCADE = {
+# The device's cascade and site gate samples read as they are, per camera (no rate): the
+# families (a counter's without _total), and the sample names kept as values -> key.
+_DEVICE_FAMILIES = frozenset(
+    {
+        "strata_device_cascade_target",
+        "strata_device_estimated_accuracy",
+        "strata_device_cascade_target_missed",
+        "strata_device_gate_site_state",
+        "strata_device_gate_site_training_samples",
+        "strata_device_gate_site_recall",
+        "strata_device_gate_site_window_probes",
+        "strata_device_gate_site_needs",
+        "strata_device_frames_dropped_gate",
+    }
+)
+_VALUES = {
     "strata_device_estimated_accuracy": "estimate",
     "strata_device_cascade_target_missed": "missed_by",
-}
-_SITE = {
     "strata_device_gate_site_training_samples_total": "samples",
     "strata_device_gate_site_recall": "recall",
     "strata_device_frames_dropped_gate_total": "dropped",
@@ -212,18 +224,17 @@ class Scraper:
 
     def _parse(self, url: str, text: str, now: float, cams: dict[str, CameraLive]) -> None:
         for family in text_string_to_metric_families(text):
+            device_part = family.name in _DEVICE_FAMILIES
             for s in family.samples:
                 cam = s.labels.get("camera", "")
                 if not cam:
                     continue
-                if s.name == "strata_device_camera_state" and s.value == 1:
+                if device_part:
+                    _device_part(cams.setdefault(cam, CameraLive()), s.name, s.labels, s.value)
+                elif s.name == "strata_device_camera_state" and s.value == 1:
                     cams.setdefault(cam, CameraLive()).state = s.labels.get("state", "")
                 elif s.name == "strata_device_camera_last_error" and s.value:
                     cams.setdefault(cam, CameraLive()).error = s.labels.get("kind", "")
-                elif s.name.startswith(("strata_device_cascade", "strata_device_gate_site")) or (
-                    s.name in _CASCADE or s.name in _SITE
-                ):
-                    _device_part(cams.setdefault(cam, CameraLive()), s.name, s.labels, s.value)
                 else:
                     rate = RATES.get(s.name.removesuffix("_total"))
                     if rate is not None:
@@ -241,7 +252,7 @@ class Scraper:
 
 def _device_part(live: CameraLive, name: str, labels: dict[str, str], value: float) -> None:
     """One sample of the camera's cascade or site gate into `live`'s raw samples."""
-    key = _CASCADE.get(name) or _SITE.get(name)
+    key = _VALUES.get(name)
     if key is not None:
         live._raw[key] = value
     elif name == "strata_device_cascade_target":
