@@ -184,8 +184,8 @@ class SiteGateMetrics:
         self.state = Gauge(
             "strata_device_gate_site_state",
             "1 for the site gate's state: training (keeps every frame, short of the samples "
-            "or probes its agreement needs), off (keeps every frame, recall under "
-            "min_recall), on (drops frames).",
+            "or probes its agreement needs), off (keeps every frame, its recall over object "
+            "probes enough under min_recall), on (drops frames).",
             ["camera", "state"],
             registry=registry,
         )

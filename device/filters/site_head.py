@@ -72,19 +72,19 @@ GATE_STATES = ("training", "off", "on")
 
 
 def gate_state(on: bool, samples: int, a: Agreement, s: HeadSettings) -> str:
-    """`on`: it drops frames. `training`: it keeps every frame, short of the training
-    samples or of the object or empty probes its agreement needs. `off`: it keeps every
-    frame, its held-out recall under `min_recall` with probes enough to say so."""
+    """`on`: it drops frames. `off`: it keeps every frame, its held-out recall under
+    `min_recall` over object probes enough (`min_positives`) to say so. `training`: it keeps
+    every frame, short of the training samples or of the probes its agreement needs."""
     if on:
         return "on"
     if (
-        samples < s.min_training
-        or a.positives < s.min_positives
-        or a.negatives < s.min_negatives
-        or a.recall is None
+        samples >= s.min_training
+        and a.positives >= s.min_positives
+        and a.recall is not None
+        and a.recall < s.min_recall
     ):
-        return "training"
-    return "off"
+        return "off"
+    return "training"
 
 
 class OnlineHead:

@@ -256,3 +256,49 @@ def test_a_site_gate_switched_on_and_a_held_target_in_chromium(
         "object_probes": 10.0,
         "empty_probes": 10.0,
     }
+
+
+def test_the_scrape_reads_each_verdict_and_state(
+    device_metrics: tuple[CollectorRegistry, str],
+) -> None:
+    """Over the real /metrics: a cascade with no estimate yet (waiting), one under its
+    target with room to keep more (recovering), a camera without cascade or site gate
+    (None for both), and a site gate switched off again when its recall fell."""
+    from strata.cloud.console.scrape import Scraper
+
+    registry, url = device_metrics
+    metrics = CascadeMetrics(registry)
+    CascadePolicy(CascadeConfig(calibrate_every=0), metrics, "new")
+    under = CascadePolicy(CascadeConfig(calibrate_every=0, metric="counting"), metrics, "busy")
+    under.feedback(frame_pb2.CascadeFeedback(estimated_counting=0.8))
+    CameraMetrics(DeviceMetrics(registry), "plain")
+    settings = HeadSettings(
+        holdout_every=3, window=30, min_positives=5, min_negatives=5, min_training=30
+    )
+    gate = SiteGate(8, settings, SiteGateMetrics(registry))
+    feats, positive = _answers(np.random.default_rng(3), 300, 8)
+    for i in range(len(feats)):
+        if gate.decide("busy", [i], feats[i : i + 1])[0]:
+            gate.answer("busy", i, int(positive[i]))
+    assert gate.is_on("busy")
+    # The site changes: frames that look empty to the head now hold objects.
+    empty = feats[~positive]
+    for k in range(120):
+        i = 1000 + k
+        if gate.decide("busy", [i], empty[k % len(empty)][None])[0]:
+            gate.answer("busy", i, 1)
+    st = gate.status("busy")
+    assert st is not None and st.state == "off", st
+
+    cams = Scraper([url], 5.0).scrape().cameras
+    new, busy, plain = cams["new"], cams["busy"], cams["plain"]
+    assert new.cascade is not None and new.cascade.verdict == "waiting"
+    assert new.cascade.words() == "f1 -, target 0.900: no estimate yet"
+    assert new.site_gate is None
+    assert busy.cascade is not None and busy.cascade.verdict == "recovering", busy.cascade
+    assert busy.cascade.words() == (
+        "counting 0.800, target 0.900: under target, keeping more frames"
+    )
+    assert busy.site_gate is not None and busy.site_gate.state == "off"
+    assert busy.site_gate.recall == st.recall and busy.site_gate.samples == st.samples
+    assert plain.cascade is None and plain.site_gate is None
