@@ -143,6 +143,9 @@ class ConsoleReads:
                     "state": state.state if state else "",
                     "error": state.error if state else "",
                     "rates": dict(state.rates) if state else {},
+                    # The device's cascade target and site gate (None: it exports none).
+                    "cascade": state.cascade.as_json() if state and state.cascade else None,
+                    "site_gate": (state.site_gate.as_json() if state and state.site_gate else None),
                 }
             )
         return out

@@ -137,6 +137,13 @@ class CascadeMetrics:
             ["camera"],
             registry=registry,
         )
+        self.target = Gauge(
+            "strata_device_cascade_target",
+            "The camera's device.cascade.target, labelled with what it is about "
+            "(device.cascade.metric: f1 or counting); beside strata_device_estimated_accuracy.",
+            ["camera", "metric"],
+            registry=registry,
+        )
         self.floor_gap = Gauge(
             "strata_device_cascade_floor_gap",
             "Widest spacing of kept frames while the edge tracks objects (the floor: uniform "
@@ -258,6 +265,7 @@ class CascadePolicy:
         self.target_missed = 0.0
         if metrics is not None:
             metrics.floor_gap.labels(camera_id).set(self._floor)
+            metrics.target.labels(camera_id, cfg.metric).set(cfg.target)
 
     def before_motion(self, index: int) -> PreDecision:
         """What to do with source frame `index` before its motion is scored."""

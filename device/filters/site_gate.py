@@ -34,7 +34,16 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.shared.config.device import GateConfig, SiteGateConfig
 
-from .site_head import Agreement, HeadSettings, HeldOut, OnlineHead, fmt_share, is_probe
+from .site_head import (
+    GATE_STATES,
+    Agreement,
+    HeadSettings,
+    HeldOut,
+    OnlineHead,
+    fmt_share,
+    gate_state,
+    is_probe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +181,28 @@ class SiteGateMetrics:
             ["camera", "to"],
             registry=registry,
         )
+        self.state = Gauge(
+            "strata_device_gate_site_state",
+            "1 for the site gate's state: training (keeps every frame, short of the samples "
+            "or probes its agreement needs), off (keeps every frame, its recall over object "
+            "probes enough under min_recall), on (drops frames).",
+            ["camera", "state"],
+            registry=registry,
+        )
+        self.needs = Gauge(
+            "strata_device_gate_site_needs",
+            "What the site gate needs before it switches on (device.gate.site): recall, "
+            "samples (min_training), object_probes (min_positives), empty_probes "
+            "(min_negatives).",
+            ["camera", "what"],
+            registry=registry,
+        )
+        self.window = Gauge(
+            "strata_device_gate_site_window_probes",
+            "Answered held-out probes in the agreement's rolling window, by kind (object, empty).",
+            ["camera", "kind"],
+            registry=registry,
+        )
         self.forgotten = Counter(
             "strata_device_gate_site_unanswered",
             "Kept frames whose answer never came before the gate forgot them.",
@@ -198,10 +229,12 @@ class SiteStatus:
     negatives: int
     recall: float | None
     dropped_share: float | None
+    # A GATE_STATES entry (site_head.gate_state).
+    state: str = "training"
 
     def line(self) -> str:
         """`site gate on: recall 0.990 over 60 object probes, 412 samples`."""
-        state = "on" if self.on else "off (keeps every frame)"
+        state = "on" if self.on else f"{self.state} (keeps every frame)"
         return (
             f"site gate {state}: held-out recall {fmt_share(self.recall)} over "
             f"{self.positives} object / {self.negatives} empty probes, "
@@ -236,7 +269,32 @@ class SiteGate:
             cam = self._cams[camera_id] = _Camera(
                 OnlineHead(self.dim, self.s), HeldOut(self.s.window)
             )
+            self._publish(camera_id, cam, cam.held_out.agreement(), first=True)
         return cam
+
+    def _publish(self, camera_id: str, cam: _Camera, a: Agreement, first: bool = False) -> None:
+        """The camera's state, agreement and window on the metrics (the console reads them)."""
+        m = self.metrics
+        if m is None:
+            return
+        state = gate_state(cam.on, cam.head.samples, a, self.s)
+        for name in GATE_STATES:
+            m.state.labels(camera_id, name).set(int(name == state))
+        m.window.labels(camera_id, "object").set(a.positives)
+        m.window.labels(camera_id, "empty").set(a.negatives)
+        if a.recall is not None:
+            m.recall.labels(camera_id).set(a.recall)
+        if first:
+            m.on.labels(camera_id).set(0)
+            m.samples.labels(camera_id)
+            needs = (
+                ("recall", self.s.min_recall),
+                ("samples", self.s.min_training),
+                ("object_probes", self.s.min_positives),
+                ("empty_probes", self.s.min_negatives),
+            )
+            for what, value in needs:
+                m.needs.labels(camera_id, what).set(value)
 
     def decide(self, camera_id: str, indices: Sequence[int], features: np.ndarray) -> np.ndarray:
         """Keep mask for a camera's frames (their frame indices and features); remembers
@@ -283,11 +341,11 @@ class SiteGate:
         a = cam.held_out.agreement()
         passes = a.passes(self.s) and cam.head.samples >= self.s.min_training
         m = self.metrics
-        if m is not None and a.recall is not None:
-            m.recall.labels(camera_id).set(a.recall)
-        if passes == cam.on:
-            return
+        changed = passes != cam.on
         cam.on = passes
+        self._publish(camera_id, cam, a)
+        if not changed:
+            return
         if m is not None:
             m.on.labels(camera_id).set(int(passes))
             m.switches.labels(camera_id, "on" if passes else "off").inc()
@@ -300,7 +358,14 @@ class SiteGate:
 
     def _status(self, camera_id: str, cam: _Camera, a: Agreement) -> SiteStatus:
         return SiteStatus(
-            camera_id, cam.on, cam.head.samples, a.positives, a.negatives, a.recall, a.dropped_share
+            camera_id,
+            cam.on,
+            cam.head.samples,
+            a.positives,
+            a.negatives,
+            a.recall,
+            a.dropped_share,
+            gate_state(cam.on, cam.head.samples, a, self.s),
         )
 
     def status(self, camera_id: str) -> SiteStatus | None:

@@ -67,6 +67,26 @@ class Agreement:
         )
 
 
+# The gate's states, as strata_device_gate_site_state and the console say them.
+GATE_STATES = ("training", "off", "on")
+
+
+def gate_state(on: bool, samples: int, a: Agreement, s: HeadSettings) -> str:
+    """`on`: it drops frames. `off`: it keeps every frame, its held-out recall under
+    `min_recall` over object probes enough (`min_positives`) to say so. `training`: it keeps
+    every frame, short of the training samples or of the probes its agreement needs."""
+    if on:
+        return "on"
+    if (
+        samples >= s.min_training
+        and a.positives >= s.min_positives
+        and a.recall is not None
+        and a.recall < s.min_recall
+    ):
+        return "off"
+    return "training"
+
+
 class OnlineHead:
     """Class-balanced logistic regression on standardised features, SGD in numpy."""
 

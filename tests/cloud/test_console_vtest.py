@@ -8,9 +8,9 @@ Events appear live with their thumbnails (the images load), a filter narrows the
 detail page draws the path over the frame and plays the track's clip from the crossing's
 moment (the <video> has its current frame, a duration, and starts at the crossing's capture
 time minus the clip's first frame's, as GetClip tells it), the cameras page shows the
-camera running with its frame rates, the counts page charts the crossings, and the browser
-console has no errors. Screenshots of every page go to the test's folder (and
-STRATA_SCREENSHOTS=DIR)."""
+camera running with its frame rates and its cascade target, the counts page charts the
+crossings, and the browser console has no errors. Screenshots of every page go to the
+test's folder (and STRATA_SCREENSHOTS=DIR)."""
 
 from __future__ import annotations
 
@@ -234,6 +234,11 @@ def check_cameras(driver: Any, base: str, out: Path) -> None:
     time.sleep(1.0)
     driver.get(base + "/cameras")  # rates come from two scrapes
     assert rate(driver, 4) > 0, "decoded frames per second"
+    # The device's cascade target, from the agent daemon's /metrics (no site gate: empty).
+    cascade = by_css(driver, "#cameras td.cascade")[0]
+    assert cascade.get_attribute("data-verdict") in ("waiting", "held", "recovering", "missed")
+    assert "target 0.900" in cascade.text, cascade.text
+    assert by_css(driver, "#cameras td.site-gate")[0].text == ""
     thumb = by_css(driver, "#cameras td.thumb img")
     wait_for("the latest snapshot", lambda: images_loaded(driver, thumb))
     screenshot(driver, out, "cameras")

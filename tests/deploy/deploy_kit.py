@@ -183,6 +183,8 @@ def exported_names() -> set[str]:
     """Every sample name the three tiers' metric registries export (labelled or not)."""
     from prometheus_client import CollectorRegistry
     from strata.cloud.metrics import CloudMetrics
+    from strata.device.filters.cascade import CascadeMetrics
+    from strata.device.filters.site_gate import SiteGateMetrics
     from strata.device.metrics import DeviceMetrics
     from strata.edge.metrics import EdgeMetrics
 
@@ -193,7 +195,8 @@ def exported_names() -> set[str]:
         "summary": ("", "_count", "_sum"),
     }
     names: set[str] = set()
-    for cls in (DeviceMetrics, EdgeMetrics, CloudMetrics):
+    # The device's cascade and site gate register on the agent's registry beside its own.
+    for cls in (DeviceMetrics, CascadeMetrics, SiteGateMetrics, EdgeMetrics, CloudMetrics):
         registry = CollectorRegistry()
         cls(registry)
         for family in registry.collect():

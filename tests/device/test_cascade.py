@@ -330,6 +330,9 @@ def test_a_target_it_cannot_reach_is_reported_missed() -> None:
     metrics = CascadeMetrics(registry)
     cfg = CascadeConfig(calibrate_every=0, target=0.9, max_gap=8, max_share=0.5, budget=0.25)
     p = CascadePolicy(cfg, metrics, "cam")
+    # The target is on /metrics beside the estimate (the console shows both).
+    target = {"camera": "cam", "metric": "f1"}
+    assert registry.get_sample_value("strata_device_cascade_target", target) == 0.9
 
     def missed() -> float:
         v = registry.get_sample_value("strata_device_cascade_target_missed", {"camera": "cam"})

@@ -166,6 +166,30 @@ def test_head_learns_and_switches_on_only_past_its_agreement(
     assert samples == st.samples and samples >= SMALL.min_training
     on = registry.get_sample_value("strata_device_gate_site_on", {"camera": "cam"})
     assert on == float(st.on)
+    _metrics_say(registry, st)
+
+
+def _metrics_say(registry: CollectorRegistry, st: SiteStatus) -> None:
+    """The gate's state, agreement, window and needs on the metrics, as its status says."""
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"camera": st.camera_id, **labels})
+
+    states = {s: value("strata_device_gate_site_state", state=s) for s in ("training", "off", "on")}
+    assert states == {s: float(s == st.state) for s in states}, (states, st)
+    assert value("strata_device_gate_site_recall") == st.recall
+    assert value("strata_device_gate_site_window_probes", kind="object") == st.positives
+    assert value("strata_device_gate_site_window_probes", kind="empty") == st.negatives
+    needs = {
+        w: value("strata_device_gate_site_needs", what=w)
+        for w in ("recall", "samples", "object_probes", "empty_probes")
+    }
+    assert needs == {
+        "recall": SMALL.min_recall,
+        "samples": SMALL.min_training,
+        "object_probes": SMALL.min_positives,
+        "empty_probes": SMALL.min_negatives,
+    }
 
 
 def test_a_gate_short_of_its_agreement_drops_nothing(
@@ -177,10 +201,13 @@ def test_a_gate_short_of_its_agreement_drops_nothing(
         holdout_every=3, window=40, min_positives=30, min_negatives=30, min_training=40
     )
     gate = SiteGate(576, strict)
+    assert gate.status("cam") is None
     seen = _run(gate, feats, counts)
     assert all(s.kept for s in seen)
     st = gate.status("cam")
     assert st is not None and not st.on and st.samples > 200
+    # Never enough object probes in its window: still training, never "off".
+    assert st.state == "training" and st.positives < strict.min_positives
 
 
 def test_switches_off_when_agreement_falls(stream: tuple[np.ndarray, np.ndarray]) -> None:
@@ -209,6 +236,11 @@ def test_switches_off_when_agreement_falls(stream: tuple[np.ndarray, np.ndarray]
     )
     assert off is not None and off >= (offs_before or 0) + 1
     assert seen  # the stream ran
+    # Off with probes enough to say its recall is short: "off", not "training".
+    st = gate.status("cam")
+    assert st is not None and st.state == "off" and st.recall is not None
+    assert st.recall < SMALL.min_recall
+    _metrics_say(registry, st)
 
 
 def test_probes_are_spread_and_kept() -> None:

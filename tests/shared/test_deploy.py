@@ -322,6 +322,7 @@ def exported_names() -> set[str]:
     from prometheus_client import CollectorRegistry
     from strata.cloud.metrics import CloudMetrics
     from strata.device.filters.cascade import CascadeMetrics
+    from strata.device.filters.site_gate import SiteGateMetrics
     from strata.device.metrics import DeviceMetrics
     from strata.edge.metrics import EdgeMetrics
 
@@ -332,8 +333,8 @@ def exported_names() -> set[str]:
         "summary": ("", "_count", "_sum"),
     }
     names: set[str] = set()
-    # The agent registers its cascade policy's metrics beside DeviceMetrics.
-    for cls in (DeviceMetrics, CascadeMetrics, EdgeMetrics, CloudMetrics):
+    # The agent registers its cascade policy's and site gate's metrics beside DeviceMetrics.
+    for cls in (DeviceMetrics, CascadeMetrics, SiteGateMetrics, EdgeMetrics, CloudMetrics):
         registry = CollectorRegistry()
         cls(registry)
         for family in registry.collect():
