@@ -54,6 +54,8 @@ class CascadeOptions:
     encoding: str = "jpeg"
     # Clips of the user's own, run after vtest's (`--footage`).
     footage: tuple[Path, ...] = ()
+    # The cascade run's JPEG quality (None: the device's default).
+    jpeg_quality: int | None = None
     # > 0: the footage's frames dropped evenly down to about this rate.
     footage_fps: float = 0.0
 
@@ -74,7 +76,8 @@ def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
     say(f"detector: {detector.one_line()} from {detector.repository}")
     say(f"cascade on the synthetic clip ({frames} frames): reference run, then cascade run ...")
     truth = synthetic_truth(clip, labels)
-    setup = ClipSetup(model, (detector.input_width, detector.input_height), encoding=opts.encoding)
+    size = (detector.input_width, detector.input_height)
+    setup = ClipSetup(model, size, encoding=opts.encoding, jpeg_quality=opts.jpeg_quality)
     say(f"the cascade run's device sends the edge {opts.encoding} payloads")
     clips.append(measure_clip(path, work / "synthetic", setup, truth, labels))
     if not opts.skip_vtest:
@@ -142,6 +145,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "four to data/unseen/)",
     )
     p.add_argument(
+        "--jpeg-quality",
+        type=int,
+        default=None,
+        metavar="Q",
+        help="the cascade run's JPEG quality (default: device.sender.jpeg_quality's)",
+    )
+    p.add_argument(
         "--footage-fps",
         type=float,
         default=0.0,
@@ -179,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
         encoding=args.encoding,
         footage=tuple(Path(f) for f in args.footage),
         footage_fps=args.footage_fps,
+        jpeg_quality=args.jpeg_quality,
     )
     try:
         clips = run_cascade(out, opts)

@@ -332,6 +332,8 @@ class ClipSetup:
     curve: bool = False
     # What the cascade run's device sends the edge (the reference always sends raw frames).
     encoding: str = "jpeg"
+    # Its JPEG quality (None: device.sender.jpeg_quality's default).
+    jpeg_quality: int | None = None
 
 
 def scaled_reference(model_input: tuple[int, int] | None) -> dict[str, Any]:
@@ -360,6 +362,8 @@ def measure_clip(
     total = decoded or (max(ref_boxes, default=-1) + 1)
     # Refused before the cascade runs: its figures would be scored against holes.
     reference = reference_frames(clip.name, ref_boxes, total, drops(ref.scrapes))
+    if setup.jpeg_quality is not None:
+        extra = merge(extra, {"device": {"sender": {"jpeg_quality": setup.jpeg_quality}}})
     cascade = merge(cascade_config(setup.encoding, extra), clips_overrides(workdir / "cascade"))
     cas = run_once(workdir / "cascade", clip, cascade, setup.timeout_s)
     cas_boxes = boxes_of(cas.results, labels)
