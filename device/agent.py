@@ -32,7 +32,8 @@ from .clips.demand import DemandFollower, DemandQueue
 from .clips.spool import ClipSpool
 from .clips.uploader import ClipUploader
 from .filters.burst_slots import BurstSlots
-from .filters.cascade import CascadeMetrics, EdgeLink
+from .filters.cascade import CascadeMetrics
+from .filters.edge_acks import EdgeLink
 from .filters.gate import RelevanceGate, load_gate
 from .filters.inbox import GateInbox
 from .filters.site_gate import site_route

@@ -141,10 +141,15 @@ CASCADE: dict[str, Any] = {
 }
 
 
-def cascade_config(encoding: str = "jpeg", extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The cascade run's config, its device sending `encoding` (jpeg: the default), with
-    `extra` over it."""
-    return merge(merge(CASCADE, {"device": {"sender": {"encoding": encoding}}}), extra or {})
+def cascade_config(
+    encoding: str = "jpeg", extra: dict[str, Any] | None = None, jpeg_quality: int | None = None
+) -> dict[str, Any]:
+    """The cascade run's config, its device sending `encoding` (jpeg: the default; at
+    `jpeg_quality`, None: the device's default), with `extra` over it."""
+    sender: dict[str, Any] = {"encoding": encoding}
+    if jpeg_quality is not None:
+        sender["jpeg_quality"] = jpeg_quality
+    return merge(merge(CASCADE, {"device": {"sender": sender}}), extra or {})
 
 
 class Labels:
@@ -362,9 +367,8 @@ def measure_clip(
     total = decoded or (max(ref_boxes, default=-1) + 1)
     # Refused before the cascade runs: its figures would be scored against holes.
     reference = reference_frames(clip.name, ref_boxes, total, drops(ref.scrapes))
-    if setup.jpeg_quality is not None:
-        extra = merge(extra, {"device": {"sender": {"jpeg_quality": setup.jpeg_quality}}})
-    cascade = merge(cascade_config(setup.encoding, extra), clips_overrides(workdir / "cascade"))
+    cascade = cascade_config(setup.encoding, extra, setup.jpeg_quality)
+    cascade = merge(cascade, clips_overrides(workdir / "cascade"))
     cas = run_once(workdir / "cascade", clip, cascade, setup.timeout_s)
     cas_boxes = boxes_of(cas.results, labels)
     # Every frame is scored with what the edge published for it (detected or answered by
