@@ -47,11 +47,27 @@ EmbedFn = Callable[[np.ndarray], np.ndarray]
 
 @dataclass(slots=True)
 class Look:
-    """One track's embedding: the running average, how many crops made it, when last."""
+    """One track's embedding: the running average the association uses (`vector`, BoT-SORT's
+    EMA), how many crops made it, when last, and the sum of those crops (`total`).
+
+    The EMA follows the person's latest look, which is what matching frame to frame wants,
+    but its first crop keeps most of the weight for a long time (0.9 ** samples), and a
+    track's first crop is often a person half in view. What the track's events carry, and the
+    cloud links across cameras, is `mean`: every averaged crop weighing the same (vtest cut
+    into two cameras, `strata bench identities`: precision of links at the cloud's threshold
+    0.0 with the EMA, 0.12 with the mean; 0.0 and 0.59 against tracks seen together)."""
 
     vector: np.ndarray
     samples: int
     frame: int
+    total: np.ndarray | None = None  # sum of the crops averaged in (None: `vector` alone)
+
+    @property
+    def mean(self) -> np.ndarray:
+        """The L2-normalised mean of the track's crops (its appearance for the uplink)."""
+        if self.total is None:
+            return self.vector
+        return np.asarray(self.total / max(float(np.linalg.norm(self.total)), 1e-12), np.float32)
 
 
 @dataclass(slots=True)
@@ -211,12 +227,13 @@ class Looks:
             v = fl.vectors[d]
             look = self.tracks.get(int(tid))
             if look is None:
-                self.tracks[int(tid)] = Look(v.copy(), 1, frame)
+                self.tracks[int(tid)] = Look(v.copy(), 1, frame, v.copy())
                 continue
             if fl.overlapping[d]:
                 continue
             mixed = a * look.vector + (1 - a) * v
             look.vector = mixed / max(float(np.linalg.norm(mixed)), 1e-12)
+            look.total = v.copy() if look.total is None else look.total + v
             look.samples += 1
             look.frame = frame
 

@@ -425,11 +425,12 @@ class Tracker:
         return self.looks.relink(self._ids, lost, self._obs, group, dets.boxes, fl)
 
     def appearance(self, track_id: int) -> tuple[np.ndarray, int] | None:
-        """A live (or just ended) track's embedding and its number of crops, if it has one."""
+        """A live (or just ended) track's embedding (the mean of its crops, reid.Look.mean)
+        and its number of crops, if it has one."""
         if self.looks is None:
             return None
         look = self.looks.of(track_id)
-        return None if look is None else (look.vector, look.samples)
+        return None if look is None else (look.mean, look.samples)
 
     def predict(self, frame: int, width: int = 0, height: int = 0) -> TrackedBoxes:
         """Boxes of the live tracks moved to `frame` (nothing stored), clipped to the frame.

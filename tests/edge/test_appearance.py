@@ -209,3 +209,20 @@ def test_the_pub_copy_leaves_the_embedding_out() -> None:
     copy = events_pb2.TrackEvent.FromString(_pub_copy(ev))
     assert not copy.HasField("appearance") and copy.track_id == 3
     assert ev.HasField("appearance"), "the durable copy keeps it"
+
+
+def test_a_tracks_events_carry_the_mean_of_its_crops_not_the_first_heavy_ema() -> None:
+    """The first crop (a person half in view) keeps 0.9 ** n of the EMA; the uplink's
+    vector weighs every averaged crop the same."""
+    from strata.edge.tracking.reid import FrameLooks, Looks
+
+    looks = Looks(AppearanceConfig())
+    first, later = _people(2, seed=3, alike=0.0)
+    for frame, v in enumerate([first] + [later] * 9):
+        fl = FrameLooks(v[None].astype(np.float32), np.array([True]), np.array([False]))
+        looks.learn(np.array([7]), np.array([0]), fl, frame)
+    look = looks.of(7)
+    assert look is not None and look.samples == 10
+    assert float(look.vector @ first) > 0.5  # the EMA still leans on the first crop
+    assert float(look.mean @ later) > 0.94 and float(look.mean @ first) < 0.2
+    assert abs(float(np.linalg.norm(look.mean)) - 1.0) < 1e-5

@@ -39,3 +39,16 @@ def test_a_flicker_is_not_a_persistent_switch() -> None:
     assert persistent([1, 1, 2, 1, 1]) == 0
     assert persistent([1, 1, 2, 2]) == 1
     assert persistent([1, 2, 3]) == 0
+
+
+def test_tracks_on_the_same_truth_box_at_once_are_seen_together() -> None:
+    from strata.tools.bench.identities import seen_together
+
+    runs = {"left": CameraRun(), "right": CameraRun()}
+    truth = (np.array([_b(0)], np.float32), np.array([5]))
+    for cam, track in (("left", 3), ("right", 8)):
+        run = runs[cam]
+        run.tracks[track] = TrackLife(0, 0)
+        _score(run, (truth[0], np.array([track], np.uint64)), truth, {}, {track}, frame=10)
+    runs["right"].at[(11, 6)] = 9  # another person, another frame: not with left's 3
+    assert seen_together(runs) == {frozenset((("left", 3), ("right", 8)))}
