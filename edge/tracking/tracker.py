@@ -24,16 +24,19 @@ scipy's `linear_sum_assignment`; the filter is vectorized over all tracks of a c
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 from pydantic import Field
 from scipy.optimize import linear_sum_assignment
-from strata.edge.tracking.reid import EmbedFn, FrameLooks, Looks
+from strata.edge.tracking.reid import EmbedFn, FrameLooks, Looks, LooksState
 from strata.shared.config.appearance import AppearanceConfig
 from strata.shared.config.base import StrictModel
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
+
+log = logging.getLogger(__name__)
 
 # Noise as a fraction of the box height (ByteTrack's weights): measurement, and the process
 # per frame of position and velocity.
@@ -109,6 +112,9 @@ class TrackerState(StrictModel):
     score: list[float] = Field(default_factory=list)
     # Last observed box (x1 y1 x2 y2) per track; empty (older checkpoints): the state's box.
     obs: list[list[float]] = Field(default_factory=list)
+    # Appearance (edge.appearance on): the tracks' embeddings; None (older checkpoints, or
+    # appearance off): a restored track gets one again from its next crop.
+    looks: LooksState | None = None
 
 
 def _to_xywh(boxes: np.ndarray) -> np.ndarray:
@@ -204,6 +210,7 @@ class Tracker:
             cls=self._cls.tolist(),
             score=self._score.tolist(),
             obs=self._obs.tolist(),
+            looks=self.looks.snapshot() if self.looks is not None else None,
         )
 
     def restore(self, state: TrackerState) -> None:
@@ -222,6 +229,15 @@ class Tracker:
             raise ValueError(f"tracker state of {n} tracks has arrays of other lengths")
         if n and max(state.ids) >= state.next_id:
             raise ValueError("tracker state: a track id at or above the next id")
+        if self.looks is not None and state.looks is not None:
+            try:
+                self.looks.restore(state.looks, set(state.ids))
+            except ValueError as exc:  # the tracks carry on; ids must never repeat
+                log.warning(
+                    "tracker state: appearance not restored (%s); its tracks get embeddings "
+                    "again from their next crops",
+                    exc,
+                )
         self._x, self._p = x, p
         self._frame = np.asarray(state.frame, np.int64)
         self._seen = np.asarray(state.seen, np.int64)

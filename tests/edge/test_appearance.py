@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from strata.edge.tracking.appearance import AppearanceError, Embedder, from_proto, to_proto
-from strata.edge.tracking.tracker import Tracker
+from strata.edge.tracking.tracker import Tracker, TrackerState
 from strata.shared.config.appearance import AppearanceConfig
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes
@@ -32,12 +32,26 @@ def _look(people: np.ndarray, who: np.ndarray, rng: np.random.Generator) -> np.n
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def _run(frames: list[tuple[int, np.ndarray, np.ndarray]], appearance: bool) -> list[dict]:
-    """Per frame: true person -> track id."""
-    tracker = Tracker(TrackingConfig(), AppearanceConfig() if appearance else None)
+def _run(
+    frames: list[tuple[int, np.ndarray, np.ndarray]],
+    appearance: bool,
+    restart_at: int = -1,
+    keep_looks: bool = True,
+) -> list[dict]:
+    """Per frame: true person -> track id. `restart_at`: before that frame the tracker's
+    state goes through a checkpoint's JSON into a new tracker (`keep_looks`: with the
+    tracks' embeddings)."""
+    cfg = AppearanceConfig() if appearance else None
+    tracker = Tracker(TrackingConfig(), cfg)
     people, rng = _people(4), np.random.default_rng(1)
     out = []
     for f, boxes, who in frames:
+        if f == restart_at:
+            state = TrackerState.model_validate_json(tracker.snapshot().model_dump_json())
+            if not keep_looks:
+                state = state.model_copy(update={"looks": None})
+            tracker = Tracker(TrackingConfig(), cfg)
+            tracker.restore(state)
         crops = _look(people, who, rng)
         dets = FrameBoxes(boxes, np.full(len(who), 0.9, np.float32), np.zeros(len(who), np.int32))
         t = tracker.update(f, dets, (lambda idx, c=crops: c[idx]) if appearance else None)
@@ -226,3 +240,42 @@ def test_a_tracks_events_carry_the_mean_of_its_crops_not_the_first_heavy_ema() -
     assert float(look.vector @ first) > 0.5  # the EMA still leans on the first crop
     assert float(look.mean @ later) > 0.94 and float(look.mean @ first) < 0.2
     assert abs(float(np.linalg.norm(look.mean)) - 1.0) < 1e-5
+
+
+def test_a_restarted_edge_remembers_its_tracks_appearance() -> None:
+    """The checkpoint carries the tracks' embeddings: restarted while the person is hidden,
+    the tracker still re-links them when they come out; without the embeddings it cannot."""
+    frames = _occluded(20)
+    forgot = _run(frames, appearance=True, restart_at=20, keep_looks=False)
+    assert forgot[-1][0] != forgot[0][0], "the scene must lose the id without the embeddings"
+    kept = _run(frames, appearance=True, restart_at=20)
+    assert kept[-1] == kept[0]
+
+
+def test_a_checkpoints_embeddings_round_trip_and_bad_ones_are_left_out(caplog) -> None:
+    cfg = AppearanceConfig()
+    tracker = Tracker(TrackingConfig(), cfg)
+    people, rng = _people(2), np.random.default_rng(4)
+    for f, boxes, who in _meet_and_turn(1)[:8]:
+        crops = _look(people, who, rng)
+        dets = FrameBoxes(boxes, np.full(2, 0.9, np.float32), np.zeros(2, np.int32))
+        tracker.update(f, dets, lambda idx, c=crops: c[idx])
+    state = TrackerState.model_validate_json(tracker.snapshot().model_dump_json())
+    assert state.looks is not None and len(state.looks.tracks) == 2
+    back = Tracker(TrackingConfig(), cfg)
+    back.restore(state)
+    for tid in state.ids:
+        a, b = tracker.looks.of(tid), back.looks.of(tid)  # type: ignore[union-attr]
+        assert a is not None and b is not None and (a.samples, a.frame) == (b.samples, b.frame)
+        assert float(a.vector @ b.vector) > 0.9999 and float(a.mean @ b.mean) > 0.9999
+    # Another model's size (or a malformed vector): the tracks carry on, ids never repeat,
+    # their embeddings come again from the next crops; the log says so.
+    other = state.model_copy(update={"looks": state.looks.model_copy(update={"dim": 256})})
+    moved = Tracker(TrackingConfig(), cfg)
+    moved.restore(other)
+    assert len(moved) == 2 and moved.looks is not None and moved.looks.tracks == {}
+    assert "appearance not restored" in caplog.text and "dim 256" in caplog.text
+    # Appearance off where it was on: the motion state alone.
+    off = Tracker(TrackingConfig())
+    off.restore(state)
+    assert len(off) == 2 and off.snapshot().looks is None
