@@ -226,13 +226,18 @@ class Looks:
         both = has[:, None] & fl.has[None, :]
         return np.where(both, d, self.cfg.neutral).astype(np.float32)
 
-    def gate_and_cost(self, ids: np.ndarray, fl: FrameLooks) -> tuple[np.ndarray, np.ndarray]:
+    def gate_and_cost(
+        self, ids: np.ndarray, fl: FrameLooks
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Pairs that look alike (N, M; within `relink_distance`, both embedded: the gate
-        widens to `gate_distance` for them) and the appearance term of the cost (N, M)."""
+        widens to `gate_distance` for them), pairs that look unlike (beyond `veto_distance`,
+        both embedded: never matched) and the appearance term of the cost (N, M)."""
         d = self.distance(ids, fl)
         t_has = np.array([int(i) in self.tracks for i in ids.tolist()], bool)
-        alike = t_has[:, None] & fl.has[None, :] & (d <= self.cfg.relink_distance)
-        return alike, self.cfg.weight * d
+        both = t_has[:, None] & fl.has[None, :]
+        alike = both & (d <= self.cfg.relink_distance)
+        unlike = both & (d > self.cfg.veto_distance)
+        return alike, unlike, self.cfg.weight * d
 
     def relink(
         self, ids: np.ndarray, lost: np.ndarray, obs: np.ndarray, group: np.ndarray,

@@ -181,6 +181,7 @@ class Tracker:
         self._cls = np.zeros(0, np.int32)
         self._score = np.zeros(0, np.float32)
         self._obs = np.zeros((0, 4), np.float32)  # last observed box
+        self._veto: np.ndarray | None = None  # this frame's pairs that look unlike
         self._last_frame = -1
         self._last_update = -1
         self.started = 0  # tracks ever started (for metrics)
@@ -297,7 +298,8 @@ class Tracker:
             cost += cfg.direction_weight * self._direction_cost(frame, dets.boxes)
         if cfg.size_weight > 0:
             cost += cfg.size_weight * size_cost(pred, dets.boxes)
-        fl, extra = self._looks(frame, dets, high, ok, dist, embed)  # widens `ok` in place
+        self._veto = None
+        fl, extra = self._looks(frame, dets, high, ok, dist, embed)  # changes `ok` in place
         m = np.where(ok, cost + extra, _FORBIDDEN)
         free = np.ones(len(self), bool)
         confirmed = np.zeros(n_det, bool)
@@ -384,6 +386,8 @@ class Tracker:
         ok = (self._cls[tracks, None] == dets.class_ids[None, group]) & (
             dist <= self.cfg.recover_distance
         )
+        if self._veto is not None:  # appearance: people who look unlike are not recovered
+            ok &= ~self._veto[np.ix_(tracks, group)]
         r, c = _assign(np.where(ok, dist - ov, _FORBIDDEN))
         return tracks[r], group[c]
 
@@ -416,8 +420,10 @@ class Tracker:
         fl = self.looks.frame_looks(embed, idx, len(dets), overlapping)
         if not fl.has.any():
             return fl, 0.0
-        alike, extra = self.looks.gate_and_cost(self._ids, fl)
+        alike, unlike, extra = self.looks.gate_and_cost(self._ids, fl)
         ok |= alike & near
+        ok &= ~unlike
+        self._veto = unlike
         return fl, extra
 
     def _relink(

@@ -279,3 +279,29 @@ def test_a_checkpoints_embeddings_round_trip_and_bad_ones_are_left_out(caplog) -
     off = Tracker(TrackingConfig())
     off.restore(state)
     assert len(off) == 2 and off.snapshot().looks is None
+
+
+def test_a_stranger_where_motion_expects_a_track_is_vetoed_when_asked() -> None:
+    """A person walks out of view at frame 10 as another steps in where motion predicts
+    them: motion (and appearance's cost alone) hands over the id; `veto_distance` does not."""
+    people, rng = _people(2), np.random.default_rng(2)
+
+    def ids(cfg: AppearanceConfig) -> list[int]:
+        tracker = Tracker(TrackingConfig(), cfg)
+        out = []
+        for f in range(0, 16):
+            who = np.array([0 if f < 10 else 1])
+            crops = _look(people, who, rng)
+            dets = FrameBoxes(
+                np.array([_box(100 + 10 * f)], np.float32),
+                np.full(1, 0.9, np.float32),
+                np.zeros(1, np.int32),
+            )
+            t = tracker.update(f, dets, lambda idx, c=crops: c[idx])
+            out.append(int(t.track_ids[0]))
+        return out
+
+    handed = ids(AppearanceConfig(refresh_frames=1))
+    assert handed[15] == handed[0], "the scene must hand the id over without the veto"
+    vetoed = ids(AppearanceConfig(refresh_frames=1, veto_distance=0.5))
+    assert vetoed[9] == vetoed[0] and vetoed[10] != vetoed[0] and vetoed[15] == vetoed[10]
