@@ -30,6 +30,9 @@ the right 60%, so people walk out of one view into the other (the middle 20% bot
   the same frame (the views' overlap) are the same person (`*_seen_together`).
   `link_sweep`: the same at each threshold of `SWEEP` (the default's window);
   `truth_links_embedded`: truth links whose two tracks have an embedding at all.
+  `--ceiling` adds `links_on_reference_tracks`: the same linker on the reference's own
+  tracks (bench/identities_ceiling.py), what the model and linker give without the
+  tracker's id switches.
 - **cost**: crops per kept frame; the detector's milliseconds a frame and the embedder's a
   crop, timed interleaved frame by frame (`probe`: on a loaded machine, timings taken apart
   disagree by 3x); appearance's share of the detector's time, crops per kept frame x ms a
@@ -529,6 +532,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-repository", default=None)
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads")
     p.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also link the reference's own tracks (links_on_reference_tracks: what the "
+        "model and linker give without the tracker's id switches)",
+    )
+    p.add_argument(
         "--set",
         action="append",
         default=[],
@@ -557,6 +566,11 @@ def run(args: argparse.Namespace) -> int:
     det_ms, crop_ms = probe(frames, boxes[cams[0].name], cams[0], det, embedder)
     setup = Setup(TrackingConfig(), appearance, args.every)
     report = measure(frames, boxes, setup, det_ms, embedder)
+    if args.ceiling:
+        from .identities_ceiling import ceiling
+
+        truth = truth_tracks(boxes["full"], setup.tracking)
+        report["links_on_reference_tracks"] = ceiling(frames, truth, cams, embedder, args.every)
     cost = report["cost"]
     cost["probe_ms_per_crop"] = crop_ms
     cost["probe_share_of_detector"] = cost["crops_per_kept_frame"] * crop_ms / det_ms
