@@ -100,9 +100,8 @@ class CloudServer:
         # Retention of tracks, their events and snapshots (cloud.snapshots.retention).
         self.pruner = self._pruner()
         self.linker = self._linker()
-        self.searcher = Searcher(
-            self.store, self.metrics
-        )  # SearchSimilar and the console  # cross-camera identities (cloud.identity.link)
+        # Search by example: SearchSimilar and the console share it.
+        self.searcher = Searcher(self.store, self.metrics, cfg.identity.min_similarity)
         # Run-time version switches of a repository classifier (cloud/classify/versions.py).
         self.switcher: ClassifierSwitcher | None = None
         if not cfg.model.path:

@@ -36,7 +36,8 @@ def add_flags(q: argparse.ArgumentParser) -> None:
         "--min-similarity",
         type=float,
         default=0.0,
-        help="with --similar-to: only tracks at least this similar (cosine)",
+        help="with --similar-to: only tracks at least this similar (cosine; 0: the cloud's "
+        "cloud.identity.min_similarity, 0.5 with --db; -1: every track)",
     )
     q.add_argument(
         "--other-cameras",

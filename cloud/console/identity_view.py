@@ -80,8 +80,9 @@ class IdentityReads:
         }
 
     def similar(self, camera: str, uid: str, k: int, other_cameras: bool) -> dict[str, Any] | None:
-        """The /similar page: the example and its k most similar tracks, best first (None:
-        the track has no stored appearance)."""
+        """The /similar page: the example and its k most similar tracks, best first, at
+        least cloud.identity.min_similarity alike (None: the track has no stored
+        appearance)."""
         try:
             found, searched = self.searcher.search(camera, uid, k, 0.0, other_cameras)
         except NoAppearanceError:
@@ -93,5 +94,6 @@ class IdentityReads:
             "thumbnail": views.snapshot_url(camera, uid, "crop"),
             "searched": searched,
             "other_cameras": other_cameras,
+            "min_similarity": self.searcher.min_similarity,  # cloud.identity.min_similarity
             "results": [_sighting(s.row, s.similarity) for s in found],
         }

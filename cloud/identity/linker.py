@@ -38,7 +38,7 @@ class TrackLook:
 class LinkSettings:
     """When two tracks are the same person (cloud.identity)."""
 
-    threshold: float = 0.8
+    threshold: float = 0.9  # cloud.identity.threshold's default (its comment: why)
     window_s: float = 60.0
     # camera -> the cameras a person can walk to from it (symmetric); empty: every pair.
     neighbours: Mapping[str, Sequence[str]] = field(default_factory=dict)

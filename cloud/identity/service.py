@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from strata.shared.config.cloud import CloudIdentityConfig
+from strata.shared.config.cloud import DEFAULT_MIN_SIMILARITY, CloudIdentityConfig
 
 from ..metrics import CloudMetrics
 from ..store import appearance_rows
@@ -148,16 +148,25 @@ class NoAppearanceError(LookupError):
 class Searcher:
     """Search by example over the store's appearances (the index follows the store)."""
 
-    def __init__(self, store: EventStore, metrics: CloudMetrics) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        metrics: CloudMetrics,
+        min_similarity: float = DEFAULT_MIN_SIMILARITY,
+    ) -> None:
+        """`min_similarity`: results less similar are left out when a search names no
+        minimum (cloud.identity.min_similarity)."""
         self.store = store
         self.metrics = metrics
+        self.min_similarity = min_similarity
         self.index = SimilarityIndex()
 
     def search(
         self, camera_id: str, track_uid: str, k: int, min_similarity: float, other_cameras: bool
     ) -> tuple[list[Similar], int]:
         """The k tracks most like (camera_id, track_uid), best first, the example left out,
-        and how many tracks were searched. Raises NoAppearanceError, StoreError."""
+        at least `min_similarity` alike (0: the searcher's own minimum; -1: any), and how
+        many tracks were searched. Raises NoAppearanceError, StoreError."""
         t0 = time.monotonic()
         ph = self.store.placeholder
         got = self.store.select(appearance_rows.one_sql(ph), (camera_id, track_uid))
@@ -172,7 +181,8 @@ class Searcher:
         skip = camera_id if other_cameras else ""
         hits, searched = self.index.search(example.model, example.vector, k + 1, skip)
         hits = [h for h in hits if h.appearance_id != example.appearance_id][:k]
-        hits = [h for h in hits if h.similarity >= min_similarity] if min_similarity else hits
+        least = min_similarity or self.min_similarity
+        hits = [h for h in hits if h.similarity >= least]
         rows = self._rows([h.appearance_id for h in hits])
         out = []
         for h in hits:

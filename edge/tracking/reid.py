@@ -29,12 +29,16 @@ cosine distance): the person came back from behind someone.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from pydantic import Field
 from strata.shared.config.appearance import AppearanceConfig
+from strata.shared.config.base import StrictModel
 from strata.shared.logs import RateLimitedLog
 from strata.shared.vision import iou
 
@@ -47,11 +51,67 @@ EmbedFn = Callable[[np.ndarray], np.ndarray]
 
 @dataclass(slots=True)
 class Look:
-    """One track's embedding: the running average, how many crops made it, when last."""
+    """One track's embedding: the running average the association uses (`vector`, BoT-SORT's
+    EMA), how many crops made it, when last, and the sum of those crops (`total`).
+
+    The EMA follows the person's latest look, which is what matching frame to frame wants,
+    but its first crop keeps most of the weight for a long time (0.9 ** samples), and a
+    track's first crop is often a person half in view. What the track's events carry, and the
+    cloud links across cameras, is `mean`: every averaged crop weighing the same (vtest cut
+    into two cameras, `strata bench identities`: precision of links at a threshold of 0.8
+    0.0 with the EMA, 0.12 with the mean; 0.0 and 0.59 against tracks seen together)."""
 
     vector: np.ndarray
     samples: int
     frame: int
+    total: np.ndarray | None = None  # sum of the crops averaged in (None: `vector` alone)
+
+    @property
+    def mean(self) -> np.ndarray:
+        """The L2-normalised mean of the track's crops (its appearance for the uplink)."""
+        if self.total is None:
+            return self.vector
+        return np.asarray(self.total / max(float(np.linalg.norm(self.total)), 1e-12), np.float32)
+
+
+class LookState(StrictModel):
+    """One track's embedding in a checkpoint: its EMA and the direction of its crops' sum as
+    float16 little-endian, base64 (as the uplink carries it), the sum's length, crops, and
+    the last frame one was averaged in."""
+
+    id: int = Field(ge=1)
+    vector: str
+    mean: str
+    weight: float = Field(ge=0.0)
+    samples: int = Field(ge=1)
+    frame: int
+
+
+class LooksState(StrictModel):
+    """A camera's appearance state in a checkpoint (TrackerState.looks): the tracks'
+    embeddings, when each last met someone, and the crop budget saved up."""
+
+    dim: int = Field(ge=1)
+    tracks: list[LookState] = Field(default_factory=list)
+    met: dict[int, int] = Field(default_factory=dict)
+    tokens: float = Field(0.0, ge=0.0)
+
+
+def _pack(v: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(v, "<f2").tobytes()).decode("ascii")
+
+
+def _unpack(text: str, dim: int) -> np.ndarray:
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"appearance state: an embedding is not base64 ({exc})") from exc
+    if len(raw) != 2 * dim:
+        raise ValueError(f"appearance state: an embedding of {len(raw)} bytes, not {2 * dim}")
+    v = np.frombuffer(raw, "<f2").astype(np.float32)
+    if not np.isfinite(v).all():
+        raise ValueError("appearance state: an embedding holds NaN or infinities")
+    return v
 
 
 @dataclass(slots=True)
@@ -166,13 +226,18 @@ class Looks:
         both = has[:, None] & fl.has[None, :]
         return np.where(both, d, self.cfg.neutral).astype(np.float32)
 
-    def gate_and_cost(self, ids: np.ndarray, fl: FrameLooks) -> tuple[np.ndarray, np.ndarray]:
+    def gate_and_cost(
+        self, ids: np.ndarray, fl: FrameLooks
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Pairs that look alike (N, M; within `relink_distance`, both embedded: the gate
-        widens to `gate_distance` for them) and the appearance term of the cost (N, M)."""
+        widens to `gate_distance` for them), pairs that look unlike (beyond `veto_distance`,
+        both embedded: never matched) and the appearance term of the cost (N, M)."""
         d = self.distance(ids, fl)
         t_has = np.array([int(i) in self.tracks for i in ids.tolist()], bool)
-        alike = t_has[:, None] & fl.has[None, :] & (d <= self.cfg.relink_distance)
-        return alike, self.cfg.weight * d
+        both = t_has[:, None] & fl.has[None, :]
+        alike = both & (d <= self.cfg.relink_distance)
+        unlike = both & (d > self.cfg.veto_distance)
+        return alike, unlike, self.cfg.weight * d
 
     def relink(
         self, ids: np.ndarray, lost: np.ndarray, obs: np.ndarray, group: np.ndarray,
@@ -211,12 +276,13 @@ class Looks:
             v = fl.vectors[d]
             look = self.tracks.get(int(tid))
             if look is None:
-                self.tracks[int(tid)] = Look(v.copy(), 1, frame)
+                self.tracks[int(tid)] = Look(v.copy(), 1, frame, v.copy())
                 continue
             if fl.overlapping[d]:
                 continue
             mixed = a * look.vector + (1 - a) * v
             look.vector = mixed / max(float(np.linalg.norm(mixed)), 1e-12)
+            look.total = v.copy() if look.total is None else look.total + v
             look.samples += 1
             look.frame = frame
 
@@ -240,6 +306,46 @@ class Looks:
             self.met.pop(int(tid), None)
             if look is not None:
                 self.ended[int(tid)] = look
+
+    def snapshot(self) -> LooksState:
+        """The live tracks' embeddings and the budget (for a checkpoint)."""
+        tracks = []
+        for tid, look in sorted(self.tracks.items()):
+            total = look.vector if look.total is None else look.total
+            tracks.append(
+                LookState(
+                    id=tid,
+                    vector=_pack(look.vector),
+                    mean=_pack(look.mean),
+                    weight=float(np.linalg.norm(total)),
+                    samples=look.samples,
+                    frame=look.frame,
+                )
+            )
+        return LooksState(
+            dim=self.cfg.dim, tracks=tracks, met=dict(self.met), tokens=float(self.tokens)
+        )
+
+    def restore(self, state: LooksState, ids: set[int]) -> None:
+        """Carry on from `state` for the tracks `ids` (the tracker's restored ones).
+        ValueError (nothing changed) when an embedding is malformed or the state's size is
+        not edge.appearance.dim (the model changed)."""
+        dim = self.cfg.dim
+        if state.dim != dim:
+            raise ValueError(
+                f"appearance state of dim {state.dim}, edge.appearance.dim is {dim} (the "
+                "embedding model changed): the tracks' embeddings cannot be restored"
+            )
+        tracks: dict[int, Look] = {}
+        for t in state.tracks:
+            if t.id not in ids:
+                continue
+            vector, mean = _unpack(t.vector, dim), _unpack(t.mean, dim)
+            tracks[t.id] = Look(vector, t.samples, t.frame, mean * np.float32(t.weight))
+        self.tracks = tracks
+        self.ended = {}
+        self.met = {k: v for k, v in state.met.items() if k in ids}
+        self.tokens = min(float(state.tokens), float(self.cfg.max_crops))
 
     def of(self, track_id: int) -> Look | None:
         """A live or just ended track's embedding."""

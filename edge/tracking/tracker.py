@@ -24,16 +24,19 @@ scipy's `linear_sum_assignment`; the filter is vectorized over all tracks of a c
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 from pydantic import Field
 from scipy.optimize import linear_sum_assignment
-from strata.edge.tracking.reid import EmbedFn, FrameLooks, Looks
+from strata.edge.tracking.reid import EmbedFn, FrameLooks, Looks, LooksState
 from strata.shared.config.appearance import AppearanceConfig
 from strata.shared.config.base import StrictModel
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
+
+log = logging.getLogger(__name__)
 
 # Noise as a fraction of the box height (ByteTrack's weights): measurement, and the process
 # per frame of position and velocity.
@@ -109,6 +112,9 @@ class TrackerState(StrictModel):
     score: list[float] = Field(default_factory=list)
     # Last observed box (x1 y1 x2 y2) per track; empty (older checkpoints): the state's box.
     obs: list[list[float]] = Field(default_factory=list)
+    # Appearance (edge.appearance on): the tracks' embeddings; None (older checkpoints, or
+    # appearance off): a restored track gets one again from its next crop.
+    looks: LooksState | None = None
 
 
 def _to_xywh(boxes: np.ndarray) -> np.ndarray:
@@ -175,6 +181,7 @@ class Tracker:
         self._cls = np.zeros(0, np.int32)
         self._score = np.zeros(0, np.float32)
         self._obs = np.zeros((0, 4), np.float32)  # last observed box
+        self._veto: np.ndarray | None = None  # this frame's pairs that look unlike
         self._last_frame = -1
         self._last_update = -1
         self.started = 0  # tracks ever started (for metrics)
@@ -204,6 +211,7 @@ class Tracker:
             cls=self._cls.tolist(),
             score=self._score.tolist(),
             obs=self._obs.tolist(),
+            looks=self.looks.snapshot() if self.looks is not None else None,
         )
 
     def restore(self, state: TrackerState) -> None:
@@ -222,6 +230,15 @@ class Tracker:
             raise ValueError(f"tracker state of {n} tracks has arrays of other lengths")
         if n and max(state.ids) >= state.next_id:
             raise ValueError("tracker state: a track id at or above the next id")
+        if self.looks is not None and state.looks is not None:
+            try:
+                self.looks.restore(state.looks, set(state.ids))
+            except ValueError as exc:  # the tracks carry on; ids must never repeat
+                log.warning(
+                    "tracker state: appearance not restored (%s); its tracks get embeddings "
+                    "again from their next crops",
+                    exc,
+                )
         self._x, self._p = x, p
         self._frame = np.asarray(state.frame, np.int64)
         self._seen = np.asarray(state.seen, np.int64)
@@ -281,7 +298,8 @@ class Tracker:
             cost += cfg.direction_weight * self._direction_cost(frame, dets.boxes)
         if cfg.size_weight > 0:
             cost += cfg.size_weight * size_cost(pred, dets.boxes)
-        fl, extra = self._looks(frame, dets, high, ok, dist, embed)  # widens `ok` in place
+        self._veto = None
+        fl, extra = self._looks(frame, dets, high, ok, dist, embed)  # changes `ok` in place
         m = np.where(ok, cost + extra, _FORBIDDEN)
         free = np.ones(len(self), bool)
         confirmed = np.zeros(n_det, bool)
@@ -368,6 +386,8 @@ class Tracker:
         ok = (self._cls[tracks, None] == dets.class_ids[None, group]) & (
             dist <= self.cfg.recover_distance
         )
+        if self._veto is not None:  # appearance: people who look unlike are not recovered
+            ok &= ~self._veto[np.ix_(tracks, group)]
         r, c = _assign(np.where(ok, dist - ov, _FORBIDDEN))
         return tracks[r], group[c]
 
@@ -400,8 +420,10 @@ class Tracker:
         fl = self.looks.frame_looks(embed, idx, len(dets), overlapping)
         if not fl.has.any():
             return fl, 0.0
-        alike, extra = self.looks.gate_and_cost(self._ids, fl)
+        alike, unlike, extra = self.looks.gate_and_cost(self._ids, fl)
         ok |= alike & near
+        ok &= ~unlike
+        self._veto = unlike
         return fl, extra
 
     def _relink(
@@ -425,11 +447,12 @@ class Tracker:
         return self.looks.relink(self._ids, lost, self._obs, group, dets.boxes, fl)
 
     def appearance(self, track_id: int) -> tuple[np.ndarray, int] | None:
-        """A live (or just ended) track's embedding and its number of crops, if it has one."""
+        """A live (or just ended) track's embedding (the mean of its crops, reid.Look.mean)
+        and its number of crops, if it has one."""
         if self.looks is None:
             return None
         look = self.looks.of(track_id)
-        return None if look is None else (look.vector, look.samples)
+        return None if look is None else (look.mean, look.samples)
 
     def predict(self, frame: int, width: int = 0, height: int = 0) -> TrackedBoxes:
         """Boxes of the live tracks moved to `frame` (nothing stored), clipped to the frame.

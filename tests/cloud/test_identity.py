@@ -167,9 +167,13 @@ def test_two_cameras_tracks_are_linked_queried_and_searched(
     assert seen_at[1].event.track_uid == right[0].track_uid
     caps = [e.event.capture_ns for e in seen_at]
     assert caps == sorted(caps)
-    # Search by example: the same person on the other camera first.
+    # Search by example: the same person on the other camera first; -1 ranks every track.
     req = analytics_pb2.SearchSimilarRequest(
-        version=current_version(), camera_id="left", track_uid=first.track_uid, limit=3
+        version=current_version(),
+        camera_id="left",
+        track_uid=first.track_uid,
+        limit=3,
+        min_similarity=-1.0,
     )
     found = stub.SearchSimilar(req, timeout=10)
     assert found.searched == 7
@@ -177,12 +181,19 @@ def test_two_cameras_tracks_are_linked_queried_and_searched(
     assert found.tracks[0].identity_id == ident and found.tracks[0].similarity > 0.7
     sims = [t.similarity for t in found.tracks]
     assert sims == sorted(sims, reverse=True) and len(sims) == 3
+    # Without a minimum, cloud.identity.min_similarity (0.5) leaves the strangers out.
+    req.min_similarity = 0.0
+    found = stub.SearchSimilar(req, timeout=10)
+    assert [t.track_uid for t in found.tracks] == [right[0].track_uid]
     # The CLI: --identity lists both cameras' events, --similar-to ranks.
     out = cli(server, "--identity", str(ident), "--json")
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert [r["event"]["cameraId"] for r in rows] == ["left", "right", "left", "right"]
-    out = cli(server, "--similar-to", f"left/{first.track_uid}", "--limit", "2", "--other-cameras")
+    out = cli(
+        server, "--similar-to", f"left/{first.track_uid}", "--limit", "2", "--other-cameras",
+        "--min-similarity", "-1",
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].split()[:3] == ["RANK", "SIMILARITY", "CAMERA"]

@@ -81,13 +81,14 @@ def test_an_expired_track_takes_its_embedding_with_it(store: EventStore) -> None
     for ev in old + new:
         store.submit_track(ev).result(20)
     searcher = Searcher(store, CloudMetrics())
-    found, searched = searcher.search("left", new[0].track_uid, 5, 0.0, False)
+    # -1: every track (two different people are not alike; the point here is retention).
+    found, searched = searcher.search("left", new[0].track_uid, 5, -1.0, False)
     assert searched == 2 and [f.row.track_uid for f in found] == [old[0].track_uid]
     got = Pruner(store, CloudRetentionConfig(days=1), store.metrics, lambda: now).run_once()
     assert got.tracks == 1
     rows = store.select("SELECT track_uid FROM track_appearance", ())
     assert [r[0] for r in rows] == [new[0].track_uid]
-    found, _ = searcher.search("left", new[0].track_uid, 5, 0.0, False)
+    found, _ = searcher.search("left", new[0].track_uid, 5, -1.0, False)
     assert found == [], "the index forgets a track the store no longer has"
     with pytest.raises(NoAppearanceError):
         searcher.search("left", old[0].track_uid, 5, 0.0, False)

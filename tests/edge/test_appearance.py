@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from strata.edge.tracking.appearance import AppearanceError, Embedder, from_proto, to_proto
-from strata.edge.tracking.tracker import Tracker
+from strata.edge.tracking.tracker import Tracker, TrackerState
 from strata.shared.config.appearance import AppearanceConfig
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes
@@ -32,12 +32,26 @@ def _look(people: np.ndarray, who: np.ndarray, rng: np.random.Generator) -> np.n
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def _run(frames: list[tuple[int, np.ndarray, np.ndarray]], appearance: bool) -> list[dict]:
-    """Per frame: true person -> track id."""
-    tracker = Tracker(TrackingConfig(), AppearanceConfig() if appearance else None)
+def _run(
+    frames: list[tuple[int, np.ndarray, np.ndarray]],
+    appearance: bool,
+    restart_at: int = -1,
+    keep_looks: bool = True,
+) -> list[dict]:
+    """Per frame: true person -> track id. `restart_at`: before that frame the tracker's
+    state goes through a checkpoint's JSON into a new tracker (`keep_looks`: with the
+    tracks' embeddings)."""
+    cfg = AppearanceConfig() if appearance else None
+    tracker = Tracker(TrackingConfig(), cfg)
     people, rng = _people(4), np.random.default_rng(1)
     out = []
     for f, boxes, who in frames:
+        if f == restart_at:
+            state = TrackerState.model_validate_json(tracker.snapshot().model_dump_json())
+            if not keep_looks:
+                state = state.model_copy(update={"looks": None})
+            tracker = Tracker(TrackingConfig(), cfg)
+            tracker.restore(state)
         crops = _look(people, who, rng)
         dets = FrameBoxes(boxes, np.full(len(who), 0.9, np.float32), np.zeros(len(who), np.int32))
         t = tracker.update(f, dets, (lambda idx, c=crops: c[idx]) if appearance else None)
@@ -209,3 +223,85 @@ def test_the_pub_copy_leaves_the_embedding_out() -> None:
     copy = events_pb2.TrackEvent.FromString(_pub_copy(ev))
     assert not copy.HasField("appearance") and copy.track_id == 3
     assert ev.HasField("appearance"), "the durable copy keeps it"
+
+
+def test_a_tracks_events_carry_the_mean_of_its_crops_not_the_first_heavy_ema() -> None:
+    """The first crop (a person half in view) keeps 0.9 ** n of the EMA; the uplink's
+    vector weighs every averaged crop the same."""
+    from strata.edge.tracking.reid import FrameLooks, Looks
+
+    looks = Looks(AppearanceConfig())
+    first, later = _people(2, seed=3, alike=0.0)
+    for frame, v in enumerate([first] + [later] * 9):
+        fl = FrameLooks(v[None].astype(np.float32), np.array([True]), np.array([False]))
+        looks.learn(np.array([7]), np.array([0]), fl, frame)
+    look = looks.of(7)
+    assert look is not None and look.samples == 10
+    assert float(look.vector @ first) > 0.5  # the EMA still leans on the first crop
+    assert float(look.mean @ later) > 0.94 and float(look.mean @ first) < 0.2
+    assert abs(float(np.linalg.norm(look.mean)) - 1.0) < 1e-5
+
+
+def test_a_restarted_edge_remembers_its_tracks_appearance() -> None:
+    """The checkpoint carries the tracks' embeddings: restarted while the person is hidden,
+    the tracker still re-links them when they come out; without the embeddings it cannot."""
+    frames = _occluded(20)
+    forgot = _run(frames, appearance=True, restart_at=20, keep_looks=False)
+    assert forgot[-1][0] != forgot[0][0], "the scene must lose the id without the embeddings"
+    kept = _run(frames, appearance=True, restart_at=20)
+    assert kept[-1] == kept[0]
+
+
+def test_a_checkpoints_embeddings_round_trip_and_bad_ones_are_left_out(caplog) -> None:
+    cfg = AppearanceConfig()
+    tracker = Tracker(TrackingConfig(), cfg)
+    people, rng = _people(2), np.random.default_rng(4)
+    for f, boxes, who in _meet_and_turn(1)[:8]:
+        crops = _look(people, who, rng)
+        dets = FrameBoxes(boxes, np.full(2, 0.9, np.float32), np.zeros(2, np.int32))
+        tracker.update(f, dets, lambda idx, c=crops: c[idx])
+    state = TrackerState.model_validate_json(tracker.snapshot().model_dump_json())
+    assert state.looks is not None and len(state.looks.tracks) == 2
+    back = Tracker(TrackingConfig(), cfg)
+    back.restore(state)
+    for tid in state.ids:
+        a, b = tracker.looks.of(tid), back.looks.of(tid)  # type: ignore[union-attr]
+        assert a is not None and b is not None and (a.samples, a.frame) == (b.samples, b.frame)
+        assert float(a.vector @ b.vector) > 0.9999 and float(a.mean @ b.mean) > 0.9999
+    # Another model's size (or a malformed vector): the tracks carry on, ids never repeat,
+    # their embeddings come again from the next crops; the log says so.
+    other = state.model_copy(update={"looks": state.looks.model_copy(update={"dim": 256})})
+    moved = Tracker(TrackingConfig(), cfg)
+    moved.restore(other)
+    assert len(moved) == 2 and moved.looks is not None and moved.looks.tracks == {}
+    assert "appearance not restored" in caplog.text and "dim 256" in caplog.text
+    # Appearance off where it was on: the motion state alone.
+    off = Tracker(TrackingConfig())
+    off.restore(state)
+    assert len(off) == 2 and off.snapshot().looks is None
+
+
+def test_a_stranger_where_motion_expects_a_track_is_vetoed_when_asked() -> None:
+    """A person walks out of view at frame 10 as another steps in where motion predicts
+    them: motion (and appearance's cost alone) hands over the id; `veto_distance` does not."""
+    people, rng = _people(2), np.random.default_rng(2)
+
+    def ids(cfg: AppearanceConfig) -> list[int]:
+        tracker = Tracker(TrackingConfig(), cfg)
+        out = []
+        for f in range(0, 16):
+            who = np.array([0 if f < 10 else 1])
+            crops = _look(people, who, rng)
+            dets = FrameBoxes(
+                np.array([_box(100 + 10 * f)], np.float32),
+                np.full(1, 0.9, np.float32),
+                np.zeros(1, np.int32),
+            )
+            t = tracker.update(f, dets, lambda idx, c=crops: c[idx])
+            out.append(int(t.track_ids[0]))
+        return out
+
+    handed = ids(AppearanceConfig(refresh_frames=1))
+    assert handed[15] == handed[0], "the scene must hand the id over without the veto"
+    vetoed = ids(AppearanceConfig(refresh_frames=1, veto_distance=0.5))
+    assert vetoed[9] == vetoed[0] and vetoed[10] != vetoed[0] and vetoed[15] == vetoed[10]

@@ -39,3 +39,36 @@ def test_a_flicker_is_not_a_persistent_switch() -> None:
     assert persistent([1, 1, 2, 1, 1]) == 0
     assert persistent([1, 1, 2, 2]) == 1
     assert persistent([1, 2, 3]) == 0
+
+
+def test_tracks_on_the_same_truth_box_at_once_are_seen_together() -> None:
+    from strata.tools.bench.identities import seen_together
+
+    runs = {"left": CameraRun(), "right": CameraRun()}
+    truth = (np.array([_b(0)], np.float32), np.array([5]))
+    for cam, track in (("left", 3), ("right", 8)):
+        run = runs[cam]
+        run.tracks[track] = TrackLife(0, 0)
+        _score(run, (truth[0], np.array([track], np.uint64)), truth, {}, {track}, frame=10)
+    runs["right"].at[(11, 6)] = 9  # another person, another frame: not with left's 3
+    assert seen_together(runs) == {frozenset((("left", 3), ("right", 8)))}
+
+
+def test_the_ceiling_links_a_reference_track_seen_by_both_cameras() -> None:
+    """The real embedding model on the reference's own tracks: one person in the views'
+    overlap (the same pixels in both) is linked; one seen by the left camera only is not."""
+    from strata.edge.tracking.appearance import Embedder
+    from strata.shared.config.appearance import AppearanceConfig
+    from strata.shared.vision import FrameBoxes
+    from strata.tools.bench.identities_ceiling import ceiling
+
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, (160, 200, 3), dtype=np.uint8) for _ in range(10)]
+    both, left = [90.0, 20.0, 110.0, 120.0], [10.0, 30.0, 30.0, 130.0]
+    truth = [
+        FrameBoxes(np.array([both, left], np.float32), np.ones(2, np.float32), np.array([1, 2]))
+        for _ in images
+    ]
+    got = ceiling(images, truth, views(200), Embedder(AppearanceConfig()), every=2)
+    assert got["tracks"] == 3 and got["truth_links"] == 1
+    assert got["links"] == 1 and got["link_precision"] == 1.0 and got["link_recall"] == 1.0

@@ -18,12 +18,21 @@ the right 60%, so people walk out of one view into the other (the middle 20% bot
   the switches split by cause: `handover` (the truth track's previous track
   is still alive: two tracks traded people) and `fragment` (its previous track was gone:
   a new id after a loss), and tracks per truth track.
-- **cross-camera links**: each camera track (appearance on) with its embedding and the
-  capture times it was first and last seen goes to the cloud's linker, the pure function
-  `strata.cloud.identity.linker.link` (its fields stay null while that module is absent).
-  A link (two tracks of different cameras in one identity) is true when both tracks' most
-  matched truth track is the same: `link_precision` and `link_recall` against the truth's
-  links.
+- **cross-camera links**: each camera track (appearance on) with its embedding as its last
+  lifecycle event carries it (reid.Look.mean, through the uplink's float16; a track that
+  ended mid-clip keeps the one it had when it ended) and the capture times it was first and
+  last seen goes to the cloud's linker, the pure function
+  `strata.cloud.identity.linker.link` with its default settings (its fields stay null while
+  that module is absent). A link (two tracks of different cameras in one identity) is true
+  when both tracks' most matched truth track is the same: `link_precision` and
+  `link_recall` against the truth's links. Because the truth's own ids jump where people
+  meet, a second truth needs no id to persist: two tracks matched to the same truth box on
+  the same frame (the views' overlap) are the same person (`*_seen_together`).
+  `link_sweep`: the same at each threshold of `SWEEP` (the default's window);
+  `truth_links_embedded`: truth links whose two tracks have an embedding at all.
+  `--ceiling` adds `links_on_reference_tracks`: the same linker on the reference's own
+  tracks (bench/identities_ceiling.py), what the model and linker give without the
+  tracker's id switches.
 - **cost**: crops per kept frame; the detector's milliseconds a frame and the embedder's a
   crop, timed interleaved frame by frame (`probe`: on a loaded machine, timings taken apart
   disagree by 3x); appearance's share of the detector's time, crops per kept frame x ms a
@@ -57,6 +66,8 @@ from strata.shared.vision import FrameBoxes, iou
 VIEW_SHARE = 0.6
 FPS = 10.0
 TARGET_SHARE_OF_DETECTOR = 0.15
+# Linker thresholds `link_sweep` scores (cosine similarity).
+SWEEP = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +198,8 @@ class CameraRun:
     # matched (truth, track) pairs, and the boxes of each side.
     seq: dict[int, list[int]] = field(default_factory=dict)
     pairs: dict[tuple[int, int], int] = field(default_factory=dict)
+    # (frame, truth id) -> the track matched to that truth box at that frame.
+    at: dict[tuple[int, int], int] = field(default_factory=dict)
     truth_boxes: int = 0
     track_boxes: int = 0
     crops: int = 0
@@ -244,6 +257,13 @@ def run_camera(
             run.crops += embedder.crops - crops0
             run.embed_s += embedder.seconds - s0
         run.kept += 1
+        if tracker.looks is not None:
+            # A track's embedding as its end event carries it: the tracker keeps an ended
+            # track's only until its next detected frame.
+            for gone in out.ended:
+                look = tracker.looks.of(gone)
+                if look is not None and gone in run.tracks:
+                    run.tracks[gone].vector = look.mean.copy()
         alive = {int(x) for x in tracker._ids.tolist()}
         for tid in out.track_ids.tolist():
             if tid:
@@ -251,11 +271,12 @@ def run_camera(
                 life.last = i
         tb, tid = in_view(truth[i], v)
         run.truth_tracks.update(int(x) for x in tid.tolist())
-        _score(run, (out.boxes, out.track_ids), (tb, tid), last, alive)
-    if tracker.looks is not None:
+        _score(run, (out.boxes, out.track_ids), (tb, tid), last, alive, i)
+    if tracker.looks is not None:  # the tracks alive at the clip's end
         for tid, life in run.tracks.items():
             look = tracker.looks.of(tid)
-            life.vector = None if look is None else look.vector
+            if look is not None:
+                life.vector = look.mean.copy()
     return run
 
 
@@ -265,8 +286,9 @@ def _score(
     truth: tuple[np.ndarray, np.ndarray],
     last: dict[int, int],
     alive: set[int],
+    frame: int = 0,
 ) -> None:
-    """One frame's matching to the truth and its id switches (module docstring):
+    """Frame `frame`'s matching to the truth and its id switches (module docstring):
     `tracked` and `truth` are (boxes, ids)."""
     (boxes, ids), (tb, tid) = tracked, truth
     keep = ids != 0
@@ -287,6 +309,7 @@ def _score(
         life.truth[who] = life.truth.get(who, 0) + 1
         run.seq.setdefault(who, []).append(track)
         run.pairs[(who, track)] = run.pairs.get((who, track), 0) + 1
+        run.at[(frame, who)] = track
         before = last.get(who)
         if before is not None and before != track:
             run.switches += 1
@@ -308,12 +331,15 @@ class Setup:
 
 
 def links_of(runs: dict[str, CameraRun]) -> dict[str, Any]:
-    """The cloud's linker on the cameras' tracks (appearance on), scored against the truth."""
+    """The cloud's linker (its default settings) on the cameras' tracks (appearance on),
+    scored against the truth, and the same at each threshold of `SWEEP` (`link_sweep`)."""
     try:
         linker = importlib.import_module("strata.cloud.identity.linker")
     except ImportError:
         return {"link_precision": None, "link_recall": None, "links": None, "truth_links": None,
                 "note": "strata.cloud.identity.linker is not here yet (h/ids)"}  # fmt: skip
+    from strata.edge.tracking.appearance import from_proto, to_proto
+
     looks = []
     owner: dict[tuple[str, int], int] = {}
     for cam, run in runs.items():
@@ -323,20 +349,63 @@ def links_of(runs: dict[str, CameraRun]) -> dict[str, Any]:
             if life.vector is None:
                 continue
             start, end = int(life.first / FPS * 1e9), int(life.last / FPS * 1e9)
-            looks.append(linker.TrackLook((cam, tid), cam, start, end, life.vector))
-    groups = linker.link(looks)
-    predicted = {frozenset((a, b)) for g in groups for a in g for b in g if a[0] != b[0] and a < b}
+            # As the cloud gets it: float16 on the uplink.
+            vector = from_proto(to_proto(life.vector, 1, "bench"))
+            looks.append(linker.TrackLook((cam, tid), cam, start, end, vector))
     by_truth: dict[int, list[tuple[str, int]]] = {}
     for key, t in owner.items():
         by_truth.setdefault(t, []).append(key)
     truth = {frozenset((a, b)) for ks in by_truth.values() for a in ks for b in ks if a[0] != b[0]}
-    good = len(predicted & truth)
+    together = seen_together(runs)
+    embedded = {lk.key for lk in looks}
+    reachable = {p for p in truth if p <= embedded}
+
+    def score(settings: Any) -> dict[str, Any]:
+        groups = linker.link(looks, settings)
+        predicted = {
+            frozenset((a, b)) for g in groups for a in g for b in g if a[0] != b[0] and a < b
+        }
+        good = len(predicted & truth)
+        seen = len(predicted & together)
+        return {
+            "link_precision": good / len(predicted) if predicted else None,
+            "link_recall": good / len(truth) if truth else None,
+            "links": len(predicted),
+            "true_links": good,
+            "link_precision_seen_together": seen / len(predicted) if predicted else None,
+            "link_recall_seen_together": seen / len(together) if together else None,
+        }
+
+    default = linker.LinkSettings()
+    sweep = [{"threshold": th, **score(linker.LinkSettings(th, default.window_s))} for th in SWEEP]
     return {
-        "link_precision": good / len(predicted) if predicted else None,
-        "link_recall": good / len(truth) if truth else None,
-        "links": len(predicted),
+        **score(default),
+        "link_threshold": default.threshold,
+        "link_window_s": default.window_s,
         "truth_links": len(truth),
+        "truth_links_seen_together": len(together),
+        # Truth links whose two tracks both have an embedding (the rest cannot be made).
+        "truth_links_embedded": len(reachable),
+        "tracks_with_embedding": len(looks),
+        "tracks": sum(len(r.tracks) for r in runs.values()),
+        "link_sweep": sweep,
     }
+
+
+def seen_together(runs: dict[str, CameraRun]) -> set[frozenset[tuple[str, int]]]:
+    """Pairs of tracks of different cameras matched to the same truth box on the same frame
+    (in the views' overlap): the same person at that instant, whatever the truth's ids did
+    before or after."""
+    out: set[frozenset[tuple[str, int]]] = set()
+    names = sorted(runs)
+    for i, ca in enumerate(names):
+        for cb in names[i + 1 :]:
+            other = runs[cb].at
+            for key, a in runs[ca].at.items():
+                b = other.get(key)
+                if b is not None:
+                    out.add(frozenset(((ca, a), (cb, b))))
+    return out
 
 
 def persistent(seq: Sequence[int]) -> int:
@@ -463,6 +532,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-repository", default=None)
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads")
     p.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also link the reference's own tracks (links_on_reference_tracks: what the "
+        "model and linker give without the tracker's id switches)",
+    )
+    p.add_argument(
         "--set",
         action="append",
         default=[],
@@ -491,6 +566,11 @@ def run(args: argparse.Namespace) -> int:
     det_ms, crop_ms = probe(frames, boxes[cams[0].name], cams[0], det, embedder)
     setup = Setup(TrackingConfig(), appearance, args.every)
     report = measure(frames, boxes, setup, det_ms, embedder)
+    if args.ceiling:
+        from .identities_ceiling import ceiling
+
+        truth = truth_tracks(boxes["full"], setup.tracking)
+        report["links_on_reference_tracks"] = ceiling(frames, truth, cams, embedder, args.every)
     cost = report["cost"]
     cost["probe_ms_per_crop"] = crop_ms
     cost["probe_share_of_detector"] = cost["crops_per_kept_frame"] * crop_ms / det_ms

@@ -130,13 +130,13 @@ def store_search(path: Path, cameras: list[str], queries: int, k: int) -> dict[s
     try:
         searcher = Searcher(store, CloudMetrics())
         t0 = time.perf_counter()
-        searcher.search(cameras[0], "1000-0", k, 0.0, False)
+        searcher.search(cameras[0], "1000-0", k, -1.0, False)
         first_s = time.perf_counter() - t0
         rng = np.random.default_rng(2)
         ms = []
         for q in rng.integers(0, len(cameras), size=queries):
             t = time.perf_counter()
-            found, searched = searcher.search(cameras[q], f"{1000 + q}-{q}", k, 0.0, False)
+            found, searched = searcher.search(cameras[q], f"{1000 + q}-{q}", k, -1.0, False)
             ms.append((time.perf_counter() - t) * 1e3)
             assert len(found) == k and searched == len(cameras)
     finally:
