@@ -91,6 +91,9 @@ def test_cli_writes_the_variant_and_its_report_when_it_agrees(
     variant = repo.manifest(PICODET).variants["int8-onnxruntime"]
     assert variant.precision == "int8" and variant.format == "onnx"
     _, _, path = repo.file_of(PICODET, "int8-onnxruntime")  # checksum verified
+    assert path.name == "model.int8-onnxruntime.onnx"
+    _, _, primary = repo.file_of(PICODET)  # the FP32 file is untouched: its checksum holds
+    assert primary.name == "model.onnx" and primary != path
     assert any(n.op_type == "QuantizeLinear" for n in onnx.load(str(path)).graph.node)
     written = json.loads((into / PICODET / "int8_report.json").read_text())
     _assert_report_fields(written)
