@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from strata.tools.models.hard_swish import hard_swish_file
 from strata.tools.models.int8_scope import NARROW_STEPS, narrow_depthwise
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,7 @@ class Quantized:
     save: Callable[[Path], list[Path]]  # writes the file(s) under this stem; returns them
     kept: tuple[str, ...]  # node names kept at higher precision
     suffix: str  # file extension of the saved model
+    note: str = ""  # what the engine changed besides quantizing, for the report
 
 
 class OpenVinoEngine:
@@ -185,13 +187,18 @@ class OpenVinoEngine:
 
     def quantize(self, calibration: np.ndarray, recipe: Recipe, onnx_model: Any) -> Quantized:
         """NNCF on the ov.Model (not the ONNX file: on this opset-11 graph that gives no
-        boxes), the recipe's float nodes (`kept_in_float`) in NNCF's ignored scope."""
+        boxes), the recipe's float nodes (`kept_in_float`) in NNCF's ignored scope; the
+        model read with its x * HardSigmoid(x) pairs fused into HardSwish (hard_swish.py)."""
+        import tempfile
+
         import nncf
 
         kept = kept_in_float(self._path, onnx_model, recipe, calibration)
         # OpenVINO names a Conv's ops NAME/WithoutBiases (the convolution) and NAME (its bias).
         pattern = "^(" + "|".join(re.escape(n) for n in kept) + ")(/.*)?$"
-        model = self._core.read_model(str(self._path))
+        with tempfile.TemporaryDirectory(prefix="strata-int8-") as folder:
+            src, fused = hard_swish_file(self._path, Path(folder))
+            model = self._core.read_model(str(src))
         dataset = nncf.Dataset(list(calibration), lambda x: x[None])
         preset = (
             nncf.QuantizationPreset.MIXED
@@ -214,7 +221,8 @@ class OpenVinoEngine:
             ov.save_model(quantized, str(xml), compress_to_fp16=False)
             return [xml, xml.with_suffix(".bin")]
 
-        return Quantized(self._runner(quantized), save, kept, ".xml")
+        note = f"{fused} x * HardSigmoid(x) pairs fused into HardSwish before quantizing"
+        return Quantized(self._runner(quantized), save, kept, ".xml", note if fused else "")
 
     @staticmethod
     def version() -> str:

@@ -360,7 +360,7 @@ def quantize_for_site(
         int8_fps=round(int8_fps, 2),
         attempts=tuple(attempts),
         machine=cpu_line(),
-        notes=_notes(req, ref),
+        notes=_notes(req, ref) + ((best[1].note,) if best[1].note else ()),
     )
     if not report.passed:
         raise QuantizeRefusedError(report)

@@ -160,6 +160,7 @@ def test_the_shipped_openvino_int8_agrees_with_fp32(vtest_mp4: Path) -> None:
     report = json.loads((xml.parent / "int8_report.json").read_text())
     assert report["passed"] is True and report["best_box_f1"] >= report["threshold"] == 0.95
     assert "Conv_1" in report["attempts"][-1]["float_convs"]
+    assert any("fused into HardSwish" in n for n in report["notes"])
     _, _, src = repo.file_of(PICODET)
     outputs = manifest.output.names
     fp32 = OpenVinoEngine(src, outputs, 0).fp32()
