@@ -360,11 +360,22 @@ def quantize_for_site(
         int8_fps=round(int8_fps, 2),
         attempts=tuple(attempts),
         machine=cpu_line(),
-        notes=_notes(req, ref) + ((best[1].note,) if best[1].note else ()),
+        notes=_notes(req, ref)
+        + ((best[1].note,) if best[1].note else ())
+        + _slower(fp32_fps, int8_fps, req.engine),
     )
     if not report.passed:
         raise QuantizeRefusedError(report)
     return _write(into or repository, repository, req, report, best[1])
+
+
+def _slower(fp32_fps: float, int8_fps: float, engine: str) -> tuple[str, ...]:
+    if int8_fps >= fp32_fps:
+        return ()
+    return (
+        f"INT8 is slower than FP32 on {engine} here ({int8_fps:.1f} against {fp32_fps:.1f} "
+        "frames/s): it agrees, but keep the FP32 model unless another CPU runs it faster",
+    )
 
 
 def _notes(req: SiteQuantizeRequest, ref: Sequence[FrameBoxes]) -> tuple[str, ...]:

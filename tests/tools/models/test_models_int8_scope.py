@@ -71,3 +71,42 @@ def test_picodet_stem_depthwise_conv_is_found_on_vtest(vtest_mp4: Path) -> None:
     kept = kept_in_float(src, model, LADDER[0], batch)
     assert {"Conv_1", "Conv_117", "Conv_122", "Conv_127", "Conv_132"} <= set(kept)
     assert len(kept) == len(set(kept))
+
+
+def _swish_graph(path: Path) -> None:
+    """x -> conv A -> y -> y * HardSigmoid(y) -> z -> conv C -> c."""
+    w = numpy_helper.from_array(np.eye(2, dtype=np.float32).reshape(2, 2, 1, 1), "w")
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["y"], name="A"),
+            helper.make_node("HardSigmoid", ["y"], ["h"], name="H", alpha=1 / 6, beta=0.5),
+            helper.make_node("Mul", ["y", "h"], ["z"], name="M"),
+            helper.make_node("Conv", ["z", "w"], ["c"], name="C"),
+        ],
+        "g",
+        [info("x", TensorProto.FLOAT, [None, 2, 4, 4])],
+        [info("c", TensorProto.FLOAT, [None, 2, 4, 4])],
+        [w],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+
+def test_ort_conv_inputs_only_leaves_hard_swish_in_float(tmp_path: Path) -> None:
+    """ONNX Runtime's QDQ as the site INT8 engine runs it: only convs' inputs quantized, so
+    a hard-swish gate sees the conv's output itself, not one INT8 step of its whole range
+    (what broke PicoDet-S on ONNX Runtime)."""
+    from strata.tools.models.quantize import quantize_file
+
+    src, dst = tmp_path / "g.onnx", tmp_path / "q.onnx"
+    _swish_graph(src)
+    batch = _frames(10.0, 10.0)
+    quantize_file(src, dst, batch, "x", "minmax", (), "", "classify", False, True)
+    nodes = {n.name: n for n in onnx.load(str(dst)).graph.node}
+    producers = {o: n for n in nodes.values() for o in n.output}
+    assert nodes["H"].input[0] == "y" and list(nodes["M"].input) == ["y", "h"]
+    assert producers[nodes["C"].input[0]].op_type == "DequantizeLinear"
+    # The default quantizes the Mul's inputs too.
+    quantize_file(src, dst, batch, "x", "minmax", (), "", "classify", False)
+    default = {n.name: n for n in onnx.load(str(dst)).graph.node}
+    assert default["M"].input[0] != "y"
