@@ -365,7 +365,8 @@ def _serving(
         raise ModelLoadError(str(exc)) from None
     classes = len(spec.labels) if spec is not None else classes_of(runner)
     # Config first, then the repository manifest's, then the ONNX metadata.
-    labels = model_labels(path, classes, cfg.model.labels or opts.labels)
+    manifest_labels = tuple(spec.labels) if spec is not None else ()
+    labels = model_labels(path, classes, cfg.model.labels or opts.labels or manifest_labels)
     detector = Detector(runner, labels, cfg.detection, cfg.runtime.preprocess_threads, spec)
     max_batch = min(cfg.batching.max_batch, detector.max_batch)
     if max_batch < cfg.batching.max_batch:

@@ -52,7 +52,8 @@ class InFlight:
 
 
 def model_labels(path: Path, classes: int, configured: Sequence[str]) -> tuple[str, ...]:
-    """Labels by class id: config, else the ONNX metadata `names` (ultralytics), else COCO."""
+    """Labels by class id: config, else the ONNX metadata `names` (ultralytics), else COCO.
+    An OpenVINO IR (.xml) has no ONNX metadata: its labels come from its manifest."""
     if configured:
         if len(configured) != classes:
             raise ModelLoadError(
@@ -60,6 +61,8 @@ def model_labels(path: Path, classes: int, configured: Sequence[str]) -> tuple[s
             )
         return tuple(configured)
     try:
+        if Path(path).suffix.lower() != ".onnx":
+            raise ValueError("not an ONNX file, so no ONNX metadata")
         import onnx
 
         meta = {

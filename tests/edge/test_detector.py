@@ -132,6 +132,9 @@ def test_labels_come_from_config_then_metadata_then_coco_or_numbers(
     onnx.save(bare, str(tmp_path / "bare.onnx"))
     assert model_labels(tmp_path / "bare.onnx", 3, []) == ("class0", "class1", "class2")
     assert model_labels(tmp_path / "bare.onnx", 80, []) == COCO80
+    # An OpenVINO IR is not read as ONNX (it would not parse): COCO or numbered.
+    (tmp_path / "model.int8-openvino.xml").write_text("<net name='picodet'/>")
+    assert model_labels(tmp_path / "model.int8-openvino.xml", 80, []) == COCO80
 
 
 STARTER_PICODET = Path(__file__).parents[2] / "shared/starter_models/picodet_s_416/model.onnx"

@@ -79,7 +79,45 @@ def test_bench_on_openvino_measures_node_bare_and_start_up(
     assert start["warm_from_cache"] is True
 
 
+def _fp32_only(tmp_path: Path) -> Path:
+    """A repository holding the starter PicoDet-S 416 without its INT8 variant."""
+    import shutil
+
+    from strata.shared.models import ModelRepository, starter_repository
+    from strata.shared.models.manifest import save_manifest
+
+    folder = tmp_path / "repo" / "picodet_s_416"
+    folder.mkdir(parents=True)
+    shutil.copy(starter_repository() / "picodet_s_416" / "model.onnx", folder)
+    m = ModelRepository(starter_repository()).manifest("picodet_s_416")
+    save_manifest(m.model_copy(update={"variants": {}}), folder)
+    return folder.parent
+
+
 def test_bench_int8_without_the_variant_says_how_to_make_it(tmp_path: Path) -> None:
-    proc = _bench("--precision", "int8", "--backend", "openvino", "--model", "picodet_s_416")
+    repo = _fp32_only(tmp_path)
+    proc = _bench(
+        "--precision", "int8", "--backend", "openvino", "--model", "picodet_s_416",
+        "--repository", str(repo),
+    )  # fmt: skip
     assert proc.returncode != 0
     assert "strata models quantize picodet_s_416" in proc.stderr, proc.stderr
+
+
+def test_int8_takes_the_back_ends_variant(tmp_path: Path) -> None:
+    """openvino: the starter's int8-openvino (an IR); ONNX Runtime has no INT8 variant of
+    it, and the refusal says how to make one."""
+    import argparse
+
+    from strata.tools.bench.edge import _model
+
+    def args(backend: str, repository: str = "") -> argparse.Namespace:
+        return argparse.Namespace(
+            model="picodet_s_416", precision="int8", backend=backend, repository=repository
+        )
+
+    assert _model(args("openvino")).name == "model.int8-openvino.xml"
+    with pytest.raises(SystemExit, match="strata models quantize picodet_s_416"):
+        _model(args("onnxruntime-cpu"))
+    with pytest.raises(SystemExit, match="no variant 'int8'"):
+        _model(args("openvino", str(_fp32_only(tmp_path))))

@@ -8,8 +8,9 @@ two frame rates is the node's overhead. Latency is sender -> SUB receipt per fra
 saturation (a bounded number of frames in flight, two batches by default).
 
 `--backend openvino` runs both sides on OpenVINO (throughput hint, one infer request per
-stream, each a slot both sides keep busy); `--precision int8` takes the model's `int8`
-variant (`strata models quantize`). Start-up is measured before the sweep: the runner
+stream, each a slot both sides keep busy); `--precision int8` takes the model's INT8
+variant for the back end (`int8-openvino` or `int8-onnxruntime` from `strata models
+quantize --calibration`, else `int8`). Start-up is measured before the sweep: the runner
 opened twice, the first time with an empty OpenVINO cache (cold: compile), the second
 from what it wrote (warm); ONNX Runtime has no cache, so both of its opens are cold.
 """
@@ -331,7 +332,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--precision",
         choices=["fp32", "int8"],
         default="fp32",
-        help="int8: the model's int8 variant (made by `strata models quantize`)",
+        help="int8: the model's int8-<engine> variant for the back end (int8-openvino, "
+        "int8-onnxruntime), else its int8 one (made by `strata models quantize`)",
     )
     p.add_argument(
         "--openvino-device", default="CPU", help="OpenVINO device: CPU, GPU or NPU (openvino)"
@@ -512,10 +514,14 @@ def _model(args: argparse.Namespace) -> Path:
         return resolve_model(args.model, "", args.repository)
     from strata.shared.models import ModelError, ModelRepository
 
+    repo = ModelRepository(args.repository or None)
     try:
-        _manifest, _key, file = ModelRepository(args.repository or None).file_of(
-            args.model, args.precision
-        )
+        # `strata models quantize --calibration` writes int8-<engine>; `--clip` writes int8.
+        engine = "openvino" if args.backend == "openvino" else "onnxruntime"
+        keys = [f"{args.precision}-{engine}", args.precision]
+        known = repo.manifest(args.model).variants
+        key = next((k for k in keys if k in known), args.precision)
+        _manifest, _key, file = repo.file_of(args.model, key)
     except ModelError as exc:
         raise SystemExit(
             f"strata bench edge: {exc}; make the {args.precision} variant first: "

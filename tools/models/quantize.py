@@ -199,9 +199,15 @@ def quantize_file(
     exclude_pattern: str,
     task: str,
     progress: bool = True,
+    conv_inputs_only: bool = False,
 ) -> int:
     """Static INT8 (QDQ, per-channel S8 weights, U8 activations) of `src` into `dst`.
 
+    `conv_inputs_only`: quantize only convolutions' inputs, as NNCF does for OpenVINO: no
+    Q/DQ on a conv's output and none on other ops (hard-swish's HardSigmoid and Mul,
+    pooling, concat), one Q/DQ pair per consumer (docs/models.md: without it PicoDet-S's
+    QDQ graph agrees with FP32 at box F1 0.000). A tensor that a quantized conv reads is
+    still read through its Q/DQ by a conv kept in float beside it.
     Returns how many nodes were kept in float.
     """
     import onnx
@@ -243,6 +249,11 @@ def quantize_file(
         }
         if method == "percentile":
             extra["CalibPercentile"] = 99.999
+        only: dict[str, Any] = {}
+        if conv_inputs_only:
+            extra["DedicatedQDQPair"] = True
+            extra["OpTypesToExcludeOutputQuantization"] = ["Conv"]
+            only["op_types_to_quantize"] = ["Conv"]
         # onnxruntime.quantization logs every tensor it touches on the root logger.
         root = logging.getLogger()
         level = root.level
@@ -259,6 +270,7 @@ def quantize_file(
                 nodes_to_exclude=exclude,
                 calibrate_method=methods[method],
                 extra_options=extra,
+                **only,
             )
         finally:
             root.setLevel(level)

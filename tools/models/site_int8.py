@@ -98,6 +98,7 @@ class Attempt:
     false_positives: int
     false_negatives: int
     per_label: tuple[LabelRecall, ...]
+    float_convs: tuple[str, ...] = ()  # the learned layers among kept_float
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,10 @@ class SiteQuantizeReport:
                 f"fp {a.false_positives}, fn {a.false_negatives}; {len(a.kept_float)} nodes "
                 "in float)"
             )
+        lines.append(
+            f"  float convs   {', '.join(b.float_convs) or 'none'} (+ "
+            f"{len(b.kept_float) - len(b.float_convs)} decode nodes)"
+        )
         recalls = ", ".join(
             f"{lr.label} {lr.recall:.3f} ({lr.matched}/{lr.reference})" for lr in b.per_label
         )
@@ -320,6 +325,7 @@ def quantize_for_site(
     fp32 = engine.fp32()
     ref = detect(fp32, manifest, held, plans, th)
     graph = onnx.load(str(src), load_external_data=False)
+    convs = {n.name for n in graph.graph.node if n.op_type == "Conv"}
     attempts: list[Attempt] = []
     best: tuple[float, Any] | None = None
     for recipe in req.recipes:
@@ -330,6 +336,7 @@ def quantize_for_site(
             Attempt(
                 recipe.name, q.kept, round(a.f1, 4), a.true_positives, a.false_positives,
                 a.false_negatives, per_label(manifest.labels, ref, test),
+                tuple(k for k in q.kept if k in convs),
             )
         )  # fmt: skip
         if best is None or a.f1 > best[0]:
@@ -353,11 +360,22 @@ def quantize_for_site(
         int8_fps=round(int8_fps, 2),
         attempts=tuple(attempts),
         machine=cpu_line(),
-        notes=_notes(req, ref),
+        notes=_notes(req, ref)
+        + ((best[1].note,) if best[1].note else ())
+        + _slower(fp32_fps, int8_fps, req.engine),
     )
     if not report.passed:
         raise QuantizeRefusedError(report)
     return _write(into or repository, repository, req, report, best[1])
+
+
+def _slower(fp32_fps: float, int8_fps: float, engine: str) -> tuple[str, ...]:
+    if int8_fps >= fp32_fps:
+        return ()
+    return (
+        f"INT8 is slower than FP32 on {engine} here ({int8_fps:.1f} against {fp32_fps:.1f} "
+        "frames/s): it agrees, but keep the FP32 model unless another CPU runs it faster",
+    )
 
 
 def _notes(req: SiteQuantizeRequest, ref: Sequence[FrameBoxes]) -> tuple[str, ...]:

@@ -55,6 +55,7 @@ def test_refuses_below_the_threshold_and_writes_nothing(
     """A threshold no model can reach (1.01) forces the refusal on a real run."""
     (tmp_path / "out").mkdir()
     into = ModelRepository(tmp_path / "out")
+    shipped = ModelRepository(starter_repository()).manifest(PICODET)
     with pytest.raises(QuantizeRefusedError) as exc:
         quantize_for_site(
             ModelRepository(), _request(synthetic_mp4, vtest_mp4, "onnxruntime", 1.01), into
@@ -70,7 +71,7 @@ def test_refuses_below_the_threshold_and_writes_nothing(
     assert {"Conv_117", "Conv_122", "Conv_127", "Conv_132"} <= set(report.best.kept_float)
     _assert_report_fields(json.loads(report.to_json()))
     assert not (tmp_path / "out" / PICODET).exists(), "a refused model is not written"
-    assert ModelRepository(starter_repository()).manifest(PICODET).variants == {}
+    assert ModelRepository(starter_repository()).manifest(PICODET) == shipped
 
 
 def test_cli_writes_the_variant_and_its_report_when_it_agrees(
@@ -91,6 +92,9 @@ def test_cli_writes_the_variant_and_its_report_when_it_agrees(
     variant = repo.manifest(PICODET).variants["int8-onnxruntime"]
     assert variant.precision == "int8" and variant.format == "onnx"
     _, _, path = repo.file_of(PICODET, "int8-onnxruntime")  # checksum verified
+    assert path.name == "model.int8-onnxruntime.onnx"
+    _, _, primary = repo.file_of(PICODET)  # the FP32 file is untouched: its checksum holds
+    assert primary.name == "model.onnx" and primary != path
     assert any(n.op_type == "QuantizeLinear" for n in onnx.load(str(path)).graph.node)
     written = json.loads((into / PICODET / "int8_report.json").read_text())
     _assert_report_fields(written)
@@ -137,6 +141,37 @@ def test_held_out_must_not_be_a_calibration_source(vtest_mp4: Path) -> None:
     req = SiteQuantizeRequest(PICODET, (vtest_mp4,), (vtest_mp4,), engine="onnxruntime")
     with pytest.raises(ValueError, match="did not see"):
         quantize_for_site(ModelRepository(), req)
+
+
+def test_the_shipped_openvino_int8_agrees_with_fp32(vtest_mp4: Path) -> None:
+    """The starter's int8-openvino variant (made by the command docs/models.md names):
+    checksums verified, kept-in-float convs recorded, and its boxes on vtest frames agree
+    with the FP32 model's at the documented threshold."""
+    require_module("openvino", "pip install 'strata[openvino]'")
+    from strata.shared.vision.agreement import agreement
+    from strata.shared.vision.nms import Thresholds
+    from strata.tools.models.int8_engines import OpenVinoEngine
+    from strata.tools.models.site_int8 import detect, edge_batch
+
+    repo = ModelRepository(starter_repository())
+    manifest, _, xml = repo.file_of(PICODET, "int8-openvino")
+    variant = manifest.variants["int8-openvino"]
+    assert variant.format == "openvino" and variant.precision == "int8"
+    report = json.loads((xml.parent / "int8_report.json").read_text())
+    assert report["passed"] is True and report["best_box_f1"] >= report["threshold"] == 0.95
+    assert "Conv_1" in report["attempts"][-1]["float_convs"]
+    assert any("fused into HardSwish" in n for n in report["notes"])
+    _, _, src = repo.file_of(PICODET)
+    outputs = manifest.output.names
+    fp32 = OpenVinoEngine(src, outputs, 0).fp32()
+    int8 = OpenVinoEngine(xml, outputs, 0).fp32()  # the IR as it is: its INT8 ops kept
+    batch, plans = edge_batch(manifest, site_frames([vtest_mp4], 12))
+    th = Thresholds(0.5, 0.45, 300)
+    ref = detect(fp32, manifest, batch, plans, th)
+    got = detect(int8, manifest, batch, plans, th)
+    a = agreement(ref, got)
+    assert a.true_positives > 50, "vtest's pedestrians are found"
+    assert a.f1 >= 0.95, a
 
 
 def test_head_convs_of_picodet() -> None:
