@@ -242,18 +242,7 @@ def quantize_file(
             len(batch),
             len(exclude),
         )
-        extra: dict[str, Any] = {
-            "CalibTensorRangeSymmetric": False,
-            # Calibrate in chunks: histograms and ranges merge across them, memory stays flat.
-            "CalibStridedMinMax": calibration_stride(len(batch)),
-        }
-        if method == "percentile":
-            extra["CalibPercentile"] = 99.999
-        only: dict[str, Any] = {}
-        if conv_inputs_only:
-            extra["DedicatedQDQPair"] = True
-            extra["OpTypesToExcludeOutputQuantization"] = ["Conv"]
-            only["op_types_to_quantize"] = ["Conv"]
+        extra, only = _qdq_options(method, len(batch), conv_inputs_only)
         # onnxruntime.quantization logs every tensor it touches on the root logger.
         root = logging.getLogger()
         level = root.level
@@ -275,6 +264,25 @@ def quantize_file(
         finally:
             root.setLevel(level)
     return len(exclude)
+
+
+def _qdq_options(
+    method: Method, frames: int, conv_inputs_only: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """quantize_static's extra_options, and its keyword arguments for `conv_inputs_only`."""
+    extra: dict[str, Any] = {
+        "CalibTensorRangeSymmetric": False,
+        # Calibrate in chunks: histograms and ranges merge across them, memory stays flat.
+        "CalibStridedMinMax": calibration_stride(frames),
+    }
+    if method == "percentile":
+        extra["CalibPercentile"] = 99.999
+    only: dict[str, Any] = {}
+    if conv_inputs_only:
+        extra["DedicatedQDQPair"] = True
+        extra["OpTypesToExcludeOutputQuantization"] = ["Conv"]
+        only["op_types_to_quantize"] = ["Conv"]
+    return extra, only
 
 
 def _session(path: Path, threads: int) -> Any:
