@@ -183,9 +183,14 @@ def test_precision_takes_the_models_variant_and_says_when_it_is_missing() -> Non
     from strata.tools.bench.detector import resolve
 
     detector = resolve()
-    assert with_variant(detector, "fp32") is detector
+    assert with_variant(detector, "fp32", "openvino") is detector
+    # The starter ships PicoDet-S's int8-openvino variant: OpenVINO's int8 loads it.
+    int8 = with_variant(detector, "int8", "openvino")
+    assert int8.path.suffix == ".xml" and int8.precision == "int8"
     with pytest.raises(ModelError):
-        with_variant(detector, "no-such-variant")
+        with_variant(detector, "int8", "onnxruntime-cpu")  # no ONNX Runtime INT8 ships
+    with pytest.raises(ModelError):
+        with_variant(detector, "no-such-variant", "openvino")
 
 
 @pytest.mark.slow

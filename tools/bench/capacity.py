@@ -58,7 +58,7 @@ from strata.shared.machine import cpu_model
 from strata.shared.wire import pack_frame, unpack_ack
 from strata.tools.bench.capacity_replay import Recording, Replay, Trial, TrialRules
 from strata.tools.bench.capacity_search import SearchResult, SearchRules, most_cameras
-from strata.tools.bench.detector import BenchDetector
+from strata.tools.bench.detector import BenchDetector, variant_key
 from strata.tools.bench.progress import say
 from strata.tools.bench.promise import TARGET_SLACK
 
@@ -206,14 +206,16 @@ def kept(path: Path, what: str, make: Callable[[], R]) -> R:
     return out
 
 
-def with_variant(detector: BenchDetector, precision: str) -> BenchDetector:
-    """`detector` loading its `precision` variant's file (fp32: the model's own);
-    ModelError when the repository has no such variant."""
+def with_variant(detector: BenchDetector, precision: str, backend: str) -> BenchDetector:
+    """`detector` loading its `precision` variant's file for `backend` (fp32: the model's
+    own); ModelError when the repository has no such variant."""
     if precision == "fp32":
         return detector
     from strata.shared.models import ModelRepository
 
-    _manifest, _key, path = ModelRepository(detector.repository).file_of(detector.name, precision)
+    repo = ModelRepository(detector.repository)
+    key = variant_key(repo.manifest(detector.name).variants, precision, backend)
+    _manifest, _key, path = repo.file_of(detector.name, key)
     return replace(detector, path=path.resolve(), precision=precision)
 
 
@@ -339,8 +341,11 @@ def run(args: argparse.Namespace) -> int:
     except ModelError as exc:
         say(f"the detector: {exc}")
         return 2
+    # The reference and the recordings are the FP32 model's on the default back end (the
+    # same device decisions for every back end); the searched edges load the variant.
+    base = detector
     try:
-        detector = with_variant(detector, args.precision)
+        detector = with_variant(detector, args.precision, args.backend)
     except ModelError as exc:
         say(
             f"the detector: {exc}; make the {args.precision} variant first: strata models "
@@ -372,7 +377,7 @@ def run(args: argparse.Namespace) -> int:
         ref = kept(
             work / name / "reference.pkl",
             f"{name}: reference run (the detector on every frame)",
-            partial(reference_run, clip, work / name / "reference", detector.overrides(), size),
+            partial(reference_run, clip, work / name / "reference", base.overrides(), size),
         )
         prof: dict[str, Any] = {"clip": clip.name, "frames": len(ref[1])}
         for mode in args.cascade or ("on", "off"):
@@ -381,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
             rec = kept(
                 work / name / f"record-{mode}.pkl",
                 f"{name}: recording the device agent, cascade {mode}",
-                partial(record, clip, folder, detector.overrides(), on, ref),
+                partial(record, clip, folder, base.overrides(), on, ref),
             )
             found, edge_cpu = search(rec, edge, work / name / f"search-{mode}", rules, bounds)
             prof[f"cascade_{mode}"] = mode_result(rec, found, edge_cpu)

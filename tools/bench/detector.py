@@ -10,6 +10,7 @@ the cloud and the device keep their own (starter) models whatever the repository
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,11 @@ def resolve(repository: str | None = None, name: str = DEFAULT_DETECTOR) -> Benc
         sha256=manifest.sha256,
         labels=tuple(manifest.labels),
     )
+
+
+def variant_key(known: Iterable[str], precision: str, backend: str) -> str:
+    """The variant a `precision` run of `backend` loads: `strata models quantize
+    --calibration` writes int8-<engine> (the back end's own), `--clip` writes int8."""
+    engine = "openvino" if backend == "openvino" else "onnxruntime"
+    names = set(known)
+    return next((k for k in (f"{precision}-{engine}", precision) if k in names), precision)

@@ -41,6 +41,7 @@ from strata.shared.models.detector import spec_beside
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.vision import LetterboxWriter
 from strata.shared.wire import is_events_topic, pack_frame, unpack_ack
+from strata.tools.bench.detector import variant_key
 from strata.tools.bench.nodes import start_edge_node
 
 
@@ -516,11 +517,7 @@ def _model(args: argparse.Namespace) -> Path:
 
     repo = ModelRepository(args.repository or None)
     try:
-        # `strata models quantize --calibration` writes int8-<engine>; `--clip` writes int8.
-        engine = "openvino" if args.backend == "openvino" else "onnxruntime"
-        keys = [f"{args.precision}-{engine}", args.precision]
-        known = repo.manifest(args.model).variants
-        key = next((k for k in keys if k in known), args.precision)
+        key = variant_key(repo.manifest(args.model).variants, args.precision, args.backend)
         _manifest, _key, file = repo.file_of(args.model, key)
     except ModelError as exc:
         raise SystemExit(
