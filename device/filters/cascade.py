@@ -264,6 +264,8 @@ class CascadePolicy:
         self.target_missed = 0.0
         if metrics is not None:
             metrics.floor_gap.labels(camera_id).set(self._floor)
+            # Not missed until an estimate says so (a series from the start, as alerts want).
+            metrics.target_missed.labels(camera_id).set(0.0)
             metrics.target.labels(camera_id, cfg.metric).set(cfg.target)
 
     def before_motion(self, index: int) -> PreDecision:

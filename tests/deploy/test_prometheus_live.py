@@ -204,7 +204,13 @@ def test_every_dashboard_query_has_data_from_a_real_run(
         # A gate that can drop (a threshold above 0) runs, so its panel has data; the
         # shipped default keeps every frame without running it. The file is paced as a
         # camera delivers it.
-        overrides={"device": {"gate": {"threshold": 1e-6}, "source": {"realtime": True}}},
+        # The site gate is on so that its panels have data (it is off by default).
+        overrides={
+            "device": {
+                "gate": {"threshold": 1e-6, "site": {"enabled": True}},
+                "source": {"realtime": True},
+            }
+        },
         options=RunOptions(startup_timeout_s=90.0, quiet_s=3.0, drain_timeout_s=30.0),
     )
     prom = prometheus_for(run.stack.ports.metrics)
