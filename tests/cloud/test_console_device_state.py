@@ -105,10 +105,9 @@ def test_a_missed_target_and_a_training_site_gate_in_chromium(
     (max_share), motion gate blind to the objects (as tests/edge/test_cascade_floor.py), the
     site gate on its 60 first answers (short of min_training: training, keeps every frame).
     The console says the target is MISSED and by how much, and the gate's training."""
+    from device_rig import COUNTED, running_agent, running_edge
     from edge_colour_model import build_colour_detector
     from edge_testkit import MODEL_SIZE
-    from strata.device.agent import Agent
-    from strata.edge.build import build_node
     from strata.shared.config.device import (
         CameraConfig,
         DeviceConfig,
@@ -116,30 +115,14 @@ def test_a_missed_target_and_a_training_site_gate_in_chromium(
         MotionConfig,
         SiteGateConfig,
     )
-    from strata.shared.config.edge import EdgeConfig
 
     registry, metrics_url = device_metrics
     detector = build_colour_detector(tmp_path / "detector.onnx", MODEL_SIZE)
-    node = build_node(
-        EdgeConfig.model_validate(
-            {
-                "listen": "tcp://127.0.0.1:0",
-                "publish": "tcp://127.0.0.1:0",
-                "model": {"input_size": MODEL_SIZE},
-                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
-                "overload": {"gpu_pressure": {"enabled": False}},
-                "tracking": {"calibration_window": 1},
-                "flow": {"min_credits": 64},
-            }
-        ),
-        detector,
-    )
-    ep = node.start()
     clip = "synthetic://?frames=360&seed=3&width=320&height=240&objects=6&fps=30&realtime=1"
-    agent = Agent(
-        DeviceConfig(
+    with running_edge(detector, tracking={"calibration_window": 1}, **COUNTED) as edge:
+        config = DeviceConfig(
             agent_id="console-state",
-            edge=ep.listen,
+            edge=edge.listen,
             cameras=[CameraConfig(id="cam", source=clip)],
             motion=MotionConfig(threshold=1000.0, max_interval_s=0, scene_change=0),
             gate=GateConfig(site=SiteGateConfig(enabled=True)),
@@ -151,15 +134,9 @@ def test_a_missed_target_and_a_training_site_gate_in_chromium(
                 calibrate_every=60,
                 burst_frames=30,
             ),
-        ),
-        registry=registry,
-    )
-    try:
-        agent.start()
-        assert agent.wait(timeout=150)
-        agent.stop(drain_timeout_s=5.0)
-    finally:
-        node.stop()
+        )
+        with running_agent(config, registry) as agent:
+            assert agent.wait(timeout=150)
     assert agent.site is not None
     st = agent.site.gate.status("cam")
     assert st is not None and st.state == "training" and not st.on

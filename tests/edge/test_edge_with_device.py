@@ -7,11 +7,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from device_rig import COUNTED, running_agent, running_edge
+from edge_testkit import MODEL_SIZE
 from prometheus_client import CollectorRegistry
-from strata.device.agent import Agent
 from strata.device.metrics import CameraCounts
-from strata.edge.build import build_node
 from strata.shared.config.device import (
     CameraConfig,
     DeviceConfig,
@@ -19,7 +18,6 @@ from strata.shared.config.device import (
     MotionConfig,
     SenderConfig,
 )
-from strata.shared.config.edge import EdgeConfig
 from strata.shared.metrics import sample
 from strata.shared.synthetic import SyntheticClip
 
@@ -41,39 +39,21 @@ def test_device_agent_to_edge_node_detections_match_ground_truth(
     clip = CLIP
     if encoding == "jpeg-from-yuv":
         clip, encoding = str(synthetic_mp4), "jpeg"
-    node = build_node(
-        EdgeConfig.model_validate(
-            {
-                "listen": "tcp://127.0.0.1:0",
-                "publish": "tcp://127.0.0.1:0",
-                "model": {"input_size": MODEL_SIZE},
-                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
-            }
-        ),
-        colour_model,
-    )
-    ep = node.start()
-    sub = Listener(zctx, ep.publish)
     # The agent's first frames must find the subscription in place.
-    wait_until_subscribed(RawAgent(zctx, ep.listen, "probe"), sub, synthetic_clip.frame(0).image)
-    accepted0 = sample(node.metrics.registry, "strata_edge_frames_total", {"status": "accepted"})
-    agent = Agent(
-        DeviceConfig(
+    with running_edge(colour_model, zctx, synthetic_clip.frame(0).image) as edge:
+        node = edge.node
+        accepted = {"status": "accepted"}
+        accepted0 = sample(node.metrics.registry, "strata_edge_frames_total", accepted)
+        config = DeviceConfig(
             agent_id="agent-under-test",
-            edge=ep.listen,
+            edge=edge.listen,
             cameras=[CameraConfig(id="cam-a", source=clip), CameraConfig(id="cam-b", source=clip)],
             motion=MotionConfig(enabled=False),
             gate=GateConfig(enabled=False),
             sender=SenderConfig(encoding=encoding, jpeg_quality=95),
-        ),
-        registry=CollectorRegistry(),
-    )
-    try:
-        agent.start()
-        results = sub.collect(2 * len(synthetic_clip), timeout_s=60.0)
-        agent.stop(drain_timeout_s=5.0)
-    finally:
-        node.stop()
+        )
+        with running_agent(config) as agent:
+            results = edge.collect(2 * len(synthetic_clip), timeout_s=60.0)
     assert len(results) == 2 * len(synthetic_clip)
     assert {r.camera_id for r in results} == {"cam-a", "cam-b"}
     assert (
@@ -112,48 +92,28 @@ def test_cascade_every_frame_answered_h264_scaled_to_the_model(
 ) -> None:
     from strata.shared.config.device import CascadeConfig
 
-    node = build_node(
-        EdgeConfig.model_validate(
-            {
-                "listen": "tcp://127.0.0.1:0",
-                "publish": "tcp://127.0.0.1:0",
-                "model": {"input_size": MODEL_SIZE},
-                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
-                "overload": {"gpu_pressure": {"enabled": False}},
-                "tracking": {"answer": "interpolate"},
-                # The clip plays as fast as it decodes: credits for all 20 kept frames, so the
-                # count below is exact (the stream order under BUSY is the delivery unit
-                # test's: later units wait for the refused one).
-                "flow": {"min_credits": 64},
-            }
-        ),
-        colour_model,
-    )
-    ep = node.start()
-    sub = Listener(zctx, ep.publish, "cam")
-    wait_until_subscribed(
-        RawAgent(zctx, ep.listen, "probe"), sub, synthetic_clip.frame(0).image, camera="cam"
+    # The clip plays as fast as it decodes: COUNTED's credits cover all 20 kept frames, so
+    # the count below is exact (the stream order under BUSY is the delivery unit test's:
+    # later units wait for the refused one).
+    image = synthetic_clip.frame(0).image
+    edge_rig = running_edge(
+        colour_model, zctx, image, "cam", tracking={"answer": "interpolate"}, **COUNTED
     )
     registry = CollectorRegistry()
-    agent = Agent(
-        DeviceConfig(
+    with edge_rig as edge:
+        config = DeviceConfig(
             agent_id="agent-under-test",
-            edge=ep.listen,
+            edge=edge.listen,
             cameras=[CameraConfig(id="cam", source=CLIP)],
             motion=MotionConfig(enabled=False),
             gate=GateConfig(enabled=False),
             sender=SenderConfig(encoding="h264"),
             # One frame in 3, no calibration bursts: 20 sent, 40 answered from tracking.
             cascade=CascadeConfig(min_gap=3, calibrate_every=0),
-        ),
-        registry=registry,
-    )
-    try:
-        agent.start()
-        results = [r for r in sub.collect(60, timeout_s=60.0) if r.session_id]
-        agent.stop(drain_timeout_s=5.0)
-    finally:
-        node.stop()
+        )
+        with running_agent(config, registry) as agent:
+            results = [r for r in edge.collect(60, timeout_s=60.0) if r.session_id]
+    node = edge.node
     by_index = {r.frame_index: r for r in results}
     assert sorted(by_index) == list(range(60))
     detected = sorted(i for i, r in by_index.items() if not r.predicted)
@@ -182,44 +142,24 @@ def test_an_estimate_under_target_makes_the_device_keep_more_frames(
     device keeps more frames in the following windows."""
     from strata.shared.config.device import CascadeConfig
 
-    node = build_node(
-        EdgeConfig.model_validate(
-            {
-                "listen": "tcp://127.0.0.1:0",
-                "publish": "tcp://127.0.0.1:0",
-                "model": {"input_size": MODEL_SIZE},
-                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
-                "overload": {"gpu_pressure": {"enabled": False}},
-                "tracking": {"calibration_window": 1},
-                "flow": {"min_credits": 64},
-            }
-        ),
-        colour_model,
-    )
-    ep = node.start()
-    sub = Listener(zctx, ep.publish, "cam")
-    wait_until_subscribed(
-        RawAgent(zctx, ep.listen, "probe"), sub, synthetic_clip.frame(0).image, camera="cam"
+    image = synthetic_clip.frame(0).image
+    edge_rig = running_edge(
+        colour_model, zctx, image, "cam", tracking={"calibration_window": 1}, **COUNTED
     )
     registry = CollectorRegistry()
     clip = "synthetic://?frames=240&seed=3&width=320&height=240&objects=6&fps=30&realtime=1"
-    agent = Agent(
-        DeviceConfig(
+    with edge_rig as edge:
+        config = DeviceConfig(
             agent_id="agent-under-test",
-            edge=ep.listen,
+            edge=edge.listen,
             cameras=[CameraConfig(id="cam", source=clip)],
             motion=MotionConfig(threshold=1000.0, max_interval_s=0, scene_change=0),
             gate=GateConfig(enabled=False),
             cascade=CascadeConfig(target=1.0, max_gap=12, calibrate_every=60, burst_frames=30),
-        ),
-        registry=registry,
-    )
-    try:
-        agent.start()
-        results = [r for r in sub.collect(240, timeout_s=60.0) if r.session_id]
-        agent.stop(drain_timeout_s=5.0)
-    finally:
-        node.stop()
+        )
+        with running_agent(config, registry):
+            results = [r for r in edge.collect(240, timeout_s=60.0) if r.session_id]
+    node = edge.node
     detected = {r.frame_index for r in results if not r.predicted}
     # Bursts of 30 frames at 0, then at s, s + 60, s + 120: s is 60 (calibrate_every), or
     # sooner when the first burst saw no object and the edge asked for one on seeing some.

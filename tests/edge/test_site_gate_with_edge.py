@@ -8,11 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edge_testkit import MODEL_SIZE
+from device_rig import running_agent, running_edge
 from prometheus_client import CollectorRegistry
-from strata.device.agent import Agent
 from strata.device.metrics import CameraCounts
-from strata.edge.build import build_node
 from strata.shared.config.device import (
     CameraConfig,
     DeviceConfig,
@@ -20,7 +18,6 @@ from strata.shared.config.device import (
     MotionConfig,
     SiteGateConfig,
 )
-from strata.shared.config.edge import EdgeConfig
 from strata.shared.metrics import sample
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
@@ -29,35 +26,17 @@ CLIP = "synthetic://?frames=60&seed=1&width=320&height=240&objects=3&fps=10&real
 
 
 def test_the_edge_answers_teach_the_site_gate(colour_model: Path, zctx: Any) -> None:
-    node = build_node(
-        EdgeConfig.model_validate(
-            {
-                "listen": "tcp://127.0.0.1:0",
-                "publish": "tcp://127.0.0.1:0",
-                "model": {"input_size": MODEL_SIZE},
-                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
-            }
-        ),
-        colour_model,
-    )
-    ep = node.start()
     registry = CollectorRegistry()
-    agent = Agent(
-        DeviceConfig(
+    with running_edge(colour_model) as edge:
+        config = DeviceConfig(
             agent_id="site-gate",
-            edge=ep.listen,
+            edge=edge.listen,
             cameras=[CameraConfig(id="cam-a", source=CLIP)],
             motion=MotionConfig(enabled=False),
             gate=GateConfig(site=SiteGateConfig(enabled=True)),
-        ),
-        registry=registry,
-    )
-    try:
-        agent.start()
-        assert agent.wait(timeout=120)
-        agent.stop(drain_timeout_s=10.0)
-    finally:
-        node.stop()
+        )
+        with running_agent(config, registry, drain_s=10.0) as agent:
+            assert agent.wait(timeout=120)
     assert agent.site is not None
     st = agent.site.gate.status("cam-a")
     assert st is not None
