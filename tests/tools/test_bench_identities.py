@@ -72,3 +72,21 @@ def test_the_ceiling_links_a_reference_track_seen_by_both_cameras() -> None:
     got = ceiling(images, truth, views(200), Embedder(AppearanceConfig()), every=2)
     assert got["tracks"] == 3 and got["truth_links"] == 1
     assert got["links"] == 1 and got["link_precision"] == 1.0 and got["link_recall"] == 1.0
+
+
+def test_a_match_still_valid_is_kept_as_clear_mot_does() -> None:
+    """CLEAR-MOT: truth 1 matched track 10; next frame track 10 still overlaps it at IoU
+    0.6 and track 11 (a neighbour stepping in) at 1.0: no switch. Once 10 no longer
+    overlaps it at 0.5, the match moves to 11 and that is a switch."""
+    run = CameraRun()
+    last: dict[int, int] = {}
+    truth = (np.array([_b(0)], np.float32), np.array([1]))
+    for t in (10, 11):
+        run.tracks[t] = TrackLife(0, 0)
+    _score(run, (np.array([_b(0)], np.float32), np.array([10], np.uint64)), truth, last, {10})
+    near = np.array([_b(5), _b(0)], np.float32)  # 10 at IoU 0.6, 11 at 1.0
+    _score(run, (near, np.array([10, 11], np.uint64)), truth, last, {10, 11})
+    assert run.switches == 0 and last[1] == 10
+    far = np.array([_b(12), _b(0)], np.float32)  # 10 at IoU 0.25
+    _score(run, (far, np.array([10, 11], np.uint64)), truth, last, {10, 11})
+    assert run.switches == 1 and last[1] == 11 and run.handovers == 1
