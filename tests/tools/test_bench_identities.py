@@ -90,3 +90,24 @@ def test_a_match_still_valid_is_kept_as_clear_mot_does() -> None:
     far = np.array([_b(12), _b(0)], np.float32)  # 10 at IoU 0.25
     _score(run, (far, np.array([10, 11], np.uint64)), truth, last, {10, 11})
     assert run.switches == 1 and last[1] == 11 and run.handovers == 1
+
+
+def test_a_reference_id_that_jumps_to_someone_else_is_found_and_its_switch_counted() -> None:
+    """The reference's id 1 walks 2 px a frame (no jump), then lands 100 px away (another
+    person: a jump at frame 3); a camera switch across that frame is counted apart."""
+    from strata.shared.vision import FrameBoxes
+    from strata.tools.bench.identities import reference_jumps
+
+    xs = [0.0, 2.0, 4.0, 104.0, 106.0]
+    truth = [
+        FrameBoxes(np.array([_b(x)], np.float32), np.ones(1, np.float32), np.array([1])) for x in xs
+    ]
+    jumps = reference_jumps(truth)
+    assert list(jumps) == [1] and jumps[1].tolist() == [3]
+    run = CameraRun(jumps=jumps)
+    last: dict[int, int] = {}
+    for f, track in ((0, 10), (2, 10), (4, 11)):
+        run.tracks.setdefault(track, TrackLife(f, f))
+        box = truth[f].boxes
+        _score(run, (box, np.array([track], np.uint64)), (box, np.array([1])), last, {10, 11}, f)
+    assert run.switches == 1 and run.at_jumps == 1

@@ -18,7 +18,11 @@ the right 60%, so people walk out of one view into the other (the middle 20% bot
   each). Also the switches of truth boxes that overlap another truth box (`crowded`), and
   the switches split by cause: `handover` (the truth track's previous track
   is still alive: two tracks traded people) and `fragment` (its previous track was gone:
-  a new id after a loss), and tracks per truth track.
+  a new id after a loss), and tracks per truth track. `at_reference_jumps`: switches
+  across a frame where the reference's own id jumped (its box moved over half a height
+  from its last appearance, or changed height 1.5x: the reference's tracker gave the id
+  to someone else, or to part of someone), so the camera may have been right; vtest's
+  reference is a motion tracker on noisy boxes (a quarter of them under 34 px high).
 - **cross-camera links**: each camera track (appearance on) with its embedding as its last
   lifecycle event carries it (reid.Look.mean, through the uplink's float16; a track that
   ended mid-clip keeps the one it had when it ended) and the capture times it was first and
@@ -193,6 +197,11 @@ class CameraRun:
     handovers: int = 0
     fragments: int = 0
     crowded: int = 0  # switches of a truth box overlapping another truth box
+    # Switches across a jump of the reference's own id (reference_jumps): the reference, not
+    # the camera's tracker, changed person there; and per truth id its last matched frame.
+    at_jumps: int = 0
+    jumps: dict[int, np.ndarray] = field(default_factory=dict)
+    matched_at: dict[int, int] = field(default_factory=dict)
     truth_tracks: set[int] = field(default_factory=set)
     tracks: dict[int, TrackLife] = field(default_factory=dict)
     # For IDF1 and persistent switches: per truth id its matched track ids in frame order,
@@ -220,6 +229,35 @@ def truth_tracks(full: Sequence[FrameBoxes], tracking: TrackingConfig) -> list[F
     return out
 
 
+# A reference id "jumps" where its box moves more than this many box heights from its last
+# appearance (plus `JUMP_PER_FRAME` a frame of gap), or its height changes by more than
+# `JUMP_SIZE`x: at 10 fps a person moves ~0.05 heights a frame, so the reference's tracker
+# gave the id to someone else (or to a part of someone: a head, a torso).
+JUMP_HEIGHTS = 0.5
+JUMP_PER_FRAME = 0.1
+JUMP_SIZE = 1.5
+
+
+def reference_jumps(truth: Sequence[FrameBoxes]) -> dict[int, np.ndarray]:
+    """Per reference id, the frames where its box jumped from its last appearance."""
+    last: dict[int, tuple[int, np.ndarray]] = {}
+    out: dict[int, list[int]] = {}
+    for f, t in enumerate(truth):
+        for box, who in zip(t.boxes, t.class_ids.tolist(), strict=True):
+            seen = last.get(int(who))
+            last[int(who)] = (f, box)
+            if seen is None:
+                continue
+            gap = f - seen[0]
+            h0, h1 = max(seen[1][3] - seen[1][1], 1.0), max(box[3] - box[1], 1.0)
+            c0 = (seen[1][:2] + seen[1][2:]) / 2
+            c1 = (box[:2] + box[2:]) / 2
+            reach = (JUMP_HEIGHTS + JUMP_PER_FRAME * (gap - 1)) * max(h0, h1)
+            if np.linalg.norm(c1 - c0) > reach or max(h0, h1) > JUMP_SIZE * min(h0, h1):
+                out.setdefault(int(who), []).append(f)
+    return {k: np.asarray(v, np.int64) for k, v in out.items()}
+
+
 def in_view(truth: FrameBoxes, v: View) -> tuple[np.ndarray, np.ndarray]:
     """The truth boxes whose centre is inside view `v`, in its pixels, and their ids."""
     cx = (truth.boxes[:, 0] + truth.boxes[:, 2]) / 2
@@ -238,7 +276,7 @@ def run_camera(
     embedder: Embedder | None,
 ) -> CameraRun:
     """Camera `v`'s kept frames through the tracker (appearance when `embedder`), scored."""
-    run = CameraRun()
+    run = CameraRun(jumps=reference_jumps(truth))
     appearance = setup.appearance if embedder is not None else None
     tracker = Tracker(setup.tracking, appearance, frozenset({0}) if appearance else None)
     last: dict[int, int] = {}  # truth id -> the track id it last matched
@@ -328,11 +366,16 @@ def _score(
         if before is not None and before != track:
             run.switches += 1
             run.crowded += int((among[a] > 0).any())
+            jumped = run.jumps.get(who)
+            since = run.matched_at.get(who, frame)
+            if jumped is not None and ((jumped > since) & (jumped <= frame)).any():
+                run.at_jumps += 1
             if before in alive:
                 run.handovers += 1
             else:
                 run.fragments += 1
         last[who] = track
+        run.matched_at[who] = frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +505,7 @@ def per_100(runs: Sequence[CameraRun]) -> tuple[float, dict[str, Any]]:
         "switches": sw,
         "handovers": sum(r.handovers for r in runs),
         "crowded": sum(r.crowded for r in runs),
+        "at_reference_jumps": sum(r.at_jumps for r in runs),
         "fragments": sum(r.fragments for r in runs),
         "truth_tracks": truth,
         "tracks": sum(len(r.tracks) for r in runs),
