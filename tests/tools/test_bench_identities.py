@@ -4,7 +4,15 @@ switches, IDF1, the two camera cuts."""
 from __future__ import annotations
 
 import numpy as np
-from strata.tools.bench.identities import CameraRun, TrackLife, _score, idf1, persistent, views
+from strata.tools.bench.identities import (
+    CameraRun,
+    TrackLife,
+    View,
+    _score,
+    idf1,
+    persistent,
+    views,
+)
 
 
 def _b(x: float) -> list[float]:
@@ -111,3 +119,24 @@ def test_a_reference_id_that_jumps_to_someone_else_is_found_and_its_switch_count
         box = truth[f].boxes
         _score(run, (box, np.array([track], np.uint64)), (box, np.array([1])), last, {10, 11}, f)
     assert run.switches == 1 and run.at_jumps == 1
+
+
+def test_a_switch_where_the_reference_itself_changed_person_is_told_apart() -> None:
+    """The real embedding model: a switch whose two reference crops are the same pixels is
+    not a change of the reference's person; one whose crops differ is, at a threshold
+    below their distance."""
+    from strata.edge.tracking.appearance import Embedder
+    from strata.shared.config.appearance import AppearanceConfig
+    from strata.tools.bench.identities_reference import reference_changed
+
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 255, (120, 200, 3), dtype=np.uint8)
+    image[:, 100:] = 255 - image[:, 100:]  # the right half: someone else
+    a = np.array([10.0, 10.0, 50.0, 110.0], np.float32)
+    b = np.array([130.0, 10.0, 170.0, 110.0], np.float32)
+    frames = [image, image]
+    cam = View("whole", 0, 200)
+    embedder = Embedder(AppearanceConfig())
+    run = CameraRun()
+    run.switch_boxes = [(0, a, 1, a), (0, a, 1, b)]
+    assert reference_changed(frames, {cam.name: run}, [cam], embedder, same=0.01) == 1

@@ -23,6 +23,10 @@ the right 60%, so people walk out of one view into the other (the middle 20% bot
   from its last appearance, or changed height 1.5x: the reference's tracker gave the id
   to someone else, or to part of someone), so the camera may have been right; vtest's
   reference is a motion tracker on noisy boxes (a quarter of them under 34 px high).
+  `at_reference_changes` (bench/identities_reference.py): switches whose two reference
+  crops (last match, now) look like two people to the embedding model (farther apart than
+  `reference.same_person_distance`, the 95th percentile of one reference id's crops 5
+  frames apart); `per_100_tracks_where_reference_kept_its_person` leaves them out.
 - **cross-camera links**: each camera track (appearance on) with its embedding as its last
   lifecycle event carries it (reid.Look.mean, through the uplink's float16; a track that
   ended mid-clip keeps the one it had when it ended) and the capture times it was first and
@@ -67,6 +71,8 @@ from strata.edge.tracking.tracker import Tracker
 from strata.shared.config.appearance import AppearanceConfig
 from strata.shared.config.edge import DEFAULT_DETECTOR, TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
+
+from .identities_reference import reference_changed, same_person_distance
 
 VIEW_SHARE = 0.6
 FPS = 10.0
@@ -201,7 +207,10 @@ class CameraRun:
     # the camera's tracker, changed person there; and per truth id its last matched frame.
     at_jumps: int = 0
     jumps: dict[int, np.ndarray] = field(default_factory=dict)
-    matched_at: dict[int, int] = field(default_factory=dict)
+    matched_at: dict[int, tuple[int, np.ndarray]] = field(default_factory=dict)
+    # Per switch: the truth box's frame and box at its last match and now (the reference's
+    # two crops, identities_reference.py: did the reference itself change person?).
+    switch_boxes: list[tuple[int, np.ndarray, int, np.ndarray]] = field(default_factory=list)
     truth_tracks: set[int] = field(default_factory=set)
     tracks: dict[int, TrackLife] = field(default_factory=dict)
     # For IDF1 and persistent switches: per truth id its matched track ids in frame order,
@@ -367,7 +376,8 @@ def _score(
             run.switches += 1
             run.crowded += int((among[a] > 0).any())
             jumped = run.jumps.get(who)
-            since = run.matched_at.get(who, frame)
+            since, box = run.matched_at.get(who, (frame, tb[a]))
+            run.switch_boxes.append((since, box, frame, tb[a]))
             if jumped is not None and ((jumped > since) & (jumped <= frame)).any():
                 run.at_jumps += 1
             if before in alive:
@@ -375,7 +385,7 @@ def _score(
             else:
                 run.fragments += 1
         last[who] = track
-        run.matched_at[who] = frame
+        run.matched_at[who] = (frame, tb[a])
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,6 +532,14 @@ def measure(frames: list[np.ndarray], boxes: dict[str, list[FrameBoxes]], setup:
     on = {v.name: run_camera(frames, boxes[v.name], truth, v, setup, embedder) for v in cams}
     without, c_off = per_100(list(off.values()))
     with_, c_on = per_100(list(on.values()))
+    same = same_person_distance(frames, truth, embedder)
+    for c, runs in ((c_off, off), (c_on, on)):
+        changed = reference_changed(frames, runs, cams, embedder, same)
+        c["at_reference_changes"] = changed
+        kept = c["switches"] - changed
+        c["switches_where_reference_kept_its_person"] = kept
+        c["per_100_tracks_where_reference_kept_its_person"] = 100.0 * kept / c["truth_tracks"]
+    reference = {"same_person_distance": same}
     kept = sum(r.kept for r in on.values())
     crops = sum(r.crops for r in on.values())
     embed_s = sum(r.embed_s for r in on.values())
@@ -534,6 +552,7 @@ def measure(frames: list[np.ndarray], boxes: dict[str, list[FrameBoxes]], setup:
         "id_switch_ratio": with_ / without if without else None,
         "counts_without": c_off,
         "counts_with": c_on,
+        "reference": reference,
         **links_of(on),
         "search_p99_ms_at_100000": None,
         "cost": {
