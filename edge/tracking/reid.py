@@ -17,7 +17,8 @@ detection is embedded only when an id is at risk or will need one:
 parting crops first (within the wider gate of a track that met someone, overlapping no other
 box: clean crops where motion may hand ids over), then new ones, then crops among
 overlapping boxes, then refreshes; at most `crops_per_frame` a detected frame on average,
-saved up to `max_crops` (the cost bound; the rest counted as skipped). A track's
+saved up to `max_crops`, the bucket full at the start (the cost bound; the rest counted as
+skipped). A track's
 embedding is the exponential moving average (`ema`) of its crops' (BoT-SORT), re-normalised;
 crops that overlap another detection are not averaged in (half of them is someone else).
 
@@ -138,6 +139,10 @@ class Looks:
     tokens: float = 0.0  # crops this camera may still embed (the cost bound's bucket)
     skipped: int = 0
     relinked: int = 0
+
+    def __post_init__(self) -> None:
+        # The bucket starts full: a camera's first frames (its new tracks) get their crops.
+        self.tokens = float(self.cfg.max_crops)
 
     def wanted(
         self, ids: np.ndarray, ok: np.ndarray, near: np.ndarray, boxes: np.ndarray,

@@ -42,12 +42,17 @@ class AppearanceConfig(StrictModel):
     )
     threads: int = Field(1, ge=0, description="ONNX Runtime threads (0: its default).")
     batch: int = Field(8, ge=1, description="Crops embedded in one model call at most.")
+    # vtest, two 60% cuts at 1 frame in 5 (`strata bench identities`, its interleaved probe,
+    # loaded 2-core EPYC): a crop costs 0.16 of a PicoDet-S 416 frame, so 1.5 crops took
+    # 0.246 of the detector's time and 0.85 (0.87 with the bucket starting full) 0.140
+    # (bound 0.15). Id switches per 100 tracks 156.8 at 1.5, 154.2 at 0.85 (150.8 off);
+    # IDF1 0.413 and 0.433 (0.393 off).
     crops_per_frame: float = Field(
-        1.5,
+        0.85,
         gt=0.0,
         description="Crops embedded per detected frame of a camera on average (the cost bound: "
-        "OSNet x0.25 ~3 ms a crop on one CPU thread against ~30 ms for PicoDet-S 416: 15%); "
-        "the rest are counted as skipped.",
+        "an OSNet x0.25 crop costs ~0.16 of a PicoDet-S 416 frame on CPU, so 0.85 keeps "
+        "appearance under 15% of the detector's time); the rest are counted as skipped.",
     )
     max_crops: int = Field(
         4, ge=1, description="... saved up to this many for one frame (people meeting)."

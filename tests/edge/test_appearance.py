@@ -207,8 +207,9 @@ def test_on_for_one_camera_and_off_for_another() -> None:
             assert msg.model == "osnet_x0_25_msmt17" and msg.dim == 512
         else:
             assert tracker.looks is None and look is None
-    # The door's first frame only, within the budget (edge.appearance.crops_per_frame).
-    assert app.embedder.crops == 1
+    # The door's two people only, the yard's none: the budget's bucket starts full
+    # (edge.appearance.max_crops), so a camera's first tracks get their crops.
+    assert app.embedder.crops == 2
     assert Appearance.for_node(AppearanceConfig(), ("person",)) is None
     with pytest.raises(AppearanceError, match="not the detector's labels"):
         Appearance.for_node(AppearanceConfig(enabled=True), ("car",))

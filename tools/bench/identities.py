@@ -11,13 +11,22 @@ the right 60%, so people walk out of one view into the other (the middle 20% bot
   `--every`, 5: the cascade's 20% share on vtest) go through the edge's tracker twice in the
   same run, appearance off and on (edge.appearance: OSNet x0.25 on the crops that need one).
 - **id switches** (CLEAR-MOT's IDSW): on each kept frame the camera's tracked boxes are
-  matched one-to-one to its truth boxes (IoU at least 0.5, Hungarian); a truth track whose
+  matched one-to-one to its truth boxes (IoU at least 0.5, Hungarian, a truth track's last
+  match kept while its IoU is still at least 0.5, as CLEAR-MOT does); a truth track whose
   matched track id differs from the one it last matched is a switch. Summed over both
   cameras, per 100 truth tracks seen by the cameras (a truth track seen by both counts in
   each). Also the switches of truth boxes that overlap another truth box (`crowded`), and
   the switches split by cause: `handover` (the truth track's previous track
   is still alive: two tracks traded people) and `fragment` (its previous track was gone:
-  a new id after a loss), and tracks per truth track.
+  a new id after a loss), and tracks per truth track. `at_reference_jumps`: switches
+  across a frame where the reference's own id jumped (its box moved over half a height
+  from its last appearance, or changed height 1.5x: the reference's tracker gave the id
+  to someone else, or to part of someone), so the camera may have been right; vtest's
+  reference is a motion tracker on noisy boxes (a quarter of them under 34 px high).
+  `at_reference_changes` (bench/identities_reference.py): switches whose two reference
+  crops (last match, now) look like two people to the embedding model (farther apart than
+  `reference.same_person_distance`, the 95th percentile of one reference id's crops 5
+  frames apart); `per_100_tracks_where_reference_kept_its_person` leaves them out.
 - **cross-camera links**: each camera track (appearance on) with its embedding as its last
   lifecycle event carries it (reid.Look.mean, through the uplink's float16; a track that
   ended mid-clip keeps the one it had when it ended) and the capture times it was first and
@@ -62,6 +71,8 @@ from strata.edge.tracking.tracker import Tracker
 from strata.shared.config.appearance import AppearanceConfig
 from strata.shared.config.edge import DEFAULT_DETECTOR, TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
+
+from .identities_reference import reference_changed, same_person_distance
 
 VIEW_SHARE = 0.6
 FPS = 10.0
@@ -192,6 +203,14 @@ class CameraRun:
     handovers: int = 0
     fragments: int = 0
     crowded: int = 0  # switches of a truth box overlapping another truth box
+    # Switches across a jump of the reference's own id (reference_jumps): the reference, not
+    # the camera's tracker, changed person there; and per truth id its last matched frame.
+    at_jumps: int = 0
+    jumps: dict[int, np.ndarray] = field(default_factory=dict)
+    matched_at: dict[int, tuple[int, np.ndarray]] = field(default_factory=dict)
+    # Per switch: the truth box's frame and box at its last match and now (the reference's
+    # two crops, identities_reference.py: did the reference itself change person?).
+    switch_boxes: list[tuple[int, np.ndarray, int, np.ndarray]] = field(default_factory=list)
     truth_tracks: set[int] = field(default_factory=set)
     tracks: dict[int, TrackLife] = field(default_factory=dict)
     # For IDF1 and persistent switches: per truth id its matched track ids in frame order,
@@ -219,6 +238,35 @@ def truth_tracks(full: Sequence[FrameBoxes], tracking: TrackingConfig) -> list[F
     return out
 
 
+# A reference id "jumps" where its box moves more than this many box heights from its last
+# appearance (plus `JUMP_PER_FRAME` a frame of gap), or its height changes by more than
+# `JUMP_SIZE`x: at 10 fps a person moves ~0.05 heights a frame, so the reference's tracker
+# gave the id to someone else (or to a part of someone: a head, a torso).
+JUMP_HEIGHTS = 0.5
+JUMP_PER_FRAME = 0.1
+JUMP_SIZE = 1.5
+
+
+def reference_jumps(truth: Sequence[FrameBoxes]) -> dict[int, np.ndarray]:
+    """Per reference id, the frames where its box jumped from its last appearance."""
+    last: dict[int, tuple[int, np.ndarray]] = {}
+    out: dict[int, list[int]] = {}
+    for f, t in enumerate(truth):
+        for box, who in zip(t.boxes, t.class_ids.tolist(), strict=True):
+            seen = last.get(int(who))
+            last[int(who)] = (f, box)
+            if seen is None:
+                continue
+            gap = f - seen[0]
+            h0, h1 = max(seen[1][3] - seen[1][1], 1.0), max(box[3] - box[1], 1.0)
+            c0 = (seen[1][:2] + seen[1][2:]) / 2
+            c1 = (box[:2] + box[2:]) / 2
+            reach = (JUMP_HEIGHTS + JUMP_PER_FRAME * (gap - 1)) * max(h0, h1)
+            if np.linalg.norm(c1 - c0) > reach or max(h0, h1) > JUMP_SIZE * min(h0, h1):
+                out.setdefault(int(who), []).append(f)
+    return {k: np.asarray(v, np.int64) for k, v in out.items()}
+
+
 def in_view(truth: FrameBoxes, v: View) -> tuple[np.ndarray, np.ndarray]:
     """The truth boxes whose centre is inside view `v`, in its pixels, and their ids."""
     cx = (truth.boxes[:, 0] + truth.boxes[:, 2]) / 2
@@ -237,7 +285,7 @@ def run_camera(
     embedder: Embedder | None,
 ) -> CameraRun:
     """Camera `v`'s kept frames through the tracker (appearance when `embedder`), scored."""
-    run = CameraRun()
+    run = CameraRun(jumps=reference_jumps(truth))
     appearance = setup.appearance if embedder is not None else None
     tracker = Tracker(setup.tracking, appearance, frozenset({0}) if appearance else None)
     last: dict[int, int] = {}  # truth id -> the track id it last matched
@@ -280,6 +328,19 @@ def run_camera(
     return run
 
 
+# CLEAR-MOT (Bernardin and Stiefelhagen 2008, as py-motmetrics does it): a truth box's
+# match of the previous frame is kept while still valid (IoU at least 0.5) before the rest
+# are matched, so a better overlap with a neighbour's box is not scored as a switch.
+_KEEP = 10.0
+
+
+def _kept(tid: np.ndarray, ids: np.ndarray, last: dict[int, int], ov: np.ndarray) -> np.ndarray:
+    """(truth, tracked) pairs that are the truth's last match and still valid (IoU >= 0.5)."""
+    before = np.array([last.get(int(t), 0) for t in tid.tolist()], np.uint64)
+    same: np.ndarray = (before[:, None] == ids[None, :].astype(np.uint64)) & (before[:, None] != 0)
+    return same & (ov >= 0.5)
+
+
 def _score(
     run: CameraRun,
     tracked: tuple[np.ndarray, np.ndarray],
@@ -300,7 +361,7 @@ def _score(
     ov = iou(tb, boxes)
     among = iou(tb, tb)
     np.fill_diagonal(among, 0.0)
-    r, c = linear_sum_assignment(-ov)
+    r, c = linear_sum_assignment(-(ov + _KEEP * _kept(tid, ids, last, ov)))
     for a, b in zip(r.tolist(), c.tolist(), strict=True):
         if ov[a, b] < 0.5:
             continue
@@ -314,11 +375,17 @@ def _score(
         if before is not None and before != track:
             run.switches += 1
             run.crowded += int((among[a] > 0).any())
+            jumped = run.jumps.get(who)
+            since, box = run.matched_at.get(who, (frame, tb[a]))
+            run.switch_boxes.append((since, box, frame, tb[a]))
+            if jumped is not None and ((jumped > since) & (jumped <= frame)).any():
+                run.at_jumps += 1
             if before in alive:
                 run.handovers += 1
             else:
                 run.fragments += 1
         last[who] = track
+        run.matched_at[who] = (frame, tb[a])
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,6 +515,7 @@ def per_100(runs: Sequence[CameraRun]) -> tuple[float, dict[str, Any]]:
         "switches": sw,
         "handovers": sum(r.handovers for r in runs),
         "crowded": sum(r.crowded for r in runs),
+        "at_reference_jumps": sum(r.at_jumps for r in runs),
         "fragments": sum(r.fragments for r in runs),
         "truth_tracks": truth,
         "tracks": sum(len(r.tracks) for r in runs),
@@ -464,6 +532,14 @@ def measure(frames: list[np.ndarray], boxes: dict[str, list[FrameBoxes]], setup:
     on = {v.name: run_camera(frames, boxes[v.name], truth, v, setup, embedder) for v in cams}
     without, c_off = per_100(list(off.values()))
     with_, c_on = per_100(list(on.values()))
+    same = same_person_distance(frames, truth, embedder)
+    for c, runs in ((c_off, off), (c_on, on)):
+        changed = reference_changed(frames, runs, cams, embedder, same)
+        c["at_reference_changes"] = changed
+        kept = c["switches"] - changed
+        c["switches_where_reference_kept_its_person"] = kept
+        c["per_100_tracks_where_reference_kept_its_person"] = 100.0 * kept / c["truth_tracks"]
+    reference = {"same_person_distance": same}
     kept = sum(r.kept for r in on.values())
     crops = sum(r.crops for r in on.values())
     embed_s = sum(r.embed_s for r in on.values())
@@ -476,6 +552,7 @@ def measure(frames: list[np.ndarray], boxes: dict[str, list[FrameBoxes]], setup:
         "id_switch_ratio": with_ / without if without else None,
         "counts_without": c_off,
         "counts_with": c_on,
+        "reference": reference,
         **links_of(on),
         "search_p99_ms_at_100000": None,
         "cost": {
