@@ -190,7 +190,7 @@ def candidates(src: Path, rewrite: Path, int8: Sequence[Path]) -> list[Candidate
         Candidate("openvino fp32", src, "openvino"),
         Candidate("openvino fp32 rewritten", rewrite, "openvino"),
     ]
-    out += [Candidate(f"openvino int8 {p.parent.name}/{p.name}", p, "openvino") for p in int8]
+    out += [Candidate(f"openvino int8 {p}", p, "openvino") for p in int8]
     return out
 
 

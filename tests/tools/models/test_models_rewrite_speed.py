@@ -52,4 +52,4 @@ def test_candidates_start_with_onnx_runtime_on_the_file(tmp_path: Path) -> None:
     runs = candidates(src, rw, [q])
     assert runs[0] == Candidate("onnxruntime fp32", src, "onnxruntime")
     assert [c.path for c in runs] == [src, rw, src, rw, q]
-    assert runs[-1].label == "openvino int8 v/q.xml"
+    assert runs[-1].label == f"openvino int8 {q}"
