@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from strata.tools.models.focus import focus_file
 from strata.tools.models.hard_swish import hard_swish_file
 from strata.tools.models.int8_scope import NARROW_STEPS, narrow_depthwise
 from strata.tools.models.split_convs import fold_file, piece_names
@@ -193,7 +194,8 @@ class OpenVinoEngine:
         boxes), the recipe's float nodes (`kept_in_float`) in NNCF's ignored scope; the
         model read with its x * HardSigmoid(x) pairs fused into HardSwish (hard_swish.py)
         and each channel split of a conv's output folded into one conv per piece
-        (split_convs.py; a kept conv's pieces stay kept). Both rewrites are exact. The file
+        (split_convs.py; a kept conv's pieces stay kept) and a Focus stem into one strided
+        conv (focus.py: YOLOX). The rewrites are exact. The file
         goes in through `ov.convert_model`, not `Core.read_model`: its fusions and constant
         folding (x * Sigmoid(x) into Swish, the dynamic batch's shape arithmetic) happen
         before NNCF places its quantizers, so the CPU plugin runs the quantized depthwise
@@ -207,6 +209,7 @@ class OpenVinoEngine:
         with tempfile.TemporaryDirectory(prefix="strata-int8-") as folder:
             src, fused = hard_swish_file(self._path, Path(folder))
             src, folds = fold_file(src, Path(folder))
+            src, stems = focus_file(src, Path(folder))
             model = self._ov.convert_model(str(src))
         kept = piece_names(kept, folds)
         # OpenVINO names a Conv's ops NAME/WithoutBiases (the convolution) and NAME (its bias).
@@ -238,6 +241,8 @@ class OpenVinoEngine:
             notes.append(f"{fused} x * HardSigmoid(x) pairs fused into HardSwish")
         if folds:
             notes.append(f"{len(folds)} channel splits of a conv's output folded into its conv")
+        if stems:
+            notes.append(f"{len(stems)} Focus stem(s) folded into one strided conv")
         note = "; ".join(notes) + " before quantizing" if notes else ""
         return Quantized(self._runner(quantized), save, kept, ".xml", note)
 

@@ -173,13 +173,15 @@ def layer_times(path: Path, x: np.ndarray, runs: int = 20) -> list[LayerTime]:
 
 
 def rewritten(src: Path, folder: Path) -> Path:
-    """`src` with the quantizer's exact rewrites (hard_swish, split_convs) applied."""
+    """`src` with the quantizer's exact rewrites (hard_swish, split_convs, focus) applied."""
+    from strata.tools.models.focus import focus_file
     from strata.tools.models.hard_swish import hard_swish_file
     from strata.tools.models.split_convs import fold_file
 
     fused, _ = hard_swish_file(src, folder)
     folded, _ = fold_file(fused, folder)
-    return folded
+    stem, _ = focus_file(folded, folder)
+    return stem
 
 
 def candidates(src: Path, rewrite: Path, int8: Sequence[Path]) -> list[Candidate]:
