@@ -21,6 +21,7 @@ import numpy as np
 from strata.tools.models.focus import focus_file
 from strata.tools.models.hard_swish import hard_swish_file
 from strata.tools.models.int8_scope import NARROW_STEPS, narrow_depthwise
+from strata.tools.models.shuffle import shuffle_file
 from strata.tools.models.split_convs import fold_file, piece_names
 
 log = logging.getLogger(__name__)
@@ -195,7 +196,8 @@ class OpenVinoEngine:
         model read with its x * HardSigmoid(x) pairs fused into HardSwish (hard_swish.py)
         and each channel split of a conv's output folded into one conv per piece
         (split_convs.py; a kept conv's pieces stay kept) and a Focus stem into one strided
-        conv (focus.py: YOLOX). The rewrites are exact. The file
+        conv (focus.py: YOLOX) and each channel shuffle into its concat (shuffle.py:
+        ShuffleNet blocks). The rewrites are exact. The file
         goes in through `ov.convert_model`, not `Core.read_model`: its fusions and constant
         folding (x * Sigmoid(x) into Swish, the dynamic batch's shape arithmetic) happen
         before NNCF places its quantizers, so the CPU plugin runs the quantized depthwise
@@ -210,6 +212,7 @@ class OpenVinoEngine:
             src, fused = hard_swish_file(self._path, Path(folder))
             src, folds = fold_file(src, Path(folder))
             src, stems = focus_file(src, Path(folder))
+            src, shuffles = shuffle_file(src, Path(folder))
             model = self._ov.convert_model(str(src))
         kept = piece_names(kept, folds)
         # OpenVINO names a Conv's ops NAME/WithoutBiases (the convolution) and NAME (its bias).
@@ -241,6 +244,8 @@ class OpenVinoEngine:
             notes.append(f"{fused} x * HardSigmoid(x) pairs fused into HardSwish")
         if folds:
             notes.append(f"{len(folds)} channel splits of a conv's output folded into its conv")
+        if shuffles:
+            notes.append(f"{len(shuffles)} channel shuffles folded into their concats")
         if stems:
             notes.append(f"{len(stems)} Focus stem(s) folded into one strided conv")
         note = "; ".join(notes) + " before quantizing" if notes else ""

@@ -173,15 +173,17 @@ def layer_times(path: Path, x: np.ndarray, runs: int = 20) -> list[LayerTime]:
 
 
 def rewritten(src: Path, folder: Path) -> Path:
-    """`src` with the quantizer's exact rewrites (hard_swish, split_convs, focus) applied."""
+    """`src` with the quantizer's exact rewrites (hard_swish, split_convs, focus, shuffle)."""
     from strata.tools.models.focus import focus_file
     from strata.tools.models.hard_swish import hard_swish_file
+    from strata.tools.models.shuffle import shuffle_file
     from strata.tools.models.split_convs import fold_file
 
     fused, _ = hard_swish_file(src, folder)
     folded, _ = fold_file(fused, folder)
     stem, _ = focus_file(folded, folder)
-    return stem
+    shuffled, _ = shuffle_file(stem, folder)
+    return shuffled
 
 
 def candidates(src: Path, rewrite: Path, int8: Sequence[Path]) -> list[Candidate]:
