@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from strata.tools.models.focus import focus_file
 from strata.tools.models.hard_swish import hard_swish_file
 from strata.tools.models.int8_scope import NARROW_STEPS, narrow_depthwise
+from strata.tools.models.shuffle import shuffle_file
+from strata.tools.models.split_convs import fold_file, piece_names
 
 log = logging.getLogger(__name__)
 
@@ -190,17 +193,30 @@ class OpenVinoEngine:
     def quantize(self, calibration: np.ndarray, recipe: Recipe, onnx_model: Any) -> Quantized:
         """NNCF on the ov.Model (not the ONNX file: on this opset-11 graph that gives no
         boxes), the recipe's float nodes (`kept_in_float`) in NNCF's ignored scope; the
-        model read with its x * HardSigmoid(x) pairs fused into HardSwish (hard_swish.py)."""
+        model read with its x * HardSigmoid(x) pairs fused into HardSwish (hard_swish.py)
+        and each channel split of a conv's output folded into one conv per piece
+        (split_convs.py; a kept conv's pieces stay kept) and a Focus stem into one strided
+        conv (focus.py: YOLOX) and each channel shuffle into its concat (shuffle.py:
+        ShuffleNet blocks). The rewrites are exact. The file
+        goes in through `ov.convert_model`, not `Core.read_model`: its fusions and constant
+        folding (x * Sigmoid(x) into Swish, the dynamic batch's shape arithmetic) happen
+        before NNCF places its quantizers, so the CPU plugin runs the quantized depthwise
+        convs in INT8 (f32 before: 1.9 of 14.2 ms of PicoDet-S, docs/models.md) and keeps
+        YOLOX-nano's SiLU fused into its convs."""
         import tempfile
 
         import nncf
 
         kept = kept_in_float(self._path, onnx_model, recipe, calibration)
-        # OpenVINO names a Conv's ops NAME/WithoutBiases (the convolution) and NAME (its bias).
-        pattern = "^(" + "|".join(re.escape(n) for n in kept) + ")(/.*)?$"
         with tempfile.TemporaryDirectory(prefix="strata-int8-") as folder:
             src, fused = hard_swish_file(self._path, Path(folder))
-            model = self._core.read_model(str(src))
+            src, folds = fold_file(src, Path(folder))
+            src, stems = focus_file(src, Path(folder))
+            src, shuffles = shuffle_file(src, Path(folder))
+            model = self._ov.convert_model(str(src))
+        kept = piece_names(kept, folds)
+        # OpenVINO names a Conv's ops NAME/WithoutBiases (the convolution) and NAME (its bias).
+        pattern = "^(" + "|".join(re.escape(n) for n in kept) + ")(/.*)?$"
         dataset = nncf.Dataset(list(calibration), lambda x: x[None])
         preset = (
             nncf.QuantizationPreset.MIXED
@@ -223,8 +239,17 @@ class OpenVinoEngine:
             ov.save_model(quantized, str(xml), compress_to_fp16=False)
             return [xml, xml.with_suffix(".bin")]
 
-        note = f"{fused} x * HardSigmoid(x) pairs fused into HardSwish before quantizing"
-        return Quantized(self._runner(quantized), save, kept, ".xml", note if fused else "")
+        notes = []
+        if fused:
+            notes.append(f"{fused} x * HardSigmoid(x) pairs fused into HardSwish")
+        if folds:
+            notes.append(f"{len(folds)} channel splits of a conv's output folded into its conv")
+        if shuffles:
+            notes.append(f"{len(shuffles)} channel shuffles folded into their concats")
+        if stems:
+            notes.append(f"{len(stems)} Focus stem(s) folded into one strided conv")
+        note = "; ".join(notes) + " before quantizing" if notes else ""
+        return Quantized(self._runner(quantized), save, kept, ".xml", note)
 
     @staticmethod
     def version() -> str:
