@@ -286,6 +286,12 @@ class _Burst:
             return 1 <= step <= MAX_STRIDE
         return step == self.stride
 
+    def awaits(self, index: int) -> bool:
+        """A frame `index` outside the burst comes before its next frame is due (a strided
+        burst's: the device kept a cut or a pan between): the burst goes on."""
+        stride = self.stride
+        return stride > 1 and index < self.frames[-1][0] + stride
+
 
 # The widest stride of a burst the edge measures (device.cascade.burst_stride).
 MAX_STRIDE = 16
@@ -433,8 +439,9 @@ class Calibration:
             burst.width = h.source_width or h.width
             burst.height = h.source_height or h.height
             return None, scored
-        if burst is not None:
-            del self._bursts[key]
+        if burst is None or burst.awaits(h.frame_index):
+            return None, scored
+        del self._bursts[key]
         return burst, scored
 
     def _finish(self, key: tuple[int, str], burst: _Burst) -> GapAccuracy | None:

@@ -210,7 +210,9 @@ def test_an_estimate_under_target_makes_the_device_keep_more_frames(
             cameras=[CameraConfig(id="cam", source=clip)],
             motion=MotionConfig(threshold=1000.0, max_interval_s=0, scene_change=0),
             gate=GateConfig(enabled=False),
-            cascade=CascadeConfig(target=1.0, max_gap=12, calibrate_every=60, burst_frames=30),
+            cascade=CascadeConfig(
+                target=1.0, max_gap=12, calibrate_every=60, burst_frames=30, burst_stride=1
+            ),
         ),
         registry=registry,
     )

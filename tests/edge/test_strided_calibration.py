@@ -98,3 +98,18 @@ def test_the_edge_takes_one_frame_in_three_as_one_burst_and_measures_it() -> Non
         assert short is not None and short.result(timeout=60) is None
     finally:
         cal.close()
+
+
+def test_a_frame_kept_between_a_strided_burst_s_frames_does_not_end_it() -> None:
+    cal = Calibration(TrackingConfig(), max_gap=15)
+    try:
+        for i in range(0, 30, 3):
+            assert cal.detected(head(i, True), scene(i, 4.0)) is None
+            if i:  # the device kept a frame between (a pan): the burst goes on
+                assert cal.detected(head(i + 1, False), scene(i + 1, 4.0)) is None
+        future = cal.detected(head(31, False), scene(31, 4.0))
+        assert future is not None
+        acc = future.result(timeout=60)
+        assert acc is not None and acc.frames == 8
+    finally:
+        cal.close()
