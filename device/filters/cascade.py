@@ -9,10 +9,9 @@ sampling at the same share); the edge replays that burst through its tracker at 
 it could have used (a strided burst: gaps of two strides and more, the shorter drawn
 between) and answers, in the acks' CascadeFeedback, the accuracy each gap would have had.
 The policy then uses the longest gap that still meets the target (the cheapest setting): a
-frame with motion
-is kept once `min_gap` frames have passed since the last kept one. A quiet scene (motion
-under the threshold) is kept only every `max_gap` frames. The edge can also ask for the
-next frame (`send_next`: its prediction is uncertain).
+frame with motion is kept once `min_gap` frames have passed since the last kept one. A
+quiet scene (motion under the threshold) is kept only every `max_gap` frames. The edge
+can also ask for the next frame (`send_next`: its prediction is uncertain).
 
 A target that holds or says so: the edge also estimates, after each burst, the accuracy
 the spacing the camera actually used over the last calibration window achieved
