@@ -295,7 +295,10 @@ class CascadeConfig(StrictModel):
         900, ge=0, description="Source frames between calibration bursts; 0: never."
     )
     burst_frames: int = Field(
-        20, ge=0, description="Frames a calibration burst sends (one in burst_stride)."
+        20,
+        ge=0,
+        description="Frames a calibration burst sends, every one (burst_stride 1); a "
+        "strided burst sends half as many, spanning stride times as many.",
     )
     burst_stride: int = Field(
         0,

@@ -15,8 +15,9 @@ from .test_cascade import run
 
 
 def test_a_burst_sends_one_frame_in_half_the_floor_s_gap() -> None:
-    # budget 0.15: the floor keeps one frame in 6, a burst one in 3.
-    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=4, budget=0.15))
+    # budget 0.15: the floor keeps one frame in 6, a burst one in 3, and half as many
+    # frames as a burst of every frame (8): 4.
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=8, budget=0.15))
     pres = [p.before_motion(0)]
     assert pres[0].calibration and pres[0].burst_start
     p.kept(0)
@@ -27,7 +28,7 @@ def test_a_burst_sends_one_frame_in_half_the_floor_s_gap() -> None:
 
 
 def test_the_stride_is_the_configured_one_or_every_frame_without_a_floor() -> None:
-    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=3, burst_stride=2))
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=5, burst_stride=2))
     assert run(p, range(6)) == ["first", "-", "calibration", "-", "calibration", "motion"]
     q = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=3, budget=0))
     assert run(q, range(4)) == ["first", "calibration", "calibration", "motion"]
@@ -43,7 +44,7 @@ def test_a_panning_camera_s_burst_is_no_sparser_than_the_pan_allows() -> None:
 
 
 def test_a_cut_on_a_burst_frame_restarts_the_burst_from_it() -> None:
-    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=4, budget=0.15))
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=8, budget=0.15))
     assert run(p, range(4)) == ["first", "-", "-", "calibration"]
     p.scene_changed()  # frame 3, a burst frame, shows a cut: the new scene's first
     rest = ["-", "-", "calibration", "-", "-", "calibration", "-", "-", "calibration"]
@@ -52,7 +53,7 @@ def test_a_cut_on_a_burst_frame_restarts_the_burst_from_it() -> None:
 
 
 def test_a_cut_between_burst_frames_starts_a_new_burst_on_the_next_frame() -> None:
-    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=3, budget=0.15))
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=6, budget=0.15))
     assert run(p, range(2)) == ["first", "-"]
     # Frame 2, between the burst's frames, is kept for a cut (camera.py keeps a held-back
     # frame whose whole picture changed): none of the burst's.
@@ -71,7 +72,7 @@ def test_a_camera_s_strided_burst_frames_say_whether_the_gate_would_drop_them(
     moved[80:160, 100:180] = 255
     images = [still] * 8 + [moved] * 13
     clip = write_clip(tmp_path / "burst.mp4", images)
-    cfg = CascadeConfig(calibrate_every=1000, burst_frames=7, burst_stride=3)
+    cfg = CascadeConfig(calibrate_every=1000, burst_frames=13, burst_stride=3)
     items, _ = _run(clip, 21, cfg)
     burst = [i for i in items if i.calibration]
     assert [i.index for i in burst] == [0, 3, 6, 9, 12, 15, 18]
