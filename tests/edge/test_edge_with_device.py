@@ -14,6 +14,7 @@ from strata.device.metrics import CameraCounts
 from strata.edge.build import build_node
 from strata.shared.config.device import (
     CameraConfig,
+    CascadeConfig,
     DeviceConfig,
     GateConfig,
     MotionConfig,
@@ -64,6 +65,9 @@ def test_device_agent_to_edge_node_detections_match_ground_truth(
             cameras=[CameraConfig(id="cam-a", source=clip), CameraConfig(id="cam-b", source=clip)],
             motion=MotionConfig(enabled=False),
             gate=GateConfig(enabled=False),
+            # Every frame sent and checked against the truth: a strided calibration burst
+            # (the default) drops the frames between its own.
+            cascade=CascadeConfig(burst_stride=1),
             sender=SenderConfig(encoding=encoding, jpeg_quality=95),
         ),
         registry=CollectorRegistry(),
@@ -110,7 +114,6 @@ def test_device_agent_to_edge_node_detections_match_ground_truth(
 def test_cascade_every_frame_answered_h264_scaled_to_the_model(
     colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip
 ) -> None:
-    from strata.shared.config.device import CascadeConfig
 
     node = build_node(
         EdgeConfig.model_validate(
@@ -180,7 +183,6 @@ def test_an_estimate_under_target_makes_the_device_keep_more_frames(
     """A motion gate blind to the objects (threshold out of reach) keeps 1 frame in 12; the
     edge's bursts say that costs accuracy, so the estimate falls under the target and the
     device keeps more frames in the following windows."""
-    from strata.shared.config.device import CascadeConfig
 
     node = build_node(
         EdgeConfig.model_validate(
