@@ -15,6 +15,7 @@ from strata.device.metrics import CameraCounts
 from strata.edge.build import build_node
 from strata.shared.config.device import (
     CameraConfig,
+    CascadeConfig,
     DeviceConfig,
     GateConfig,
     MotionConfig,
@@ -49,6 +50,9 @@ def test_the_edge_answers_teach_the_site_gate(colour_model: Path, zctx: Any) -> 
             cameras=[CameraConfig(id="cam-a", source=CLIP)],
             motion=MotionConfig(enabled=False),
             gate=GateConfig(site=SiteGateConfig(enabled=True)),
+            # Every frame detected and answered: a strided calibration burst (the default)
+            # drops the frames between its own.
+            cascade=CascadeConfig(burst_stride=1),
         ),
         registry=registry,
     )
