@@ -7,7 +7,11 @@ of its own answering code (tracker and answer mode) keeping one frame in g, for 
 of the burst: box F1 and counting agreement per gap. That goes back in the acks'
 CascadeFeedback; the agent picks the longest gap meeting its target. The first `warmup`
 frames of a burst are all kept (the live tracker has velocities; a cold one would not)
-and not scored.
+and not scored. A strided burst (one frame in `stride`, the device's
+device.cascade.burst_stride: its second frame says the stride) is replayed on the frames
+it spans, keeping one burst frame in k >= 2 and scoring the burst frames between; the
+gaps under two strides are drawn (`strided_gaps`, `spread_loss`). A frame the device kept
+between a strided burst's frames (a pan) does not end it.
 
 The estimate of what the camera's current spacing achieves (edge/tracking/estimate.py):
 each kept frame ends a span of frames since the camera's previous kept one. The spans of
