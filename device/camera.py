@@ -309,11 +309,12 @@ class CameraWorker:
         """Keep the frame or drop it, why, and its motion score; counted per reason."""
         index = self.frames - 1
         policy = self.policy
-        in_burst = self._calibrating
         self._calibrating = False
         self._scene_change = False
         self._unchanged = False
         pre = policy.before_motion(index) if policy is not None else None
+        # A burst frame after its burst's first (a strided burst drops the frames between).
+        in_burst = bool(pre and pre.calibration and not pre.burst_start)
         cut = None
         if policy is not None and pre is not None and pre.block:
             cut = self._whole_picture(frame)

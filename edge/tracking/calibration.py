@@ -7,7 +7,11 @@ of its own answering code (tracker and answer mode) keeping one frame in g, for 
 of the burst: box F1 and counting agreement per gap. That goes back in the acks'
 CascadeFeedback; the agent picks the longest gap meeting its target. The first `warmup`
 frames of a burst are all kept (the live tracker has velocities; a cold one would not)
-and not scored.
+and not scored. A strided burst (one frame in `stride`, the device's
+device.cascade.burst_stride: its second frame says the stride) is replayed on the frames
+it spans, keeping one burst frame in k >= 2 and scoring the burst frames between; the
+gaps under two strides are drawn (`strided_gaps`, `spread_loss`). A frame the device kept
+between a strided burst's frames (a pan) does not end it.
 
 The estimate of what the camera's current spacing achieves (edge/tracking/estimate.py):
 each kept frame ends a span of frames since the camera's previous kept one. The spans of
@@ -141,26 +145,104 @@ def measure_gaps(
     return GapAccuracy(tuple(f1), tuple(counting), len(ref), boxes)
 
 
+def _timeline(burst: Sequence[FrameBoxes], stride: int) -> list[FrameBoxes]:
+    """`burst` (one frame in `stride`) on the frames it spans: the frames between carry no
+    detection (a replay only answers them, and nothing scores them)."""
+    out: list[FrameBoxes] = []
+    for i, b in enumerate(burst):
+        if i:
+            out.extend([FrameBoxes.empty()] * (stride - 1))
+        out.append(b)
+    return out
+
+
+def spread_loss(measured: dict[int, tuple[float, float]], last: int) -> list[tuple[float, float]]:
+    """(F1, counting) for every gap 1..`last` from those `measured` at some gaps: gap 1
+    agrees by construction (every frame detected); between two gaps the loss (1 - accuracy)
+    is drawn linearly. A frame's error grows faster than linearly with its distance from a
+    kept frame (an object's speed changes), so the line lies above the loss between its
+    ends: the unmeasured gaps lean pessimistic."""
+    points = sorted({1: (1.0, 1.0), **measured}.items())
+    out: list[tuple[float, float]] = []
+    for gap in range(1, last + 1):
+        lo = max(p for p in points if p[0] <= gap)
+        hi = min((p for p in points if p[0] >= gap), default=lo)
+        w = 0.0 if hi[0] == lo[0] else (gap - lo[0]) / (hi[0] - lo[0])
+        out.append(
+            (
+                round(lo[1][0] + w * (hi[1][0] - lo[1][0]), 4),
+                round(lo[1][1] + w * (hi[1][1] - lo[1][1]), 4),
+            )
+        )
+    return out
+
+
+def strided_gaps(
+    burst: Sequence[FrameBoxes],
+    cfg: TrackingConfig,
+    size: tuple[int, int],
+    max_gap: int,
+    warmup: int,
+    stride: int,
+) -> GapAccuracy:
+    """`measure_gaps` over a strided burst: one frame in `stride` detected, the frames
+    between answered. A gap of k strides (k >= 2) is replayed keeping one burst frame in k
+    and scored on the burst frames between (the detector saw them); keeping every burst
+    frame (gap `stride`) would score only detected frames, so it and the shorter gaps are
+    not measured but drawn (`spread_loss`). The first ceil(`warmup` / `stride`) burst frames
+    (two at least) are kept for the tracker's velocities and not scored. No gap of two
+    strides measurable (too few frames): empty curves."""
+    n = len(burst)
+    warm = min(n, max(2, -(-warmup // stride)))
+    scored = list(range(warm, n))
+    last_k = min(max_gap // stride, len(scored) // 2)
+    ref = [class_boxes(burst[i]) for i in scored]
+    boxes = sum(len(r) for r in ref)
+    if last_k < 2:
+        return GapAccuracy((), (), len(ref), boxes)
+    timeline = _timeline(burst, stride)
+    at = [i * stride for i in scored]
+    measured: dict[int, tuple[float, float]] = {}
+    for k in range(2, last_k + 1):
+        kept = np.zeros(len(timeline), bool)
+        kept[: (warm - 1) * stride + 1 : stride] = True
+        kept[(warm - 1) * stride :: k * stride] = True
+        out = replay(timeline, kept, cfg, *size)
+        a = agreement(ref, [class_boxes(out[i]) for i in at])
+        measured[k * stride] = (a.f1, a.counting)
+    curve = spread_loss(measured, last_k * stride)
+    return GapAccuracy(tuple(f for f, _ in curve), tuple(c for _, c in curve), len(ref), boxes)
+
+
 def measure_still(
     burst: Sequence[FrameBoxes],
     unchanged: Sequence[bool],
     cfg: TrackingConfig,
     width: int,
     height: int,
+    stride: int = 1,
 ) -> Still:
     """What answering the frames the motion gate alone would have dropped as unchanged
     costs over `burst`: the frames it would have kept detected, the unchanged ones
     answered, scored against the detector. The burst's first and last frames stand for
     the kept frames around it (an interpolated answer waits for the next kept frame; a
-    predicted one does not look at it), and are not scored."""
-    still = np.asarray(unchanged, bool)
-    kept = ~still
+    predicted one does not look at it), and are not scored. A strided burst's frames
+    between (`stride`) are answered as the cascade's gap answers them, and not scored."""
+    marks = np.asarray(unchanged, bool)
+    kept = ~marks
     kept[0] = kept[-1] = True
-    scored = [i for i in range(1, len(burst) - 1) if still[i]]
+    scored = [i for i in range(1, len(burst) - 1) if marks[i]]
     if not scored:
         return Still()
-    out = replay(burst, kept, cfg, width, height, still)
-    a = agreement([class_boxes(burst[i]) for i in scored], [class_boxes(out[i]) for i in scored])
+    timeline = _timeline(burst, stride)
+    on = np.zeros(len(timeline), bool)
+    still = on.copy()
+    on[::stride] = kept
+    still[::stride] = marks
+    out = replay(timeline, on, cfg, width, height, still)
+    a = agreement(
+        [class_boxes(burst[i]) for i in scored], [class_boxes(out[i * stride]) for i in scored]
+    )
     tp = a.true_positives
     return Still(
         len(scored),
@@ -190,6 +272,33 @@ class _Burst:
     height: int = 0
     # The spans of the calibration window before this burst.
     window: list[Span] = field(default_factory=list)
+
+    @property
+    def stride(self) -> int:
+        """Source frames between the burst's frames (1: consecutive)."""
+        if len(self.frames) < 2:
+            return 1
+        return self.frames[1][0] - self.frames[0][0]
+
+    def follows(self, index: int) -> bool:
+        """Frame `index` is the burst's next: its second at most MAX_STRIDE frames after its
+        first, each later one a stride after the last."""
+        if not self.frames:
+            return True
+        step = index - self.frames[-1][0]
+        if len(self.frames) == 1:
+            return 1 <= step <= MAX_STRIDE
+        return step == self.stride
+
+    def awaits(self, index: int) -> bool:
+        """A frame `index` outside the burst comes before its next frame is due (a strided
+        burst's: the device kept a cut or a pan between): the burst goes on."""
+        stride = self.stride
+        return stride > 1 and index < self.frames[-1][0] + stride
+
+
+# The widest stride of a burst the edge measures (device.cascade.burst_stride).
+MAX_STRIDE = 16
 
 
 # The burst the edge asks for when objects appear and no burst saw any (the device sends
@@ -327,15 +436,16 @@ class Calibration:
             log.info("camera %s: objects, and no calibration saw any: asking for a burst", key[1])
         if h.calibration:
             cam.calibrating = True
-            if burst is None or (burst.frames and h.frame_index != burst.frames[-1][0] + 1):
+            if burst is None or not burst.follows(h.frame_index):
                 burst = self._bursts[key] = _Burst(window=cam.spacing.take_window())
             burst.frames.append((h.frame_index, boxes))
             burst.unchanged.append(h.unchanged)
             burst.width = h.source_width or h.width
             burst.height = h.source_height or h.height
             return None, scored
-        if burst is not None:
-            del self._bursts[key]
+        if burst is None or burst.awaits(h.frame_index):
+            return None, scored
+        del self._bursts[key]
         return burst, scored
 
     def _finish(self, key: tuple[int, str], burst: _Burst) -> GapAccuracy | None:
@@ -358,21 +468,20 @@ class Calibration:
                     cam.calibrating = False
 
     def _measure(self, key: tuple[int, str], burst: _Burst) -> GapAccuracy:
-        acc = measure_gaps(
-            [b for _, b in burst.frames],
-            self.cfg,
-            burst.width,
-            burst.height,
-            self.max_gap,
-            self.warmup,
+        frames = [b for _, b in burst.frames]
+        size = (burst.width, burst.height)
+        acc = (
+            strided_gaps(frames, self.cfg, size, self.max_gap, self.warmup, burst.stride)
+            if burst.stride > 1
+            else measure_gaps(frames, self.cfg, *size, self.max_gap, self.warmup)
         )
-        still = measure_still(
-            [b for _, b in burst.frames], burst.unchanged, self.cfg, burst.width, burst.height
-        )
+        still = measure_still(frames, burst.unchanged, self.cfg, *size, burst.stride)
         fb = frame_pb2.CascadeFeedback()
         # A few boxes (an object at the edge of the view, a flicker) make a curve of noise.
-        informative = acc.boxes > 0 and acc.boxes * MIN_BOXES_PER_FRAME[1] >= (
-            acc.frames * MIN_BOXES_PER_FRAME[0]
+        informative = (
+            bool(acc.f1)
+            and acc.boxes > 0
+            and acc.boxes * MIN_BOXES_PER_FRAME[1] >= acc.frames * MIN_BOXES_PER_FRAME[0]
         )
         if informative:
             fb.f1_by_gap.extend(acc.f1)
@@ -389,7 +498,8 @@ class Calibration:
             cam = self._cameras.get(key)
             if cam is None:  # a scene change while measuring: the new scene starts afresh
                 cam = self._cameras[key] = _Camera(self.window)
-            cam.curves.add(acc.f1, acc.counting, acc.boxes if informative else 0, acc.frames)
+            if acc.f1:  # none: a strided burst too short to measure a gap
+                cam.curves.add(acc.f1, acc.counting, acc.boxes if informative else 0, acc.frames)
             if still.frames:
                 cam.curves.add_still(still)
             window = Tally()
@@ -424,10 +534,11 @@ class Calibration:
             if self.on_estimate is not None:
                 self.on_estimate(Estimate(key[1], f1, counting))
         log.info(
-            "camera %s: calibration over %d frames (%d boxes): box F1 by gap %s; %d frames "
-            "the motion gate would have dropped as unchanged (%d boxes, %d matched)",
+            "camera %s: calibration over %d frames, one in %d (%d boxes): box F1 by gap %s; "
+            "%d frames the motion gate would have dropped as unchanged (%d boxes, %d matched)",
             key[1],
             acc.frames,
+            burst.stride,
             acc.boxes,
             " ".join(f"{v:.2f}" for v in acc.f1),
             still.frames,

@@ -149,12 +149,15 @@ class Curves:
         self._counting.append(np.asarray(counting, np.float64))
         self._frames.append(frames)
         weights = np.array([w for _, w in self._f1])
+        # Bursts of other strides measure other gaps: the shorter curves grown to the
+        # longest's gaps as `_at` scores past a curve's end.
+        n = max(len(c) for c in self._counting)
         self.f1 = (
-            np.average(np.stack([c for c, _ in self._f1]), axis=0, weights=weights)
+            np.average(np.stack([_grown(c, n) for c, _ in self._f1]), axis=0, weights=weights)
             if weights.sum() > 0
             else None
         )
-        self.counting = np.mean(np.stack(list(self._counting)), axis=0)
+        self.counting = np.mean(np.stack([_grown(c, n) for c in self._counting]), axis=0)
 
 
 def _at(curve: np.ndarray, gap: int) -> float:
@@ -168,6 +171,13 @@ def _at(curve: np.ndarray, gap: int) -> float:
     if n < 2:
         return end
     return max(0.0, 1.0 - (1.0 - end) * (gap - 1) / (n - 1))
+
+
+def _grown(curve: np.ndarray, n: int) -> np.ndarray:
+    """`curve` over gaps 1..`n`: past its end as `_at` scores it."""
+    if len(curve) >= n:
+        return curve[:n]
+    return np.array([_at(curve, g) for g in range(1, n + 1)], np.float64)
 
 
 def _part(curve: np.ndarray | None, span: Span, still: float | None) -> float:

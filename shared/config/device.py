@@ -295,7 +295,19 @@ class CascadeConfig(StrictModel):
         900, ge=0, description="Source frames between calibration bursts; 0: never."
     )
     burst_frames: int = Field(
-        20, ge=0, description="Frames of a calibration burst, sent at full rate."
+        20,
+        ge=0,
+        description="Frames a calibration burst sends, every one (burst_stride 1); a "
+        "strided burst sends half as many, spanning stride times as many.",
+    )
+    burst_stride: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="A calibration burst sends one frame in this many (the edge measures "
+        "gaps of two strides and more on them, and draws the shorter ones): a burst's frames "
+        "spaced near the floor's cost little more than the floor. 0: half the floor's gap "
+        "(1 with no floor); 1: every frame.",
     )
     concurrent_bursts: int = Field(
         0,

@@ -93,7 +93,7 @@ def test_burst_frames_say_whether_the_motion_gate_alone_would_have_dropped_them(
     images = [still] * 8 + [moved] * 12
     clip = write_clip(tmp_path / "burst.mp4", images)
     # A burst of all 20 frames from the first.
-    items, _ = _run(clip, 20, CascadeConfig(calibrate_every=1000, burst_frames=20))
+    items, _ = _run(clip, 20, CascadeConfig(calibrate_every=1000, burst_frames=20, burst_stride=1))
     assert all(i.calibration and not i.skip_reason for i in items)
     unchanged = [i.unchanged for i in items]
     # The first is the burst's reference; the box's frame differs from it (kept by the gate

@@ -32,7 +32,7 @@ def test_choose_gap_is_the_longest_prefix_meeting_the_target() -> None:
 
 
 def test_bursts_then_min_gap_from_feedback() -> None:
-    cfg = CascadeConfig(calibrate_every=100, burst_frames=4, min_gap=1, max_gap=50)
+    cfg = CascadeConfig(calibrate_every=100, burst_frames=4, burst_stride=1, min_gap=1, max_gap=50)
     p = CascadePolicy(cfg)
     d = run(p, range(0, 6))
     assert d == ["first", "calibration", "calibration", "calibration", "motion", "motion"]
@@ -54,7 +54,7 @@ def test_counting_target_and_quiet_scenes_and_send_next() -> None:
     p.feedback(frame_pb2.CascadeFeedback(send_next=True))
     assert run(p, range(11, 13)) == ["uncertain", "-"]
     # The edge asking for a burst starts one now.
-    p2 = CascadePolicy(CascadeConfig(calibrate_every=1000, burst_frames=2))
+    p2 = CascadePolicy(CascadeConfig(calibrate_every=1000, burst_frames=2, burst_stride=1))
     run(p2, range(0, 10))
     p2.feedback(frame_pb2.CascadeFeedback(burst_frames=2))
     assert run(p2, range(10, 13))[:2] == ["calibration", "calibration"]
@@ -67,7 +67,9 @@ def test_min_gap_is_capped() -> None:
 
 
 def test_a_scene_change_forgets_the_old_scene_and_calibrates_now() -> None:
-    cfg = CascadeConfig(calibrate_every=1000, burst_frames=2, smoothing=0.5, target=0.9)
+    cfg = CascadeConfig(
+        calibrate_every=1000, burst_frames=2, burst_stride=1, smoothing=0.5, target=0.9
+    )
     p = CascadePolicy(cfg)
     run(p, range(0, 10))
     p.feedback(frame_pb2.CascadeFeedback(f1_by_gap=[1.0, 1.0, 1.0, 1.0]))
@@ -143,7 +145,7 @@ def test_the_estimate_of_the_configured_metric_decides() -> None:
 
 
 def test_a_periodic_burst_waits_for_motion_an_asked_one_does_not() -> None:
-    cfg = CascadeConfig(calibrate_every=20, burst_frames=3, min_gap=1, max_gap=50)
+    cfg = CascadeConfig(calibrate_every=20, burst_frames=3, burst_stride=1, min_gap=1, max_gap=50)
     p = CascadePolicy(cfg)
 
     def step(i: int, motion: bool) -> str:
@@ -178,7 +180,7 @@ def test_a_periodic_burst_waits_for_motion_an_asked_one_does_not() -> None:
 def test_a_still_scene_the_edge_sees_objects_in_still_calibrates() -> None:
     """A motion gate blind to the objects: the periodic bursts go on (the estimate needs
     them to say the target is missed)."""
-    p = CascadePolicy(CascadeConfig(calibrate_every=20, burst_frames=3, max_gap=50))
+    p = CascadePolicy(CascadeConfig(calibrate_every=20, burst_frames=3, burst_stride=1, max_gap=50))
     p.feedback(frame_pb2.CascadeFeedback(tracked_objects=4))
     for i in range(45):
         pre = p.before_motion(i)
@@ -191,7 +193,7 @@ def test_a_still_scene_the_edge_sees_objects_in_still_calibrates() -> None:
 
 
 def test_a_burst_asked_for_during_a_burst_is_that_burst() -> None:
-    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=3))
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=3, burst_stride=1))
     assert run(p, range(2)) == ["first", "calibration"]
     p.feedback(frame_pb2.CascadeFeedback(burst_frames=20))
     assert run(p, range(2, 6)) == ["calibration", "motion", "motion", "motion"]
@@ -232,7 +234,7 @@ def test_cameras_sharing_one_burst_slot_calibrate_in_turn() -> None:
     registry = CollectorRegistry()
     metrics = CascadeMetrics(registry)
     slots = BurstSlots(1)
-    cfg = CascadeConfig(calibrate_every=100, burst_frames=4, min_gap=1, max_gap=50)
+    cfg = CascadeConfig(calibrate_every=100, burst_frames=4, burst_stride=1, min_gap=1, max_gap=50)
     a = CascadePolicy(cfg, metrics, "a", slots)
     b = CascadePolicy(cfg, metrics, "b", slots)
     got: dict[str, list[str]] = {"a": [], "b": []}
@@ -250,7 +252,7 @@ def test_cameras_sharing_one_burst_slot_calibrate_in_turn() -> None:
 
 def test_a_camera_whose_frames_stop_mid_burst_gives_its_slot_back() -> None:
     slots = BurstSlots(1)
-    cfg = CascadeConfig(calibrate_every=100, burst_frames=4, min_gap=1, max_gap=50)
+    cfg = CascadeConfig(calibrate_every=100, burst_frames=4, burst_stride=1, min_gap=1, max_gap=50)
     a = CascadePolicy(cfg, None, "a", slots)
     b = CascadePolicy(cfg, None, "b", slots)
     assert run(a, range(0, 2)) == ["first", "calibration"]
@@ -266,7 +268,7 @@ def test_a_camera_whose_frames_stop_mid_burst_gives_its_slot_back() -> None:
 def test_frames_held_ahead_are_those_the_gap_then_blocks() -> None:
     """What the source may skip decoding (held_ahead) is never a frame the policy keeps,
     over gaps, bursts and a pan's shorter gap; and the hold is as long as the gap allows."""
-    cfg = CascadeConfig(calibrate_every=40, burst_frames=3, min_gap=6, max_gap=8)
+    cfg = CascadeConfig(calibrate_every=40, burst_frames=3, burst_stride=1, min_gap=6, max_gap=8)
     p = CascadePolicy(cfg)
     blocked: list[bool] = []
     ahead: list[int] = []

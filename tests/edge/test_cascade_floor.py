@@ -161,3 +161,41 @@ def test_a_target_it_cannot_reach_shows_on_metrics_log_and_status(
     assert status.target_missed == pytest.approx(missed, abs=1e-6)
     lines = [r.getMessage() for r in caplog.records if "MISSED" in r.getMessage()]
     assert lines and "max_share" in lines[-1], lines
+
+
+def test_a_strided_burst_is_measured_by_the_edge_and_fed_back(
+    colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip
+) -> None:
+    """The default stride (half the floor's gap, budget 0.15: one frame in 3): a burst of
+    half burst_frames (10), the frames between dropped; the edge measures it and the device
+    calibrates on its answer (the calibrated gauge, from gaps of two strides and more)."""
+    node, ep, sub = _node(colour_model, zctx, synthetic_clip.frame(0).image)
+    registry = CollectorRegistry()
+    clip = "synthetic://?frames=150&seed=3&width=320&height=240&objects=6&fps=30&realtime=1"
+    agent = Agent(
+        DeviceConfig(
+            agent_id="agent-under-test",
+            edge=ep.listen,
+            cameras=[CameraConfig(id="cam", source=clip)],
+            motion=MotionConfig(threshold=1000.0, max_interval_s=0, scene_change=0),
+            gate=GateConfig(enabled=False),
+            cascade=CascadeConfig(budget=0.15, calibrate_every=1000, burst_frames=20),
+        ),
+        registry=registry,
+    )
+    try:
+        agent.start()
+        results = [r for r in sub.collect(150, timeout_s=60.0) if r.session_id]
+        agent.stop(drain_timeout_s=5.0)
+    finally:
+        node.stop()
+    detected = sorted({r.frame_index for r in results if not r.predicted})
+    assert detected[:10] == list(range(0, 30, 3)), detected
+    cam = {"camera": "cam"}
+    kept = {"camera": "cam", "decision": "kept", "reason": "calibration"}
+    # 9 after the first frame, 10 in any later burst (the edge asks for one when a burst
+    # saw few boxes).
+    bursts = registry.get_sample_value("strata_device_cascade_decisions_total", kept)
+    assert bursts is not None and bursts >= 9 and (bursts - 9) % 10 == 0, bursts
+    calibrated = registry.get_sample_value("strata_device_cascade_calibrated_accuracy", cam)
+    assert calibrated is not None and 0.0 < calibrated <= 1.0

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from strata.device.metrics import CameraCounts
 from strata.shared.config.device import (
     CameraConfig,
+    CascadeConfig,
     DeviceConfig,
     GateConfig,
     MotionConfig,
@@ -50,6 +51,9 @@ def test_device_agent_to_edge_node_detections_match_ground_truth(
             cameras=[CameraConfig(id="cam-a", source=clip), CameraConfig(id="cam-b", source=clip)],
             motion=MotionConfig(enabled=False),
             gate=GateConfig(enabled=False),
+            # Every frame sent and checked against the truth: a strided calibration burst
+            # (the default) drops the frames between its own.
+            cascade=CascadeConfig(burst_stride=1),
             sender=SenderConfig(encoding=encoding, jpeg_quality=95),
         )
         with running_agent(config) as agent:
@@ -90,8 +94,6 @@ def test_device_agent_to_edge_node_detections_match_ground_truth(
 def test_cascade_every_frame_answered_h264_scaled_to_the_model(
     colour_model: Path, zctx: Any, synthetic_clip: SyntheticClip
 ) -> None:
-    from strata.shared.config.device import CascadeConfig
-
     # The clip plays as fast as it decodes: COUNTED's credits cover all 20 kept frames, so
     # the count below is exact (the stream order under BUSY is the delivery unit test's:
     # later units wait for the refused one).
@@ -140,8 +142,6 @@ def test_an_estimate_under_target_makes_the_device_keep_more_frames(
     """A motion gate blind to the objects (threshold out of reach) keeps 1 frame in 12; the
     edge's bursts say that costs accuracy, so the estimate falls under the target and the
     device keeps more frames in the following windows."""
-    from strata.shared.config.device import CascadeConfig
-
     image = synthetic_clip.frame(0).image
     edge_rig = running_edge(
         colour_model, zctx, image, "cam", tracking={"calibration_window": 1}, **COUNTED
@@ -155,7 +155,9 @@ def test_an_estimate_under_target_makes_the_device_keep_more_frames(
             cameras=[CameraConfig(id="cam", source=clip)],
             motion=MotionConfig(threshold=1000.0, max_interval_s=0, scene_change=0),
             gate=GateConfig(enabled=False),
-            cascade=CascadeConfig(target=1.0, max_gap=12, calibrate_every=60, burst_frames=30),
+            cascade=CascadeConfig(
+                target=1.0, max_gap=12, calibrate_every=60, burst_frames=30, burst_stride=1
+            ),
         )
         with running_agent(config, registry):
             results = [r for r in edge.collect(240, timeout_s=60.0) if r.session_id]

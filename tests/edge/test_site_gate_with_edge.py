@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from strata.device.metrics import CameraCounts
 from strata.shared.config.device import (
     CameraConfig,
+    CascadeConfig,
     DeviceConfig,
     GateConfig,
     MotionConfig,
@@ -34,6 +35,9 @@ def test_the_edge_answers_teach_the_site_gate(colour_model: Path, zctx: Any) -> 
             cameras=[CameraConfig(id="cam-a", source=CLIP)],
             motion=MotionConfig(enabled=False),
             gate=GateConfig(site=SiteGateConfig(enabled=True)),
+            # Every frame detected and answered: a strided calibration burst (the default)
+            # drops the frames between its own.
+            cascade=CascadeConfig(burst_stride=1),
         )
         with running_agent(config, registry, drain_s=10.0) as agent:
             assert agent.wait(timeout=120)

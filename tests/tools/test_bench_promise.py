@@ -30,6 +30,9 @@ def test_a_held_target_an_estimate_within_and_half_the_frames() -> None:
     assert p.estimate_error == pytest.approx(0.02) and p.estimate_within
     assert p.matches_with_half_the_frames and p.beats_at_the_same_share
     assert "held" in p.line() and "within 0.03" in p.line()
+    # How many of the frames sent were calibration bursts'.
+    cal = promise(_clip(calibration_kept=40))
+    assert cal.calibration_kept == 40 and "(40 of 100 for calibration)" in cal.line()
 
 
 def test_a_missed_target_is_kept_only_when_said_and_acted_on() -> None:

@@ -48,6 +48,12 @@ UNDER_TARGET = Metric("device", "strata_device_cascade_under_target_total")
 BOOSTED_KEPT = Metric("device", "strata_device_cascade_boosted_kept_total")
 # By how much the device reports the target missed where it cannot keep more (last scrape).
 TARGET_MISSED = Metric("device", "strata_device_cascade_target_missed")
+# Frames the device kept for calibration bursts.
+CALIBRATION_KEPT = Metric(
+    "device",
+    "strata_device_cascade_decisions_total",
+    (("decision", "kept"), ("reason", "calibration")),
+)
 
 # Both runs: the edge must not shed frames (a shed reference frame has no answer), and the
 # deep queue of a file read at full speed must not trigger batch-size degradation.
@@ -233,6 +239,8 @@ class ClipResult:
     estimates_under_target: int = 0
     boosted_kept: int = 0
     target_missed: float = 0.0
+    # Of the frames sent, those of calibration bursts.
+    calibration_kept: int = 0
     # Uniform spacing at twice the cascade's share (does the cascade need half the frames?).
     uniform_double: Agreement | None = None
     # How the edge answered the frames it did not detect (interpolated, predicted, timeout:
@@ -268,6 +276,7 @@ def _device_target(result: ClipResult, cas: Outcome) -> None:
     result.estimates_under_target = int(value(cas.scrapes, UNDER_TARGET))
     result.boosted_kept = int(value(cas.scrapes, BOOSTED_KEPT))
     result.target_missed = value(cas.scrapes, TARGET_MISSED)
+    result.calibration_kept = int(value(cas.scrapes, CALIBRATION_KEPT))
 
 
 def _count_crops(result: ClipResult, cas: Outcome) -> None:

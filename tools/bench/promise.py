@@ -61,6 +61,9 @@ class Promise:
     not_worse_than_uniform: bool | None = None
     # The device's last report of a missed target (strata_device_cascade_target_missed).
     target_missed: float = 0.0
+    # Frames sent for calibration bursts, and all frames sent.
+    calibration_kept: int = 0
+    frames_sent: int = 0
 
     def as_dict(self) -> dict[str, object]:
         """For report.json (floats rounded)."""
@@ -90,7 +93,8 @@ class Promise:
             target = f"target {self.target:g}: MISSED SILENTLY"
         half = {None: "n/a", True: "yes", False: "no"}
         return (
-            f"{self.clip}: {self.share:.1%} of frames; F1 {f(self.f1)} (uniform "
+            f"{self.clip}: {self.share:.1%} of frames ({self.calibration_kept} of "
+            f"{self.frames_sent} for calibration); F1 {f(self.f1)} (uniform "
             f"{f(self.uniform_f1)}), counting {f(self.counting)} (uniform "
             f"{f(self.uniform_counting)}); {est}, the frames sent alone F1 "
             f"{f(self.sent_frames_f1)}; {target}; matches uniform at "
@@ -141,4 +145,6 @@ def promise(c: ClipResult) -> Promise:
         if u is None
         else a.f1 >= u.f1 - SAME_SHARE_SLACK and a.counting >= u.counting - SAME_SHARE_SLACK,
         target_missed=c.target_missed,
+        calibration_kept=c.calibration_kept,
+        frames_sent=c.frames_to_edge,
     )

@@ -1,0 +1,81 @@
+"""Strided calibration bursts: one frame in `burst_stride` (by default half the floor's
+gap), the frames between dropped; a cut restarts the burst on the new scene."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from strata.device.filters.cascade import CascadePolicy
+from strata.shared.config.device import CascadeConfig
+from strata.shared.synthetic import SyntheticClip
+
+from .clip_media import write_clip
+from .test_camera_cascade import _run
+from .test_cascade import run
+
+
+def test_a_burst_sends_one_frame_in_half_the_floor_s_gap() -> None:
+    # budget 0.15: the floor keeps one frame in 6, a burst one in 3, and half as many
+    # frames as a burst of every frame (8): 4.
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=8, budget=0.15))
+    pres = [p.before_motion(0)]
+    assert pres[0].calibration and pres[0].burst_start
+    p.kept(0)
+    assert p.held_ahead(0) == 2  # the frames up to the burst's next need no decoding
+    burst = ["first", "-", "-", "calibration", "-", "-", "calibration", "-", "-", "calibration"]
+    assert ["first", *run(p, range(1, 14))] == [*burst, "motion", "motion", "motion", "motion"]
+    assert p.calibrations == 1
+
+
+def test_the_stride_is_the_configured_one_or_every_frame_without_a_floor() -> None:
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=5, burst_stride=2))
+    assert run(p, range(6)) == ["first", "-", "calibration", "-", "calibration", "motion"]
+    q = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=3, budget=0))
+    assert run(q, range(4)) == ["first", "calibration", "calibration", "motion"]
+
+
+def test_a_panning_camera_s_burst_is_no_sparser_than_the_pan_allows() -> None:
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=3, budget=0.1))
+    p.kept(0)
+    p.pan_gap = 2  # the camera pans: one frame in 2 (camera_moved)
+    p.request_burst()
+    assert p.before_motion(3).burst_start
+    assert p.burst_stride() == 2
+
+
+def test_a_cut_on_a_burst_frame_restarts_the_burst_from_it() -> None:
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=8, budget=0.15))
+    assert run(p, range(4)) == ["first", "-", "-", "calibration"]
+    p.scene_changed()  # frame 3, a burst frame, shows a cut: the new scene's first
+    rest = ["-", "-", "calibration", "-", "-", "calibration", "-", "-", "calibration"]
+    assert run(p, range(4, 14)) == [*rest, "motion"]
+    assert p.calibrations == 1
+
+
+def test_a_cut_between_burst_frames_starts_a_new_burst_on_the_next_frame() -> None:
+    p = CascadePolicy(CascadeConfig(calibrate_every=100, burst_frames=6, budget=0.15))
+    assert run(p, range(2)) == ["first", "-"]
+    # Frame 2, between the burst's frames, is kept for a cut (camera.py keeps a held-back
+    # frame whose whole picture changed): none of the burst's.
+    p.kept(2)
+    p.scene_changed()
+    d = run(p, range(3, 10))
+    assert d == ["calibration", "-", "-", "calibration", "-", "-", "calibration"]
+    assert p.calibrations == 2
+
+
+def test_a_camera_s_strided_burst_frames_say_whether_the_gate_would_drop_them(
+    tmp_path: Path,
+) -> None:
+    still = SyntheticClip(width=320, height=240, frames=1, objects=0, seed=4).frame(0).image
+    moved = still.copy()
+    moved[80:160, 100:180] = 255
+    images = [still] * 8 + [moved] * 13
+    clip = write_clip(tmp_path / "burst.mp4", images)
+    cfg = CascadeConfig(calibrate_every=1000, burst_frames=13, burst_stride=3)
+    items, _ = _run(clip, 21, cfg)
+    burst = [i for i in items if i.calibration]
+    assert [i.index for i in burst] == [0, 3, 6, 9, 12, 15, 18]
+    assert all(i.skip_reason == "min_gap" for i in items if i.index % 3 and i.index < 18)
+    # The first is the reference; 9 shows the box (kept by the gate alone), the rest not.
+    assert [i.unchanged for i in burst] == [False, True, True, False, True, True, True]
