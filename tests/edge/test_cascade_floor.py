@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import itertools
 import logging
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from edge_testkit import MODEL_SIZE, Listener, RawAgent, wait_until_subscribed
+from device_rig import COUNTED, EdgeRig, running_agent, running_edge
 from prometheus_client import CollectorRegistry
-from strata.device.agent import Agent
-from strata.edge.build import build_node
 from strata.shared.config.device import (
     CameraConfig,
     CascadeConfig,
@@ -22,7 +21,6 @@ from strata.shared.config.device import (
     MotionConfig,
     SourceConfig,
 )
-from strata.shared.config.edge import EdgeConfig
 from strata.shared.synthetic import SyntheticClip
 from strata.tools.cascade_clips import PanRecipe, pans_clip
 
@@ -31,25 +29,12 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 FRAMES = 240
 
 
-def _node(colour_model: Path, zctx: Any, image: Any, window: int = 4) -> tuple[Any, Any, Any]:
-    node = build_node(
-        EdgeConfig.model_validate(
-            {
-                "listen": "tcp://127.0.0.1:0",
-                "publish": "tcp://127.0.0.1:0",
-                "model": {"input_size": MODEL_SIZE},
-                "batching": {"max_batch": 4, "max_queue_delay_ms": 5, "queue_per_camera": 64},
-                "overload": {"gpu_pressure": {"enabled": False}},
-                "tracking": {"calibration_window": window},
-                "flow": {"min_credits": 64},
-            }
-        ),
-        colour_model,
+def _edge(
+    colour_model: Path, zctx: Any, image: Any, window: int = 4
+) -> AbstractContextManager[EdgeRig]:
+    return running_edge(
+        colour_model, zctx, image, "cam", tracking={"calibration_window": window}, **COUNTED
     )
-    ep = node.start()
-    sub = Listener(zctx, ep.publish, "cam")
-    wait_until_subscribed(RawAgent(zctx, ep.listen, "probe"), sub, image, camera="cam")
-    return node, ep, sub
 
 
 @pytest.fixture(scope="module")
@@ -70,26 +55,20 @@ def test_a_clip_that_cuts_and_pans_keeps_the_floor_while_tracks_live(
     gap at 15: only the floor (budget 0.2: 1 in 5) spaces the frames while objects are
     tracked; cuts and pans keep frames above it."""
     image = SyntheticClip(width=256, height=192, frames=1).frame(0).image
-    node, ep, sub = _node(colour_model, zctx, image)
+    edge_rig = _edge(colour_model, zctx, image)
     registry = CollectorRegistry()
-    agent = Agent(
-        DeviceConfig(
+    with edge_rig as edge:
+        config = DeviceConfig(
             agent_id="agent-under-test",
-            edge=ep.listen,
+            edge=edge.listen,
             cameras=[CameraConfig(id="cam", source=str(cutting_clip))],
             source=SourceConfig(realtime=True),
             motion=MotionConfig(threshold=1000.0, max_interval_s=0),
             gate=GateConfig(enabled=False),
             cascade=CascadeConfig(min_gap=15, max_gap=50, calibrate_every=0, budget=0.2),
-        ),
-        registry=registry,
-    )
-    try:
-        agent.start()
-        results = [r for r in sub.collect(FRAMES, timeout_s=60.0) if r.session_id]
-        agent.stop(drain_timeout_s=5.0)
-    finally:
-        node.stop()
+        )
+        with running_agent(config, registry):
+            results = [r for r in edge.collect(FRAMES, timeout_s=60.0) if r.session_id]
     by_index = {r.frame_index: r for r in results}
     detected = sorted(i for i, r in by_index.items() if not r.predicted)
     assert len(by_index) >= FRAMES - 2, sorted(set(range(FRAMES)) - set(by_index))
@@ -124,13 +103,14 @@ def test_a_target_it_cannot_reach_shows_on_metrics_log_and_status(
     """Target 1.0 with at most one frame in 6 (max_share), gate blind to the objects: the
     estimate stays under the target once the gaps are as short as allowed, and the camera
     says by how much it misses it."""
-    node, ep, sub = _node(colour_model, zctx, synthetic_clip.frame(0).image, window=1)
+    edge_rig = _edge(colour_model, zctx, synthetic_clip.frame(0).image, window=1)
     registry = CollectorRegistry()
     clip = "synthetic://?frames=360&seed=3&width=320&height=240&objects=6&fps=30&realtime=1"
-    agent = Agent(
-        DeviceConfig(
+    caplog.set_level(logging.INFO, logger="strata.device.filters.cascade")
+    with edge_rig as edge:
+        config = DeviceConfig(
             agent_id="agent-under-test",
-            edge=ep.listen,
+            edge=edge.listen,
             cameras=[CameraConfig(id="cam", source=clip)],
             motion=MotionConfig(threshold=1000.0, max_interval_s=0, scene_change=0),
             gate=GateConfig(enabled=False),
@@ -142,17 +122,10 @@ def test_a_target_it_cannot_reach_shows_on_metrics_log_and_status(
                 calibrate_every=60,
                 burst_frames=30,
             ),
-        ),
-        registry=registry,
-    )
-    caplog.set_level(logging.INFO, logger="strata.device.filters.cascade")
-    try:
-        agent.start()
-        sub.collect(360, timeout_s=60.0)
-        status = agent.statuses()[0]
-        agent.stop(drain_timeout_s=5.0)
-    finally:
-        node.stop()
+        )
+        with running_agent(config, registry) as agent:
+            edge.collect(360, timeout_s=60.0)
+            status = agent.statuses()[0]
     cam = {"camera": "cam"}
     missed = registry.get_sample_value("strata_device_cascade_target_missed", cam)
     estimated = registry.get_sample_value("strata_device_estimated_accuracy", cam)
@@ -169,26 +142,20 @@ def test_a_strided_burst_is_measured_by_the_edge_and_fed_back(
     """The default stride (half the floor's gap, budget 0.15: one frame in 3): a burst of
     half burst_frames (10), the frames between dropped; the edge measures it and the device
     calibrates on its answer (the calibrated gauge, from gaps of two strides and more)."""
-    node, ep, sub = _node(colour_model, zctx, synthetic_clip.frame(0).image)
+    edge_rig = _edge(colour_model, zctx, synthetic_clip.frame(0).image)
     registry = CollectorRegistry()
     clip = "synthetic://?frames=150&seed=3&width=320&height=240&objects=6&fps=30&realtime=1"
-    agent = Agent(
-        DeviceConfig(
+    with edge_rig as edge:
+        config = DeviceConfig(
             agent_id="agent-under-test",
-            edge=ep.listen,
+            edge=edge.listen,
             cameras=[CameraConfig(id="cam", source=clip)],
             motion=MotionConfig(threshold=1000.0, max_interval_s=0, scene_change=0),
             gate=GateConfig(enabled=False),
             cascade=CascadeConfig(budget=0.15, calibrate_every=1000, burst_frames=20),
-        ),
-        registry=registry,
-    )
-    try:
-        agent.start()
-        results = [r for r in sub.collect(150, timeout_s=60.0) if r.session_id]
-        agent.stop(drain_timeout_s=5.0)
-    finally:
-        node.stop()
+        )
+        with running_agent(config, registry):
+            results = [r for r in edge.collect(150, timeout_s=60.0) if r.session_id]
     detected = sorted({r.frame_index for r in results if not r.predicted})
     assert detected[:10] == list(range(0, 30, 3)), detected
     cam = {"camera": "cam"}
