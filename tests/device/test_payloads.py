@@ -42,6 +42,9 @@ def test_h264_scaled_payloads_decode_at_the_edge(synthetic_mp4: Path, port: int)
             "motion": {"enabled": False},
             "sender": {"encoding": "h264", "drain_timeout_s": 10},
             "payload": {"max_width": 160, "max_height": 160},
+            # Every frame sent (one H.264 stream of 60): a strided calibration burst (the
+            # default) drops the frames between its own.
+            "cascade": {"burst_stride": 1},
         }
     )
     got: list[tuple[frame_pb2.FrameHeader, bytes]] = []
