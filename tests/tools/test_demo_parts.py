@@ -263,6 +263,8 @@ def test_table_counts_the_cascade_policys_drops() -> None:
     policy = CascadePolicy(CascadeConfig(), CascadeMetrics(m.registry), "cam0")
     # As the camera counts them: 10 decoded, 2 without motion, 5 skipped by the policy.
     cam.decoded.inc(10)
+    # Three more the cascade's gap held back undecoded (source.skip_held).
+    cam.skipped_held.inc(3)
     cam.dropped_motion.inc(2)
     for _ in range(2):
         policy.count("dropped", "motion")
@@ -284,6 +286,11 @@ def test_table_counts_the_cascade_policys_drops() -> None:
     assert s.per_camera["cam0"]["dropped_cascade"] == 5
     row = next(line for line in summary.table(s).splitlines() if "cascade policy" in line)
     assert row.split()[-1] == "5"
+    assert f["held"] == 3 and s.per_camera["cam0"]["held"] == 3
+    held = next(line for line in summary.table(s).splitlines() if "not decoded" in line)
+    assert held.split()[-1] == "3"
+    cam_row = next(line for line in summary.table(s).splitlines() if line.startswith("cam0"))
+    assert cam_row.split()[1:3] == ["10", "3"]
 
 
 def test_the_edges_estimate_per_camera_in_the_live_line_and_the_table() -> None:

@@ -20,6 +20,9 @@ class Metric:
 # Progress and frame counts, in pipeline order.
 COUNTS: dict[str, Metric] = {
     "decoded": Metric("device", "strata_device_frames_decoded_total"),
+    # Frames the cascade's gap held back that the source never decoded (source.skip_held):
+    # with those decoded, every frame of the source.
+    "held": Metric("device", "strata_device_source_skipped_total", (("reason", "held"),)),
     "dropped_motion": Metric("device", "strata_device_frames_dropped_motion_total"),
     "dropped_gate": Metric("device", "strata_device_frames_dropped_gate_total"),
     # The cascade policy's own drops: frames with motion that the accuracy target lets it

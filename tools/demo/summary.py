@@ -110,7 +110,14 @@ def per_camera(
     out: dict[str, dict[str, float]] = {}
     device = scrapes.get("device")
     if device is not None:
-        for key in ("decoded", "dropped_motion", "dropped_gate", "dropped_cascade", "sent_to_edge"):
+        for key in (
+            "decoded",
+            "held",
+            "dropped_motion",
+            "dropped_gate",
+            "dropped_cascade",
+            "sent_to_edge",
+        ):
             m = COUNTS[key]
             for cam, n in device.by_label(m.name, "camera", **dict(m.labels)).items():
                 out.setdefault(cam, {})[key] = n
@@ -222,6 +229,7 @@ def table(s: Summary) -> str:
     f = s.frames
     rows = [
         ("device", "frames decoded", f["decoded"]),
+        ("device", "held back, not decoded", f.get("held", 0.0)),
         ("device", "dropped by motion gate", f["dropped_motion"]),
         ("device", "dropped by MobileNetV3 gate", f["dropped_gate"]),
         ("device", "dropped by cascade policy", f["dropped_cascade"]),
@@ -257,13 +265,16 @@ def table(s: Summary) -> str:
     if s.drops:
         out.append("drops   " + ", ".join(f"{k} {_fmt(v)}" for k, v in s.drops.items()))
     if s.per_camera:
-        out.append(f"{'camera':<16}{'decoded':>10}{'sent':>10}{'results':>10}{'est. acc.':>11}")
+        out.append(
+            f"{'camera':<16}{'decoded':>10}{'held':>8}{'sent':>10}{'results':>10}{'est. acc.':>11}"
+        )
         predicted = False
         for cam, row in sorted(s.per_camera.items()):
-            n = [_fmt(row.get(k, 0.0)) for k in ("decoded", "sent_to_edge", "results_received")]
+            keys = ("decoded", "held", "sent_to_edge", "results_received")
+            n = [_fmt(row.get(k, 0.0)) for k in keys]
             acc = accuracy_text(row.get("estimated_accuracy"), row.get("calibrated_accuracy"))
             predicted |= acc.startswith("~")
-            out.append(f"{cam:<16}{n[0]:>10}{n[1]:>10}{n[2]:>10}{acc:>11}")
+            out.append(f"{cam:<16}{n[0]:>10}{n[1]:>8}{n[2]:>10}{n[3]:>10}{acc:>11}")
         if predicted:
             out.append(
                 "~ the calibration bursts' prediction at the gap kept: the edge's estimate of "
