@@ -10,7 +10,11 @@ PROTOCOL_MAJOR = 2
 # GetSnapshot.
 # Minor 3: event clips (clips.proto): ClipDemand on FrameAck, UploadClip and GetClip.
 # Minor 4: FrameAck.moving_objects, what the device's site gate learns from.
-PROTOCOL_MINOR = 4
+# Minor 5, what came with no minor of its own: CascadeFeedback.moving_objects (the
+# cascade's floor); TrackEvent.appearance and identity_id, QueryEventsRequest.identity_id and
+# SearchSimilar (identities); ClipChunk.cut_back. A 2.4 peer skips them: no floor, no
+# identities, no clip cut back.
+PROTOCOL_MINOR = 5
 
 
 class ProtocolVersionError(ValueError):
