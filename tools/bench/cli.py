@@ -77,7 +77,7 @@ PARTS: dict[str, Part] = {
     ),
     "gate": Part(
         "strata.tools.bench.gate",
-        "the site gate on nuisance motion (light, rain, foliage): frames saved, F1 cost",
+        "the site gate on nuisance motion (light, rain, foliage, a real tree): frames saved, cost",
     ),
     "cameras": Part(
         "strata.tools.bench.cameras", "cameras per core at their frame rate, against bare decode"

@@ -12,10 +12,13 @@ kept frames replayed through the edge's own tracker (`edge.tracking.calibration.
 against the reference (box F1, counting), for the motion gate alone and with the site gate;
 and the site gate's output against the motion gate's (what the drops cost).
 
-The nuisance clips are synthesised from the project's quiet clip (vtest's passages of people
-between stretches of its own empty street; tools/cascade_clips.py), since the project has no
-real footage of them: `light` (the light steps every few seconds, as clouds pass), `rain`
-(streaks and sensor noise on every frame) and `foliage` (the top-left quarter sways).
+The nuisance clips are made from the project's quiet clip (vtest's passages of people
+between stretches of its own empty street; tools/cascade_clips.py): `light` (the light steps
+every few seconds, as clouds pass), `rain` (streaks and sensor noise on every frame) and
+`foliage` (the top-left quarter sways) are synthesised; `tree` puts real foliage there:
+OpenCV's tree.avi (a tree in wind, 68 frames at 15 fps; `python .ci/test_data.py --unseen`
+writes data/unseen/tree.mp4) fills the top-left quarter, played forth and back at its own
+rate, so its leaves move on every frame while the people pass below and to the right.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
-CLIPS = ("vtest", "quiet", "light", "rain", "foliage")
+CLIPS = ("vtest", "quiet", "light", "rain", "foliage", "tree")
+# The real foliage clip `tree` is pasted from (tools/bench/gate.py's docstring).
+TREE = Path("data/unseen/tree.mp4")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,18 +178,60 @@ def _foliage(images: Iterator[np.ndarray], seed: int) -> Iterator[np.ndarray]:
         yield out
 
 
-def clip_frames(name: str, vtest: Path, workdir: Path, frames: int) -> Iterator[np.ndarray]:
+def _tree(images: Iterator[np.ndarray], tree: Path, fps: float) -> Iterator[np.ndarray]:
+    """The top-left quarter of each frame replaced by the tree clip's frame at the same
+    time, the tree played forth and back (no jump where it loops)."""
+    import av
+    import cv2
+
+    with av.open(str(tree)) as f:
+        rate = float(f.streams.video[0].average_rate or 15)
+        leaves = [fr.to_ndarray(format="bgr24") for fr in f.decode(video=0)]
+    if len(leaves) < 2:
+        raise SystemExit(f"{tree}: fewer than two frames; rewrite it with .ci/test_data.py")
+    cycle = 2 * len(leaves) - 2
+    quarter: list[np.ndarray] = []
+    for t, img in enumerate(images):
+        h, w = img.shape[:2]
+        if not quarter:
+            quarter = [
+                cv2.resize(leaf, (w // 2, h // 2), interpolation=cv2.INTER_AREA) for leaf in leaves
+            ]
+        k = int(t * rate / fps) % cycle
+        out = img.copy()
+        out[: h // 2, : w // 2] = quarter[k if k < len(leaves) else cycle - k]
+        yield out
+
+
+def check_clip(name: str, tree: Path) -> None:
+    """A clip this bench makes, with what it is made from at hand; else the fix."""
+    if name not in CLIPS:
+        raise SystemExit(f"unknown clip {name!r}: one of {', '.join(CLIPS)}")
+    if name == "tree" and not tree.is_file():
+        others = ",".join(c for c in CLIPS if c != "tree")
+        raise SystemExit(
+            f"clip tree: {tree} missing: `python .ci/test_data.py --unseen` writes it "
+            f"(OpenCV's tree.avi), or pass --tree FILE, or --clips {others}"
+        )
+
+
+def clip_frames(
+    name: str, vtest: Path, workdir: Path, frames: int, tree: Path = TREE
+) -> Iterator[np.ndarray]:
     """BGR frames of clip `name` (vtest itself, the quiet clip, or a nuisance made from it)."""
     from strata.tools.cascade_clips import make
 
+    check_clip(name, tree)
     if name == "vtest":
         return _decode(vtest, frames)
     quiet = _decode(make("quiet", vtest, workdir), frames)
     if name == "quiet":
         return quiet
+    if name == "tree":
+        from .cascade import clip_fps
+
+        return _tree(quiet, tree, clip_fps(vtest))
     nuisance = {"light": _light, "rain": _rain, "foliage": _foliage}
-    if name not in nuisance:
-        raise SystemExit(f"unknown clip {name!r}: one of {', '.join(CLIPS)}")
     return nuisance[name](quiet, seed=len(name))
 
 
@@ -348,6 +395,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--frames", type=int, default=0, help="first N frames of each clip (0: all)")
     p.add_argument("--workdir", default="bench-gate", help="where the made clips are kept")
+    p.add_argument("--tree", default=str(TREE), help=f"the tree clip's source ({TREE})")
     p.add_argument("--model-repository", default="", help="the detector's repository")
     p.add_argument("--model", default="", help="the detector (default: the edge's default)")
     p.add_argument(
@@ -373,7 +421,8 @@ def _observed(
     if cache.is_file():
         observed: _Run = pickle.loads(cache.read_bytes())
         return observed
-    observed = _observe(clip_frames(name, vtest, workdir, args.frames), det, backbone, fps)
+    images = clip_frames(name, vtest, workdir, args.frames, Path(args.tree))
+    observed = _observe(images, det, backbone, fps)
     cache.write_bytes(pickle.dumps(observed))
     return observed
 
@@ -393,6 +442,9 @@ def run(args: argparse.Namespace) -> int:
     vtest = find_vtest(args.vtest)
     if vtest is None:
         raise SystemExit("data/vtest.mp4 missing: run `python .ci/test_data.py` or pass --vtest")
+    names = [c.strip() for c in args.clips.split(",") if c.strip()]
+    for name in names:
+        check_clip(name, Path(args.tree))
     site = GateConfig().site
     if args.site:
         site = SiteGateConfig.model_validate({**site.model_dump(), **yaml.safe_load(args.site)})
@@ -405,7 +457,7 @@ def run(args: argparse.Namespace) -> int:
     fps = clip_fps(vtest)
     rows = []
     try:
-        for name in [c.strip() for c in args.clips.split(",") if c.strip()]:
+        for name in names:
             t0 = time.monotonic()
             observed = _observed(name, args, det, backbone, (vtest, workdir, fps))
             rows.append(measure(name, observed, head_settings(site), args.answer_lag))
