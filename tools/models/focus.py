@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from strata.tools.models.onnx_graph import constant_values, producers
 
 BIG = 2**31 - 1  # a Slice end at or past this reads to the end of the axis
 
@@ -32,18 +33,6 @@ class FocusFold:
     concat: str
     conv: str
     kernel: int
-
-
-def _values(model: Any) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    out = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant":
-            for a in n.attribute:
-                if a.name == "value":
-                    out[n.output[0]] = numpy_helper.to_array(a.t)
-    return out
 
 
 def _step2(node: Any, values: dict[str, np.ndarray]) -> tuple[int, int] | None:
@@ -60,13 +49,13 @@ def _step2(node: Any, values: dict[str, np.ndarray]) -> tuple[int, int] | None:
 
 
 def _phase(
-    tensor: str, producers: dict[str, Any], values: dict[str, np.ndarray]
+    tensor: str, writers: dict[str, Any], values: dict[str, np.ndarray]
 ) -> tuple[str, int, int] | None:
     """(source, dy, dx) when `tensor` is Slice(Slice(source)) of steps 2 on H and W."""
-    outer = producers.get(tensor)
+    outer = writers.get(tensor)
     if outer is None:
         return None
-    inner = producers.get(outer.input[0])
+    inner = writers.get(outer.input[0])
     a, b = _step2(outer, values), (None if inner is None else _step2(inner, values))
     if a is None or b is None or a[0] == b[0] or inner is None:
         return None
@@ -117,8 +106,8 @@ def fold_focus(model: Any) -> tuple[Any, list[FocusFold]]:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    values = _values(out)
-    producers = {o: n for n in g.node for o in n.output}
+    values = constant_values(out)
+    writers = producers(g)
     readers: dict[str, list[Any]] = {}
     for n in g.node:
         for i in n.input:
@@ -129,7 +118,7 @@ def fold_focus(model: Any) -> tuple[Any, list[FocusFold]]:
     for cat in g.node:
         if cat.op_type != "Concat" or len(cat.input) != 4 or _conv_attrs(cat).get("axis") != 1:
             continue
-        phases = [_phase(t, producers, values) for t in cat.input]
+        phases = [_phase(t, writers, values) for t in cat.input]
         if any(p is None for p in phases) or len({p[0] for p in phases if p}) != 1:
             continue
         order = [(p[1], p[2]) for p in phases if p]

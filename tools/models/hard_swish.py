@@ -15,6 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from strata.tools.models.onnx_graph import opset, producers
+
 ALPHA = 1.0 / 6.0
 BETA = 0.5
 OPSET = 14  # HardSwish's first opset
@@ -41,12 +43,11 @@ def fuse_hard_swish(model: Any) -> tuple[Any, int]:
     import onnx
     from onnx import version_converter
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), OPSET)
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    if opset < OPSET:
+    if opset(model, OPSET) < OPSET:
         out = version_converter.convert_version(out, OPSET)
-    producers = {o: n for n in out.graph.node for o in n.output}
+    writers = producers(out.graph)
     nodes: list[Any] = []
     fused = 0
     for node in out.graph.node:
@@ -54,7 +55,7 @@ def fuse_hard_swish(model: Any) -> tuple[Any, int]:
         if node.op_type == "Mul" and len(node.input) == 2:
             a, b = node.input
             for x, h in ((a, b), (b, a)):
-                src = producers.get(h)
+                src = writers.get(h)
                 if src is not None and _is_hard_sigmoid(src, x):
                     swap = onnx.helper.make_node(
                         "HardSwish", [x], list(node.output), name=node.name or None

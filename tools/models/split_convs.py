@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from strata.tools.models.onnx_graph import constant_tensors, producers
 
 # Ops applied channel by channel that may sit between the conv and the split (duplicated).
 ELEMENTWISE = frozenset({"HardSwish", "Relu", "Sigmoid", "LeakyRelu", "Clip"})
@@ -50,17 +51,6 @@ def _sizes(node: Any, consts: dict[str, Any]) -> list[int] | None:
     return None  # equal parts of an unknown size: left alone
 
 
-def _constants(model: Any) -> dict[str, Any]:
-    """Tensor name -> TensorProto for initializers and Constant nodes' values."""
-    out = {t.name: t for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant":
-            for a in n.attribute:
-                if a.name == "value":
-                    out[n.output[0]] = a.t
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class _Match:
     split: Any  # the Split node
@@ -72,7 +62,7 @@ class _Match:
 
 
 def _match(
-    split: Any, producers: dict[str, Any], uses: Counter[str], consts: dict[str, Any]
+    split: Any, writers: dict[str, Any], uses: Counter[str], consts: dict[str, Any]
 ) -> _Match | None:
     """The conv (and per-channel op) a Split reads when it can be folded into it, else None."""
     from onnx import numpy_helper
@@ -80,10 +70,10 @@ def _match(
     if split.op_type != "Split" or uses[split.input[0]] != 1:
         return None
     sizes = _sizes(split, consts)
-    src = producers.get(split.input[0])
+    src = writers.get(split.input[0])
     act = None
     if src is not None and src.op_type in ELEMENTWISE and uses[src.input[0]] == 1:
-        act, src = src, producers.get(src.input[0])
+        act, src = src, writers.get(src.input[0])
     if src is None or src.op_type != "Conv" or sizes is None:
         return None
     if next((a.i for a in src.attribute if a.name == "group"), 1) != 1:
@@ -142,8 +132,8 @@ def fold_conv_splits(model: Any) -> tuple[Any, list[SplitFold]]:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    consts = _constants(out)
-    producers = {o: n for n in g.node for o in n.output}
+    consts = constant_tensors(out)
+    writers = producers(g)
     uses = Counter(i for n in g.node for i in n.input)
     uses.update(o.name for o in g.output)
     replace: dict[int, list[Any]] = {}  # id(node) -> nodes in its place
@@ -151,7 +141,7 @@ def fold_conv_splits(model: Any) -> tuple[Any, list[SplitFold]]:
     new_inits: list[Any] = []
     folds: list[SplitFold] = []
     for split in g.node:
-        m = _match(split, producers, uses, consts)
+        m = _match(split, writers, uses, consts)
         if m is None:
             continue
         nodes, inits, names = _pieces(m)
