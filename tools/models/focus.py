@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata.tools.models.onnx_graph import constant_values, producers
+from strata.tools.models.onnx_graph import constant_values, producers, rewrite_file
 
 BIG = 2**31 - 1  # a Slice end at or past this reads to the end of the axis
 
@@ -175,13 +175,4 @@ def fold_focus(model: Any) -> tuple[Any, list[FocusFold]]:
 def focus_file(src: Path, folder: Path) -> tuple[Path, list[FocusFold]]:
     """`src` with its Focus stems folded, written into `folder` (or `src` itself when it
     has none), and what was folded."""
-    import onnx
-
-    model = onnx.load(str(src))
-    folded, folds = fold_focus(model)
-    if not folds:
-        return src, []
-    onnx.checker.check_model(folded)
-    dst = folder / f"{src.stem}.focus.onnx"
-    onnx.save(folded, str(dst))
-    return dst, folds
+    return rewrite_file(src, folder, "focus", fold_focus)

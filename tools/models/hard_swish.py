@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from strata.tools.models.onnx_graph import opset, producers
+from strata.tools.models.onnx_graph import opset, producers, rewrite_file
 
 ALPHA = 1.0 / 6.0
 BETA = 0.5
@@ -74,13 +74,4 @@ def fuse_hard_swish(model: Any) -> tuple[Any, int]:
 def hard_swish_file(src: Path, folder: Path) -> tuple[Path, int]:
     """`src` with its hard-swishes fused, written into `folder` (or `src` itself when it
     has none), and how many were fused."""
-    import onnx
-
-    model = onnx.load(str(src))
-    fused_model, fused = fuse_hard_swish(model)
-    if not fused:
-        return src, 0
-    onnx.checker.check_model(fused_model)
-    dst = folder / f"{src.stem}.hardswish.onnx"
-    onnx.save(fused_model, str(dst))
-    return dst, fused
+    return rewrite_file(src, folder, "hardswish", fuse_hard_swish)

@@ -1,4 +1,4 @@
-"""Small reads of an ONNX graph that the graph rewrites share.
+"""Small reads of an ONNX graph, and the load-rewrite-check-save wrapper, that the rewrites share.
 
 The rewrites for OpenVINO (focus.py, hard_swish.py, shuffle.py, split_convs.py) and the
 INT8 scope walks (int8_engines.py, quantize.py) each look nodes up by the tensor they write
@@ -9,9 +9,13 @@ dependency of the tools tier.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
+
+Found = TypeVar("Found")
 
 
 def producers(graph: Any) -> dict[str, Any]:
@@ -52,3 +56,22 @@ def attribute(node: Any, name: str, default: Any) -> Any:
 def opset(model: Any, default: int) -> int:
     """The default ONNX domain's opset `model` imports, or `default` when it names none."""
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default)
+
+
+def rewrite_file(
+    src: Path, folder: Path, tag: str, rewrite: Callable[[Any], tuple[Any, Found]]
+) -> tuple[Path, Found]:
+    """`src` rewritten by `rewrite` (model -> (new model, what it found)), checked and
+    written into `folder` as `<stem>.<tag>.onnx`, and what it found. When it found nothing
+    (an empty list, zero) the file is not written and `src` itself comes back, so the
+    caller goes on with the original, unchanged bytes."""
+    import onnx
+
+    model = onnx.load(str(src))
+    rewritten, found = rewrite(model)
+    if not found:
+        return src, found
+    onnx.checker.check_model(rewritten)
+    dst = folder / f"{src.stem}.{tag}.onnx"
+    onnx.save(rewritten, str(dst))
+    return dst, found

@@ -25,6 +25,7 @@ from strata.tools.models.onnx_graph import (
     constant_values,
     opset,
     producers,
+    rewrite_file,
 )
 
 
@@ -114,13 +115,4 @@ def fold_shuffles(model: Any) -> tuple[Any, list[ShuffleFold]]:
 def shuffle_file(src: Path, folder: Path) -> tuple[Path, list[ShuffleFold]]:
     """`src` with its channel shuffles folded into their concats, written into `folder`
     (or `src` itself when it has none), and what was folded."""
-    import onnx
-
-    model = onnx.load(str(src))
-    folded, folds = fold_shuffles(model)
-    if not folds:
-        return src, []
-    onnx.checker.check_model(folded)
-    dst = folder / f"{src.stem}.shuffle.onnx"
-    onnx.save(folded, str(dst))
-    return dst, folds
+    return rewrite_file(src, folder, "shuffle", fold_shuffles)

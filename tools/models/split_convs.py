@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata.tools.models.onnx_graph import constant_tensors, producers
+from strata.tools.models.onnx_graph import constant_tensors, producers, rewrite_file
 
 # Ops applied channel by channel that may sit between the conv and the split (duplicated).
 ELEMENTWISE = frozenset({"HardSwish", "Relu", "Sigmoid", "LeakyRelu", "Clip"})
@@ -166,16 +166,7 @@ def fold_conv_splits(model: Any) -> tuple[Any, list[SplitFold]]:
 def fold_file(src: Path, folder: Path) -> tuple[Path, list[SplitFold]]:
     """`src` with its conv splits folded, written into `folder` (or `src` itself when there
     is nothing to fold), and what was folded."""
-    import onnx
-
-    model = onnx.load(str(src))
-    folded, folds = fold_conv_splits(model)
-    if not folds:
-        return src, []
-    onnx.checker.check_model(folded)
-    dst = folder / f"{src.stem}.splitfold.onnx"
-    onnx.save(folded, str(dst))
-    return dst, folds
+    return rewrite_file(src, folder, "splitfold", fold_conv_splits)
 
 
 def piece_names(kept: tuple[str, ...], folds: list[SplitFold]) -> tuple[str, ...]:
