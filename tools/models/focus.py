@@ -15,13 +15,18 @@ against the original on real frames).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata.tools.models.onnx_graph import constant_values, producers, rewrite_file
+from strata.tools.models.onnx_graph import (
+    constant_values,
+    producers,
+    reads,
+    replace_nodes,
+    rewrite_file,
+)
 
 BIG = 2**31 - 1  # a Slice end at or past this reads to the end of the axis
 
@@ -153,7 +158,7 @@ def fold_focus(model: Any) -> tuple[Any, list[FocusFold]]:
     # The slices (and constants) nothing reads any more go too, outputs last to first.
     graph_outputs = {o.name for o in g.output}
     while True:
-        used = Counter(i for n in nodes for i in n.input)
+        used = reads(nodes)
         dead = [
             n
             for n in nodes
@@ -164,11 +169,7 @@ def fold_focus(model: Any) -> tuple[Any, list[FocusFold]]:
             break
         gone = {id(n) for n in dead}
         nodes = [n for n in nodes if id(n) not in gone]
-    del g.node[:]
-    g.node.extend(nodes)
-    kept = [t for t in g.initializer if used[t.name]]
-    del g.initializer[:]
-    g.initializer.extend(kept)
+    replace_nodes(g, nodes, used)
     return out, folds
 
 

@@ -11,11 +11,10 @@ the same: HardSwish(x) = x * max(0, min(1, x / 6 + 0.5)).
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from strata.tools.models.onnx_graph import opset, producers, rewrite_file
+from strata.tools.models.onnx_graph import opset, producers, reads, rewrite_file
 
 ALPHA = 1.0 / 6.0
 BETA = 0.5
@@ -63,8 +62,7 @@ def fuse_hard_swish(model: Any) -> tuple[Any, int]:
                     fused += 1
                     break
         nodes.append(swap)
-    used = Counter(i for n in nodes for i in n.input)
-    used.update(o.name for o in out.graph.output)
+    used = reads(nodes, out.graph.output)
     kept = [n for n in nodes if n.op_type != "HardSigmoid" or any(used[o] for o in n.output)]
     del out.graph.node[:]
     out.graph.node.extend(kept)

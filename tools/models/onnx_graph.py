@@ -1,15 +1,18 @@
-"""Small reads of an ONNX graph, and the load-rewrite-check-save wrapper, that the rewrites share.
+"""The ONNX graph reads and edits, and the load-rewrite-check-save wrapper, that the
+graph rewrites share.
 
 The rewrites for OpenVINO (focus.py, hard_swish.py, shuffle.py, split_convs.py) and the
-INT8 scope walks (int8_engines.py, quantize.py) each look nodes up by the tensor they write
-and read constants the same way; one copy here keeps them reading the graph alike.
+INT8 scope walks (int8_engines.py, quantize.py) each look nodes up by the tensor they write,
+read constants, count reads and swap in new nodes the same way; one copy here keeps them
+reading and editing the graph alike.
 `onnx` is imported inside the functions, as in the modules that use them: it is an optional
 dependency of the tools tier.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +44,27 @@ def constant_values(model: Any) -> dict[str, np.ndarray]:
     from onnx import numpy_helper
 
     return {name: numpy_helper.to_array(t) for name, t in constant_tensors(model).items()}
+
+
+def reads(nodes: Iterable[Any], outputs: Iterable[Any] = ()) -> Counter[str]:
+    """How many times each tensor is read by the inputs of `nodes`, once more for each of
+    `outputs` (a graph's output ValueInfos) when they are passed: a rewrite may only fold
+    away a tensor nothing else reads."""
+    count = Counter(i for n in nodes for i in n.input)
+    count.update(o.name for o in outputs)
+    return count
+
+
+def replace_nodes(
+    graph: Any, nodes: Sequence[Any], used: Counter[str], added: Sequence[Any] = ()
+) -> None:
+    """Make `nodes` the nodes of `graph` (in place), keep the initializers `used` counts as
+    read, then append the `added` initializers: the weights a rewrite orphaned go with it."""
+    del graph.node[:]
+    graph.node.extend(nodes)
+    remaining = [t for t in graph.initializer if used[t.name]]
+    del graph.initializer[:]
+    graph.initializer.extend([*remaining, *added])
 
 
 def attribute(node: Any, name: str, default: Any) -> Any:

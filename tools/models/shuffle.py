@@ -14,7 +14,6 @@ same values to the same places (tests: a built graph bit for bit, PicoDet-S on v
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ from strata.tools.models.onnx_graph import (
     constant_values,
     opset,
     producers,
+    reads,
+    replace_nodes,
     rewrite_file,
 )
 
@@ -49,8 +50,7 @@ def fold_shuffles(model: Any) -> tuple[Any, list[ShuffleFold]]:
     g = out.graph
     values = constant_values(out)
     writers = producers(g)
-    uses = Counter(i for n in g.node for i in n.input)
-    uses.update(o.name for o in g.output)
+    uses = reads(g.node, g.output)
     axes_input = opset(out, 13) >= 13  # Unsqueeze's axes became an input in opset 13
     replace: dict[int, list[Any]] = {}
     drop: set[int] = set()
@@ -102,13 +102,9 @@ def fold_shuffles(model: Any) -> tuple[Any, list[ShuffleFold]]:
     if not folds:
         return out, []
     kept = [r for n in g.node if id(n) not in drop for r in replace.get(id(n), [n])]
-    used = Counter(i for n in kept for i in n.input)
+    used = reads(kept)
     kept = [n for n in kept if n.op_type != "Constant" or used[n.output[0]]]
-    del g.node[:]
-    g.node.extend(kept)
-    remaining = [t for t in g.initializer if used[t.name]]
-    del g.initializer[:]
-    g.initializer.extend(remaining)
+    replace_nodes(g, kept, used)
     return out, folds
 
 

@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from strata.tools.models.onnx_graph import constant_tensors, producers, rewrite_file
+from strata.tools.models.onnx_graph import (
+    constant_tensors,
+    producers,
+    reads,
+    replace_nodes,
+    rewrite_file,
+)
 
 # Ops applied channel by channel that may sit between the conv and the split (duplicated).
 ELEMENTWISE = frozenset({"HardSwish", "Relu", "Sigmoid", "LeakyRelu", "Clip"})
@@ -134,8 +140,7 @@ def fold_conv_splits(model: Any) -> tuple[Any, list[SplitFold]]:
     g = out.graph
     consts = constant_tensors(out)
     writers = producers(g)
-    uses = Counter(i for n in g.node for i in n.input)
-    uses.update(o.name for o in g.output)
+    uses = reads(g.node, g.output)
     replace: dict[int, list[Any]] = {}  # id(node) -> nodes in its place
     drop: set[int] = set()
     new_inits: list[Any] = []
@@ -152,14 +157,9 @@ def fold_conv_splits(model: Any) -> tuple[Any, list[SplitFold]]:
     if not folds:
         return out, []
     kept = [r for n in g.node if id(n) not in drop for r in replace.get(id(n), [n])]
-    used = Counter(i for n in kept for i in n.input)
-    used.update(o.name for o in g.output)
+    used = reads(kept, g.output)
     kept = [n for n in kept if n.op_type != "Constant" or used[n.output[0]]]
-    del g.node[:]
-    g.node.extend(kept)
-    remaining = [t for t in g.initializer if used[t.name]]
-    del g.initializer[:]
-    g.initializer.extend(remaining + new_inits)
+    replace_nodes(g, kept, used, new_inits)
     return out, folds
 
 
