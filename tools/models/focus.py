@@ -15,12 +15,18 @@ against the original on real frames).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from strata.tools.models.onnx_graph import (
+    constant_values,
+    producers,
+    reads,
+    replace_nodes,
+    rewrite_file,
+)
 
 BIG = 2**31 - 1  # a Slice end at or past this reads to the end of the axis
 
@@ -32,18 +38,6 @@ class FocusFold:
     concat: str
     conv: str
     kernel: int
-
-
-def _values(model: Any) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    out = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant":
-            for a in n.attribute:
-                if a.name == "value":
-                    out[n.output[0]] = numpy_helper.to_array(a.t)
-    return out
 
 
 def _step2(node: Any, values: dict[str, np.ndarray]) -> tuple[int, int] | None:
@@ -60,13 +54,13 @@ def _step2(node: Any, values: dict[str, np.ndarray]) -> tuple[int, int] | None:
 
 
 def _phase(
-    tensor: str, producers: dict[str, Any], values: dict[str, np.ndarray]
+    tensor: str, writers: dict[str, Any], values: dict[str, np.ndarray]
 ) -> tuple[str, int, int] | None:
     """(source, dy, dx) when `tensor` is Slice(Slice(source)) of steps 2 on H and W."""
-    outer = producers.get(tensor)
+    outer = writers.get(tensor)
     if outer is None:
         return None
-    inner = producers.get(outer.input[0])
+    inner = writers.get(outer.input[0])
     a, b = _step2(outer, values), (None if inner is None else _step2(inner, values))
     if a is None or b is None or a[0] == b[0] or inner is None:
         return None
@@ -117,8 +111,8 @@ def fold_focus(model: Any) -> tuple[Any, list[FocusFold]]:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    values = _values(out)
-    producers = {o: n for n in g.node for o in n.output}
+    values = constant_values(out)
+    writers = producers(g)
     readers: dict[str, list[Any]] = {}
     for n in g.node:
         for i in n.input:
@@ -129,7 +123,7 @@ def fold_focus(model: Any) -> tuple[Any, list[FocusFold]]:
     for cat in g.node:
         if cat.op_type != "Concat" or len(cat.input) != 4 or _conv_attrs(cat).get("axis") != 1:
             continue
-        phases = [_phase(t, producers, values) for t in cat.input]
+        phases = [_phase(t, writers, values) for t in cat.input]
         if any(p is None for p in phases) or len({p[0] for p in phases if p}) != 1:
             continue
         order = [(p[1], p[2]) for p in phases if p]
@@ -164,7 +158,7 @@ def fold_focus(model: Any) -> tuple[Any, list[FocusFold]]:
     # The slices (and constants) nothing reads any more go too, outputs last to first.
     graph_outputs = {o.name for o in g.output}
     while True:
-        used = Counter(i for n in nodes for i in n.input)
+        used = reads(nodes)
         dead = [
             n
             for n in nodes
@@ -175,24 +169,11 @@ def fold_focus(model: Any) -> tuple[Any, list[FocusFold]]:
             break
         gone = {id(n) for n in dead}
         nodes = [n for n in nodes if id(n) not in gone]
-    del g.node[:]
-    g.node.extend(nodes)
-    kept = [t for t in g.initializer if used[t.name]]
-    del g.initializer[:]
-    g.initializer.extend(kept)
+    replace_nodes(g, nodes, used)
     return out, folds
 
 
 def focus_file(src: Path, folder: Path) -> tuple[Path, list[FocusFold]]:
     """`src` with its Focus stems folded, written into `folder` (or `src` itself when it
     has none), and what was folded."""
-    import onnx
-
-    model = onnx.load(str(src))
-    folded, folds = fold_focus(model)
-    if not folds:
-        return src, []
-    onnx.checker.check_model(folded)
-    dst = folder / f"{src.stem}.focus.onnx"
-    onnx.save(folded, str(dst))
-    return dst, folds
+    return rewrite_file(src, folder, "focus", fold_focus)

@@ -11,9 +11,10 @@ the same: HardSwish(x) = x * max(0, min(1, x / 6 + 0.5)).
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from strata.tools.models.onnx_graph import opset, producers, reads, rewrite_file
 
 ALPHA = 1.0 / 6.0
 BETA = 0.5
@@ -41,12 +42,11 @@ def fuse_hard_swish(model: Any) -> tuple[Any, int]:
     import onnx
     from onnx import version_converter
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), OPSET)
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    if opset < OPSET:
+    if opset(model, OPSET) < OPSET:
         out = version_converter.convert_version(out, OPSET)
-    producers = {o: n for n in out.graph.node for o in n.output}
+    writers = producers(out.graph)
     nodes: list[Any] = []
     fused = 0
     for node in out.graph.node:
@@ -54,7 +54,7 @@ def fuse_hard_swish(model: Any) -> tuple[Any, int]:
         if node.op_type == "Mul" and len(node.input) == 2:
             a, b = node.input
             for x, h in ((a, b), (b, a)):
-                src = producers.get(h)
+                src = writers.get(h)
                 if src is not None and _is_hard_sigmoid(src, x):
                     swap = onnx.helper.make_node(
                         "HardSwish", [x], list(node.output), name=node.name or None
@@ -62,8 +62,7 @@ def fuse_hard_swish(model: Any) -> tuple[Any, int]:
                     fused += 1
                     break
         nodes.append(swap)
-    used = Counter(i for n in nodes for i in n.input)
-    used.update(o.name for o in out.graph.output)
+    used = reads(nodes, out.graph.output)
     kept = [n for n in nodes if n.op_type != "HardSigmoid" or any(used[o] for o in n.output)]
     del out.graph.node[:]
     out.graph.node.extend(kept)
@@ -73,13 +72,4 @@ def fuse_hard_swish(model: Any) -> tuple[Any, int]:
 def hard_swish_file(src: Path, folder: Path) -> tuple[Path, int]:
     """`src` with its hard-swishes fused, written into `folder` (or `src` itself when it
     has none), and how many were fused."""
-    import onnx
-
-    model = onnx.load(str(src))
-    fused_model, fused = fuse_hard_swish(model)
-    if not fused:
-        return src, 0
-    onnx.checker.check_model(fused_model)
-    dst = folder / f"{src.stem}.hardswish.onnx"
-    onnx.save(fused_model, str(dst))
-    return dst, fused
+    return rewrite_file(src, folder, "hardswish", fuse_hard_swish)

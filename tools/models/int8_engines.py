@@ -21,6 +21,7 @@ import numpy as np
 from strata.tools.models.focus import focus_file
 from strata.tools.models.hard_swish import hard_swish_file
 from strata.tools.models.int8_scope import NARROW_STEPS, narrow_depthwise
+from strata.tools.models.onnx_graph import producers
 from strata.tools.models.shuffle import shuffle_file
 from strata.tools.models.split_convs import fold_file, piece_names
 
@@ -109,19 +110,19 @@ def head_convs(model: Any, depth: int) -> tuple[list[str], list[str]]:
 
     Walks back from each output; a Conv fed by a Softmax is the DFL integral (fixed
     weights), part of the decode, and does not count."""
-    producers = {out: n for n in model.graph.node for out in n.output}
+    writers = producers(model.graph)
     convs: set[str] = set()
     tail: set[str] = set()
     stack: list[tuple[str, int]] = [(o.name, 0) for o in model.graph.output]
     seen: set[tuple[str, int]] = set()
     while stack:
         tensor, passed = stack.pop()
-        node = producers.get(tensor)
+        node = writers.get(tensor)
         # Keyed by output tensor: some nodes (the imported hard-swish) have no name.
         if node is None or (node.output[0], passed) in seen:
             continue
         seen.add((node.output[0], passed))
-        learned = node.op_type == "Conv" and _learned(node, producers)
+        learned = node.op_type == "Conv" and _learned(node, writers)
         if learned:
             if passed >= depth:
                 continue
@@ -143,8 +144,8 @@ def kept_in_float(
     return tuple(dict.fromkeys(narrow + convs + tail))
 
 
-def _learned(node: Any, producers: dict[str, Any]) -> bool:
-    src = producers.get(node.input[0])
+def _learned(node: Any, writers: dict[str, Any]) -> bool:
+    src = writers.get(node.input[0])
     return src is None or src.op_type != "Softmax"
 
 

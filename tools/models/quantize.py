@@ -24,6 +24,7 @@ from strata.shared.models.manifest import Calibration, Manifest, Variant, save_m
 from strata.shared.models.repository import ModelError, ModelRepository, sha256_of
 from strata.tools.models.agreement import OutputAgreement, agreement
 from strata.tools.models.inputs import prepare
+from strata.tools.models.onnx_graph import producers
 
 log = logging.getLogger(__name__)
 
@@ -173,15 +174,15 @@ def _decode_tail(model: Any) -> set[str]:
     by a Softmax is the DFL integral (fixed weights 0..15), part of the decode, so the walk
     goes through it.
     """
-    producers = {out: n for n in model.graph.node for out in n.output}
+    writers = producers(model.graph)
     tail: set[str] = set()
     stack = [o.name for o in model.graph.output]
     while stack:
-        node = producers.get(stack.pop())
+        node = writers.get(stack.pop())
         if node is None or node.name in tail:
             continue
         if node.op_type == "Conv":
-            src = producers.get(node.input[0])
+            src = writers.get(node.input[0])
             if src is None or src.op_type != "Softmax":
                 continue
         tail.add(node.name)

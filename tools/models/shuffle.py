@@ -14,12 +14,20 @@ same values to the same places (tests: a built graph bit for bit, PicoDet-S on v
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from strata.tools.models.onnx_graph import (
+    attribute,
+    constant_values,
+    opset,
+    producers,
+    reads,
+    replace_nodes,
+    rewrite_file,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,31 +36,6 @@ class ShuffleFold:
 
     concat: str
     output: str
-
-
-def _values(model: Any) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    out = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant":
-            for a in n.attribute:
-                if a.name == "value":
-                    out[n.output[0]] = numpy_helper.to_array(a.t)
-    return out
-
-
-def _attr(node: Any, name: str, default: Any) -> Any:
-    import onnx
-
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
-
-
-def _opset(model: Any) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
 
 
 def fold_shuffles(model: Any) -> tuple[Any, list[ShuffleFold]]:
@@ -65,30 +48,29 @@ def fold_shuffles(model: Any) -> tuple[Any, list[ShuffleFold]]:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    values = _values(out)
-    producers = {o: n for n in g.node for o in n.output}
-    uses = Counter(i for n in g.node for i in n.input)
-    uses.update(o.name for o in g.output)
-    axes_input = _opset(out) >= 13
+    values = constant_values(out)
+    writers = producers(g)
+    uses = reads(g.node, g.output)
+    axes_input = opset(out, 13) >= 13  # Unsqueeze's axes became an input in opset 13
     replace: dict[int, list[Any]] = {}
     drop: set[int] = set()
     folds: list[ShuffleFold] = []
     for last in g.node:
         if last.op_type != "Reshape":
             continue
-        tr = producers.get(last.input[0])
+        tr = writers.get(last.input[0])
         if tr is None or tr.op_type != "Transpose" or uses[tr.output[0]] != 1:
             continue
-        if list(_attr(tr, "perm", [])) != [0, 2, 1, 3, 4]:
+        if list(attribute(tr, "perm", [])) != [0, 2, 1, 3, 4]:
             continue
-        first = producers.get(tr.input[0])
+        first = writers.get(tr.input[0])
         if first is None or first.op_type != "Reshape" or uses[first.output[0]] != 1:
             continue
-        cat = producers.get(first.input[0])
+        cat = writers.get(first.input[0])
         if cat is None or cat.op_type != "Concat" or uses[cat.output[0]] != 1:
             continue
         shape = values.get(first.input[1])
-        if _attr(cat, "axis", None) != 1 or shape is None or shape.size != 5:
+        if attribute(cat, "axis", None) != 1 or shape is None or shape.size != 5:
             continue
         if int(shape.ravel()[1]) != len(cat.input):
             continue  # the groups are not the concat's inputs
@@ -120,26 +102,13 @@ def fold_shuffles(model: Any) -> tuple[Any, list[ShuffleFold]]:
     if not folds:
         return out, []
     kept = [r for n in g.node if id(n) not in drop for r in replace.get(id(n), [n])]
-    used = Counter(i for n in kept for i in n.input)
+    used = reads(kept)
     kept = [n for n in kept if n.op_type != "Constant" or used[n.output[0]]]
-    del g.node[:]
-    g.node.extend(kept)
-    remaining = [t for t in g.initializer if used[t.name]]
-    del g.initializer[:]
-    g.initializer.extend(remaining)
+    replace_nodes(g, kept, used)
     return out, folds
 
 
 def shuffle_file(src: Path, folder: Path) -> tuple[Path, list[ShuffleFold]]:
     """`src` with its channel shuffles folded into their concats, written into `folder`
     (or `src` itself when it has none), and what was folded."""
-    import onnx
-
-    model = onnx.load(str(src))
-    folded, folds = fold_shuffles(model)
-    if not folds:
-        return src, []
-    onnx.checker.check_model(folded)
-    dst = folder / f"{src.stem}.shuffle.onnx"
-    onnx.save(folded, str(dst))
-    return dst, folds
+    return rewrite_file(src, folder, "shuffle", fold_shuffles)

@@ -21,6 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from strata.tools.models.onnx_graph import (
+    constant_tensors,
+    producers,
+    reads,
+    replace_nodes,
+    rewrite_file,
+)
 
 # Ops applied channel by channel that may sit between the conv and the split (duplicated).
 ELEMENTWISE = frozenset({"HardSwish", "Relu", "Sigmoid", "LeakyRelu", "Clip"})
@@ -50,17 +57,6 @@ def _sizes(node: Any, consts: dict[str, Any]) -> list[int] | None:
     return None  # equal parts of an unknown size: left alone
 
 
-def _constants(model: Any) -> dict[str, Any]:
-    """Tensor name -> TensorProto for initializers and Constant nodes' values."""
-    out = {t.name: t for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant":
-            for a in n.attribute:
-                if a.name == "value":
-                    out[n.output[0]] = a.t
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class _Match:
     split: Any  # the Split node
@@ -72,7 +68,7 @@ class _Match:
 
 
 def _match(
-    split: Any, producers: dict[str, Any], uses: Counter[str], consts: dict[str, Any]
+    split: Any, writers: dict[str, Any], uses: Counter[str], consts: dict[str, Any]
 ) -> _Match | None:
     """The conv (and per-channel op) a Split reads when it can be folded into it, else None."""
     from onnx import numpy_helper
@@ -80,10 +76,10 @@ def _match(
     if split.op_type != "Split" or uses[split.input[0]] != 1:
         return None
     sizes = _sizes(split, consts)
-    src = producers.get(split.input[0])
+    src = writers.get(split.input[0])
     act = None
     if src is not None and src.op_type in ELEMENTWISE and uses[src.input[0]] == 1:
-        act, src = src, producers.get(src.input[0])
+        act, src = src, writers.get(src.input[0])
     if src is None or src.op_type != "Conv" or sizes is None:
         return None
     if next((a.i for a in src.attribute if a.name == "group"), 1) != 1:
@@ -142,16 +138,15 @@ def fold_conv_splits(model: Any) -> tuple[Any, list[SplitFold]]:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    consts = _constants(out)
-    producers = {o: n for n in g.node for o in n.output}
-    uses = Counter(i for n in g.node for i in n.input)
-    uses.update(o.name for o in g.output)
+    consts = constant_tensors(out)
+    writers = producers(g)
+    uses = reads(g.node, g.output)
     replace: dict[int, list[Any]] = {}  # id(node) -> nodes in its place
     drop: set[int] = set()
     new_inits: list[Any] = []
     folds: list[SplitFold] = []
     for split in g.node:
-        m = _match(split, producers, uses, consts)
+        m = _match(split, writers, uses, consts)
         if m is None:
             continue
         nodes, inits, names = _pieces(m)
@@ -162,30 +157,16 @@ def fold_conv_splits(model: Any) -> tuple[Any, list[SplitFold]]:
     if not folds:
         return out, []
     kept = [r for n in g.node if id(n) not in drop for r in replace.get(id(n), [n])]
-    used = Counter(i for n in kept for i in n.input)
-    used.update(o.name for o in g.output)
+    used = reads(kept, g.output)
     kept = [n for n in kept if n.op_type != "Constant" or used[n.output[0]]]
-    del g.node[:]
-    g.node.extend(kept)
-    remaining = [t for t in g.initializer if used[t.name]]
-    del g.initializer[:]
-    g.initializer.extend(remaining + new_inits)
+    replace_nodes(g, kept, used, new_inits)
     return out, folds
 
 
 def fold_file(src: Path, folder: Path) -> tuple[Path, list[SplitFold]]:
     """`src` with its conv splits folded, written into `folder` (or `src` itself when there
     is nothing to fold), and what was folded."""
-    import onnx
-
-    model = onnx.load(str(src))
-    folded, folds = fold_conv_splits(model)
-    if not folds:
-        return src, []
-    onnx.checker.check_model(folded)
-    dst = folder / f"{src.stem}.splitfold.onnx"
-    onnx.save(folded, str(dst))
-    return dst, folds
+    return rewrite_file(src, folder, "splitfold", fold_conv_splits)
 
 
 def piece_names(kept: tuple[str, ...], folds: list[SplitFold]) -> tuple[str, ...]:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from layouts_testkit import models_dir
 from onnx import TensorProto, helper, numpy_helper
+from ort_testkit import run_cpu
 from strata.tools.models.focus import focus_file, fold_focus
 from strata.tools.models.site_int8 import site_frames
 
@@ -50,12 +50,6 @@ def _graph(order: list[tuple[int, int]], stride: int = 1, k: int = 3) -> onnx.Mo
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def _run(model: onnx.ModelProto | str, name: str, x: np.ndarray) -> np.ndarray:
-    src = model if isinstance(model, str) else model.SerializeToString()
-    s = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
-    return np.asarray(s.run(None, {name: x})[0])
-
-
 def test_focus_becomes_one_strided_conv_with_the_same_outputs() -> None:
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     for order in ([(0, 0), (1, 0), (0, 1), (1, 1)], [(1, 1), (0, 0), (0, 1), (1, 0)]):
@@ -66,7 +60,9 @@ def test_focus_becomes_one_strided_conv_with_the_same_outputs() -> None:
             assert [(f.concat, f.conv, f.kernel) for f in folds] == [("focus", "stem", 2 * k)]
             ops = [n.op_type for n in folded.graph.node]
             assert ops == ["Conv"], "the slices and the concat are gone"
-            np.testing.assert_allclose(_run(folded, "x", x), _run(model, "x", x), atol=1e-5)
+            np.testing.assert_allclose(
+                run_cpu(folded, {"x": x})[0], run_cpu(model, {"x": x})[0], atol=1e-5
+            )
     strided, none = fold_focus(_graph([(0, 0), (1, 0), (0, 1), (1, 1)], stride=2))
     assert none == [] and "Concat" in [n.op_type for n in strided.graph.node]
     twice, none = fold_focus(_graph([(0, 0), (1, 0), (0, 1), (0, 1)]))
@@ -86,6 +82,6 @@ def test_yolox_nano_focus_folds_with_the_same_outputs_on_vtest(
     for frame in site_frames([vtest_mp4], 2):
         # BGR 0-255, the 416 x 416 top-left of the frame: the model's own input range.
         x = np.ascontiguousarray(frame[:416, :416].transpose(2, 0, 1))[None].astype(np.float32)
-        want = _run(str(src), "images", x)
-        np.testing.assert_allclose(_run(str(dst), "images", x), want, rtol=0, atol=1e-4)
+        want = run_cpu(str(src), {"images": x})[0]
+        np.testing.assert_allclose(run_cpu(str(dst), {"images": x})[0], want, rtol=0, atol=1e-4)
     assert focus_file(dst, tmp_path / "again") == (dst, [])

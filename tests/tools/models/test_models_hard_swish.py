@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper
+from ort_testkit import run_cpu
 from strata.shared.models import starter_repository
 from strata.tools.models.hard_swish import fuse_hard_swish, hard_swish_file
 
@@ -31,11 +31,6 @@ def _graph() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
 
 
-def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return np.asarray(s.run(None, {"x": x})[0])
-
-
 def test_fuses_only_x_times_its_own_hard_sigmoid() -> None:
     model = _graph()
     fused, n = fuse_hard_swish(model)
@@ -47,7 +42,9 @@ def test_fuses_only_x_times_its_own_hard_sigmoid() -> None:
     assert max(o.version for o in fused.opset_import if o.domain in ("", "ai.onnx")) >= 14
     onnx.checker.check_model(fused)
     x = np.linspace(-8, 8, 16, dtype=np.float32).reshape(2, 8)
-    np.testing.assert_allclose(_run(fused, x), _run(model, x), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        run_cpu(fused, {"x": x})[0], run_cpu(model, {"x": x})[0], rtol=1e-6, atol=1e-6
+    )
     assert [nd.op_type for nd in model.graph.node].count("HardSigmoid") == 3, "input untouched"
 
 

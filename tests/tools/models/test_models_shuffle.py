@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from ort_testkit import run_cpu
 from strata.shared.models import ModelRepository, starter_repository
 from strata.tools.models.hard_swish import hard_swish_file
 from strata.tools.models.shuffle import fold_shuffles, shuffle_file
@@ -40,12 +40,6 @@ def _graph(opset: int, perm: tuple[int, ...] = (0, 2, 1, 3, 4)) -> onnx.ModelPro
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _run(model: onnx.ModelProto | str, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-    src = model if isinstance(model, str) else model.SerializeToString()
-    s = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
-    return [np.asarray(o) for o in s.run(None, feed)]
-
-
 def test_shuffle_becomes_one_concat_on_a_new_axis() -> None:
     rng = np.random.default_rng(0)
     feed = {n: rng.standard_normal((2, 3, 2, 2)).astype(np.float32) for n in ("a", "b")}
@@ -56,7 +50,7 @@ def test_shuffle_becomes_one_concat_on_a_new_axis() -> None:
         assert [(f.concat, f.output) for f in folds] == [("cat", "y")]
         ops = [n.op_type for n in folded.graph.node]
         assert ops == ["Unsqueeze", "Unsqueeze", "Concat", "Reshape"], ops
-        (got,), (want,) = _run(folded, feed), _run(model, feed)
+        (got,), (want,) = run_cpu(folded, feed), run_cpu(model, feed)
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(want[:, 0::2], feed["a"])  # what a shuffle is
     _, none = fold_shuffles(_graph(13, perm=(0, 1, 2, 4, 3)))
@@ -75,7 +69,7 @@ def test_picodet_shuffles_fold_with_the_same_outputs_on_vtest(
     assert "Transpose" in ops and ops.count("Transpose") == 18 - 10, "the decode's stay"
     batch, _ = edge_batch(manifest, site_frames([vtest_mp4], 2))
     for got, want in zip(
-        _run(str(dst), {"image": batch}), _run(str(src), {"image": batch}), strict=True
+        run_cpu(str(dst), {"image": batch}), run_cpu(str(src), {"image": batch}), strict=True
     ):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     assert shuffle_file(dst, tmp_path / "again") == (dst, [])

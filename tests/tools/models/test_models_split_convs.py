@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from ort_testkit import run_cpu
 from strata.shared.models import ModelRepository, starter_repository
 from strata.tools.models.hard_swish import hard_swish_file
 from strata.tools.models.site_int8 import edge_batch, site_frames
@@ -59,12 +59,6 @@ def _graph(opset: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _run(model: onnx.ModelProto | str, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-    src = model if isinstance(model, str) else model.SerializeToString()
-    s = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
-    return [np.asarray(o) for o in s.run(None, feed)]
-
-
 def test_splits_of_a_conv_fold_into_one_conv_per_piece() -> None:
     x = np.random.default_rng(1).standard_normal((2, 4, 5, 5)).astype(np.float32)
     for opset in (11, 13):
@@ -80,7 +74,7 @@ def test_splits_of_a_conv_fold_into_one_conv_per_piece() -> None:
         assert ops["split_g"] == "Split", "a grouped conv's split stays"
         assert ops["split_s"] == "Split", "a conv whose weight is shared stays"
         assert ops["R.part0"] == "Relu" and ops["R.part1"] == "Relu"
-        for a, b in zip(_run(folded, {"x": x}), _run(model, {"x": x}), strict=True):
+        for a, b in zip(run_cpu(folded, {"x": x}), run_cpu(model, {"x": x}), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
         assert len(model.graph.node) == 10, "input untouched"
     assert piece_names(("A", "other"), folds) == ("A", "other", "A.part0", "A.part1")
@@ -104,7 +98,7 @@ def test_picodet_decode_splits_fold_with_the_same_outputs_on_vtest(
     repo = ModelRepository(starter_repository())
     manifest, _, src = repo.file_of("picodet_s_416")
     batch, _ = edge_batch(manifest, site_frames([vtest_mp4], 3))
-    ref = _run(str(src), {"image": batch})
+    ref = run_cpu(str(src), {"image": batch})
     plain, folds = fold_file(src, tmp_path)
     assert sorted(f.conv for f in folds) == ["Conv_117", "Conv_122", "Conv_127", "Conv_132"]
     fused, _ = hard_swish_file(src, tmp_path)
@@ -114,5 +108,5 @@ def test_picodet_decode_splits_fold_with_the_same_outputs_on_vtest(
     ops = [n.op_type for n in onnx.load(str(both)).graph.node]
     assert ops.count("Split") == 14 - 7, "the splits of channel shuffles stay"
     for path in (plain, both):
-        for a, b in zip(_run(str(path), {"image": batch}), ref, strict=True):
+        for a, b in zip(run_cpu(str(path), {"image": batch}), ref, strict=True):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
