@@ -45,3 +45,18 @@ def test_clip_choices_follow_the_recipes() -> None:
     assert ("vtest", *RECIPES) == CLIPS
     assert clips_of(None) == clips_of(["all"]) == CLIPS
     assert clips_of(["pans", "vtest"]) == ("vtest", "pans")
+
+
+def test_the_cascade_run_can_send_raw_pixels_to_leave_the_codec_out() -> None:
+    import argparse
+
+    from strata.tools.bench.cascade import cascade_config
+    from strata.tools.bench.clip_args import add_encoding_argument
+
+    p = argparse.ArgumentParser()
+    add_encoding_argument(p)
+    assert p.parse_args([]).encoding == "jpeg"
+    assert p.parse_args(["--encoding", "bgr"]).encoding == "bgr"
+    # The device's config takes it as the reference run's payload.
+    cfg = load_config(None, cascade_config("bgr")).device
+    assert cfg.sender.encoding == "bgr"

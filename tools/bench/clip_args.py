@@ -11,8 +11,9 @@ from strata.shared.config.edge import DEFAULT_DETECTOR
 # (the quiet footage, pans and cuts).
 CLIPS: tuple[str, ...] = ("vtest", "quiet", "pans")
 
-# What the cascade run's device sends the edge: the device's default (JPEG) unless told.
-ENCODINGS: tuple[str, ...] = ("jpeg", "h264")
+# What the cascade run's device sends the edge: the device's default (JPEG) unless told;
+# bgr sends raw pixels, as the reference run does, so a run with it has no codec's cost.
+ENCODINGS: tuple[str, ...] = ("jpeg", "h264", "bgr")
 
 
 def add_clip_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,7 +55,8 @@ def add_encoding_argument(p: argparse.ArgumentParser) -> None:
         default="jpeg",
         help="what the cascade run's device sends the edge (default jpeg, the device's "
         "default; h264 spends fewer bytes, and its still pictures can hold a detection near "
-        "the score threshold on every frame: docs/benchmarks.md, Cascade)",
+        "the score threshold on every frame: docs/benchmarks.md, Cascade); bgr, raw pixels "
+        "as the reference gets them, leaves the codec's cost out",
     )
 
 
