@@ -132,6 +132,9 @@ class CameraWorker:
         self._scene_change = False
         # The kept calibration frame is one the motion gate alone would have dropped.
         self._unchanged = False
+        # The kept frame is a codec probe, and how many of the burst's frames still will be.
+        self._codec_probe = False
+        self._probes_left = 0
         self.outlet = outlet
         self.m = metrics
         self._source_events = _SourceMetrics(metrics)
@@ -312,6 +315,7 @@ class CameraWorker:
         self._calibrating = False
         self._scene_change = False
         self._unchanged = False
+        self._codec_probe = False
         pre = policy.before_motion(index) if policy is not None else None
         # A burst frame after its burst's first (a strided burst drops the frames between).
         in_burst = bool(pre and pre.calibration and not pre.burst_start)
@@ -371,6 +375,7 @@ class CameraWorker:
         """`_decide` for a frame the source did not decode as the cascade was to hold it
         back."""
         self._calibrating = self._scene_change = self._unchanged = False
+        self._codec_probe = False
         policy = self.policy
         pre = policy.before_motion(self.frames - 1) if policy is not None else None
         if policy is not None and pre is not None and pre.block:
@@ -416,6 +421,11 @@ class CameraWorker:
         self._calibrating = calibration
         if calibration and self.motion is not None:
             self._unchanged = self.motion.burst_unchanged(start=not in_burst)
+        if calibration:
+            if not in_burst:
+                self._probes_left = policy.cfg.codec_probes
+            self._codec_probe = self._probes_left > 0
+            self._probes_left -= int(self._codec_probe)
 
     def _read(self, src: Source) -> int:
         """Run the source until it ends; returns frames read. SourceError when it dies."""
@@ -464,6 +474,7 @@ class CameraWorker:
                 self._calibrating,
                 keep and self._scene_change,
                 keep and self._unchanged,
+                keep and self._codec_probe,
             )
             dropped = self.outlet.put(item, wait, self._stop)
             if dropped is item:

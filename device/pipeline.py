@@ -319,7 +319,13 @@ class CameraPipeline:
         header = self._header(item, gate_score)
         header.width, header.height = image.shape[1], image.shape[0]
         payload: Any
-        if self.encoding == "jpeg":
+        if self.encoding == "jpeg" and item.codec_probe:
+            # Raw pixels, and the quality its JPEG would have had: the edge measures on it
+            # what the codec costs the detector.
+            payload = np.ascontiguousarray(image)
+            header.encoding = common_pb2.ENCODING_BGR
+            header.codec_probe_quality = self._quality
+        elif self.encoding == "jpeg":
             ok, payload = cv2.imencode(".jpg", image, self._params)
             if not ok:
                 raise RuntimeError("JPEG encoding failed")

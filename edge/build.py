@@ -64,6 +64,7 @@ from strata.edge.state.parts import CountersPart, SettledPart, TrackersPart, Upl
 from strata.edge.state.takeover import Takeover
 from strata.edge.tracking.appearance import Appearance
 from strata.edge.tracking.cascade import EdgeCascade
+from strata.edge.tracking.codec_probe import CodecProbe
 from strata.edge.tracking.handoff import TrackedStage
 from strata.edge.uplink.stream import Uplink
 from strata.shared.config.edge import EdgeConfig
@@ -251,6 +252,7 @@ def _node(b: _Built, after_tracking: Sequence[TrackedStage]) -> EdgeNode:
         decoder=decoder,
         serving=b.serving,
         objects=b.objects,
+        codec_probe=CodecProbe(b.serving, b.objects, cascade),
         cascade=cascade,
         after_tracking=after_tracking,
         results=b.results,

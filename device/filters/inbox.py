@@ -35,6 +35,9 @@ class GateItem:
     scene_change: bool = False
     # A calibration frame the motion gate alone would have dropped as unchanged.
     unchanged: bool = False
+    # One of a burst's first `device.cascade.codec_probes` frames: sent as raw pixels so
+    # the edge measures what the payload codec costs (FrameHeader.codec_probe_quality).
+    codec_probe: bool = False
 
 
 class GateInbox:

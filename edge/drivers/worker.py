@@ -4,7 +4,8 @@ Each turn: take a batch (the batch limit in force, strata.edge.overload.limits) 
 shed what would miss its deadline (overload.deadline) -> answer low-priority cameras
 from cache at GPU pressure 4 -> decode -> launch on the detector; when the runner's
 slots are full (or nothing new came) finish the oldest batch -> the `objects` section's
-labels and filters (edge/inference/objects.py) -> tracking -> the
+labels and filters (edge/inference/objects.py) -> a codec probe detected again after a
+JPEG round trip (edge/tracking/codec_probe.py) -> tracking -> the
 `after_tracking` stages (strata.edge.tracking.handoff: the rules stage first) -> publish
 (results, track events, final acks, crops to the uplink); a camera's skipped frames
 answered by tracking take the same way, in capture order with its detected ones.
@@ -39,6 +40,7 @@ from strata.edge.publish.results import Results
 from strata.edge.state.checkpoint import Checkpointer
 from strata.edge.tracking.answers import Answer
 from strata.edge.tracking.cascade import EdgeCascade
+from strata.edge.tracking.codec_probe import CodecProbe
 from strata.edge.tracking.handoff import AnsweredFrame, TrackedFrame, TrackedStage
 from strata.shared.gpu_telemetry import GpuTelemetry
 
@@ -60,6 +62,9 @@ class WorkerStages:
     decoder: FrameDecoder
     serving: ServingModel
     objects: ObjectsFilter
+    # A codec probe detected again after a JPEG round trip (before tracking: a probe is
+    # a calibration frame, measured with the others).
+    codec_probe: CodecProbe
     cascade: EdgeCascade
     after_tracking: Sequence[TrackedStage]
     results: Results
@@ -165,6 +170,7 @@ class Worker:
         for frame, detected in zip(job.frames, results, strict=True):
             # Labels objects.track lacks and detections under their filters go first.
             boxes = s.objects(frame.header, detected)
+            s.codec_probe(frame, boxes)
             # Boxes go out in the source frame's pixels with their track ids; the skipped
             # frames this detection completes are answered right after it, in order.
             tracked, answers = s.cascade.detected(frame.header, boxes, frame.image)

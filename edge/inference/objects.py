@@ -93,8 +93,11 @@ class ObjectsFilter:
                 ", ".join(low),
             )
 
-    def __call__(self, h: frame_pb2.FrameHeader, boxes: FrameBoxes) -> FrameBoxes:
-        """`boxes` (payload pixels) less those objects rules out, in the same order."""
+    def __call__(
+        self, h: frame_pb2.FrameHeader, boxes: FrameBoxes, count: bool = True
+    ) -> FrameBoxes:
+        """`boxes` (payload pixels) less those objects rules out, in the same order;
+        `count` False: the drops are not counted (a second look at a frame counted once)."""
         if len(boxes) == 0:
             return boxes
         last = len(self.labels) - 1
@@ -109,7 +112,7 @@ class ObjectsFilter:
         if not dropped.any():
             return boxes
         for reason, mask in zip(REASONS, (untracked, low, size), strict=True):
-            if mask.any():
+            if count and mask.any():
                 self._count(h.camera_id, reason, np.bincount(ids[mask], minlength=last + 1))
         keep = ~dropped
         return FrameBoxes(boxes.boxes[keep], boxes.scores[keep], boxes.class_ids[keep])

@@ -42,7 +42,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from strata.edge.tracking.answers import STILL_REASON, Answers
-from strata.edge.tracking.estimate import Curves, Spacing, Span, Still, Tally, lower_bound
+from strata.edge.tracking.estimate import (
+    Codec,
+    CodecLoss,
+    CodecSample,
+    Curves,
+    Spacing,
+    Span,
+    Still,
+    Tally,
+    lower_bound,
+)
 from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.contracts import frame_pb2
@@ -368,7 +378,26 @@ class Calibration:
         self._lock = threading.Lock()
         self._bursts: dict[tuple[int, str], _Burst] = {}
         self._feedback: dict[tuple[int, str], frame_pb2.CascadeFeedback] = {}
+        # Per camera (across its sessions and scenes): what the payload codec costs.
+        self._codec: dict[str, Codec] = {}
         self.measured = 0
+
+    def codec_probed(self, camera_id: str, raw: FrameBoxes, jpeg: FrameBoxes) -> CodecLoss:
+        """A codec probe's boxes, on the raw frame and on its JPEG round trip (worker
+        thread): the camera's pooled loss with it (estimate.py, `Codec`)."""
+        a = agreement([raw], [jpeg])
+        tp = a.true_positives
+        sample = CodecSample(tp, tp + a.false_negatives, tp + a.false_positives, a.counting)
+        with self._lock:
+            codec = self._codec.setdefault(camera_id, Codec())
+            codec.add(sample)
+            return codec.loss()
+
+    def codec_loss(self, camera_id: str) -> CodecLoss:
+        """The camera's payload codec loss now (none until measured)."""
+        with self._lock:
+            codec = self._codec.get(camera_id)
+            return codec.loss() if codec is not None else CodecLoss()
 
     def skipped(self, h: frame_pb2.FrameHeader) -> None:
         """A frame the device dropped (ingest thread): one its motion gate found unchanged
@@ -389,6 +418,7 @@ class Calibration:
         with self._lock:
             burst, scored = self._note(key, h, boxes)
         if scored.counting_weight and self.on_scored is not None:
+            scored.less(self.codec_loss(h.camera_id))
             self.on_scored(h.camera_id, scored)
         return None if burst is None else self._pool.submit(self._finish, key, burst)
 
@@ -477,6 +507,9 @@ class Calibration:
         )
         still = measure_still(frames, burst.unchanged, self.cfg, *size, burst.stride)
         fb = frame_pb2.CascadeFeedback()
+        # The bursts compare the detector on the frames as sent with itself: what the
+        # codec costs it comes on top, at every gap (estimate.py, `Codec`).
+        loss = self.codec_loss(key[1])
         # A few boxes (an object at the edge of the view, a flicker) make a curve of noise.
         informative = (
             bool(acc.f1)
@@ -484,8 +517,8 @@ class Calibration:
             and acc.boxes * MIN_BOXES_PER_FRAME[1] >= acc.frames * MIN_BOXES_PER_FRAME[0]
         )
         if informative:
-            fb.f1_by_gap.extend(acc.f1)
-            fb.counting_by_gap.extend(acc.counting)
+            fb.f1_by_gap.extend(max(0.0, v - loss.f1) for v in acc.f1)
+            fb.counting_by_gap.extend(max(0.0, v - loss.counting) for v in acc.counting)
         else:
             log.info(
                 "camera %s: the calibration burst saw %d boxes in %d frames, too few to say "
@@ -505,6 +538,7 @@ class Calibration:
             window = Tally()
             for span in burst.window:
                 window.add(span, cam.curves)
+            window.less(loss)
             raw_f1, raw_counting = window.f1(), window.counting()
             # Few samples: the lower bound (estimate.py); the device acts on its doubt.
             f1 = None if raw_f1 is None else lower_bound(raw_f1, cam.curves.boxes)
@@ -517,6 +551,7 @@ class Calibration:
                 fb.estimated_counting = counting
             waited, cam.spacing.unscored = cam.spacing.unscored, []
             scored = cam.score(waited)
+            scored.less(loss)
             self._feedback[key] = fb
             self.measured += 1
         if scored.counting_weight and self.on_scored is not None:
@@ -533,18 +568,7 @@ class Calibration:
             )
             if self.on_estimate is not None:
                 self.on_estimate(Estimate(key[1], f1, counting))
-        log.info(
-            "camera %s: calibration over %d frames, one in %d (%d boxes): box F1 by gap %s; "
-            "%d frames the motion gate would have dropped as unchanged (%d boxes, %d matched)",
-            key[1],
-            acc.frames,
-            burst.stride,
-            acc.boxes,
-            " ".join(f"{v:.2f}" for v in acc.f1),
-            still.frames,
-            still.detected,
-            still.matched,
-        )
+        _log_burst(key[1], acc, burst.stride, still, loss)
         return acc
 
     def close(self) -> None:
@@ -555,3 +579,22 @@ class Calibration:
         """The feedback waiting for this camera's next ack (ingest or worker thread), once."""
         with self._lock:
             return self._feedback.pop((session, camera), None)
+
+
+def _log_burst(camera: str, acc: GapAccuracy, stride: int, still: Still, loss: CodecLoss) -> None:
+    log.info(
+        "camera %s: calibration over %d frames, one in %d (%d boxes): box F1 by gap %s; "
+        "%d frames the motion gate would have dropped as unchanged (%d boxes, %d matched); "
+        "the payload codec costs box F1 %.3f, counting %.3f (%d boxes probed)",
+        camera,
+        acc.frames,
+        stride,
+        acc.boxes,
+        " ".join(f"{v:.2f}" for v in acc.f1),
+        still.frames,
+        still.detected,
+        still.matched,
+        loss.f1,
+        loss.counting,
+        loss.boxes,
+    )

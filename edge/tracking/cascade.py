@@ -108,6 +108,7 @@ class CascadeMetrics:
             ["camera", "metric"],
             registry=r,
         )
+        self.codec_probes, self.codec_loss, self.codec_boxes = _codec_metrics(r)
         self.estimate_agreeing = Counter(
             "strata_edge_estimate_agreeing",
             "strata_edge_estimate_weight, each frame's part times the accuracy estimated at "
@@ -115,6 +116,33 @@ class CascadeMetrics:
             ["camera", "metric"],
             registry=r,
         )
+
+
+def _codec_metrics(r: CollectorRegistry) -> tuple[Counter, Gauge, Gauge]:
+    """What the camera's payload codec costs (strata.edge.tracking.codec_probe)."""
+    return (
+        Counter(
+            "strata_edge_codec_probes",
+            "Codec probes detected twice (as sent, raw, and after a JPEG round trip at the "
+            "camera's quality): device.cascade.codec_probes.",
+            ["camera"],
+            registry=r,
+        ),
+        Gauge(
+            "strata_edge_codec_loss",
+            "What the camera's payload codec costs the detector, by metric (box F1, counting "
+            "agreement lost), pooled over its recent codec probes; taken off its curves and "
+            "estimate once the probes hold enough boxes (codec_boxes).",
+            ["camera", "metric"],
+            registry=r,
+        ),
+        Gauge(
+            "strata_edge_codec_boxes",
+            "Boxes of the camera's recent codec probes (the codec's loss is taken from 8).",
+            ["camera"],
+            registry=r,
+        ),
+    )
 
 
 class EdgeCascade:
@@ -247,6 +275,16 @@ class EdgeCascade:
             self.metrics.calibrations.inc()
         self._count(done)
         return tracked, done
+
+    def codec_probed(self, h: frame_pb2.FrameHeader, raw: FrameBoxes, jpeg: FrameBoxes) -> None:
+        """A codec probe's boxes as sent (raw pixels) and after a JPEG round trip
+        (strata.edge.inference.codec_probe): pooled into the camera's codec loss."""
+        loss = self.calibration.codec_probed(h.camera_id, raw, jpeg)
+        m = self.metrics
+        m.codec_probes.labels(h.camera_id).inc()
+        m.codec_boxes.labels(h.camera_id).set(loss.boxes)
+        m.codec_loss.labels(h.camera_id, "f1").set(loss.f1)
+        m.codec_loss.labels(h.camera_id, "counting").set(loss.counting)
 
     def appearance_of(
         self, session: int, camera_id: str, track_id: int

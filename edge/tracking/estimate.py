@@ -37,6 +37,14 @@ estimate, its sample the boxes (F1) or frames (counting) the curves were measure
 bursts over a handful of people are a small sample, and the device keeps more frames on
 their doubt rather than fewer on their luck.
 
+What the payload codec costs comes on top of what a gap costs (the bursts' curves compare
+the detector on JPEG frames with itself): the device sends a burst's first frames as raw
+pixels (codec probes), the edge detects each again after a JPEG round trip at the camera's
+quality, and `Codec` pools the two over the camera's recent probes. Once they hold
+`MIN_CODEC_BOXES`, that loss is taken off every gap of the curves the device hears and off
+the estimate. On megamind with JPEG 95 the frames sent scored F1 0.956 against the
+detector on the camera's own frames, and the estimate, blind to it, said 1.000 for 0.948.
+
 A `Tally` sums spans: one per calibration window (the feedback's estimate, against the
 device's target) and increments for the run (counters, so a bench divides one by the
 other and compares with the every-frame reference over the same frames).
@@ -214,6 +222,52 @@ def _boxes(curves: Curves, span: Span) -> tuple[float, float]:
     return spaced_boxes + (detected + span.held) / 2, spaced_boxes * f1 + matched
 
 
+# Boxes the codec probes of a camera must hold before their loss is taken; probes kept.
+MIN_CODEC_BOXES = 8
+CODEC_PROBES_KEPT = 40
+
+
+@dataclass(frozen=True, slots=True)
+class CodecLoss:
+    """What the payload codec costs the detector: box F1 and counting agreement lost."""
+
+    f1: float = 0.0
+    counting: float = 0.0
+    boxes: int = 0  # the detector's boxes on the raw probes it was measured on
+
+
+@dataclass(frozen=True, slots=True)
+class CodecSample:
+    """One probe: boxes matched between the detector on the raw frame and on its JPEG,
+    each side's count, and the frame's counting agreement."""
+
+    matched: int
+    raw: int
+    jpeg: int
+    counting: float
+
+
+class Codec:
+    """One camera's recent codec probes, pooled as F1 pools boxes."""
+
+    def __init__(self, kept: int = CODEC_PROBES_KEPT) -> None:
+        self._samples: deque[CodecSample] = deque(maxlen=kept)
+
+    def add(self, sample: CodecSample) -> None:
+        self._samples.append(sample)
+
+    def loss(self) -> CodecLoss:
+        """The pooled loss; none until the probes hold MIN_CODEC_BOXES raw boxes."""
+        raw = sum(s.raw for s in self._samples)
+        if raw < MIN_CODEC_BOXES:
+            return CodecLoss(boxes=raw)
+        matched = sum(s.matched for s in self._samples)
+        jpeg = sum(s.jpeg for s in self._samples)
+        f1 = 2.0 * matched / (raw + jpeg)
+        counting = sum(s.counting for s in self._samples) / len(self._samples)
+        return CodecLoss(1.0 - f1, 1.0 - counting, raw)
+
+
 @dataclass
 class Tally:
     """Weighted sums of the estimate over some spans: box F1 over boxes, counting over
@@ -240,6 +294,11 @@ class Tally:
         self.counting_weight += span.gap
         self.counting_sum += span.gap * counting
         return True
+
+    def less(self, loss: CodecLoss) -> None:
+        """Take the payload codec's loss off what the spans scored."""
+        self.f1_sum = max(0.0, self.f1_sum - loss.f1 * self.f1_weight)
+        self.counting_sum = max(0.0, self.counting_sum - loss.counting * self.counting_weight)
 
     def f1(self) -> float | None:
         """The estimated box F1 of the spans (None: no box in them)."""

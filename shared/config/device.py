@@ -309,6 +309,16 @@ class CascadeConfig(StrictModel):
         "spaced near the floor's cost little more than the floor. 0: half the floor's gap "
         "(1 with no floor); 1: every frame.",
     )
+    codec_probes: int = Field(
+        2,
+        ge=0,
+        le=16,
+        description="Of each calibration burst's frames, the first this many go as raw "
+        "pixels (with `sender.encoding: jpeg`): the edge detects each as sent and after a "
+        "JPEG round trip at `sender.jpeg_quality`, and takes what the codec costs the "
+        "detector off the camera's curves and estimate. About 8x a JPEG frame's bytes each; "
+        "0: none (the estimate then leaves the codec out).",
+    )
     concurrent_bursts: int = Field(
         0,
         ge=0,

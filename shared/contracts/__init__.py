@@ -14,7 +14,8 @@ PROTOCOL_MAJOR = 2
 # cascade's floor); TrackEvent.appearance and identity_id, QueryEventsRequest.identity_id and
 # SearchSimilar (identities); ClipChunk.cut_back. A 2.4 peer skips them: no floor, no
 # identities, no clip cut back.
-PROTOCOL_MINOR = 5
+# Minor 6: FrameHeader.codec_probe_quality (what the payload codec costs the detector).
+PROTOCOL_MINOR = 6
 
 
 class ProtocolVersionError(ValueError):

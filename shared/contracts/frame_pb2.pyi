@@ -39,7 +39,7 @@ ACK_STATUS_SHED: AckStatus
 ACK_STATUS_HEARTBEAT: AckStatus
 
 class FrameHeader(_message.Message):
-    __slots__ = ("version", "agent_id", "camera_id", "sequence", "capture_ns", "send_ns", "width", "height", "encoding", "payload_size", "motion_score", "gate_score", "frame_index", "session_id", "kind", "skip_reason", "keyframe", "resent", "model", "calibration", "source_width", "source_height", "priority", "stream_index", "previous_edge", "scene_change", "unchanged", "earlier_skipped")
+    __slots__ = ("version", "agent_id", "camera_id", "sequence", "capture_ns", "send_ns", "width", "height", "encoding", "payload_size", "motion_score", "gate_score", "frame_index", "session_id", "kind", "skip_reason", "keyframe", "resent", "model", "calibration", "source_width", "source_height", "priority", "stream_index", "previous_edge", "scene_change", "unchanged", "earlier_skipped", "codec_probe_quality")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     CAMERA_ID_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class FrameHeader(_message.Message):
     SCENE_CHANGE_FIELD_NUMBER: _ClassVar[int]
     UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     EARLIER_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    CODEC_PROBE_QUALITY_FIELD_NUMBER: _ClassVar[int]
     version: _common_pb2.ProtocolVersion
     agent_id: str
     camera_id: str
@@ -96,7 +97,8 @@ class FrameHeader(_message.Message):
     scene_change: bool
     unchanged: bool
     earlier_skipped: _containers.RepeatedCompositeFieldContainer[SkippedFrame]
-    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., agent_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., send_ns: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., payload_size: _Optional[int] = ..., motion_score: _Optional[float] = ..., gate_score: _Optional[float] = ..., frame_index: _Optional[int] = ..., session_id: _Optional[int] = ..., kind: _Optional[_Union[FrameKind, str]] = ..., skip_reason: _Optional[str] = ..., keyframe: _Optional[bool] = ..., resent: _Optional[bool] = ..., model: _Optional[str] = ..., calibration: _Optional[bool] = ..., source_width: _Optional[int] = ..., source_height: _Optional[int] = ..., priority: _Optional[int] = ..., stream_index: _Optional[int] = ..., previous_edge: _Optional[str] = ..., scene_change: _Optional[bool] = ..., unchanged: _Optional[bool] = ..., earlier_skipped: _Optional[_Iterable[_Union[SkippedFrame, _Mapping]]] = ...) -> None: ...
+    codec_probe_quality: int
+    def __init__(self, version: _Optional[_Union[_common_pb2.ProtocolVersion, _Mapping]] = ..., agent_id: _Optional[str] = ..., camera_id: _Optional[str] = ..., sequence: _Optional[int] = ..., capture_ns: _Optional[int] = ..., send_ns: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., encoding: _Optional[_Union[_common_pb2.Encoding, str]] = ..., payload_size: _Optional[int] = ..., motion_score: _Optional[float] = ..., gate_score: _Optional[float] = ..., frame_index: _Optional[int] = ..., session_id: _Optional[int] = ..., kind: _Optional[_Union[FrameKind, str]] = ..., skip_reason: _Optional[str] = ..., keyframe: _Optional[bool] = ..., resent: _Optional[bool] = ..., model: _Optional[str] = ..., calibration: _Optional[bool] = ..., source_width: _Optional[int] = ..., source_height: _Optional[int] = ..., priority: _Optional[int] = ..., stream_index: _Optional[int] = ..., previous_edge: _Optional[str] = ..., scene_change: _Optional[bool] = ..., unchanged: _Optional[bool] = ..., earlier_skipped: _Optional[_Iterable[_Union[SkippedFrame, _Mapping]]] = ..., codec_probe_quality: _Optional[int] = ...) -> None: ...
 
 class SkippedFrame(_message.Message):
     __slots__ = ("frame_index", "capture_ns", "motion_score", "skip_reason")

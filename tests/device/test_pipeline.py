@@ -333,3 +333,27 @@ def test_a_new_frame_size_starts_a_new_run(port: int) -> None:
     first, second = _taken(box)
     assert (first.frame_index, first.source_width) == (1, 16) and len(first.earlier_skipped) == 1
     assert (second.frame_index, second.source_width) == (2, 32) and not second.earlier_skipped
+
+
+def test_a_codec_probe_goes_as_raw_pixels_with_the_quality_its_jpeg_would_have() -> None:
+    metrics = DeviceMetrics(CollectorRegistry())
+    sender = Sender("tcp://127.0.0.1:1", SenderConfig(jpeg_quality=93), metrics)  # never started
+    box = sender.add_camera("cam")
+    pipe = CameraPipeline(
+        "cam",
+        PipelineSetup("agent", SenderConfig(jpeg_quality=93)),
+        sender.submit,
+        metrics.camera("cam"),
+    )
+    image = np.random.default_rng(1).integers(0, 255, (48, 64, 3), np.uint8)
+    probe = _item(0, image)
+    probe.calibration = probe.codec_probe = True
+    for item in (probe, _item(1, image)):
+        assert pipe.put(item, wait=False) is None
+    raw, jpeg = box.take(time.monotonic()), box.take(time.monotonic())
+    assert raw is not None and jpeg is not None
+    assert raw.header.encoding == common_pb2.ENCODING_BGR
+    assert raw.header.codec_probe_quality == 93
+    assert np.array_equal(QueuedFrame(raw.header, memoryview(raw.payload), 0, 0.0).decode(), image)
+    assert jpeg.header.encoding == common_pb2.ENCODING_JPEG
+    assert jpeg.header.codec_probe_quality == 0

@@ -79,3 +79,18 @@ def test_a_camera_s_strided_burst_frames_say_whether_the_gate_would_drop_them(
     assert all(i.skip_reason == "min_gap" for i in items if i.index % 3 and i.index < 18)
     # The first is the reference; 9 shows the box (kept by the gate alone), the rest not.
     assert [i.unchanged for i in burst] == [False, True, True, False, True, True, True]
+
+
+def test_a_burst_s_first_frames_are_codec_probes(tmp_path: Path) -> None:
+    # Two bursts (frames 0 and 12): the first `codec_probes` burst frames of each.
+    images = [f.image for f in SyntheticClip(width=320, height=240, frames=24, seed=6)]
+    clip = write_clip(tmp_path / "two.mp4", images)
+    cfg = CascadeConfig(calibrate_every=12, burst_frames=8, burst_stride=2, codec_probes=2)
+    items, _ = _run(clip, 24, cfg)
+    probes = [i.index for i in items if i.codec_probe]
+    burst = [i.index for i in items if i.calibration]
+    assert probes == [0, 2, 12, 14] and set(probes) <= set(burst)
+    assert len(burst) > len(probes)
+    none = CascadeConfig(calibrate_every=12, burst_frames=8, burst_stride=2, codec_probes=0)
+    items, _ = _run(clip, 24, none)
+    assert not [i for i in items if i.codec_probe]

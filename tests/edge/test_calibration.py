@@ -422,3 +422,59 @@ def test_the_tracker_counts_the_tracks_that_move() -> None:
         boxes = np.concatenate([walking.boxes[:1], _parked(i).boxes[:1]])
         t.update(i, FrameBoxes(boxes, np.full(2, 0.9, np.float32), np.zeros(2, np.int32)))
     assert len(t) == 2 and t.moving() == 1
+
+
+def _codec_run(loss_boxes: bool) -> tuple[frame_pb2.CascadeFeedback, list[Tally]]:
+    """Two bursts and the spacing between (as in the test above); with `loss_boxes`, codec
+    probes first where the JPEG lost one box in four."""
+    scored: list[Tally] = []
+    cal = Calibration(
+        TrackingConfig(), max_gap=6, window=1, on_scored=lambda _c, t: scored.append(t)
+    )
+    try:
+        if loss_boxes:
+            two = scene(30, 6.0)
+            one = FrameBoxes(two.boxes[:1], two.scores[:1], two.class_ids[:1])
+            for jpeg in (two, one, two, one):  # 8 raw boxes, 6 on the JPEGs, all matched
+                cal.codec_probed("cam", two, jpeg)
+            assert cal.codec_loss("cam").boxes == 8
+        feed(cal, range(0, 30), True)
+        first = feed(cal, range(32, 90), False, step=3)
+        assert isinstance(first, Future) and first.result(timeout=30) is not None
+        cal.take_feedback(3, "cam")
+        feed(cal, range(90, 120), True)
+        end = feed(cal, range(122, 130), False, step=3)
+        assert isinstance(end, Future) and end.result(timeout=30) is not None
+        fb = cal.take_feedback(3, "cam")
+        assert fb is not None and fb.HasField("estimated_accuracy")
+        return fb, scored
+    finally:
+        cal.close()
+
+
+def test_what_the_codec_costs_comes_off_the_curves_and_the_estimates() -> None:
+    plain, plain_scored = _codec_run(False)
+    probed, probed_scored = _codec_run(True)
+    # 8 raw boxes over the probes, 6 on the JPEGs, all 6 matched: F1 12 / 14.
+    loss = 1.0 - 2 * 6 / (8 + 6)
+    assert list(probed.f1_by_gap) == approx([max(0.0, v - loss) for v in plain.f1_by_gap])
+    assert probed.estimated_accuracy < plain.estimated_accuracy - 0.1
+    assert probed.estimated_counting < plain.estimated_counting
+    # The run's estimate (the bench's) too, span by span.
+    run = sum(t.f1_sum for t in probed_scored) / sum(t.f1_weight for t in probed_scored)
+    base = sum(t.f1_sum for t in plain_scored) / sum(t.f1_weight for t in plain_scored)
+    assert run == approx(base - loss, abs=1e-6)
+
+
+def test_too_few_probed_boxes_leave_the_codec_out() -> None:
+    cal = Calibration(TrackingConfig())
+    try:
+        two = scene(30, 6.0)
+        none = FrameBoxes.empty()
+        for _ in range(3):  # 6 boxes, all lost: under MIN_CODEC_BOXES
+            loss = cal.codec_probed("cam", two, none)
+        assert (loss.f1, loss.boxes) == (0.0, 6)
+        assert cal.codec_probed("cam", two, none).f1 == approx(1.0)
+        assert cal.codec_loss("other").boxes == 0
+    finally:
+        cal.close()

@@ -1,0 +1,62 @@
+"""What the payload codec costs the detector, measured on the device's codec probes.
+
+A codec probe (`FrameHeader.codec_probe_quality`, `device.cascade.codec_probes`) is one of a
+calibration burst's first frames, sent as raw pixels though the camera's other frames go as
+JPEG at that quality. Its boxes as sent are the camera's result like any frame's; the probe
+runs the detector once more, on the same pixels after a JPEG round trip at that quality (a
+batch of one on the worker, a few a burst), and the cascade pools the two box sets into the
+camera's codec loss (edge/tracking/estimate.py, `Codec`), which comes off its calibration
+curves and its estimate. The bursts alone compare the detector on JPEG frames with itself,
+so the estimate was blind to the codec: on megamind it said 1.000 where the frames scored
+0.948, 0.044 of it JPEG 95's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Protocol
+
+import cv2
+from strata.edge.inference.detector import Detector
+from strata.edge.inference.objects import ObjectsFilter
+from strata.edge.ingest.frames import DecodedFrame
+from strata.edge.tracking.cascade import EdgeCascade
+from strata.shared.contracts import common_pb2
+from strata.shared.logs import RateLimitedLog
+from strata.shared.vision import FrameBoxes
+
+log = logging.getLogger(__name__)
+
+
+class Serving(Protocol):
+    """The model in service (strata.edge.inference.serving.ServingModel): its detector now."""
+
+    @property
+    def detector(self) -> Detector: ...
+
+
+class CodecProbe:
+    """Detects a codec probe again after a JPEG round trip; the cascade pools the two."""
+
+    def __init__(self, serving: Serving, objects: ObjectsFilter, cascade: EdgeCascade) -> None:
+        self.serving = serving
+        self.objects = objects
+        self.cascade = cascade
+        self._log = RateLimitedLog(log)
+
+    def __call__(self, frame: DecodedFrame, boxes: FrameBoxes) -> None:
+        """`frame` was detected with `boxes` (after `objects`); a probe is looked at again."""
+        h = frame.header
+        quality = h.codec_probe_quality
+        if not quality or h.encoding != common_pb2.ENCODING_BGR:
+            return  # not a probe (a JPEG frame claiming to be one has no raw pixels)
+        ok, buf = cv2.imencode(".jpg", frame.image, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+        image = cv2.imdecode(buf, cv2.IMREAD_COLOR) if ok else None
+        if image is None:
+            self._log.warn(h.camera_id, "camera %s: codec probe not re-encoded", h.camera_id)
+            return
+        detector = self.serving.detector
+        job = detector.launch([DecodedFrame(frame.frame, image)], time.time_ns())
+        jpeg = detector.finish(job)[0]
+        self.cascade.codec_probed(h, boxes, self.objects(h, jpeg, count=False))
