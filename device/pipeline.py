@@ -186,7 +186,8 @@ class CameraPipeline:
         if item.skip_reason:
             self.emit(item, None, 0.0)
             return None
-        if self._yuv is not None and self._jpeg_from_yuv(item):
+        # A codec probe goes as BGR (raw pixels), not as the JPEG of its planes.
+        if self._yuv is not None and not item.codec_probe and self._jpeg_from_yuv(item):
             return None
         try:
             image = self.bgr(item)

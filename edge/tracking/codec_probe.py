@@ -17,12 +17,13 @@ import logging
 import time
 from typing import Protocol
 
-import cv2
+import numpy as np
+import simplejpeg
 from strata.edge.inference.detector import Detector
 from strata.edge.inference.objects import ObjectsFilter
-from strata.edge.ingest.frames import DecodedFrame
+from strata.edge.ingest.frames import DecodedFrame, QueuedFrame
 from strata.edge.tracking.cascade import EdgeCascade
-from strata.shared.contracts import common_pb2
+from strata.shared.contracts import common_pb2, frame_pb2
 from strata.shared.logs import RateLimitedLog
 from strata.shared.vision import FrameBoxes
 
@@ -51,12 +52,28 @@ class CodecProbe:
         quality = h.codec_probe_quality
         if not quality or h.encoding != common_pb2.ENCODING_BGR:
             return  # not a probe (a JPEG frame claiming to be one has no raw pixels)
-        ok, buf = cv2.imencode(".jpg", frame.image, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
-        image = cv2.imdecode(buf, cv2.IMREAD_COLOR) if ok else None
-        if image is None:
-            self._log.warn(h.camera_id, "camera %s: codec probe not re-encoded", h.camera_id)
+        try:
+            image = _round_trip(frame, int(quality))
+        except Exception as exc:  # the camera's result stands; only the measure is lost
+            self._log.warn(
+                h.camera_id, "camera %s: codec probe not re-encoded: %s", h.camera_id, exc
+            )
             return
         detector = self.serving.detector
         job = detector.launch([DecodedFrame(frame.frame, image)], time.time_ns())
         jpeg = detector.finish(job)[0]
         self.cascade.codec_probed(h, boxes, self.objects(h, jpeg, count=False))
+
+
+def _round_trip(frame: DecodedFrame, quality: int) -> np.ndarray:
+    """The probe's pixels as the device's JPEG of them would read here: libjpeg-turbo at
+    `quality`, 4:2:0 as the device's (it encodes the decoder's YUV planes; this, the BGR
+    they became: a rounding apart), decoded by the edge's own JPEG path."""
+    h = frame_pb2.FrameHeader()
+    h.CopyFrom(frame.header)
+    data = simplejpeg.encode_jpeg(
+        np.ascontiguousarray(frame.image), quality, colorspace="BGR", colorsubsampling="420"
+    )
+    h.encoding = common_pb2.ENCODING_JPEG
+    h.payload_size = len(data)
+    return QueuedFrame(h, memoryview(data), 0, 0.0).decode()

@@ -335,25 +335,28 @@ def test_a_new_frame_size_starts_a_new_run(port: int) -> None:
     assert (second.frame_index, second.source_width) == (2, 32) and not second.earlier_skipped
 
 
-def test_a_codec_probe_goes_as_raw_pixels_with_the_quality_its_jpeg_would_have() -> None:
+def test_a_codec_probe_goes_as_raw_pixels_with_the_quality_its_jpeg_would_have(
+    synthetic_mp4: Path,
+) -> None:
+    """Through the route a decoded 4:2:0 frame takes (its JPEG made from its YUV planes), a
+    probe still goes as BGR: the pixels its JPEG would have been made of."""
     metrics = DeviceMetrics(CollectorRegistry())
     sender = Sender("tcp://127.0.0.1:1", SenderConfig(jpeg_quality=93), metrics)  # never started
     box = sender.add_camera("cam")
-    pipe = CameraPipeline(
-        "cam",
-        PipelineSetup("agent", SenderConfig(jpeg_quality=93)),
-        sender.submit,
-        metrics.camera("cam"),
-    )
-    image = np.random.default_rng(1).integers(0, 255, (48, 64, 3), np.uint8)
-    probe = _item(0, image)
+    setup = PipelineSetup("agent", SenderConfig(jpeg_quality=93), scale=ScaleTarget(96, 72))
+    pipe = CameraPipeline("cam", setup, sender.submit, metrics.camera("cam"))
+    f = _decoded_frames(synthetic_mp4, 1)[0]
+    probe = GateItem("cam", 0, 0, Frame(0, 0.0, 0, av_frame=f), 1.0, 0.0)
     probe.calibration = probe.codec_probe = True
-    for item in (probe, _item(1, image)):
+    plain = GateItem("cam", 1, 1, Frame(1, 0.1, 1, av_frame=f), 1.0, 0.0)
+    for item in (probe, plain):
         assert pipe.put(item, wait=False) is None
     raw, jpeg = box.take(time.monotonic()), box.take(time.monotonic())
     assert raw is not None and jpeg is not None
     assert raw.header.encoding == common_pb2.ENCODING_BGR
     assert raw.header.codec_probe_quality == 93
-    assert np.array_equal(QueuedFrame(raw.header, memoryview(raw.payload), 0, 0.0).decode(), image)
+    image = QueuedFrame(raw.header, memoryview(raw.payload), 0, 0.0).decode()
+    ref = Frame(0, 0.0, 0, av_frame=f).bgr(setup.scale.size_for(f.width, f.height))
+    assert np.array_equal(image, ref)
     assert jpeg.header.encoding == common_pb2.ENCODING_JPEG
     assert jpeg.header.codec_probe_quality == 0
