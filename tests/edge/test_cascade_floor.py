@@ -156,8 +156,17 @@ def test_a_strided_burst_is_measured_by_the_edge_and_fed_back(
         )
         with running_agent(config, registry):
             results = [r for r in edge.collect(150, timeout_s=60.0) if r.session_id]
+        edge_metrics = edge.node.metrics.registry
     detected = sorted({r.frame_index for r in results if not r.predicted})
     assert detected[:10] == list(range(0, 30, 3)), detected
+    # The burst's first two frames went as raw pixels and were detected again after a JPEG
+    # round trip (codec probes): the colour detector loses nothing to JPEG 95.
+    probes = edge_metrics.get_sample_value("strata_edge_codec_probes_total", {"camera": "cam"})
+    assert probes is not None and probes >= 2 and probes % 2 == 0, probes
+    boxes = edge_metrics.get_sample_value("strata_edge_codec_boxes", {"camera": "cam"})
+    assert boxes is not None and boxes > 0
+    loss = {"camera": "cam", "metric": "f1"}
+    assert edge_metrics.get_sample_value("strata_edge_codec_loss", loss) == 0.0
     cam = {"camera": "cam"}
     kept = {"camera": "cam", "decision": "kept", "reason": "calibration"}
     # 9 after the first frame, 10 in any later burst (the edge asks for one when a burst
