@@ -38,6 +38,10 @@ from .transport.encoder import H264Encoder, ScaleTarget
 
 log = logging.getLogger(__name__)
 
+# A codec probe goes raw only at about a detector's input (1024 x 1024 at most): a frame
+# sent before the edge announced its input is the source's size, 6 MB raw at 1080p.
+PROBE_MAX_VALUES = 1024 * 1024 * 3
+
 
 class FrameOutlet(Protocol):
     """Where a camera thread puts the frames it keeps (and dropped frames' notices)."""
@@ -320,7 +324,7 @@ class CameraPipeline:
         header = self._header(item, gate_score)
         header.width, header.height = image.shape[1], image.shape[0]
         payload: Any
-        if self.encoding == "jpeg" and item.codec_probe:
+        if self.encoding == "jpeg" and item.codec_probe and image.size <= PROBE_MAX_VALUES:
             # Raw pixels, and the quality its JPEG would have had: the edge measures on it
             # what the codec costs the detector.
             payload = np.ascontiguousarray(image)

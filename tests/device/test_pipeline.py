@@ -360,3 +360,20 @@ def test_a_codec_probe_goes_as_raw_pixels_with_the_quality_its_jpeg_would_have(
     assert np.array_equal(image, ref)
     assert jpeg.header.encoding == common_pb2.ENCODING_JPEG
     assert jpeg.header.codec_probe_quality == 0
+
+
+def test_a_codec_probe_larger_than_a_detector_s_input_goes_as_jpeg() -> None:
+    from strata.device.pipeline import PROBE_MAX_VALUES
+
+    metrics = DeviceMetrics(CollectorRegistry())
+    sender = Sender("tcp://127.0.0.1:1", SenderConfig(), metrics)  # never started
+    box = sender.add_camera("cam")
+    pipe = CameraPipeline("cam", PipelineSetup("agent"), sender.submit, metrics.camera("cam"))
+    big = np.zeros((1080, 1920, 3), np.uint8)  # before the edge announced its input
+    assert big.size > PROBE_MAX_VALUES
+    probe = _item(0, big)
+    probe.calibration = probe.codec_probe = True
+    assert pipe.put(probe, wait=False) is None
+    out = box.take(time.monotonic())
+    assert out is not None and out.header.encoding == common_pb2.ENCODING_JPEG
+    assert out.header.codec_probe_quality == 0
