@@ -423,7 +423,7 @@ class CameraWorker:
             self._unchanged = self.motion.burst_unchanged(start=not in_burst)
         if calibration:
             if not in_burst:
-                self._probes_left = policy.cfg.codec_probes
+                self._probes_left = policy.codec_probes()
             self._codec_probe = self._probes_left > 0
             self._probes_left -= int(self._codec_probe)
 

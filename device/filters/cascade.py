@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.shared.config.device import CascadeConfig
-from strata.shared.contracts import frame_pb2
+from strata.shared.contracts import CODEC_MIN_BOXES, frame_pb2
 
 from .burst_slots import BurstSlots
 from .camera_shift import PAN_SHIFT
@@ -260,6 +260,9 @@ class CascadePolicy:
         # The floor while the edge tracks moving objects (its last feedback's moving_objects).
         self._floor = floor_gap(cfg.budget)
         self.floor_gap = self._floor
+        # Boxes of the edge's codec sample for this camera (CascadeFeedback.codec_boxes):
+        # none heard yet, so the first burst is all probes.
+        self.codec_boxes = 0
         self.tracking = False
         self._shortest = shortest_gap(cfg.max_share)
         # The edge's overload degraded the camera since its last estimate.
@@ -452,6 +455,15 @@ class CascadePolicy:
         estimate under the target now may be one it cannot recover."""
         self._overloaded = True
 
+    def codec_probes(self) -> int:
+        """How many of the next burst's first frames go as codec probes: all of them while
+        the edge's sample of the codec holds under CODEC_MIN_BOXES, else the configured."""
+        if self.cfg.codec_probes == 0:
+            return 0
+        if self.codec_boxes < CODEC_MIN_BOXES:
+            return max(self.cfg.burst_frames, self.cfg.codec_probes)
+        return self.cfg.codec_probes
+
     def feedback(self, fb: frame_pb2.CascadeFeedback) -> None:
         """Apply what the edge measured (from an ack)."""
         with self._lock:
@@ -459,6 +471,8 @@ class CascadePolicy:
             self.tracking = fb.moving_objects > 0
             if fb.send_next:
                 self._send_next = True
+            if fb.HasField("codec_boxes"):
+                self.codec_boxes = fb.codec_boxes
             if fb.burst_frames and self._burst_due >= 0 and self._burst_left == 0:
                 # Only where calibration is on (calibrate_every, burst_frames); asked during
                 # a burst (the ask crossed it), that burst answers it.

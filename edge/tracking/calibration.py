@@ -510,6 +510,7 @@ class Calibration:
         # The bursts compare the detector on the frames as sent with itself: what the
         # codec costs it comes on top, at every gap (estimate.py, `Codec`).
         loss = self.codec_loss(key[1])
+        fb.codec_boxes = loss.boxes  # under CODEC_MIN_BOXES the device probes more
         # A few boxes (an object at the edge of the view, a flicker) make a curve of noise.
         informative = (
             bool(acc.f1)

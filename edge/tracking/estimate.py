@@ -57,6 +57,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+from strata.shared.contracts import CODEC_MIN_BOXES
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +224,7 @@ def _boxes(curves: Curves, span: Span) -> tuple[float, float]:
 
 
 # Boxes the codec probes of a camera must hold before their loss is taken; probes kept.
-MIN_CODEC_BOXES = 8
+MIN_CODEC_BOXES = CODEC_MIN_BOXES
 CODEC_PROBES_KEPT = 40
 
 

@@ -14,8 +14,13 @@ PROTOCOL_MAJOR = 2
 # cascade's floor); TrackEvent.appearance and identity_id, QueryEventsRequest.identity_id and
 # SearchSimilar (identities); ClipChunk.cut_back. A 2.4 peer skips them: no floor, no
 # identities, no clip cut back.
-# Minor 6: FrameHeader.codec_probe_quality (what the payload codec costs the detector).
+# Minor 6: FrameHeader.codec_probe_quality and CascadeFeedback.codec_boxes (what the
+# payload codec costs the detector).
 PROTOCOL_MINOR = 6
+
+# Boxes a camera's codec probes must hold before the edge takes the codec's loss; under
+# them the device probes every frame of a burst (CascadeFeedback.codec_boxes).
+CODEC_MIN_BOXES = 8
 
 
 class ProtocolVersionError(ValueError):
@@ -37,6 +42,7 @@ def check_version(version: common_pb2.ProtocolVersion) -> None:
 
 
 __all__ = [
+    "CODEC_MIN_BOXES",
     "PROTOCOL_MAJOR",
     "PROTOCOL_MINOR",
     "ProtocolVersionError",

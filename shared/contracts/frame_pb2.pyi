@@ -133,7 +133,7 @@ class EdgeInfo(_message.Message):
     def __init__(self, edge_id: _Optional[str] = ..., edge_session: _Optional[int] = ..., capacity_fps: _Optional[float] = ..., weight: _Optional[float] = ..., models: _Optional[_Iterable[str]] = ..., model_input_width: _Optional[int] = ..., model_input_height: _Optional[int] = ..., accepting: _Optional[bool] = ...) -> None: ...
 
 class CascadeFeedback(_message.Message):
-    __slots__ = ("burst_frames", "motion_threshold", "max_interval_s", "estimated_accuracy", "tracked_objects", "max_gap_frames", "send_next", "f1_by_gap", "counting_by_gap", "estimated_counting", "moving_objects")
+    __slots__ = ("burst_frames", "motion_threshold", "max_interval_s", "estimated_accuracy", "tracked_objects", "max_gap_frames", "send_next", "f1_by_gap", "counting_by_gap", "estimated_counting", "moving_objects", "codec_boxes")
     BURST_FRAMES_FIELD_NUMBER: _ClassVar[int]
     MOTION_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     MAX_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,7 @@ class CascadeFeedback(_message.Message):
     COUNTING_BY_GAP_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_COUNTING_FIELD_NUMBER: _ClassVar[int]
     MOVING_OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    CODEC_BOXES_FIELD_NUMBER: _ClassVar[int]
     burst_frames: int
     motion_threshold: float
     max_interval_s: float
@@ -156,7 +157,8 @@ class CascadeFeedback(_message.Message):
     counting_by_gap: _containers.RepeatedScalarFieldContainer[float]
     estimated_counting: float
     moving_objects: int
-    def __init__(self, burst_frames: _Optional[int] = ..., motion_threshold: _Optional[float] = ..., max_interval_s: _Optional[float] = ..., estimated_accuracy: _Optional[float] = ..., tracked_objects: _Optional[int] = ..., max_gap_frames: _Optional[int] = ..., send_next: _Optional[bool] = ..., f1_by_gap: _Optional[_Iterable[float]] = ..., counting_by_gap: _Optional[_Iterable[float]] = ..., estimated_counting: _Optional[float] = ..., moving_objects: _Optional[int] = ...) -> None: ...
+    codec_boxes: int
+    def __init__(self, burst_frames: _Optional[int] = ..., motion_threshold: _Optional[float] = ..., max_interval_s: _Optional[float] = ..., estimated_accuracy: _Optional[float] = ..., tracked_objects: _Optional[int] = ..., max_gap_frames: _Optional[int] = ..., send_next: _Optional[bool] = ..., f1_by_gap: _Optional[_Iterable[float]] = ..., counting_by_gap: _Optional[_Iterable[float]] = ..., estimated_counting: _Optional[float] = ..., moving_objects: _Optional[int] = ..., codec_boxes: _Optional[int] = ...) -> None: ...
 
 class FrameAck(_message.Message):
     __slots__ = ("version", "camera_id", "sequence", "status", "reason", "session_id", "retry_after_ms", "credits", "pressure", "degrade_level", "edge", "keyframe_request", "feedback", "clips", "clips_set", "moving_objects")

@@ -82,15 +82,29 @@ def test_a_camera_s_strided_burst_frames_say_whether_the_gate_would_drop_them(
 
 
 def test_a_burst_s_first_frames_are_codec_probes(tmp_path: Path) -> None:
-    # Two bursts (frames 0 and 12): the first `codec_probes` burst frames of each.
+    # Two bursts (frames 0 and 12). No edge has said its codec sample holds enough boxes:
+    # every burst frame is a probe.
     images = [f.image for f in SyntheticClip(width=320, height=240, frames=24, seed=6)]
     clip = write_clip(tmp_path / "two.mp4", images)
     cfg = CascadeConfig(calibrate_every=12, burst_frames=8, burst_stride=2, codec_probes=2)
     items, _ = _run(clip, 24, cfg)
     probes = [i.index for i in items if i.codec_probe]
     burst = [i.index for i in items if i.calibration]
-    assert probes == [0, 2, 12, 14] and set(probes) <= set(burst)
-    assert len(burst) > len(probes)
+    assert probes == burst == [0, 2, 4, 6, 12, 14, 16, 18]
     none = CascadeConfig(calibrate_every=12, burst_frames=8, burst_stride=2, codec_probes=0)
     items, _ = _run(clip, 24, none)
     assert not [i for i in items if i.codec_probe]
+
+
+def test_once_the_edge_s_codec_sample_is_enough_a_burst_probes_its_first_frames() -> None:
+    from strata.shared.contracts import CODEC_MIN_BOXES, frame_pb2
+
+    p = CascadePolicy(CascadeConfig(burst_frames=20, codec_probes=2))
+    assert p.codec_probes() == 20  # nothing heard: the whole burst
+    p.feedback(frame_pb2.CascadeFeedback(tracked_objects=3))  # no codec_boxes: unchanged
+    assert p.codec_probes() == 20
+    p.feedback(frame_pb2.CascadeFeedback(codec_boxes=CODEC_MIN_BOXES - 1))
+    assert p.codec_probes() == 20
+    p.feedback(frame_pb2.CascadeFeedback(codec_boxes=CODEC_MIN_BOXES))
+    assert p.codec_probes() == 2
+    assert CascadePolicy(CascadeConfig(codec_probes=0)).codec_probes() == 0

@@ -460,6 +460,9 @@ def test_what_the_codec_costs_comes_off_the_curves_and_the_estimates() -> None:
     assert list(probed.f1_by_gap) == approx([max(0.0, v - loss) for v in plain.f1_by_gap])
     assert probed.estimated_accuracy < plain.estimated_accuracy - 0.1
     assert probed.estimated_counting < plain.estimated_counting
+    # The device hears how many boxes the sample holds (it probes more under 8).
+    assert (probed.codec_boxes, plain.codec_boxes) == (8, 0)
+    assert plain.HasField("codec_boxes")
     # The run's estimate (the bench's) too, span by span.
     run = sum(t.f1_sum for t in probed_scored) / sum(t.f1_weight for t in probed_scored)
     base = sum(t.f1_sum for t in plain_scored) / sum(t.f1_weight for t in plain_scored)

@@ -159,10 +159,11 @@ def test_a_strided_burst_is_measured_by_the_edge_and_fed_back(
         edge_metrics = edge.node.metrics.registry
     detected = sorted({r.frame_index for r in results if not r.predicted})
     assert detected[:10] == list(range(0, 30, 3)), detected
-    # The burst's first two frames went as raw pixels and were detected again after a JPEG
-    # round trip (codec probes): the colour detector loses nothing to JPEG 95.
+    # The first burst's frames went as raw pixels and were detected again after a JPEG
+    # round trip (codec probes, all of a camera's first burst): the colour detector loses
+    # nothing to JPEG 95.
     probes = edge_metrics.get_sample_value("strata_edge_codec_probes_total", {"camera": "cam"})
-    assert probes is not None and probes >= 2 and probes % 2 == 0, probes
+    assert probes is not None and probes >= 10, probes
     boxes = edge_metrics.get_sample_value("strata_edge_codec_boxes", {"camera": "cam"})
     assert boxes is not None and boxes > 0
     loss = {"camera": "cam", "metric": "f1"}
