@@ -27,6 +27,7 @@ from .capture.frames import Frame
 from .capture.sources import PacketTap, Source, SourceError, error_kind, is_live, open_source
 from .filters.burst_slots import BurstSlots
 from .filters.cascade import CascadeMetrics, CascadePolicy
+from .filters.codec_probes import codec_probes
 from .filters.inbox import GateItem
 from .filters.motion import MotionDecision, MotionGate
 from .metrics import CameraMetrics, DropLog
@@ -423,7 +424,7 @@ class CameraWorker:
             self._unchanged = self.motion.burst_unchanged(start=not in_burst)
         if calibration:
             if not in_burst:
-                self._probes_left = policy.codec_probes()
+                self._probes_left = codec_probes(policy.cfg, policy.codec_boxes)
             self._codec_probe = self._probes_left > 0
             self._probes_left -= int(self._codec_probe)
 

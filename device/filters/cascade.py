@@ -3,11 +3,10 @@
 The user states an accuracy target (`device.cascade`: box F1 or counting agreement with
 the detector on every frame) instead of raw knobs. Reducto-style online calibration: now
 and then the camera sends a short burst (`FrameHeader.calibration`) of `burst_frames`
-frames, one in `burst_stride` (by default half the floor's gap: a burst of every frame
-cost the pans clip 99 of its 152 kept frames, and spaced the rest wider than uniform
-sampling at the same share); the edge replays that burst through its tracker at every gap
-it could have used (a strided burst: gaps of two strides and more, the shorter drawn
-between) and answers, in the acks' CascadeFeedback, the accuracy each gap would have had.
+frames, one in `burst_stride` (default: half the floor's gap); the edge replays that burst
+through its tracker at every gap it could have used (a strided burst: gaps of two strides
+and more, the shorter drawn) and answers, in the acks' CascadeFeedback, the accuracy each
+gap would have had.
 The policy then uses the longest gap that still meets the target (the cheapest setting): a
 frame with motion is kept once `min_gap` frames have passed since the last kept one. A
 quiet scene (motion under the threshold) is kept only every `max_gap` frames. The edge
@@ -69,7 +68,7 @@ from dataclasses import dataclass
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.shared.config.device import CascadeConfig
-from strata.shared.contracts import CODEC_MIN_BOXES, frame_pb2
+from strata.shared.contracts import frame_pb2
 
 from .burst_slots import BurstSlots
 from .camera_shift import PAN_SHIFT
@@ -260,8 +259,7 @@ class CascadePolicy:
         # The floor while the edge tracks moving objects (its last feedback's moving_objects).
         self._floor = floor_gap(cfg.budget)
         self.floor_gap = self._floor
-        # Boxes of the edge's codec sample for this camera (CascadeFeedback.codec_boxes):
-        # none heard yet, so the first burst is all probes.
+        # CascadeFeedback.codec_boxes (device/filters/codec_probes.py): none heard yet.
         self.codec_boxes = 0
         self.tracking = False
         self._shortest = shortest_gap(cfg.max_share)
@@ -455,15 +453,6 @@ class CascadePolicy:
         estimate under the target now may be one it cannot recover."""
         self._overloaded = True
 
-    def codec_probes(self) -> int:
-        """How many of the next burst's first frames go as codec probes: all of them while
-        the edge's sample of the codec holds under CODEC_MIN_BOXES, else the configured."""
-        if self.cfg.codec_probes == 0:
-            return 0
-        if self.codec_boxes < CODEC_MIN_BOXES:
-            return max(self.cfg.burst_frames, self.cfg.codec_probes)
-        return self.cfg.codec_probes
-
     def feedback(self, fb: frame_pb2.CascadeFeedback) -> None:
         """Apply what the edge measured (from an ack)."""
         with self._lock:
@@ -471,8 +460,7 @@ class CascadePolicy:
             self.tracking = fb.moving_objects > 0
             if fb.send_next:
                 self._send_next = True
-            if fb.HasField("codec_boxes"):
-                self.codec_boxes = fb.codec_boxes
+            self.codec_boxes = fb.codec_boxes if fb.HasField("codec_boxes") else self.codec_boxes
             if fb.burst_frames and self._burst_due >= 0 and self._burst_left == 0:
                 # Only where calibration is on (calibrate_every, burst_frames); asked during
                 # a burst (the ask crossed it), that burst answers it.

@@ -385,12 +385,9 @@ class Calibration:
     def codec_probed(self, camera_id: str, raw: FrameBoxes, jpeg: FrameBoxes) -> CodecLoss:
         """A codec probe's boxes, on the raw frame and on its JPEG round trip (worker
         thread): the camera's pooled loss with it (estimate.py, `Codec`)."""
-        a = agreement([raw], [jpeg])
-        tp = a.true_positives
-        sample = CodecSample(tp, tp + a.false_negatives, tp + a.false_positives, a.counting)
         with self._lock:
             codec = self._codec.setdefault(camera_id, Codec())
-            codec.add(sample)
+            codec.add(CodecSample.of(raw, jpeg))
             return codec.loss()
 
     def codec_loss(self, camera_id: str) -> CodecLoss:

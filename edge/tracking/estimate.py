@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from strata.shared.contracts import CODEC_MIN_BOXES
+from strata.shared.vision import FrameBoxes
+from strata.shared.vision.agreement import agreement
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +248,13 @@ class CodecSample:
     raw: int
     jpeg: int
     counting: float
+
+    @classmethod
+    def of(cls, raw: FrameBoxes, jpeg: FrameBoxes) -> CodecSample:
+        """The probe's boxes on the raw frame and on its JPEG round trip, compared."""
+        a = agreement([raw], [jpeg])
+        tp = a.true_positives
+        return cls(tp, tp + a.false_negatives, tp + a.false_positives, a.counting)
 
 
 class Codec:

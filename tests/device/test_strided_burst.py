@@ -97,14 +97,18 @@ def test_a_burst_s_first_frames_are_codec_probes(tmp_path: Path) -> None:
 
 
 def test_once_the_edge_s_codec_sample_is_enough_a_burst_probes_its_first_frames() -> None:
+    from strata.device.filters.codec_probes import codec_probes
     from strata.shared.contracts import CODEC_MIN_BOXES, frame_pb2
 
-    p = CascadePolicy(CascadeConfig(burst_frames=20, codec_probes=2))
-    assert p.codec_probes() == 20  # nothing heard: the whole burst
+    cfg = CascadeConfig(burst_frames=20, codec_probes=2)
+    p = CascadePolicy(cfg)
+    assert codec_probes(cfg, p.codec_boxes) == 20  # nothing heard: the whole burst
     p.feedback(frame_pb2.CascadeFeedback(tracked_objects=3))  # no codec_boxes: unchanged
-    assert p.codec_probes() == 20
+    assert codec_probes(cfg, p.codec_boxes) == 20
     p.feedback(frame_pb2.CascadeFeedback(codec_boxes=CODEC_MIN_BOXES - 1))
-    assert p.codec_probes() == 20
+    assert codec_probes(cfg, p.codec_boxes) == 20
     p.feedback(frame_pb2.CascadeFeedback(codec_boxes=CODEC_MIN_BOXES))
-    assert p.codec_probes() == 2
-    assert CascadePolicy(CascadeConfig(codec_probes=0)).codec_probes() == 0
+    assert codec_probes(cfg, p.codec_boxes) == 2
+    p.feedback(frame_pb2.CascadeFeedback(tracked_objects=1))
+    assert p.codec_boxes == CODEC_MIN_BOXES
+    assert codec_probes(CascadeConfig(codec_probes=0), 0) == 0

@@ -1,0 +1,19 @@
+"""How many of a calibration burst's first frames go as codec probes (raw pixels, so the
+edge measures what the JPEG costs its detector: docs/edge.md, "What the payload codec
+costs")."""
+
+from __future__ import annotations
+
+from strata.shared.config.device import CascadeConfig
+from strata.shared.contracts import CODEC_MIN_BOXES
+
+
+def codec_probes(cfg: CascadeConfig, codec_boxes: int) -> int:
+    """All of the burst's frames while the edge's sample of the codec holds under
+    CODEC_MIN_BOXES boxes (`codec_boxes`, its last word; 0 before any), else
+    `cfg.codec_probes`; none when that is 0."""
+    if cfg.codec_probes == 0:
+        return 0
+    if codec_boxes < CODEC_MIN_BOXES:
+        return max(cfg.burst_frames, cfg.codec_probes)
+    return cfg.codec_probes
