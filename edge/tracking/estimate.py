@@ -262,20 +262,25 @@ class Codec:
 
     def __init__(self, kept: int = CODEC_PROBES_KEPT) -> None:
         self._samples: deque[CodecSample] = deque(maxlen=kept)
+        self._loss = CodecLoss()
 
     def add(self, sample: CodecSample) -> None:
+        """Keep a probe; the pooled loss is computed here, once a probe, since every
+        detected frame reads it."""
         self._samples.append(sample)
-
-    def loss(self) -> CodecLoss:
-        """The pooled loss; none until the probes hold MIN_CODEC_BOXES raw boxes."""
         raw = sum(s.raw for s in self._samples)
         if raw < MIN_CODEC_BOXES:
-            return CodecLoss(boxes=raw)
+            self._loss = CodecLoss(boxes=raw)
+            return
         matched = sum(s.matched for s in self._samples)
         jpeg = sum(s.jpeg for s in self._samples)
         f1 = 2.0 * matched / (raw + jpeg)
         counting = sum(s.counting for s in self._samples) / len(self._samples)
-        return CodecLoss(1.0 - f1, 1.0 - counting, raw)
+        self._loss = CodecLoss(1.0 - f1, 1.0 - counting, raw)
+
+    def loss(self) -> CodecLoss:
+        """The pooled loss; none until the probes hold MIN_CODEC_BOXES raw boxes."""
+        return self._loss
 
 
 @dataclass
