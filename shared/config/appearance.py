@@ -7,6 +7,8 @@ with the track's lifecycle events on the durable uplink only, never to MQTT or w
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from .base import StrictModel
@@ -40,19 +42,32 @@ class AppearanceConfig(StrictModel):
         default_factory=lambda: ["person"],
         description="Detector labels whose tracks are embedded (the model knows people).",
     )
-    threads: int = Field(1, ge=0, description="ONNX Runtime threads (0: its default).")
-    batch: int = Field(8, ge=1, description="Crops embedded in one model call at most.")
+    # OSNet x0.25 a crop, one thread, Intel Xeon (2026-12-07): ONNX Runtime 11.6 ms,
+    # OpenVINO 2.7 ms with a static batch of one (3.7 ms dynamic).
+    backend: Literal["auto", "onnxruntime-cpu", "openvino"] = Field(
+        "auto",
+        description="Runtime of the embedding model: `openvino` (4x faster on CPU; the "
+        "openvino extra), `onnxruntime-cpu`, or `auto`: openvino when installed, else "
+        "onnxruntime-cpu.",
+    )
+    threads: int = Field(1, ge=0, description="Runtime threads (0: the runtime's default).")
+    batch: int = Field(
+        8,
+        ge=1,
+        description="Crops embedded in one model call at most (onnxruntime-cpu; openvino "
+        "embeds one a call, a static shape).",
+    )
     # vtest, two 60% cuts at 1 frame in 5 (`strata bench identities`, its interleaved probe,
-    # loaded 2-core EPYC): a crop costs 0.16 of a PicoDet-S 416 frame, so 1.5 crops took
-    # 0.246 of the detector's time and 0.85 (0.87 with the bucket starting full) 0.140
-    # (bound 0.15). Id switches per 100 tracks 156.8 at 1.5, 154.2 at 0.85 (150.8 off);
-    # IDF1 0.413 and 0.433 (0.393 off).
+    # Intel Xeon 2 cores, 2026-12-07): 0.87 crops a kept frame on OpenVINO cost 0.146-0.153
+    # of PicoDet-S 416's time (3.0 ms a crop, 18 ms a frame); on ONNX Runtime 0.61 (12.6 ms a
+    # crop). Id switches per 100 tracks 154.2 at 0.85 (150.8 off), IDF1 0.433 (0.393 off).
     crops_per_frame: float = Field(
         0.85,
         gt=0.0,
         description="Crops embedded per detected frame of a camera on average (the cost bound: "
-        "an OSNet x0.25 crop costs ~0.16 of a PicoDet-S 416 frame on CPU, so 0.85 keeps "
-        "appearance under 15% of the detector's time); the rest are counted as skipped.",
+        "an OSNet x0.25 crop on OpenVINO costs ~0.17 of a PicoDet-S 416 frame on CPU, so 0.85 "
+        "keeps appearance near 15% of the detector's time; on ONNX Runtime 4x that); the "
+        "rest are counted as skipped.",
     )
     max_crops: int = Field(
         4, ge=1, description="... saved up to this many for one frame (people meeting)."

@@ -23,7 +23,9 @@ class OpenVinoOptions:
 
     `precision` is OpenVINO's inference precision hint: f32 by default, since OpenVINO's own
     default on a CPU with bf16 is bf16. `cache_dir` holds compiled models ("": none);
-    `threads` and `streams` 0 leave them to OpenVINO's throughput hint.
+    `threads` and `streams` 0 leave them to OpenVINO's throughput hint. `batch` N > 0 fixes
+    an ONNX model's batch dimension at N before compiling (a static shape runs faster than a
+    dynamic one); 0 keeps the model's own.
     """
 
     device: str = "CPU"
@@ -31,6 +33,7 @@ class OpenVinoOptions:
     cache_dir: str = ""
     threads: int = 0
     streams: int = 0
+    batch: int = 0
 
 
 class ModelLoadError(RuntimeError):

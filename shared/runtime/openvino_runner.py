@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -89,12 +90,17 @@ class OpenVinoRunner:
         if len(self.inputs) != 1:
             n = len(self.inputs)
             raise ModelLoadError(f"{path}: one image input expected, the model has {n}")
+        if opts.batch > 0:
+            # Our reshape, not the file's: its batch axis stays what the file (and so its
+            # manifest) says; fixed_batch below holds the compiled one.
+            first = self.inputs[0]
+            self.inputs = (replace(first, shape=(None, *first.shape[1:])),)
         self.slots = max(1, int(_property(self.compiled, "OPTIMAL_NUMBER_OF_INFER_REQUESTS", 1)))
         self.streams = int(_property(self.compiled, "NUM_STREAMS", self.slots))
         self._requests = [self.compiled.create_infer_request() for _ in range(self.slots)]
         self._sync = self.compiled.create_infer_request()
         self._ring = SlotRing(self.slots)
-        fixed = self.inputs[0].shape[0]
+        fixed = opts.batch or self.inputs[0].shape[0]
         self.max_batch = int(fixed) if fixed else max(1, max_batch)
         self.fixed_batch: int | None = int(fixed) if fixed else None
         dims = self.inputs[0].shape
@@ -222,6 +228,10 @@ def compile_model(path: Path, opts: OpenVinoOptions) -> Any:
             # a cache hit skips reading it too.
             return core.compile_model(str(path), device, config)
         model = core.read_model(str(path))
+        if opts.batch > 0:
+            shape = model.inputs[0].get_partial_shape()
+            shape[0] = opts.batch
+            model.reshape({model.inputs[0]: shape})
         fused = fuse_hard_swish(model)
         if fused:
             log.info("openvino: %s: %d hard-swishes fused into HSwish", path.name, fused)

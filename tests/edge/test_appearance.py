@@ -3,13 +3,23 @@ ids, re-linking after an occlusion, and bad input (issue 42)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
-from strata.edge.tracking.appearance import AppearanceError, Embedder, from_proto, to_proto
+from strata.edge.tracking.appearance import (
+    AppearanceError,
+    Embedder,
+    from_proto,
+    resolve_backend,
+    to_proto,
+)
 from strata.edge.tracking.tracker import Tracker, TrackerState
 from strata.shared.config.appearance import AppearanceConfig
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes
+
+MODEL = Path(__file__).resolve().parents[2] / "shared/starter_models/osnet_x0_25_msmt17/model.onnx"
 
 DIM = 512
 
@@ -165,6 +175,39 @@ def test_the_real_model_embeds_crops() -> None:
     assert v[0] @ v[1] > v[0] @ v[2]
     assert emb.crops == 3
     emb.close()
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime-cpu", "openvino"])
+def test_both_back_ends_embed_as_the_plain_formula_does(backend: str) -> None:
+    """Each back end, with the in-place crop preparation, against the crop prepared as the
+    model card says ((x / 255 - mean) / std, RGB) and run on ONNX Runtime."""
+    import cv2
+    import onnxruntime as ort
+
+    if backend == "openvino":
+        pytest.importorskip("openvino")
+    emb = Embedder(AppearanceConfig(backend=backend))
+    assert emb.backend == backend
+    rng = np.random.default_rng(1)
+    image = (rng.random((240, 320, 3)) * 255).astype(np.uint8)
+    boxes = np.array([[10.4, 12.2, 70.7, 200.1], [150, 30, 190, 140]], np.float32)
+    got = emb.embed(image, boxes)
+    emb.close()
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    crops = []
+    for x1, y1, x2, y2 in ((10, 12, 71, 201), (150, 30, 190, 140)):
+        c = cv2.resize(image[y1:y2, x1:x2], (128, 256), interpolation=cv2.INTER_LINEAR)
+        crops.append(((c[:, :, ::-1] / 255.0 - mean) / std).transpose(2, 0, 1))
+    session = ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"images": np.stack(crops).astype(np.float32)})[0]
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    assert np.allclose(got, want, atol=1e-4)
+
+
+def test_auto_takes_openvino_when_it_is_installed() -> None:
+    pytest.importorskip("openvino")
+    assert resolve_backend("auto") == "openvino"
+    assert resolve_backend("onnxruntime-cpu") == "onnxruntime-cpu"
 
 
 def test_appearance_is_per_camera() -> None:

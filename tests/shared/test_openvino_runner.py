@@ -165,3 +165,15 @@ def test_without_openvino_installed_the_error_names_the_extra() -> None:
     assert out.returncode == 0, out.stderr
     assert "pip install 'strata[openvino]'" in out.stdout, out.stdout
     assert "'openvino'" in out.stdout  # the back end it was asked for
+
+
+def test_a_batch_option_compiles_a_static_batch_the_manifest_still_matches() -> None:
+    """`batch` fixes the batch axis for the compiler; the runner still reports the file's
+    dynamic axis (so the manifest check holds) and its fixed batch apart."""
+    osnet = ROOT / "shared/starter_models/osnet_x0_25_msmt17/model.onnx"
+    runner = create_runner(osnet, "openvino", options=OpenVinoOptions(batch=1), allocate=False)
+    assert runner.fixed_batch == 1
+    assert runner.inputs[0].shape == (None, 3, 256, 128)
+    out = runner.run(np.zeros((1, 3, 256, 128), np.float32))[0]
+    assert out.shape == (1, 512)
+    runner.close()
