@@ -349,3 +349,21 @@ def test_a_stranger_where_motion_expects_a_track_is_vetoed_when_asked() -> None:
     assert handed[15] == handed[0], "the scene must hand the id over without the veto"
     vetoed = ids(AppearanceConfig(refresh_frames=1, veto_distance=0.5))
     assert vetoed[9] == vetoed[0] and vetoed[10] != vetoed[0] and vetoed[15] == vetoed[10]
+
+
+def test_a_track_with_no_embedding_gets_the_crop_before_a_refresh_where_people_part() -> None:
+    """With one crop to spend, a track never embedded (its events would carry nothing, the
+    cloud could neither link nor find it) goes before a clean crop of an embedded track
+    that met someone lately."""
+    from strata.edge.tracking.reid import Look, Looks
+
+    looks = Looks(AppearanceConfig(crops_per_frame=0.5, max_crops=1))
+    v = np.ones(512, np.float32) / np.sqrt(512)
+    looks.tracks[1] = Look(v, 1, 9, v.copy())
+    looks.met[1] = 9  # track 1 met someone on the last detected frame
+    ids = np.array([1, 2], np.uint64)
+    ok = np.eye(2, dtype=bool)  # each track gates its own detection only
+    boxes = np.array([_box(100.0), _box(300.0)], np.float32)
+    picked, _ = looks.wanted(ids, ok, ok, boxes, np.ones(2, bool), 10)
+    assert picked.tolist() == [1]
+    assert looks.skipped == 1
