@@ -210,6 +210,18 @@ def test_auto_takes_openvino_when_it_is_installed() -> None:
     assert resolve_backend("onnxruntime-cpu") == "onnxruntime-cpu"
 
 
+def test_auto_without_openvino_falls_back_and_says_what_it_costs(monkeypatch, caplog) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name)
+    )
+    with caplog.at_level("WARNING"):
+        assert resolve_backend("auto") == "onnxruntime-cpu"
+    assert "strata[openvino]" in caplog.text
+
+
 def test_appearance_is_per_camera() -> None:
     cfg = AppearanceConfig(enabled=False, cameras={"door": True})
     assert cfg.on("door") and not cfg.on("yard")
