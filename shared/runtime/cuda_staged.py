@@ -220,6 +220,7 @@ class CudaStagedRunner(abc.ABC):
     def wait(self, slot: int, n: int) -> list[np.ndarray]:
         s = self._slots[slot]
         s.event.synchronize()
+        self._ring.read(slot)
         return [o[:n] for o in s.host_out]
 
     def run(self, batch: np.ndarray) -> list[np.ndarray]:

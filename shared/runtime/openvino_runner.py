@@ -164,6 +164,7 @@ class OpenVinoRunner:
     def wait(self, slot: int, n: int) -> list[np.ndarray]:
         req = self._requests[slot]
         req.wait()
+        self._ring.read(slot)
         outs = [req.get_output_tensor(i).data for i in range(len(self.outputs))]
         if self.fixed_batch is None or n == self.fixed_batch:
             # Exactly n rows ran; outputs without a batch axis (Paddle's [K, 6]) stay whole.

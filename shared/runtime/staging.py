@@ -182,7 +182,10 @@ class Event(Protocol):
 
 
 class SlotRing:
-    """Round-robin over slots; a slot is reused only after its last launch has finished."""
+    """Round-robin over slots; a slot is reused only after its last launch has finished and
+    its results were read (`read`, from the runner's wait): a batch launched between a
+    pipeline's launches (a codec probe's, a canary's) takes a free slot, never one whose
+    results another caller has yet to read."""
 
     def __init__(self, slots: int) -> None:
         if slots < 1:
@@ -190,10 +193,20 @@ class SlotRing:
         self.slots = slots
         self._next = 0
         self._pending: list[Event | None] = [None] * slots
+        self._unread = [False] * slots
 
     def acquire(self) -> int:
-        """The next slot in turn, waiting for its previous work if still running."""
-        slot = self._next
+        """The next slot in turn whose results were read, waiting for its previous work if
+        still running. RuntimeError when every slot holds results not yet read."""
+        for k in range(self.slots):
+            slot = (self._next + k) % self.slots
+            if not self._unread[slot]:
+                break
+        else:
+            raise RuntimeError(
+                f"all {self.slots} slots hold results not yet read: wait() for a launched "
+                "batch before acquiring another"
+            )
         self._next = (slot + 1) % self.slots
         event = self._pending[slot]
         if event is not None:
@@ -201,9 +214,15 @@ class SlotRing:
             self._pending[slot] = None
         return slot
 
-    def launched(self, slot: int, event: Event) -> None:
-        """Record the event that marks the end of `slot`'s work."""
+    def launched(self, slot: int, event: Event | None) -> None:
+        """Record the event that marks the end of `slot`'s work (None: done already); its
+        results are unread until `read`."""
         self._pending[slot] = event
+        self._unread[slot] = True
+
+    def read(self, slot: int) -> None:
+        """`slot`'s results were read: it may be acquired again."""
+        self._unread[slot] = False
 
     def busy(self) -> int:
         """Slots whose work has not finished yet."""
@@ -330,9 +349,11 @@ class HostStagedRunner:
     def launch(self, slot: int, n: int) -> None:
         rows = self.fixed_batch if self.fixed_batch is not None else n
         self._results[slot] = self.runner.run(self._host[slot][:rows])
+        self._ring.launched(slot, None)
 
     def wait(self, slot: int, n: int) -> list[np.ndarray]:
         results = self._results[slot]
+        self._ring.read(slot)
         if n == self.fixed_batch:
             # Nothing padded: outputs without a batch axis (Paddle's [K, 6]) stay whole.
             return results

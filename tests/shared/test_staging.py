@@ -58,9 +58,57 @@ def test_slot_ring_round_robin_waits_only_for_the_reused_slot() -> None:
         ring.launched(slot, ev)
         events.append(ev)
     assert ring.busy() == 3
+    ring.read(0)
     assert ring.acquire() == 0  # wraps, and must wait for slot 0's work
     assert [e.waited for e in events] == [1, 0, 0]
     assert ring.busy() == 2
+
+
+def test_slot_ring_never_hands_out_a_slot_whose_results_are_unread() -> None:
+    """A batch launched between a pipeline's (a codec probe's) takes the free slot, and the
+    pipeline's next launch skips the slot still holding its unread batch."""
+    ring = SlotRing(2)
+    a, b = ring.acquire(), ring.acquire()
+    ring.launched(a, FakeEvent())
+    ring.launched(b, FakeEvent())
+    ring.read(a)  # the pipeline finished its oldest batch
+    probe = ring.acquire()
+    assert probe == a
+    ring.launched(probe, None)
+    ring.read(probe)
+    assert ring.acquire() == a  # not b: its results are not read yet
+    ring.launched(a, None)
+    with pytest.raises(RuntimeError, match="not yet read"):
+        ring.acquire()
+
+
+def test_a_batch_between_a_pipelines_batches_leaves_their_results_alone() -> None:
+    """The edge worker's pattern on a real model with two slots: batches A and B in flight,
+    A read, a probe's batch run and read, C launched: B still reads B's outputs."""
+    from pathlib import Path
+
+    from strata.shared.runtime import create_runner
+    from strata.shared.runtime.staging import HostStagedRunner
+
+    model = Path(__file__).resolve().parents[2] / "shared/starter_models/picodet_s_416/model.onnx"
+    staged = HostStagedRunner(create_runner(model, "onnxruntime-cpu"), 1, (3, 416, 416), slots=2)
+    rng = np.random.default_rng(0)
+    images = {k: rng.random((1, 3, 416, 416), np.float32) for k in "ABPC"}
+
+    def launch(k: str) -> int:
+        slot = staged.acquire()
+        staged.host_input(slot)[:1] = images[k]
+        staged.launch(slot, 1)
+        return slot
+
+    a, b = launch("A"), launch("B")
+    staged.wait(a, 1)
+    staged.wait(launch("P"), 1)
+    launch("C")
+    got = [o.copy() for o in staged.wait(b, 1)]
+    want = staged.runner.run(images["B"])
+    assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    staged.close()
 
 
 def test_profile_selection_picks_the_tightest_fitting_profile() -> None:
