@@ -56,7 +56,8 @@ class Embedder:
         self.cfg = cfg
         self.backend = resolve_backend(cfg.backend)
         self.runner, self.pre, self.model_name = _open(cfg, self.backend, repository)
-        self.chunk = 1 if self.backend == "openvino" else cfg.batch
+        # A runner compiled for a fixed batch (OpenVINO's static one) takes exactly that.
+        self.chunk = int(getattr(self.runner, "fixed_batch", None) or cfg.batch)
         self.crops = 0  # crops embedded
         self.calls = 0
         self.seconds = 0.0
