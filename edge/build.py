@@ -314,7 +314,12 @@ def _flow(
     journal: Checkpointer,
 ) -> _Flow:
     """Delivery (ledger, credits under the overload limits), queues, final acks."""
-    served = Served(serving.name, (serving.detector.input_size,) * 2, serving.max_batch)
+    served = Served(
+        serving.name,
+        (serving.detector.input_size,) * 2,
+        serving.max_batch,
+        serving.runner.slots,
+    )
     delivery = Delivery(cfg, served, metrics, overload.limits)
     # Read at scrape time: whether the granted credits are in use.
     metrics.credits.set_function(lambda: delivery.credits.total_credits)

@@ -28,11 +28,13 @@ from strata.shared.wire import make_ack
 
 @dataclass(frozen=True, slots=True)
 class Served:
-    """What the node announces it serves (EdgeInfo): the model and its input size."""
+    """What the node announces it serves (EdgeInfo): the model and its input size; and the
+    batches its runner holds at once (slots), which the credits keep fed."""
 
     model_name: str = ""
     model_input: tuple[int, int] = (0, 0)
     max_batch: int = 1
+    slots: int = 1
 
 
 def _needs_credit(h: frame_pb2.FrameHeader) -> bool:
@@ -72,8 +74,12 @@ class Delivery:
         self.metrics = metrics
         self.edge_session = edge_session or (secrets.randbits(63) | 1)
         self.ledger = DeliveryLedger(cfg.flow.settled_per_stream, cfg.flow.stream_idle_s)
+        flow = cfg.flow
+        if flow.batches_in_node and flow.batches_in_node < served.slots + 1:
+            # The floor keeps every runner slot's batch in service and the next one queued.
+            flow = flow.model_copy(update={"batches_in_node": float(served.slots + 1)})
         self.credits = CreditGate(
-            cfg.flow,
+            flow,
             cfg.batching.delay_target_ms / 1e3,
             served.max_batch,
             cfg.batching.queue_per_camera,

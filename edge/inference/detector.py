@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -78,6 +79,19 @@ def model_labels(path: Path, classes: int, configured: Sequence[str]) -> tuple[s
     return tuple(f"class{i}" for i in range(classes))
 
 
+def cpu_streams(threads: int, streams: int) -> tuple[int, int]:
+    """ONNX Runtime CPU: (streams, intra-op threads each) for `runtime.threads` and
+    `runtime.cpu_streams`. 0: single-threaded streams, one more than the cores: a run
+    preempted by the node's decode or tracking stalls only itself, not a parallel loop its
+    peers spin at, and a core the worker frees finds a run waiting."""
+    total = threads or os.cpu_count() or 1
+    if streams == 0:
+        streams = min(16, total + 1)
+    if streams == 1:
+        return 1, threads
+    return streams, max(1, total // streams)
+
+
 def open_staged(path: Path, cfg: EdgeConfig, max_batch: int, allocate: bool = True) -> StagedRunner:
     """The configured back end behind the staged interface; `allocate=False` builds the
     engine or session without batch buffers (a standby: `runner.allocate()` later)."""
@@ -101,7 +115,8 @@ def open_staged(path: Path, cfg: EdgeConfig, max_batch: int, allocate: bool = Tr
             raise ModelLoadError("the openvino back end does not offer staged execution")
         return ov
     if rt.backend in CPU_BACKENDS:
-        runner = create_runner(path, rt.backend, threads=rt.threads)
+        streams, threads = cpu_streams(rt.threads, rt.cpu_streams)
+        runner = create_runner(path, rt.backend, threads=threads)
         shape = runner.inputs[0].shape
         size = cfg.model.input_size
         chw = (
@@ -109,7 +124,7 @@ def open_staged(path: Path, cfg: EdgeConfig, max_batch: int, allocate: bool = Tr
             int(shape[2] or size),
             int(shape[3] or size),
         )
-        return HostStagedRunner(runner, max_batch, chw, slots=1, allocate=allocate)
+        return HostStagedRunner(runner, max_batch, chw, slots=streams, allocate=allocate)
     staged = create_runner(
         path,
         rt.backend,

@@ -48,6 +48,14 @@ class RuntimeConfig(StrictModel):
         description="Inference back end (see shared/runtime); openvino needs the openvino extra.",
     )
     threads: int = Field(0, ge=0, description="CPU intra-op threads; 0: the runtime's default.")
+    cpu_streams: int = Field(
+        1,
+        ge=0,
+        le=16,
+        description="ONNX Runtime on the CPU: batches run side by side, sharing `threads` "
+        "between them; 0: one a core plus one, each single-threaded (more frames/s at "
+        "saturation, a longer batch: docs/edge.md).",
+    )
     device_id: int = Field(0, ge=0, description="CUDA device ordinal.")
     streams: int = Field(2, ge=1, le=16, description="CUDA streams (pinned buffer sets) on GPU.")
     fp16: bool = Field(True, description="Build engines in FP16 where the GPU supports it.")
@@ -337,8 +345,9 @@ class FlowConfig(StrictModel):
         2.0,
         ge=0,
         description="Credits over all cameras never fall below this many batches of the "
-        "current batch limit (one in service, the next already queued: the worker never "
-        "waits on acks travelling back); 0: no floor.",
+        "current batch limit, and never below one a runner slot plus one (one in service, "
+        "the next already queued: the worker never waits on acks travelling back); 0: no "
+        "floor.",
     )
     active_s: float = Field(
         2.0, gt=0, description="A camera that sent within this long shares the credits."

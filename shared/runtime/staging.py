@@ -11,6 +11,8 @@ sizes, slot rotation, optimization profiles) are pure Python so a CPU can test t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -283,8 +285,28 @@ def host_slots(
     return blocks, host
 
 
+class _FutureEvent:
+    """A slot's batch running on a pool thread, as the ring's Event."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Future[list[np.ndarray]]) -> None:
+        self.future = future
+
+    def query(self) -> bool:
+        return self.future.done()
+
+    def synchronize(self) -> None:
+        wait_futures([self.future])
+
+
 class HostStagedRunner:
-    """A synchronous ModelRunner behind the staged interface, with buffers allocated once.
+    """A ModelRunner on the host behind the staged interface, with buffers allocated once.
+
+    With one slot a launch runs the model on the caller's thread. With more, each launch
+    runs on a pool thread of its own (`slots` of them), so batches run side by side and
+    the caller letterboxes the next batch and tracks the last one meanwhile; the runner
+    must accept concurrent runs (an ONNX Runtime session does).
 
     The buffers come from the host memory pool, in `allocate()`, which the constructor runs
     unless told not to (a standby allocates when it takes over). A model whose batch axis
@@ -317,6 +339,12 @@ class HostStagedRunner:
         self._blocks: list[Block] = []
         self._host: list[np.ndarray] = []
         self._results: list[list[np.ndarray]] = [[] for _ in range(slots)]
+        self._futures: list[Future[list[np.ndarray]] | None] = [None] * slots
+        self._pool = (
+            ThreadPoolExecutor(slots, thread_name_prefix=f"{self.backend}-run")
+            if slots > 1
+            else None
+        )
         self._ring = SlotRing(slots)
         if allocate:
             self.allocate()
@@ -348,10 +376,23 @@ class HostStagedRunner:
 
     def launch(self, slot: int, n: int) -> None:
         rows = self.fixed_batch if self.fixed_batch is not None else n
-        self._results[slot] = self.runner.run(self._host[slot][:rows])
-        self._ring.launched(slot, None)
+        batch = self._host[slot][:rows]
+        if self._pool is None:
+            self._results[slot] = self.runner.run(batch)
+            self._ring.launched(slot, None)
+            return
+        future = self._pool.submit(self.runner.run, batch)
+        self._futures[slot] = future
+        self._ring.launched(slot, _FutureEvent(future))
 
     def wait(self, slot: int, n: int) -> list[np.ndarray]:
+        future = self._futures[slot]
+        if future is not None:
+            self._futures[slot] = None
+            try:
+                self._results[slot] = future.result()
+            finally:
+                self._ring.read(slot)
         results = self._results[slot]
         self._ring.read(slot)
         if n == self.fixed_batch:
@@ -360,6 +401,8 @@ class HostStagedRunner:
         return [o[:n] for o in results]
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         self.runner.close()
         pool = host_pool()
         for b in self._blocks:

@@ -46,3 +46,18 @@ def test_h264_units_after_a_busy_one_wait_for_it_so_resends_arrive_in_order() ->
     d.admit(jpeg)
     d.refuse(jpeg)
     assert d.precheck(frame_pb2.FrameHeader(camera_id="j", sequence=10, session_id=3)) is None
+
+
+def test_the_credit_floor_keeps_every_runner_slot_fed_and_one_batch_queued() -> None:
+    from strata.edge.flow.delivery import Delivery, Served
+    from strata.edge.metrics import EdgeMetrics
+    from strata.shared.config.edge import EdgeConfig
+
+    # No measured capacity yet and a tiny initial grant: the floor alone decides.
+    cfg = EdgeConfig.model_validate({"flow": {"initial_credits": 1, "min_credits": 1}})
+    one = Delivery(cfg, Served(max_batch=4, slots=1), EdgeMetrics())
+    three = Delivery(cfg, Served(max_batch=4, slots=3), EdgeMetrics())
+    assert one.credits.total_credits == 2 * 4  # batches_in_node 2: one served, one queued
+    assert three.credits.total_credits == 4 * 4  # three served, one queued
+    off = EdgeConfig.model_validate({"flow": {"initial_credits": 1, "batches_in_node": 0}})
+    assert Delivery(off, Served(max_batch=4, slots=3), EdgeMetrics()).credits.total_credits < 16

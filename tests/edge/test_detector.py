@@ -166,3 +166,52 @@ def test_the_starter_coco_detector_boxes_vtest_people_and_the_van(vtest_mp4: Pat
     people = boxes.boxes[[lb == "person" for lb in labels]]
     # Standing people are taller than wide.
     assert ((people[:, 3] - people[:, 1]) > (people[:, 2] - people[:, 0])).all()
+
+
+def test_cpu_streams_run_batches_side_by_side_with_the_same_boxes(vtest_mp4: Path) -> None:
+    """`runtime.cpu_streams: 2`: two slots, each batch on its own thread with half the
+    cores; two batches in flight at once give each frame the boxes one stream gives it."""
+    import av
+    from strata.shared.models.detector import spec_beside
+
+    spec = spec_beside(STARTER_PICODET)
+    assert spec is not None
+    with av.open(str(vtest_mp4)) as c:
+        frames = c.decode(video=0)
+        batches = [[decoded(2 * k + i, next(frames).to_ndarray(format="bgr24")) for i in range(2)]
+                   for k in range(2)]  # fmt: skip
+    found: dict[int, list[FrameBoxes]] = {}
+    for streams in (1, 2):
+        runner = open_staged(STARTER_PICODET, cfg(threads=2, cpu_streams=streams), 2)
+        det = Detector(runner, spec.labels, DetectionConfig(), spec=spec)
+        try:
+            assert runner.slots == streams
+            if streams == 1:
+                found[1] = [b for batch in batches for b in det.finish(det.launch(batch, 0))]
+            else:
+                assert isinstance(runner, HostStagedRunner)
+                opts = runner.runner.session.get_session_options()  # type: ignore[attr-defined]
+                assert opts.intra_op_num_threads == 1  # the 2 threads split between streams
+                jobs = [det.launch(batch, 0) for batch in batches]  # both in flight
+                found[2] = [b for job in jobs for b in det.finish(job)]
+        finally:
+            det.close()
+            runner.close()
+    assert len(found[1]) == len(found[2]) == 4
+    for one, two in zip(found[1], found[2], strict=True):
+        assert len(one) > 0 and len(one) == len(two)
+        assert np.allclose(one.boxes, two.boxes, atol=0.5)
+
+
+def test_cpu_streams_auto_is_one_a_core_plus_one_single_threaded() -> None:
+    from strata.edge.inference.detector import cpu_streams
+
+    assert cpu_streams(2, 0) == (3, 1)
+    assert cpu_streams(1, 0) == (2, 1)
+    assert cpu_streams(32, 0) == (16, 2)
+    assert cpu_streams(4, 1) == (1, 4)  # one stream keeps every thread in its session
+    assert cpu_streams(0, 1) == (1, 0)  # ... and ONNX Runtime's own default
+    assert cpu_streams(8, 2) == (2, 4)
+    from strata.shared.config.edge import RuntimeConfig
+
+    assert RuntimeConfig().cpu_streams == 1  # one run at a time unless asked (docs/edge.md)

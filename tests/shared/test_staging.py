@@ -124,3 +124,61 @@ def test_profile_selection_picks_the_tightest_fitting_profile() -> None:
         (4, 3, 640, 640),
         (8, 3, 640, 640),
     )
+
+
+class _BarrierRunner:
+    """A stand-in model whose run returns only once `parties` runs are inside it at once."""
+
+    backend = "stand-in"
+
+    def __init__(self, parties: int, fail_on: float | None = None) -> None:
+        import threading
+
+        self.inputs = (TensorSpec("x", (None, 1, 2, 2), np.dtype(np.float32)),)
+        self.outputs = (TensorSpec("y", (None, 1), np.dtype(np.float32)),)
+        self.barrier = threading.Barrier(parties, timeout=5)
+        self.fail_on = fail_on
+
+    def run(self, batch: np.ndarray) -> list[np.ndarray]:
+        if self.fail_on is not None and batch[0, 0, 0, 0] == self.fail_on:
+            raise RuntimeError("bad batch")
+        self.barrier.wait()
+        return [batch.reshape(len(batch), -1)[:, :1].copy()]
+
+    def close(self) -> None:
+        pass
+
+
+def test_host_slots_run_side_by_side_and_each_reads_its_own_batch() -> None:
+    from strata.shared.runtime.staging import HostStagedRunner
+
+    # The barrier lets a run return only while the other is running too: with launches
+    # run one after the other on the caller's thread, the first would wait out its timeout.
+    staged = HostStagedRunner(_BarrierRunner(2), 2, (1, 2, 2), slots=2)  # type: ignore[arg-type]
+    slots = []
+    for value in (1.0, 2.0):
+        slot = staged.acquire()
+        staged.host_input(slot)[:2] = value
+        staged.launch(slot, 2)
+        slots.append(slot)
+    assert slots == [0, 1]
+    assert staged.wait(slots[0], 2)[0].ravel().tolist() == [1.0, 1.0]
+    assert staged.wait(slots[1], 2)[0].ravel().tolist() == [2.0, 2.0]
+    staged.close()
+
+
+def test_a_host_run_that_fails_raises_at_wait_and_frees_its_slot() -> None:
+    from strata.shared.runtime.staging import HostStagedRunner
+
+    staged = HostStagedRunner(_BarrierRunner(1, fail_on=7.0), 1, (1, 2, 2), slots=2)  # type: ignore[arg-type]
+    slot = staged.acquire()
+    staged.host_input(slot)[:1] = 7.0
+    staged.launch(slot, 1)
+    with pytest.raises(RuntimeError, match="bad batch"):
+        staged.wait(slot, 1)
+    for _ in range(2):  # both slots free again
+        s = staged.acquire()
+        staged.host_input(s)[:1] = 3.0
+        staged.launch(s, 1)
+        assert staged.wait(s, 1)[0].ravel().tolist() == [3.0]
+    staged.close()

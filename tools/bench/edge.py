@@ -1,11 +1,16 @@
 """Edge node throughput against the bare runtime, in one run: `strata bench edge`.
 
 For each batch size: (1) the bare back end runs preprocessed batches of that size back to
-back (the physical limit of this machine for this model); (2) a real edge node with the
-same model, back end, threads and max batch takes frames over ZeroMQ from DEALER senders
-(several cameras) and publishes detections, which a SUB socket counts. The ratio of the
-two frame rates is the node's overhead. Latency is sender -> SUB receipt per frame, at
-saturation (a bounded number of frames in flight, two batches by default).
+back (the physical limit of this machine for this model; with several ONNX Runtime CPU
+streams, also as one stream on every thread, and the better of the two counts); (2) a
+real edge node with the same model, back end, threads and max batch takes frames over
+ZeroMQ from DEALER senders (several cameras, each within the credit the node grants, as
+agents do) and publishes detections, which a SUB socket counts. The senders and the SUB
+run in a process of their own (tools/bench/edge_load.py), so the node's process is the
+node alone, as deployed. The ratio of the two frame rates is the node's overhead. Frames
+are JPEG at the agent's default quality, scaled to fit the model's input as a default
+agent sends them (`--payload source`: the full --width x --height). Latency is sender ->
+SUB receipt per frame, at saturation (two batches a slot in flight by default).
 
 `--backend openvino` runs both sides on OpenVINO (throughput hint, one infer request per
 stream, each a slot both sides keep busy); `--precision int8` takes the model's INT8
@@ -20,28 +25,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import tempfile
-import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import zmq
+from strata.device.transport.encoder import fit_size
 from strata.edge.cli import resolve_model
 from strata.edge.inference.detector import CPU_BACKENDS, open_staged
+from strata.shared.config.device import SenderConfig
 from strata.shared.config.edge import DEFAULT_DETECTOR, EdgeConfig
-from strata.shared.contracts import common_pb2, frame_pb2
+from strata.shared.contracts import common_pb2
 from strata.shared.machine import cpu_line, gpus
 from strata.shared.metrics import sample
 from strata.shared.models.detector import spec_beside
 from strata.shared.synthetic import SyntheticClip
 from strata.shared.vision import LetterboxWriter
-from strata.shared.wire import is_events_topic, pack_frame, unpack_ack
 from strata.tools.bench.detector import variant_key
+from strata.tools.bench.edge_load import LoadProcess, LoadSpec
 from strata.tools.bench.nodes import start_edge_node
 
 
@@ -116,35 +120,12 @@ class NodeRun:
     fps: float
     latencies_s: list[float]
     mean_batch: float
-    # Process CPU per frame between the first and last timed result (node, senders, SUB).
+    # The node's process CPU per frame it took, warm-up included (the load runs apart).
     cpu_ms: float
 
 
-@dataclass(frozen=True, slots=True)
-class _Sent:
-    """A frame in flight, kept until its result arrives so a BUSY answer can resend it."""
-
-    camera: int
-    header: frame_pb2.FrameHeader
-    payload: Any
-
-
-@dataclass(slots=True)
-class _Flight:
-    """What the sender, the ack drain and the SUB reader of one measurement share."""
-
-    sent_at: dict[tuple[str, int], float] = field(default_factory=dict)
-    frames: dict[tuple[str, int], _Sent] = field(default_factory=dict)
-    # BUSY answers: (when to resend, frame); only the sender thread touches the sockets.
-    busy: queue.Queue[tuple[float, _Sent]] = field(default_factory=queue.Queue)
-    resent: int = 0
-    got: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-
 class NodeHarness:
-    """A real edge node (in this process) fed by DEALER senders; a SUB counts results."""
+    """A real edge node (in this process) fed by the bench's load (in its own)."""
 
     def __init__(
         self,
@@ -156,158 +137,47 @@ class NodeHarness:
         inflight: int,
     ) -> None:
         self.node, ep = start_edge_node(cfg, model)
-        self.ctx = zmq.Context()
-        self.sub = self.ctx.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.connect(ep.publish)
-        self.dealers = []
-        for _ in range(cameras):
-            d = self.ctx.socket(zmq.DEALER)
-            d.setsockopt(zmq.LINGER, 0)
-            d.connect(ep.listen)
-            self.dealers.append(d)
-        self.cameras, self.encoding, self.inflight = cameras, encoding, inflight
-        self.payloads: list[Any] = []
+        payloads: list[Any] = []
         for img in images:
             if encoding == common_pb2.ENCODING_JPEG:
                 import cv2
 
-                _ok, jpg = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
-                self.payloads.append(jpg.tobytes())
+                quality = SenderConfig().jpeg_quality  # the agent's default
+                _ok, jpg = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])
+                payloads.append(jpg.tobytes())
             else:
-                self.payloads.append(np.ascontiguousarray(img))
-        self.h, self.w = images[0].shape[:2]
-        self.seq = 0
-        time.sleep(0.3)  # PUB/SUB subscription settles
+                payloads.append(np.ascontiguousarray(img))
+        h, w = images[0].shape[:2]
+        try:
+            self.load = LoadProcess(
+                LoadSpec(ep.listen, ep.publish, payloads, w, h, cameras, encoding, inflight)
+            )
+        except BaseException:
+            self.node.stop()
+            raise
         # The first measurement warms the node up; later ones only need the pipeline full,
         # which the sender's in-flight frames already make it.
         self.warm = max(cameras, cfg.batching.max_batch) * 2
         self.rewarm = cfg.batching.max_batch
 
     def measure(self, frames: int, timeout_s: float) -> NodeRun:
-        """Send warm-up plus `frames` frames; frames/s between the warm-up and the last."""
-        total = self.warm + frames
-        flight = _Flight()
-        base_seq = self.seq
-        self.seq += total // self.cameras + 1
-        threads = [
-            threading.Thread(target=self._send, args=(flight, total, base_seq)),
-            threading.Thread(target=self._drain_acks, args=(flight,)),
-        ]
-        for t in threads:
-            t.start()
-        try:
-            run = self._receive(flight, total, timeout_s)
-        finally:
-            flight.stop.set()
-            for t in threads:
-                t.join(timeout=5)
-        self.warm = self.rewarm
-        return run
-
-    def _send(self, flight: _Flight, total: int, base_seq: int) -> None:
-        # A bounded number of frames in flight: saturate the node, never shed. A frame the
-        # node answers BUSY (queue full at a large batch) is sent again when it says.
-        for i in range(total):
-            if i >= self.inflight:
-                while not flight.got.acquire(timeout=0.02):
-                    if flight.stop.is_set():
-                        return
-                    self._resend_due(flight)
-            self._resend_due(flight)
-            cam, seq = i % self.cameras, base_seq + i // self.cameras + 1
-            hdr = frame_pb2.FrameHeader(
-                camera_id=f"cam{cam}",
-                sequence=seq,
-                width=self.w,
-                height=self.h,
-                encoding=self.encoding,  # type: ignore[arg-type]
-                capture_ns=time.time_ns(),
-                send_ns=time.time_ns(),
-                frame_index=i,
-            )
-            sent = _Sent(cam, hdr, self.payloads[i % len(self.payloads)])
-            with flight.lock:
-                flight.sent_at[(f"cam{cam}", seq)] = time.perf_counter()
-                flight.frames[(f"cam{cam}", seq)] = sent
-            self.dealers[cam].send_multipart(pack_frame(hdr, sent.payload), copy=False)
-        while not flight.stop.is_set():  # the last frames may still be answered BUSY
-            self._resend_due(flight)
-            time.sleep(0.02)
-
-    def _resend_due(self, flight: _Flight) -> None:
-        later: list[tuple[float, _Sent]] = []
-        while True:
-            try:
-                due, sent = flight.busy.get_nowait()
-            except queue.Empty:
-                break
-            if due > time.monotonic():
-                later.append((due, sent))
-                continue
-            sent.header.resent = True
-            self.dealers[sent.camera].send_multipart(
-                pack_frame(sent.header, sent.payload), copy=False
-            )
-            flight.resent += 1
-        for item in later:
-            flight.busy.put(item)
-
-    def _drain_acks(self, flight: _Flight) -> None:
-        poller = zmq.Poller()
-        for d in self.dealers:
-            poller.register(d, zmq.POLLIN)
-        while not flight.stop.is_set():
-            for sock, _ev in poller.poll(100):
-                ack = unpack_ack(sock.recv_multipart())
-                if ack.status != frame_pb2.ACK_STATUS_BUSY:
-                    continue
-                with flight.lock:
-                    sent = flight.frames.get((ack.camera_id, ack.sequence))
-                if sent is not None:
-                    flight.busy.put((time.monotonic() + ack.retry_after_ms / 1e3, sent))
-
-    def _receive(self, flight: _Flight, total: int, timeout_s: float) -> NodeRun:
-        """Count published results; time and batch sizes between the warm-up and the last."""
+        """Warm-up plus `frames` frames; the node's CPU and batches over the whole send."""
         reg = self.node.metrics.registry
-        latencies: list[float] = []
-        t_first = t_last = c_first = c_last = 0.0
-        received = 0
-        deadline = time.monotonic() + timeout_s
-        nb0 = nf0 = 0.0
-        while received < total and time.monotonic() < deadline:
-            if not self.sub.poll(200):
-                continue
-            topic, body = self.sub.recv_multipart()
-            if is_events_topic(topic):  # track events: not a frame's result
-                continue
-            now = time.perf_counter()
-            msg = frame_pb2.FrameDetections()
-            msg.ParseFromString(body)
-            with flight.lock:
-                t_sent = flight.sent_at.pop((msg.camera_id, msg.sequence), None)
-                if flight.frames.pop((msg.camera_id, msg.sequence), None) is None:
-                    continue  # a resent frame's second result
-            received += 1
-            flight.got.release()
-            if received == self.warm:
-                t_first, c_first = now, time.process_time()
-                nb0 = sample(reg, "strata_edge_batch_size_count")
-                nf0 = sample(reg, "strata_edge_batch_size_sum")
-            elif received > self.warm and t_sent is not None:
-                latencies.append(now - t_sent)
-                t_last, c_last = now, time.process_time()
-        if received < total:
-            raise RuntimeError(f"node published {received} of {total} frames in {timeout_s:.0f} s")
+        nb0 = sample(reg, "strata_edge_batch_size_count")
+        nf0 = sample(reg, "strata_edge_batch_size_sum")
+        c0 = time.process_time()
+        run = self.load.measure(self.warm, frames, timeout_s)
+        cpu_s = time.process_time() - c0
         nb = sample(reg, "strata_edge_batch_size_count") - nb0
         nf = sample(reg, "strata_edge_batch_size_sum") - nf0
-        fps = (received - self.warm) / (t_last - t_first)
-        cpu_ms = (c_last - c_first) * 1e3 / (received - self.warm)
-        return NodeRun(fps, latencies, nf / nb if nb else 0.0, cpu_ms)
+        done = self.warm + frames
+        self.warm = self.rewarm
+        # This process is the node alone: its CPU over every frame it took.
+        return NodeRun(run.fps, run.latencies_s, nf / nb if nb else 0.0, cpu_s * 1e3 / done)
 
     def close(self) -> None:
+        self.load.close()
         self.node.stop()
-        self.ctx.destroy(linger=0)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -324,6 +194,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, default=640)
     p.add_argument("--height", type=int, default=480)
     p.add_argument("--encoding", choices=["jpeg", "bgr"], default="jpeg")
+    p.add_argument(
+        "--payload",
+        choices=["model", "source"],
+        default="model",
+        help="model: frames scaled to fit the model's input, as a default agent sends them; "
+        "source: --width x --height as they are (an agent with scale_to_model off)",
+    )
     p.add_argument(
         "--backend",
         default="onnxruntime-cpu",
@@ -344,7 +221,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="",
         help="OpenVINO compiled-model cache for the sweep (default: a fresh temporary folder)",
     )
+    p.add_argument(
+        "--openvino-streams",
+        type=int,
+        default=0,
+        help="OpenVINO streams (edge.runtime.openvino_streams; 0: its choice)",
+    )
     p.add_argument("--streams", default="1", help="CUDA streams to sweep (GPU back ends)")
+    p.add_argument(
+        "--cpu-streams",
+        type=int,
+        default=1,
+        help="ONNX Runtime CPU: batches side by side (edge.runtime.cpu_streams; 0: one a "
+        "core plus one)",
+    )
     p.add_argument("--preprocess-threads", type=int, default=1, help="letterbox threads")
     p.add_argument("--no-fp16", action="store_true", help="GPU engines in FP32")
     p.add_argument("--delay-ms", type=float, default=50.0, help="batching max queue delay")
@@ -380,11 +270,13 @@ def _config(
             "runtime": {
                 "backend": args.backend,
                 "threads": threads,
+                "cpu_streams": args.cpu_streams,
                 "streams": streams,
                 "fp16": not args.no_fp16,
                 "preprocess_threads": args.preprocess_threads,
                 "openvino_device": args.openvino_device,
                 "openvino_cache": args.openvino_cache,
+                "openvino_streams": args.openvino_streams,
                 # One engine for the whole sweep when asked (a TensorRT build per batch size
                 # would take most of a GPU check's time).
                 "min_batch": args.engine_profile[0] if args.engine_profile else 1,
@@ -412,23 +304,40 @@ def _point(
 ) -> tuple[Point, list[float]]:
     """One (streams, batch) point and its per-frame latencies in ms."""
     encoding = common_pb2.ENCODING_JPEG if args.encoding == "jpeg" else common_pb2.ENCODING_BGR
-    inflight = args.inflight or max(2 * b * streams, args.cameras)
-    cfg = _config(args, threads, streams, b, inflight)
+    cfg = _config(args, threads, streams, b, args.inflight or 1)
     # Alternate bare and node runs: other load on the machine then hits both alike instead
     # of whichever ran during a busy spell.
     bare = Bare(model, cfg, b, images[0])
+    # Two batches a slot in flight (CPU streams, OpenVINO infer requests, CUDA streams).
+    slots = bare.runner.slots
+    inflight = args.inflight or max(2 * b * slots, args.cameras)
+    cfg = _config(args, threads, streams, b, inflight)
+    # Several CPU streams: the bare model also as one stream on every thread, the best a
+    # bare session does here; the node is held to the better of the two.
+    one = None
+    if slots > 1 and args.backend == "onnxruntime-cpu":
+        rt = cfg.runtime.model_copy(update={"cpu_streams": 1})
+        one = Bare(model, cfg.model_copy(update={"runtime": rt}), b, images[0])
     node = NodeHarness(model, cfg, images, args.cameras, encoding, inflight)
     try:
-        bare_runs, node_runs = [], []
+        bare_runs, one_runs, node_runs = [], [], []
         for _ in range(args.rounds):
             bare_runs.append(bare.measure(args.frames))
+            if one is not None:
+                one_runs.append(one.measure(args.frames))
             node_runs.append(node.measure(args.frames, args.timeout))
     finally:
         node.close()
         bare.close()
+        if one is not None:
+            one.close()
     # Frames over total time across the rounds (the harmonic mean of the rates): with
     # short alternating rounds both sides see the same background load on average.
-    bare_fps = len(bare_runs) / sum(1.0 / f for f, _c in bare_runs)
+    same_fps = len(bare_runs) / sum(1.0 / f for f, _c in bare_runs)
+    one_fps = len(one_runs) / sum(1.0 / f for f, _c in one_runs) if one_runs else 0.0
+    if one_fps > same_fps:
+        bare_runs = one_runs
+    bare_fps = max(same_fps, one_fps)
     bare_cpu = float(np.median([c for _f, c in bare_runs]))
     node_cpu = float(np.median([r.cpu_ms for r in node_runs]))
     fps = len(node_runs) / sum(1.0 / r.fps for r in node_runs)
@@ -449,13 +358,20 @@ def _point(
         {
             "bare_fps_rounds": [round(f, 2) for f, _c in bare_runs],
             "node_fps_rounds": [round(r.fps, 2) for r in node_runs],
+            "bare_streams_fps": [round(same_fps, 2)],
+            "bare_one_stream_fps": [round(one_fps, 2)] if one_runs else [],
         },
     )
     print(
         f"streams {streams} batch {b}: bare {pt.bare_fps:.2f} fps, node {pt.node_fps:.2f} fps, "
         f"ratio {pt.ratio:.3f}, latency p50 {pt.p50_ms} ms p99 {pt.p99_ms} ms, "
         f"mean batch {pt.mean_batch}, CPU ms/frame bare {pt.bare_cpu_ms} node "
-        f"{pt.node_cpu_ms} (ratio {pt.cpu_ratio})",
+        f"{pt.node_cpu_ms} (ratio {pt.cpu_ratio})"
+        + (
+            f"; bare {same_fps:.2f} as the node's {slots} streams, {one_fps:.2f} as one"
+            if one_runs
+            else ""
+        ),
         flush=True,
     )
     return pt, sorted(round(float(x), 2) for x in ms)
@@ -567,6 +483,19 @@ def run(args: argparse.Namespace) -> int:
         args.openvino_cache = own_cache.name
     start = startup(model, _config(args, threads, 1, 1, 2), args.openvino_cache)
     images = bench_frames(args.width, args.height, 16)
+    if args.payload == "model":
+        # What a default agent sends: scaled to fit the model's input as it leaves the
+        # decoder (device.payload.scale_to_model), JPEG at the sender's default quality.
+        import cv2
+
+        spec = spec_beside(model)
+        size = (
+            spec.preprocess.size
+            if spec is not None
+            else _config(args, threads, 1, 1, 2).model.input_size
+        )
+        w, h = fit_size(args.width, args.height, size, size)
+        images = [cv2.resize(im, (w, h), interpolation=cv2.INTER_AREA) for im in images]
     points: list[Point] = []
     latencies_ms: dict[tuple[int, int], list[float]] = {}
     for streams, b in [
