@@ -136,6 +136,7 @@ class CameraWorker:
         # The kept frame is a codec probe, and how many of the burst's frames still will be.
         self._codec_probe = False
         self._probes_left = 0
+        self._whole_bursts = 0  # bursts sent whole as probes (a short codec sample)
         self.outlet = outlet
         self.m = metrics
         self._source_events = _SourceMetrics(metrics)
@@ -424,7 +425,10 @@ class CameraWorker:
             self._unchanged = self.motion.burst_unchanged(start=not in_burst)
         if calibration:
             if not in_burst:
-                self._probes_left = codec_probes(policy.cfg, policy.codec_boxes)
+                cfg = policy.cfg
+                self._probes_left = codec_probes(cfg, policy.codec_boxes, self._whole_bursts)
+                if self._probes_left > cfg.codec_probes:
+                    self._whole_bursts += 1
             self._codec_probe = self._probes_left > 0
             self._probes_left -= int(self._codec_probe)
 

@@ -52,6 +52,12 @@ class CodecProbe:
         quality = h.codec_probe_quality
         if not quality or h.encoding != common_pb2.ENCODING_BGR:
             return  # not a probe (a JPEG frame claiming to be one has no raw pixels)
+        if not len(boxes):
+            # Nothing seen on the raw pixels: the JPEG's copy is taken to agree (no boxes,
+            # the count 0) without a second detection. Empty probes are most of a quiet
+            # camera's, and each cost a batch of one on the worker.
+            self.cascade.codec_probed(h, boxes, boxes)
+            return
         try:
             image = _round_trip(frame, int(quality))
         except Exception as exc:  # the camera's result stands; only the measure is lost

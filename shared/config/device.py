@@ -315,7 +315,8 @@ class CascadeConfig(StrictModel):
         le=16,
         description="Of each calibration burst's frames, the first this many go as raw "
         "pixels (with `sender.encoding: jpeg`; every one of a burst while the edge's sample "
-        "holds under 8 boxes, as in a camera's first): the edge detects each as sent and "
+        "holds under 8 boxes, as in a camera's first, for its first three bursts at most): "
+        "the edge detects each as sent and "
         "after a JPEG round trip at `sender.jpeg_quality`, and takes what the codec costs the "
         "detector off the camera's curves and estimate. About 8x a JPEG frame's bytes each; "
         "0: none (the estimate then leaves the codec out).",

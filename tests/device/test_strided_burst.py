@@ -112,3 +112,22 @@ def test_once_the_edge_s_codec_sample_is_enough_a_burst_probes_its_first_frames(
     p.feedback(frame_pb2.CascadeFeedback(tracked_objects=1))
     assert p.codec_boxes == CODEC_MIN_BOXES
     assert codec_probes(CascadeConfig(codec_probes=0), 0) == 0
+
+
+def test_an_empty_scene_sends_only_its_first_bursts_whole_as_probes(tmp_path: Path) -> None:
+    """Nothing in view adds no box to the edge's sample: after WHOLE_BURSTS whole bursts a
+    burst probes its first frames only, however short the sample stays."""
+    from strata.device.filters.codec_probes import WHOLE_BURSTS, codec_probes
+
+    cfg = CascadeConfig(burst_frames=20, codec_probes=2)
+    whole = [codec_probes(cfg, 0, n) for n in range(WHOLE_BURSTS + 2)]
+    assert whole == [20] * WHOLE_BURSTS + [2, 2]
+    # A camera's four bursts (frames 0, 12, 24, 36) with no word from an edge: the fourth
+    # sends its first two frames raw, not its four.
+    images = [f.image for f in SyntheticClip(width=320, height=240, frames=48, seed=6)]
+    clip = write_clip(tmp_path / "four.mp4", images)
+    cam = CascadeConfig(calibrate_every=12, burst_frames=8, burst_stride=2, codec_probes=2)
+    items, _ = _run(clip, 48, cam)
+    probes = [i.index for i in items if i.codec_probe]
+    assert WHOLE_BURSTS == 3
+    assert probes == [0, 2, 4, 6, 12, 14, 16, 18, 24, 26, 28, 30, 36, 38]

@@ -105,3 +105,40 @@ def test_a_frame_that_is_no_probe_or_came_as_jpeg_is_not_looked_at_again(
     images = _frames(vtest_mp4, 2)
     assert _loss(images, 0)["probes"] is None
     assert _loss(images, 95, common_pb2.ENCODING_JPEG)["probes"] is None
+
+
+def test_a_probe_with_nothing_on_it_is_pooled_without_a_second_detection() -> None:
+    """An empty street's probe: counted as agreeing (no boxes either way) and no batch of
+    one is run on the worker for its JPEG copy."""
+    cfg = EdgeConfig.model_validate({"model": {"input_size": 416}})
+    spec = spec_beside(PICODET)
+    assert spec is not None
+    runner = open_staged(PICODET, cfg, 1)
+    det = Detector(runner, list(spec.labels), DetectionConfig(), 1, spec)
+    launches: list[int] = []
+
+    class Counting:
+        @property
+        def detector(self) -> Detector:
+            launches.append(1)
+            return det
+
+    registry = CollectorRegistry()
+    cascade = EdgeCascade(cfg, registry, 416)
+    objects = ObjectsFilter(None, list(spec.labels), _drops(registry))
+    probe = CodecProbe(Counting(), objects, cascade)
+    try:
+        blank = np.full((312, 416, 3), 128, np.uint8)
+        for _ in range(3):
+            f = _probe(blank, 95, common_pb2.ENCODING_BGR)
+            boxes = objects(f.header, det.finish(det.launch([f], time.time_ns()))[0])
+            assert len(boxes) == 0
+            probe(f, boxes)
+        get = registry.get_sample_value
+        assert get("strata_edge_codec_probes_total", {"camera": "cam"}) == 3
+        assert get("strata_edge_codec_boxes", {"camera": "cam"}) == 0
+        assert launches == []
+    finally:
+        cascade.close()
+        det.close()
+        runner.close()
