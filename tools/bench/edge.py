@@ -294,6 +294,17 @@ def _config(
     )
 
 
+def _one_stream(
+    args: argparse.Namespace, model: Path, cfg: EdgeConfig, b: int, image: np.ndarray, slots: int
+) -> Bare | None:
+    """Several CPU streams: the bare model also as one stream on every thread, the best a
+    bare session does here; the node is held to the better of the two."""
+    if slots <= 1 or args.backend != "onnxruntime-cpu":
+        return None
+    rt = cfg.runtime.model_copy(update={"cpu_streams": 1})
+    return Bare(model, cfg.model_copy(update={"runtime": rt}), b, image)
+
+
 def _point(
     args: argparse.Namespace,
     model: Path,
@@ -312,12 +323,7 @@ def _point(
     slots = bare.runner.slots
     inflight = args.inflight or max(2 * b * slots, args.cameras)
     cfg = _config(args, threads, streams, b, inflight)
-    # Several CPU streams: the bare model also as one stream on every thread, the best a
-    # bare session does here; the node is held to the better of the two.
-    one = None
-    if slots > 1 and args.backend == "onnxruntime-cpu":
-        rt = cfg.runtime.model_copy(update={"cpu_streams": 1})
-        one = Bare(model, cfg.model_copy(update={"runtime": rt}), b, images[0])
+    one = _one_stream(args, model, cfg, b, images[0], slots)
     node = NodeHarness(model, cfg, images, args.cameras, encoding, inflight)
     try:
         bare_runs, one_runs, node_runs = [], [], []
