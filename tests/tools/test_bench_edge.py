@@ -58,6 +58,21 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_the_load_keeps_within_the_nodes_credits(colour_detector: Path, tmp_path: Path) -> None:
+    """Offered more than the node grants, the load's cameras are answered BUSY only for what
+    they sent before the first grant, as an agent's: a BUSY frame waits for room in its
+    camera's credit, it does not bounce back and forth (each bounce costs the node)."""
+    out = tmp_path / "edge.json"
+    inflight = 32
+    proc = _bench(
+        "--model", str(colour_detector), "--batch", "2", "--frames", "48", "--rounds", "2",
+        "--width", "320", "--height", "240", "--inflight", str(inflight), "--json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    busy = json.loads(out.read_text())["sweep"][0]["rounds"]["busy_rounds"]
+    assert sum(busy) <= inflight, busy
+
+
 def test_bench_on_openvino_measures_node_bare_and_start_up(
     colour_detector: Path, tmp_path: Path
 ) -> None:

@@ -122,6 +122,8 @@ class NodeRun:
     mean_batch: float
     # The node's process CPU per frame it took, warm-up included (the load runs apart).
     cpu_ms: float
+    # Frames the node answered BUSY: a load within its credits gets only the first grant's.
+    busy: int
 
 
 class NodeHarness:
@@ -165,15 +167,19 @@ class NodeHarness:
         reg = self.node.metrics.registry
         nb0 = sample(reg, "strata_edge_batch_size_count")
         nf0 = sample(reg, "strata_edge_batch_size_sum")
+        busy0 = sample(reg, "strata_edge_frames_total", {"status": "busy"})
         c0 = time.process_time()
         run = self.load.measure(self.warm, frames, timeout_s)
         cpu_s = time.process_time() - c0
+        busy = sample(reg, "strata_edge_frames_total", {"status": "busy"}) - busy0
         nb = sample(reg, "strata_edge_batch_size_count") - nb0
         nf = sample(reg, "strata_edge_batch_size_sum") - nf0
         done = self.warm + frames
         self.warm = self.rewarm
         # This process is the node alone: its CPU over every frame it took.
-        return NodeRun(run.fps, run.latencies_s, nf / nb if nb else 0.0, cpu_s * 1e3 / done)
+        return NodeRun(
+            run.fps, run.latencies_s, nf / nb if nb else 0.0, cpu_s * 1e3 / done, round(busy)
+        )
 
     def close(self) -> None:
         self.load.close()
@@ -364,6 +370,7 @@ def _point(
         {
             "bare_fps_rounds": [round(f, 2) for f, _c in bare_runs],
             "node_fps_rounds": [round(r.fps, 2) for r in node_runs],
+            "busy_rounds": [r.busy for r in node_runs],
             "bare_streams_fps": [round(same_fps, 2)],
             "bare_one_stream_fps": [round(one_fps, 2)] if one_runs else [],
         },

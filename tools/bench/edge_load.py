@@ -43,9 +43,19 @@ class LoadRun:
     seconds: float
 
 
+_FINAL = frozenset(
+    (
+        frame_pb2.ACK_STATUS_PROCESSED,
+        frame_pb2.ACK_STATUS_DUPLICATE,
+        frame_pb2.ACK_STATUS_REJECTED,
+        frame_pb2.ACK_STATUS_SHED,
+    )
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _Sent:
-    """A frame in flight, kept until its result arrives so a BUSY answer can resend it."""
+    """A frame in flight, kept until its final ack so a BUSY answer can resend it."""
 
     camera: int
     header: frame_pb2.FrameHeader
@@ -61,7 +71,7 @@ class _Flight:
     # BUSY answers: (when to resend, frame); only the sender thread touches the sockets.
     busy: queue.Queue[tuple[float, _Sent]] = field(default_factory=queue.Queue)
     resent: int = 0
-    # Per camera: frames sent and not yet answered, and the node's last credit grant.
+    # Per camera: frames sent and not yet finally acked, and the node's last credit grant.
     held: list[int] = field(default_factory=list)
     credits: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -115,8 +125,8 @@ class Load:
     def _send(self, flight: _Flight, total: int, base_seq: int) -> None:
         # As device agents do: a camera sends while it holds less than its credit (the
         # node's grant on its acks), all cameras together at most `inflight` frames; the
-        # next frame goes to the next camera in turn with room. A frame the node still
-        # answers BUSY is sent again when it says.
+        # next frame goes to the next camera in turn with room. A frame the node
+        # answers BUSY leaves flight and is sent again when it says, within the credit.
         sp = self.spec
         seqs = [base_seq] * sp.cameras
         turn = 0
@@ -165,7 +175,16 @@ class Load:
                 due, sent = flight.busy.get_nowait()
             except queue.Empty:
                 break
-            if due > time.monotonic():
+            with flight.room:
+                # As an agent's spool does: back in flight only within the camera's credit.
+                go = (
+                    due <= time.monotonic()
+                    and flight.held[sent.camera] < flight.credits[sent.camera]
+                )
+                if go:
+                    flight.held[sent.camera] += 1
+                    flight.frames[(f"cam{sent.camera}", sent.header.sequence)] = sent
+            if not go:
                 later.append((due, sent))
                 continue
             sent.header.resent = True
@@ -187,10 +206,22 @@ class Load:
                     with flight.room:
                         flight.credits[int(ack.camera_id[3:])] = int(ack.credits)
                         flight.room.notify()
+                key = (ack.camera_id, ack.sequence)
+                if ack.status in _FINAL:
+                    # As agents do, a frame leaves the camera's credit at its final ack, not
+                    # at its result: the node frees the credit only once it has acked.
+                    with flight.room:
+                        if flight.frames.pop(key, None) is not None:
+                            flight.held[int(ack.camera_id[3:])] -= 1
+                            flight.room.notify()
+                    continue
                 if ack.status != frame_pb2.ACK_STATUS_BUSY:
                     continue
-                with flight.lock:
-                    sent = flight.frames.get((ack.camera_id, ack.sequence))
+                # Not taken: out of flight (its credit free) until it is sent again.
+                with flight.room:
+                    sent = flight.frames.pop(key, None)
+                    if sent is not None:
+                        flight.held[sent.camera] -= 1
                 if sent is not None:
                     flight.busy.put((time.monotonic() + ack.retry_after_ms / 1e3, sent))
 
@@ -209,12 +240,10 @@ class Load:
             now = time.perf_counter()
             msg = frame_pb2.FrameDetections()
             msg.ParseFromString(body)
-            with flight.room:
+            with flight.lock:
                 t_sent = flight.sent_at.pop((msg.camera_id, msg.sequence), None)
-                if flight.frames.pop((msg.camera_id, msg.sequence), None) is None:
-                    continue  # a resent frame's second result
-                flight.held[int(msg.camera_id[3:])] -= 1
-                flight.room.notify()
+            if t_sent is None:
+                continue  # a resent frame's second result
             received += 1
             if received == warm:
                 t_first = now
