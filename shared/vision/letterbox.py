@@ -3,9 +3,9 @@
 A frame is placed in the square model input one of three ways (`Preprocess.resize`):
 centred letterbox (ultralytics), top-left letterbox (YOLOX) or a plain stretch (PicoDet);
 then its channels are ordered, scaled and normalised as the model's manifest says. The
-resized image goes into a per-shape scratch buffer that is reused, and the channel swap,
-transpose and scaling happen in one numpy ufunc call writing into the destination (a
-second for a mean), so a frame costs no allocation once its camera's shape has been seen.
+resized image goes into a per-shape scratch buffer that is reused, its planes are split
+into reused scratch planes, and each is scaled (with its mean) straight into its place in
+the destination, so a frame costs no allocation once its camera's shape has been seen.
 """
 
 from __future__ import annotations
@@ -104,6 +104,15 @@ class LetterboxWriter:
         self._pad = (np.float32(pre.pad_value) * mul - off).reshape(3, 1, 1)
         # BGR source: [::-1] gives RGB; [:] keeps BGR.
         self._order = slice(None, None, -1) if pre.rgb else slice(None)
+        self._planes: dict[tuple[int, int], list[np.ndarray]] = {}
+        # Per model channel: its BGR source plane, value = pixel * mul + add.
+        self._sources = (2, 1, 0) if pre.rgb else (0, 1, 2)
+        self._scale_add = [(float(m), float(-o)) for m, o in zip(mul, off, strict=True)]
+
+    def _channels(self, planes: list[np.ndarray]) -> list[tuple[np.ndarray, float, float]]:
+        return [
+            (planes[src], m, a) for src, (m, a) in zip(self._sources, self._scale_add, strict=True)
+        ]
 
     def plan(self, width: int, height: int) -> Letterbox:
         """The (cached) plan for a frame shape."""
@@ -140,9 +149,22 @@ class LetterboxWriter:
             dst[:, y0:y1, :x0] = pad
         if x1 < self.size:
             dst[:, y0:y1, x1:] = pad
-        # Channel order and HWC -> CHW as views; one ufunc writes the scaled values in place.
-        src = resized[:, :, self._order].transpose(2, 0, 1)
         body = dst[:, y0:y1, x0:x1]
+        if dst.dtype == np.float32:
+            # OpenCV's SIMD loops: split the planes, then scale each straight into its
+            # destination plane (1.5x less time than numpy's strided ufunc over the
+            # transposed view; the scratch planes are reused).
+            planes = self._planes.get((lb.new_w, lb.new_h))
+            if planes is None:
+                planes = [np.empty((lb.new_h, lb.new_w), np.uint8) for _ in range(3)]
+                self._planes[(lb.new_w, lb.new_h)] = planes
+            cv2.split(resized, planes)
+            for c, (plane, mul, off) in enumerate(self._channels(planes)):
+                cv2.addWeighted(plane, mul, plane, 0.0, off, dst=body[c], dtype=cv2.CV_32F)
+            return lb
+        # Other dtypes (float16): channel order and HWC -> CHW as views; one ufunc writes
+        # the scaled values in place.
+        src = resized[:, :, self._order].transpose(2, 0, 1)
         if self._plain:
             np.multiply(src, self._mul_scalar, out=body, casting="unsafe")
         else:

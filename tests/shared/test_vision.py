@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 from strata.shared.vision import LetterboxWriter, decode_yolo, plan_letterbox
+from strata.shared.vision.letterbox import Preprocess
 
 
 def test_letterbox_plan_matches_ultralytics_rounding() -> None:
@@ -21,6 +22,31 @@ def test_letterbox_writes_rgb_chw_scaled_with_grey_padding() -> None:
     np.testing.assert_allclose(dst[:, 224:, :], 114 / 255, rtol=1e-6)
     np.testing.assert_allclose(dst[0, 32:224, :], 1.0)  # R channel first
     np.testing.assert_allclose(dst[1:, 32:224, :], 0.0)
+
+
+@pytest.mark.parametrize("resize", ["letterbox", "letterbox_topleft", "stretch"])
+@pytest.mark.parametrize("rgb", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_letterbox_values_are_the_manifests_formula(resize: str, rgb: bool, dtype: type) -> None:
+    import cv2
+
+    rng = np.random.default_rng(3)
+    img = rng.integers(0, 256, (180, 301, 3), np.uint8)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    pre = Preprocess(128, resize, rgb, 1 / 255, mean, std)  # type: ignore[arg-type]
+    writer = LetterboxWriter(128, pre)
+    dst = np.full((2, 3, 128, 128), np.nan, dtype)
+    for _ in range(2):  # the second frame of a shape reuses the scratch planes
+        lb = writer.write(img, dst[1])
+    assert np.isnan(dst[0]).all()  # nothing outside its slot
+    body = cv2.resize(img, (lb.new_w, lb.new_h), interpolation=cv2.INTER_LINEAR)
+    want = np.empty((3, 128, 128), np.float64)
+    order = (2, 1, 0) if rgb else (0, 1, 2)
+    for c, src in enumerate(order):
+        want[c] = (114 / 255 - mean[c]) / std[c]
+        y, x = lb.pad_y, lb.pad_x
+        want[c, y : y + lb.new_h, x : x + lb.new_w] = (body[:, :, src] / 255 - mean[c]) / std[c]
+    np.testing.assert_allclose(dst[1], want, atol=2e-2 if dtype == np.float16 else 1e-5)
 
 
 def test_box_maps_back_to_original_pixels() -> None:
