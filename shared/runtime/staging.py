@@ -387,14 +387,13 @@ class HostStagedRunner:
 
     def wait(self, slot: int, n: int) -> list[np.ndarray]:
         future = self._futures[slot]
-        if future is not None:
-            self._futures[slot] = None
-            try:
+        try:
+            if future is not None:
+                self._futures[slot] = None
                 self._results[slot] = future.result()
-            finally:
-                self._ring.read(slot)
+        finally:
+            self._ring.read(slot)  # a run that raised frees its slot too
         results = self._results[slot]
-        self._ring.read(slot)
         if n == self.fixed_batch:
             # Nothing padded: outputs without a batch axis (Paddle's [K, 6]) stay whole.
             return results

@@ -200,3 +200,20 @@ def test_replay_plays_every_camera_to_the_end_of_the_clip(tmp_path: Path) -> Non
         t = Replay(_recording(frames=20), 7, edge.listen, edge.publish).run(TrialRules())
     assert (t.sent, t.held_dropped, t.worst_f1) == (140, 0, 1.0), t
     assert t.seconds >= 2.0
+
+
+def test_stream_options_reach_every_trials_edge() -> None:
+    """`--cpu-streams` / `--openvino-streams` set the edge's runtime; left out, the edge's
+    own defaults stand (the key is absent, not a copy of today's default)."""
+    import argparse
+
+    from strata.shared.config.edge import EdgeConfig
+    from strata.tools.bench.capacity import add_arguments, edge_section
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    plain = edge_section(p.parse_args([]), {})["runtime"]
+    assert "cpu_streams" not in plain and "openvino_streams" not in plain
+    section = edge_section(p.parse_args(["--cpu-streams", "0", "--openvino-streams", "3"]), {})
+    rt = EdgeConfig.model_validate(section).runtime
+    assert (rt.cpu_streams, rt.openvino_streams) == (0, 3)

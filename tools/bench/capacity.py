@@ -186,6 +186,10 @@ def edge_section(args: argparse.Namespace, detector: dict[str, Any]) -> dict[str
     runtime: dict[str, Any] = {"backend": args.backend}
     if args.threads:
         runtime["threads"] = args.threads
+    if args.cpu_streams is not None:
+        runtime["cpu_streams"] = args.cpu_streams
+    if args.openvino_streams is not None:
+        runtime["openvino_streams"] = args.openvino_streams
     edge = merge(CASCADE["edge"], detector.get("edge", {}))
     return merge(edge, {"runtime": runtime, "overload": {"gpu_pressure": {"enabled": False}}})
 
@@ -274,6 +278,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hold", type=float, default=1.0, help="seconds a held-back frame waits")
     p.add_argument("--backend", default="onnxruntime-cpu", help="edge.runtime.backend")
     p.add_argument("--threads", type=int, default=0, help="edge.runtime.threads (0: default)")
+    p.add_argument(
+        "--cpu-streams",
+        type=int,
+        default=None,
+        help="edge.runtime.cpu_streams (ONNX Runtime CPU batches side by side; 0: a core "
+        "plus one; default: the edge's)",
+    )
+    p.add_argument(
+        "--openvino-streams",
+        type=int,
+        default=None,
+        help="edge.runtime.openvino_streams (default: the edge's, OpenVINO's own choice)",
+    )
     p.add_argument("--model-repository", default="", help="the detector's repository")
     p.add_argument("--model", default="", help="the detector (default: the edge's default)")
     p.add_argument(
