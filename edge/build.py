@@ -258,7 +258,7 @@ def _node(b: _Built, after_tracking: Sequence[TrackedStage]) -> EdgeNode:
         decoder=decoder,
         serving=b.serving,
         objects=b.objects,
-        codec_probe=CodecProbe(b.serving, b.objects, cascade),
+        codec_probe=CodecProbe(b.serving, b.objects, cascade, lambda: flow.delivery.credits.loaded),
         cascade=cascade,
         after_tracking=after_tracking,
         results=b.results,

@@ -145,6 +145,12 @@ class CreditGate:
         return self._delay / self.target_s if self.target_s > 0 else 0.0
 
     @property
+    def loaded(self) -> bool:
+        """Whether the node is loaded (pressure at `flow.loaded_pressure` or above): cameras
+        degrade, and work the results do not need (a codec probe's second run) waits."""
+        return self.pressure >= self.cfg.loaded_pressure
+
+    @property
     def total_credits(self) -> int:
         """Frames the node may hold over all cameras."""
         return max(self._floor(), self._little())

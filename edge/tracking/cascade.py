@@ -108,7 +108,9 @@ class CascadeMetrics:
             ["camera", "metric"],
             registry=r,
         )
-        self.codec_probes, self.codec_loss, self.codec_boxes = _codec_metrics(r)
+        (self.codec_probes, self.codec_deferred, self.codec_loss, self.codec_boxes) = (
+            _codec_metrics(r)
+        )
         self.estimate_agreeing = Counter(
             "strata_edge_estimate_agreeing",
             "strata_edge_estimate_weight, each frame's part times the accuracy estimated at "
@@ -118,13 +120,21 @@ class CascadeMetrics:
         )
 
 
-def _codec_metrics(r: CollectorRegistry) -> tuple[Counter, Gauge, Gauge]:
+def _codec_metrics(r: CollectorRegistry) -> tuple[Counter, Counter, Gauge, Gauge]:
     """What the camera's payload codec costs (strata.edge.tracking.codec_probe)."""
     return (
         Counter(
             "strata_edge_codec_probes",
             "Codec probes detected twice (as sent, raw, and after a JPEG round trip at the "
             "camera's quality): device.cascade.codec_probes.",
+            ["camera"],
+            registry=r,
+        ),
+        Counter(
+            "strata_edge_codec_probes_deferred",
+            "Codec probes not detected a second time because the node was loaded: their "
+            "result stands, their codec measure is not taken (the device probes again on "
+            "later bursts while the camera's codec sample is short).",
             ["camera"],
             registry=r,
         ),
@@ -285,6 +295,10 @@ class EdgeCascade:
         m.codec_boxes.labels(h.camera_id).set(loss.boxes)
         m.codec_loss.labels(h.camera_id, "f1").set(loss.f1)
         m.codec_loss.labels(h.camera_id, "counting").set(loss.counting)
+
+    def codec_deferred(self, h: frame_pb2.FrameHeader) -> None:
+        """A codec probe left undetected a second time (the node was loaded): counted."""
+        self.metrics.codec_deferred.labels(h.camera_id).inc()
 
     def appearance_of(
         self, session: int, camera_id: str, track_id: int

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +54,10 @@ def _frames(vtest: Path, n: int) -> list[np.ndarray]:
 
 
 def _loss(
-    images: list[np.ndarray], quality: int, encoding: int = common_pb2.ENCODING_BGR
+    images: list[np.ndarray],
+    quality: int,
+    encoding: int = common_pb2.ENCODING_BGR,
+    loaded: Callable[[], bool] = lambda: False,
 ) -> dict[str, float | None]:
     """The starter detector (PicoDet-S 416) over `images` sent as codec probes."""
     cfg = EdgeConfig.model_validate({"model": {"input_size": 416}})
@@ -64,7 +68,7 @@ def _loss(
     registry = CollectorRegistry()
     cascade = EdgeCascade(cfg, registry, 416)
     objects = ObjectsFilter(None, list(spec.labels), _drops(registry))
-    probe = CodecProbe(_Serving(det), objects, cascade)
+    probe = CodecProbe(_Serving(det), objects, cascade, loaded)
     try:
         for image in images:
             f = _probe(image, quality, encoding)
@@ -75,6 +79,7 @@ def _loss(
             "probes": get("strata_edge_codec_probes_total", {"camera": "cam"}),
             "boxes": get("strata_edge_codec_boxes", {"camera": "cam"}),
             "f1": get("strata_edge_codec_loss", {"camera": "cam", "metric": "f1"}),
+            "deferred": get("strata_edge_codec_probes_deferred_total", {"camera": "cam"}),
         }
     finally:
         cascade.close()
@@ -97,6 +102,17 @@ def test_a_probe_s_jpeg_at_its_quality_is_detected_and_the_loss_pooled(vtest_mp4
     coarse = _loss(images, 3)
     assert coarse["boxes"] == fine["boxes"]
     assert coarse["f1"] is not None and coarse["f1"] > fine["f1"] + 0.1
+
+
+def test_a_loaded_node_defers_the_second_detection_to_a_later_probe(vtest_mp4: Path) -> None:
+    """While the node is loaded a probe's result stands but its JPEG copy is not detected
+    (counted as deferred); the probes after the load are pooled as ever."""
+    images = _frames(vtest_mp4, 8)
+    states = iter([True] * 4 + [False] * 4)
+    out = _loss(images, 95, loaded=lambda: next(states))
+    assert out["deferred"] == 4
+    assert out["probes"] == 4
+    assert (out["boxes"] or 0) >= 8  # the four after the load hold the sample's boxes
 
 
 def test_a_frame_that_is_no_probe_or_came_as_jpeg_is_not_looked_at_again(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from strata.edge.flow.credits import CapacityMeter, CreditGate, NoLimits
 from strata.shared.config.edge import FlowConfig
 
@@ -109,3 +110,12 @@ def test_a_saturating_camera_degrades_step_by_step_and_recovers_slowly() -> None
         gate.decay_delay()
         gate.has_room("hot")
     assert 0 < gate.level("hot") < 3  # hysteresis: one step per down_s
+
+
+def test_loaded_is_pressure_at_the_configured_level() -> None:
+    gate = CreditGate(FlowConfig(loaded_pressure=0.5), 0.2, 4, 64, clock=Clock())
+    assert not gate.loaded
+    gate.observe_batch(4, 0.05, [0.09])  # queue delay 0.45 of the 0.2 s target
+    assert not gate.loaded
+    gate.observe_batch(4, 0.05, [0.2])  # smoothed: 0.8 x 0.09 + 0.2 x 0.2 = 0.112 s
+    assert gate.loaded and gate.pressure == pytest.approx(0.56)
