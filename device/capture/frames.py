@@ -28,6 +28,13 @@ _YUV420 = frozenset({"yuv420p", "yuvj420p"})
 YuvPlanes = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
+def packed(image: np.ndarray) -> np.ndarray:
+    """`image` with rows packed (C-contiguous), copied only when they are not: PyAV 18.1.1
+    returns a view of FFmpeg's buffer whose rows keep its line padding (a 160-pixel BGR row
+    576 bytes apart), which JPEG encoders and shared memory cannot take."""
+    return image if image.flags.c_contiguous else np.ascontiguousarray(image)
+
+
 class GreyScaler:
     """Scales decoded frames to a small 8-bit grey image: one per camera (it keeps its
     buffers, and FFmpeg's scaler context, from frame to frame; not thread-safe).
@@ -132,8 +139,7 @@ class BgrScaler:
         small: Any = self._scale.reformat(
             av_frame, size[0], size[1], interpolation=self._area, threads=1
         )
-        out: np.ndarray = self._convert.reformat(small, format="bgr24", threads=1).to_ndarray()
-        return out
+        return packed(self._convert.reformat(small, format="bgr24", threads=1).to_ndarray())
 
 
 class Yuv420Scaler:
@@ -194,8 +200,7 @@ class Yuv420Scaler:
 
     def bgr(self, small: Any) -> np.ndarray:
         """A `scale`d frame as H x W x 3 BGR."""
-        out: np.ndarray = self._convert.reformat(small, format="bgr24", threads=1).to_ndarray()
-        return out
+        return packed(self._convert.reformat(small, format="bgr24", threads=1).to_ndarray())
 
 
 class _Halver:
@@ -366,14 +371,14 @@ class Frame:
             if frame is None:
                 raise ValueError(f"frame {self.index} was not decoded: it has no pixels")
             if size is None or size == (self.width, self.height):
-                self._bgr = frame.to_ndarray(format="bgr24", threads=1)
+                self._bgr = packed(frame.to_ndarray(format="bgr24", threads=1))
             elif scaler is not None:
                 self._bgr = scaler.bgr(frame, size)
             else:
                 small = frame.reformat(
                     width=size[0], height=size[1], interpolation="AREA", threads=1
                 )
-                self._bgr = small.to_ndarray(format="bgr24", threads=1)
+                self._bgr = packed(small.to_ndarray(format="bgr24", threads=1))
             self._av = None  # the decoder's buffer can go back to its pool
         elif size is not None and size != (self._bgr.shape[1], self._bgr.shape[0]):
             import cv2

@@ -119,7 +119,8 @@ class H264Decoders:
             s.need_key = False
             s.last_index = stream_index
             s.size = (f.width, f.height)
-            return np.asarray(f.to_ndarray(format="bgr24"))
+            # Rows packed: PyAV 18.1.1 may return FFmpeg's padded buffer as a view.
+            return np.ascontiguousarray(f.to_ndarray(format="bgr24"))
 
     def needs_keyframe(self, session: int, camera: str) -> bool:
         """True while this stream waits for a keyframe (ask the agent for one)."""

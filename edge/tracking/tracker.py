@@ -272,27 +272,16 @@ class Tracker:
         p[:, range(8), range(8)] += qd
         return x, p
 
-    def _sigma(self, x: np.ndarray, p: np.ndarray) -> np.ndarray:
-        """Position standard deviation over box height, per track."""
-        return _sigma_of(x, p[:, 0, 0] + p[:, 1, 1])
-
     def _moved(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
-        """`_predicted`'s state and its position variance (x and y summed) only: what an
-        answer needs, without the 8x8 covariance products (held frames are answered many
-        times as often as frames are detected). Only the centre moves, by its velocity, so
-        the variance is P00 + 2 dt P04 + dt^2 P44 (and y's) plus the process noise."""
+        """`_predicted`'s state and x plus y position variance, without its 8x8 products:
+        only the centre moves, so var = P00 + 2 dt P04 + dt^2 P44 (and y's) + noise."""
         dt = np.maximum(frame - self._frame, 0).astype(np.float64)
         x = self._x.copy()
         x[:, 0] += dt * self._x[:, 4]
         x[:, 1] += dt * self._x[:, 5]
-        p = self._p
-        var = (
-            p[:, 0, 0]
-            + p[:, 1, 1]
-            + 2.0 * dt * (p[:, 0, 4] + p[:, 1, 5])
-            + dt * dt * (p[:, 4, 4] + p[:, 5, 5])
-            + 2.0 * dt * (_STD_POS * np.maximum(self._x[:, 3], 1.0)) ** 2
-        )
+        p, h = self._p, np.maximum(self._x[:, 3], 1.0)
+        var = p[:, 0, 0] + p[:, 1, 1] + 2.0 * dt * (p[:, 0, 4] + p[:, 1, 5] + (_STD_POS * h) ** 2)
+        var += dt * dt * (p[:, 4, 4] + p[:, 5, 5])
         return x, var
 
     def update(self, frame: int, dets: FrameBoxes, embed: EmbedFn | None = None) -> TrackedBoxes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from strata.edge.tracking.tracker import Tracker, centre_distance, size_cost
+from strata.edge.tracking.tracker import Tracker, _sigma_of, centre_distance, size_cost
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
 
@@ -204,7 +204,7 @@ def test_an_answers_prediction_is_the_full_kalman_step() -> None:
     for frame in (24, 25, 30, 60):
         got = t.predict(frame)
         x, p = t._predicted(frame)
-        want = t._sigma(x, p)
+        want = _sigma_of(x, p[:, 0, 0] + p[:, 1, 1])
         live = np.isin(t._ids, got.track_ids)
         assert len(got) and got.uncertainty == pytest.approx(want[live], rel=1e-6)
         cx = (got.boxes[:, 0] + got.boxes[:, 2]) / 2
