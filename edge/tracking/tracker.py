@@ -124,6 +124,11 @@ def _to_xywh(boxes: np.ndarray) -> np.ndarray:
     return out
 
 
+def _sigma_of(x: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """Position standard deviation (from the x plus y variance) over box height, per track."""
+    return np.asarray(np.sqrt(var) / np.maximum(x[:, 3], 1.0), np.float32)
+
+
 def _to_xyxy(xywh: np.ndarray) -> np.ndarray:
     half = np.maximum(xywh[:, 2:4], 1.0) / 2
     return np.concatenate([xywh[:, :2] - half, xywh[:, :2] + half], axis=1).astype(np.float32)
@@ -267,10 +272,17 @@ class Tracker:
         p[:, range(8), range(8)] += qd
         return x, p
 
-    def _sigma(self, x: np.ndarray, p: np.ndarray) -> np.ndarray:
-        """Position standard deviation over box height, per track."""
-        var = p[:, 0, 0] + p[:, 1, 1]
-        return np.asarray(np.sqrt(var) / np.maximum(x[:, 3], 1.0), np.float32)
+    def _moved(self, frame: int) -> tuple[np.ndarray, np.ndarray]:
+        """`_predicted`'s state and x plus y position variance, without its 8x8 products:
+        only the centre moves, so var = P00 + 2 dt P04 + dt^2 P44 (and y's) + noise."""
+        dt = np.maximum(frame - self._frame, 0).astype(np.float64)
+        x = self._x.copy()
+        x[:, 0] += dt * self._x[:, 4]
+        x[:, 1] += dt * self._x[:, 5]
+        p, h = self._p, np.maximum(self._x[:, 3], 1.0)
+        var = p[:, 0, 0] + p[:, 1, 1] + 2.0 * dt * (p[:, 0, 4] + p[:, 1, 5] + (_STD_POS * h) ** 2)
+        var += dt * dt * (p[:, 4, 4] + p[:, 5, 5])
+        return x, var
 
     def update(self, frame: int, dets: FrameBoxes, embed: EmbedFn | None = None) -> TrackedBoxes:
         """Associate the detector's boxes of `frame`; returns them with their track ids.
@@ -464,7 +476,7 @@ class Tracker:
         self._last_frame = max(self._last_frame, frame)
         if not len(self):
             return TrackedBoxes.empty(predicted=True)
-        x, p = self._predicted(frame)
+        x, var = self._moved(frame)
         ok = (self._hits >= self.cfg.min_hits) & (
             self._last_update - self._seen <= self.cfg.max_predict
         )
@@ -479,7 +491,7 @@ class Tracker:
             self._score[idx].copy(),
             self._cls[idx].copy(),
             self._ids[idx].copy(),
-            self._sigma(x[idx], p[idx]),
+            _sigma_of(x[idx], var[idx]),
             True,
         )
 
@@ -487,11 +499,11 @@ class Tracker:
         """The largest position uncertainty (std over box height) of the tracks at `frame`."""
         if not len(self):
             return 0.0
-        x, p = self._predicted(frame)
+        x, var = self._moved(frame)
         live = self._last_update - self._seen <= self.cfg.max_predict
         if not live.any():
             return 0.0
-        return float(self._sigma(x[live], p[live]).max())
+        return float(_sigma_of(x[live], var[live]).max())
 
     def motion(self, frame: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Centre (N, 2), velocity in pixels per frame (N, 2) and height (N,) of the tracks

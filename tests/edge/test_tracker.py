@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from strata.edge.tracking.tracker import Tracker, centre_distance, size_cost
+from strata.edge.tracking.tracker import Tracker, _sigma_of, centre_distance, size_cost
 from strata.shared.config.edge import TrackingConfig
 from strata.shared.vision import FrameBoxes, iou
 
@@ -193,3 +193,20 @@ def test_a_detection_of_another_size_costs_more() -> None:
     # Without the size term the far person's box takes the near one's id (a swap).
     assert _near_hidden_far_seen(TrackingConfig(size_weight=0.0)) == [1]
     assert _near_hidden_far_seen(TrackingConfig()) == [2]
+
+
+def test_an_answers_prediction_is_the_full_kalman_step() -> None:
+    """`predict` and `uncertainty` take the state and position variance without the 8x8
+    covariance products; they equal the full step `update` takes, at any gap."""
+    t = Tracker(TrackingConfig())
+    for f in range(0, 25, 3):
+        t.update(f, dets(walker(f), walker(f, x0=500.0, vx=-4.0, y0=100.0), (300, 300, 340, 390)))
+    for frame in (24, 25, 30, 60):
+        got = t.predict(frame)
+        x, p = t._predicted(frame)
+        want = _sigma_of(x, p[:, 0, 0] + p[:, 1, 1])
+        live = np.isin(t._ids, got.track_ids)
+        assert len(got) and got.uncertainty == pytest.approx(want[live], rel=1e-6)
+        cx = (got.boxes[:, 0] + got.boxes[:, 2]) / 2
+        assert cx == pytest.approx(x[live, 0], abs=1e-3)
+        assert t.uncertainty(frame) == pytest.approx(float(want.max()), rel=1e-6)
