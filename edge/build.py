@@ -152,6 +152,12 @@ def build_node(
     UntrackableLabelError or UnknownLabelError (the model closed again) when objects.track
     or the rules name a label the model lacks."""
     opts = options or NodeOptions()
+    import cv2  # here: cv2 stays out of `strata --help`
+
+    # The cores belong to the detector: cv2's worker pool, woken for every frame's resize
+    # of a few hundred pixels, preempts its threads (process-wide: the node owns its
+    # process; docs/benchmarks.md, "Edge node").
+    cv2.setNumThreads(1)
     metrics = opts.metrics or EdgeMetrics()
     serving = _serving(cfg, Path(model_path), model_name, opts, metrics)
     rules_cfg = opts.rules or RulesConfig()
