@@ -72,9 +72,29 @@ def test_search_stops_on_its_time_budget_before_a_trial() -> None:
     assert (r.stopped, len(r.trials)) == ("budget", 4)
 
 
+@pytest.mark.parametrize(
+    ("most", "expect"),
+    [
+        (100, [32, 64, 128, 96, 112, 104, 100, 102, 101]),
+        (20, [32, 16, 24, 20, 22, 21]),
+        (0, [4, 2, 1]),
+    ],
+)
+def test_search_doubles_from_its_start_and_bisects_below_it(most: int, expect: list[int]) -> None:
+    seen: list[int] = []
+    start = expect[0]
+    r = most_cameras(threshold(most, seen), SearchRules(limit=128, max_trials=20, start=start))
+    assert seen == expect
+    assert (r.most, r.stopped) == (most, "none" if most == 0 else "exact")
+
+
 def test_search_rules_refuse_nonsense() -> None:
     with pytest.raises(ValueError, match="limit"):
         SearchRules(limit=0)
+    with pytest.raises(ValueError, match="start"):
+        SearchRules(limit=16, start=32)
+    with pytest.raises(ValueError, match="start"):
+        SearchRules(start=0)
 
 
 def _recording(frames: int = 20, fps: float = 10.0) -> Recording:
@@ -217,3 +237,20 @@ def test_stream_options_reach_every_trials_edge() -> None:
     section = edge_section(p.parse_args(["--cpu-streams", "0", "--openvino-streams", "3"]), {})
     rt = EdgeConfig.model_validate(section).runtime
     assert (rt.cpu_streams, rt.openvino_streams) == (0, 3)
+
+
+def test_a_start_past_the_limit_is_refused_with_the_options_to_set(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    from strata.tools.bench.capacity import _bounds, add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert _bounds(p.parse_args(["--start", "200"])) is None
+    assert "start (200)" in capsys.readouterr().err
+    # --quick's limit of 4 takes a larger start down with it.
+    quick = _bounds(p.parse_args(["--start", "32", "--quick"]))
+    assert quick is not None and (quick.start, quick.limit) == (4, 4)
+    assert _bounds(p.parse_args(["--start", "32"])) == SearchRules(128, 10, 900.0, 32)

@@ -265,6 +265,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=128, help="most cameras tried")
     p.add_argument("--max-trials", type=int, default=10, help="most trials per search")
     p.add_argument(
+        "--start", type=int, default=1, help="cameras of the first trial (the doubling's start)"
+    )
+    p.add_argument(
         "--budget", type=float, default=900.0, help="seconds per search (checked before each trial)"
     )
     p.add_argument(
@@ -340,6 +343,18 @@ def _baseline(args: argparse.Namespace, clip: Path, frames: int) -> dict[str, An
     return out
 
 
+def _bounds(args: argparse.Namespace) -> SearchRules | None:
+    """The search's bounds from the options (`--quick` shrinks them); None: said why."""
+    if args.quick:
+        args.frames, args.limit, args.max_trials = 60, 4, 4
+        args.start = min(args.start, args.limit)
+    try:
+        return SearchRules(args.limit, args.max_trials, args.budget, args.start)
+    except ValueError as exc:
+        say(f"{exc}: set --start, --limit, --max-trials and --budget within those")
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Every profile and cascade setting; 2 when the clip or the detector is missing."""
     from strata.shared.config.edge import DEFAULT_DETECTOR
@@ -369,11 +384,11 @@ def run(args: argparse.Namespace) -> int:
             f"quantize {detector.name} (docs/models.md)"
         )
         return 2
-    if args.quick:
-        args.frames, args.limit, args.max_trials = 60, 4, 4
+    bounds = _bounds(args)
+    if bounds is None:
+        return 2
     work = args.work or Path(tempfile.mkdtemp(prefix="strata-capacity-"))
     rules = TrialRules(target_f1=args.target, max_p99_s=args.max_p99, hold_s=args.hold)
-    bounds = SearchRules(args.limit, args.max_trials, args.budget)
     edge = edge_section(args, detector.overrides())
     result: dict[str, Any] = {
         "command": getattr(args, "command_line", "strata bench capacity"),

@@ -1,6 +1,7 @@
 """The capacity search: the most cameras a trial carries, with a stopping rule.
 
-Doubling from one camera until a trial fails (or `limit` is reached), then bisection
+Doubling from `start` cameras (one unless told) until a trial fails (or `limit` is
+reached), then bisection
 between the last count carried and the first that failed. It assumes more cameras never
 do better (monotonic); a noisy machine can break that, and the trials are all kept so a
 reader sees it. It stops on the first of:
@@ -42,12 +43,19 @@ class SearchRules:
     limit: int = 128
     max_trials: int = 12
     budget_s: float = 900.0
+    # The doubling's first count: a long clip's trial takes minutes, and the small counts
+    # a site is known to carry tell nothing.
+    start: int = 1
 
     def __post_init__(self) -> None:
         if self.limit < 1 or self.max_trials < 1 or self.budget_s <= 0:
             raise ValueError(
                 f"capacity search: limit ({self.limit}) and max_trials ({self.max_trials}) "
                 f"must be at least 1 and budget_s ({self.budget_s}) positive"
+            )
+        if not 1 <= self.start <= self.limit:
+            raise ValueError(
+                f"capacity search: start ({self.start}) must be from 1 to limit ({self.limit})"
             )
 
 
@@ -99,8 +107,8 @@ def most_cameras(
         return result.carried
 
     stop = ""
-    n = 1
-    # Doubling: 1, 2, 4, ... capped at the limit.
+    n = rules.start
+    # Doubling: start, 2 start, 4 start, ... capped at the limit.
     while True:
         stop = may_run()
         if stop:
