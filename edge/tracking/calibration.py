@@ -51,7 +51,6 @@ from strata.edge.tracking.estimate import (
     Span,
     Still,
     Tally,
-    lower_bound,
 )
 from strata.edge.tracking.tracker import TrackedBoxes
 from strata.shared.config.edge import TrackingConfig
@@ -539,10 +538,7 @@ class Calibration:
             window.less(loss)
             raw_f1, raw_counting = window.f1(), window.counting()
             # Few samples: the lower bound (estimate.py); the device acts on its doubt.
-            f1 = None if raw_f1 is None else lower_bound(raw_f1, cam.curves.boxes)
-            counting = (
-                None if raw_counting is None else lower_bound(raw_counting, cam.curves.frames)
-            )
+            f1, counting = window.bounded(cam.curves.boxes, cam.curves.frames)
             if f1 is not None:
                 fb.estimated_accuracy = f1
             if counting is not None:

@@ -35,7 +35,8 @@ With few samples the estimate leans low: what goes back to the device for its ta
 the lower confidence bound (`lower_bound`, Wilson's, z = ESTIMATE_Z) of the window's
 estimate, its sample the boxes (F1) or frames (counting) the curves were measured on: two
 bursts over a handful of people are a small sample, and the device keeps more frames on
-their doubt rather than fewer on their luck.
+their doubt rather than fewer on their luck. Spans of gap 1 (every frame detected) were
+measured, not estimated, and are not lowered (`Tally.bounded`).
 
 What the payload codec costs comes on top of what a gap costs (the bursts' curves compare
 the detector on JPEG frames with itself): the device sends a burst's first frames as raw
@@ -155,17 +156,24 @@ class Curves:
         self, f1: tuple[float, ...], counting: tuple[float, ...], boxes: int, frames: int = 0
     ) -> None:
         """One burst's curves; `boxes`: the detector's boxes in the frames it scored (and
-        `frames` of them)."""
-        self._f1.append((np.asarray(f1, np.float64), float(boxes)))
+        `frames` of them). A burst without boxes (0) weighs nothing in F1, and does not
+        push the last bursts that saw some out of the window: with a window of one, a
+        burst over a passage's last straggler left no F1 curve, the spans with boxes went
+        unscored, and the estimate was its gap-1 spans alone."""
+        if boxes > 0:
+            self._f1.append((np.asarray(f1, np.float64), float(boxes)))
         self._counting.append(np.asarray(counting, np.float64))
         self._frames.append(frames)
-        weights = np.array([w for _, w in self._f1])
         # Bursts of other strides measure other gaps: the shorter curves grown to the
         # longest's gaps as `_at` scores past a curve's end.
         n = max(len(c) for c in self._counting)
         self.f1 = (
-            np.average(np.stack([_grown(c, n) for c, _ in self._f1]), axis=0, weights=weights)
-            if weights.sum() > 0
+            np.average(
+                np.stack([_grown(c, n) for c, _ in self._f1]),
+                axis=0,
+                weights=[w for _, w in self._f1],
+            )
+            if self._f1
             else None
         )
         self.counting = np.mean(np.stack([_grown(c, n) for c in self._counting]), axis=0)
@@ -292,12 +300,18 @@ class Tally:
     f1_sum: float = 0.0
     counting_weight: float = 0.0
     counting_sum: float = 0.0
+    # The weights of spans of gap 1: measured, not estimated from the curves.
+    exact_f1_weight: float = 0.0
+    exact_counting_weight: float = 0.0
+    taken: CodecLoss = CodecLoss()
 
     def add(self, span: Span, curves: Curves) -> bool:
         """Score `span` on `curves`; False (nothing added) when they cannot score it yet.
         A gap of 1 (every frame detected) agrees by construction, curves or not."""
         if span.gap <= 1:
             f1_weight, f1_sum, counting = span.boxes, span.boxes, 1.0
+            self.exact_f1_weight += span.boxes
+            self.exact_counting_weight += span.gap
         elif curves.counting is None or (span.boxes > 0 and curves.f1 is None):
             return False
         else:
@@ -314,6 +328,22 @@ class Tally:
         """Take the payload codec's loss off what the spans scored."""
         self.f1_sum = max(0.0, self.f1_sum - loss.f1 * self.f1_weight)
         self.counting_sum = max(0.0, self.counting_sum - loss.counting * self.counting_weight)
+        self.taken = loss
+
+    def bounded(self, boxes: float, frames: float) -> tuple[float | None, float | None]:
+        """(F1, counting) with the part scored on the curves at its lower bound on their
+        sample (`boxes`, `frames`); spans of gap 1 were measured and stay as they are (a
+        camera keeping every frame, its bursts too sparse to weigh, was sent 0)."""
+        return (
+            _bounded(self.f1_weight, self.f1_sum, self.exact_f1_weight, self.taken.f1, boxes),
+            _bounded(
+                self.counting_weight,
+                self.counting_sum,
+                self.exact_counting_weight,
+                self.taken.counting,
+                frames,
+            ),
+        )
 
     def f1(self) -> float | None:
         """The estimated box F1 of the spans (None: no box in them)."""
@@ -322,6 +352,17 @@ class Tally:
     def counting(self) -> float | None:
         """The estimated counting agreement of the spans (None: no span)."""
         return self.counting_sum / self.counting_weight if self.counting_weight > 0 else None
+
+
+def _bounded(weight: float, total: float, exact: float, loss: float, n: float) -> float | None:
+    """`total` / `weight` with its part past `exact` (weight) at its lower bound on `n`."""
+    if weight <= 0:
+        return None
+    exact_sum = exact * max(0.0, 1.0 - loss)
+    rest = weight - exact
+    if rest <= 0:
+        return total / weight
+    return (exact_sum + rest * lower_bound(max(0.0, total - exact_sum) / rest, n)) / weight
 
 
 # Unchanged frames remembered per camera (kept frames that never come would grow them).

@@ -481,3 +481,13 @@ def test_too_few_probed_boxes_leave_the_codec_out() -> None:
         assert cal.codec_loss("other").boxes == 0
     finally:
         cal.close()
+
+
+def test_a_burst_without_boxes_keeps_the_last_f1_curve_in_a_window_of_one() -> None:
+    curves = Curves(window=1)
+    curves.add((1.0, 0.8, 0.6), (1.0, 0.8, 0.6), boxes=50, frames=20)
+    curves.add((1.0, 1.0, 1.0), (1.0, 1.0, 1.0), boxes=0, frames=20)
+    # The straggler's burst: its counting replaces the last, the F1 evidence stays.
+    assert curves.f1 is not None and curves.f1.tolist() == approx([1.0, 0.8, 0.6])
+    assert curves.boxes == 50 and curves.frames == 20
+    assert _tally(curves, Span(3, 6.0)).f1() == approx(0.6)

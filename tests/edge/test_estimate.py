@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from pytest import approx
-from strata.edge.tracking.estimate import Curves, Spacing, Span, Still, Tally
+from strata.edge.tracking.estimate import (
+    CodecLoss,
+    Curves,
+    Spacing,
+    Span,
+    Still,
+    Tally,
+    lower_bound,
+)
 
 
 def _curves(still: Still | None = None) -> Curves:
@@ -88,3 +96,28 @@ def test_spacing_counts_the_unchanged_frames_of_the_span_they_fall_in() -> None:
     assert s.window == [span] and s.stills == []
     # A span without unchanged frames is as before.
     assert s.saw(113, 4, calibration=False) == Span(3, 12.0)
+
+
+def test_a_window_of_every_frame_is_measured_not_bounded() -> None:
+    # Bursts too sparse to weigh (no box sample): spans of gap 1 were measured whole, and
+    # their estimate is 1, not the bound on an empty sample (0).
+    sparse = Curves(window=4)
+    sparse.add((1.0, 0.5), (1.0, 0.5), boxes=0, frames=25)
+    t = Tally()
+    for _ in range(30):
+        assert t.add(Span(1, 3.0), sparse)
+    assert t.bounded(sparse.boxes, sparse.frames) == (approx(1.0), approx(1.0))
+
+
+def test_only_the_part_scored_on_the_curves_is_bounded() -> None:
+    curves = _curves()
+    t = Tally()
+    t.add(Span(1, 10.0), curves)
+    t.add(Span(4, 10.0), curves)
+    t.less(CodecLoss(f1=0.1, counting=0.0, boxes=50))
+    f1, counting = t.bounded(curves.boxes, curves.frames)
+    # Half the boxes measured (1 - 0.1), half at gap 4 (0.7 - 0.1) at its bound on 20 boxes.
+    assert f1 == approx((10 * 0.9 + 10 * lower_bound(0.6, 20)) / 20)
+    assert f1 is not None and f1 < t.f1() < 0.9
+    # No frame sample behind the counting curve: the estimated part bounds to 0.
+    assert counting == approx(1 / 5)
