@@ -67,3 +67,18 @@ def test_the_verdict_per_clip_and_uniform_at_the_same_share() -> None:
     assert promise(_clip(vs_reference=_a(0.845, 0.875))).not_worse_than_uniform
     assert not promise(_clip(vs_reference=_a(0.835, 0.95))).not_worse_than_uniform
     assert promise(_clip(uniform=None)).not_worse_than_uniform is None
+
+
+def test_uniform_through_the_codec_is_judged_beside_uniform_on_raw_frames() -> None:
+    # The cascade (0.93) under uniform on raw frames (0.95) by more than the slack, but not
+    # under uniform over the frames as its JPEG sends them (0.925).
+    c = _clip(uniform=_a(0.95, 0.95), uniform_through_codec=_a(0.925, 0.94))
+    c.through_codec = _a(0.96, 0.97)
+    p = promise(c)
+    assert not p.not_worse_than_uniform and p.not_worse_than_uniform_through_codec
+    assert p.codec_f1 == pytest.approx(0.96) and p.uniform_codec_f1 == pytest.approx(0.925)
+    assert "through the JPEG: every frame F1 0.960" in p.line()
+    worse = promise(_clip(uniform_through_codec=_a(0.95, 0.94)))
+    assert worse.not_worse_than_uniform_through_codec is False
+    assert promise(_clip()).not_worse_than_uniform_through_codec is None
+    assert "through the JPEG" not in promise(_clip()).line()

@@ -54,6 +54,8 @@ class CascadeOptions:
     encoding: str = "jpeg"
     # Clips of the user's own, run after vtest's (`--footage`).
     footage: tuple[Path, ...] = ()
+    # A third run per clip: the reference through the cascade's JPEG (ClipSetup).
+    through_codec: bool = False
     # The cascade run's JPEG quality (None: the device's default).
     jpeg_quality: int | None = None
     # > 0: the footage's frames dropped evenly down to about this rate.
@@ -77,7 +79,13 @@ def run_cascade(work: Path, opts: CascadeOptions) -> list[ClipResult]:
     say(f"cascade on the synthetic clip ({frames} frames): reference run, then cascade run ...")
     truth = synthetic_truth(clip, labels)
     size = (detector.input_width, detector.input_height)
-    setup = ClipSetup(model, size, encoding=opts.encoding, jpeg_quality=opts.jpeg_quality)
+    setup = ClipSetup(
+        model,
+        size,
+        encoding=opts.encoding,
+        jpeg_quality=opts.jpeg_quality,
+        through_codec=opts.through_codec,
+    )
     say(f"the cascade run's device sends the edge {opts.encoding} payloads")
     clips.append(measure_clip(path, work / "synthetic", setup, truth, labels))
     if not opts.skip_vtest:
@@ -159,6 +167,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="drop --footage's frames evenly down to about this rate, as a camera set to "
         "it (default: the file's own rate)",
     )
+    p.add_argument(
+        "--uniform-through-codec",
+        action="store_true",
+        help="a third run per clip, every frame through the cascade's JPEG: uniform spacing "
+        "as a user lowering the frame rate would send it, beside uniform on raw frames "
+        "(JPEG only)",
+    )
     p.add_argument("--json", metavar="OUT", help="write the figures here too")
 
 
@@ -190,7 +205,11 @@ def run(args: argparse.Namespace) -> int:
         footage=tuple(Path(f) for f in args.footage),
         footage_fps=args.footage_fps,
         jpeg_quality=args.jpeg_quality,
+        through_codec=args.uniform_through_codec,
     )
+    if opts.through_codec and opts.encoding != "jpeg":
+        say(f"--uniform-through-codec takes the cascade's JPEG, not --encoding {opts.encoding}")
+        return 2
     try:
         clips = run_cascade(out, opts)
     except ReferenceHolesError as holes:

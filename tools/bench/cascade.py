@@ -254,6 +254,11 @@ class ClipResult:
     bytes_clips: float = 0.0
     # The clip's frame rate (its duration: frames_total / fps).
     fps: float = 0.0
+    # With ClipSetup.through_codec: the detector on every frame through the cascade's JPEG
+    # against the reference (what the codec alone costs: no spacing scores above it), and
+    # uniform spacing at the cascade's share over those frames.
+    through_codec: Agreement | None = None
+    uniform_through_codec: Agreement | None = None
 
 
 def run_once(workdir: Path, clip: Path, overrides: dict[str, Any], timeout_s: float) -> Outcome:
@@ -348,6 +353,9 @@ class ClipSetup:
     encoding: str = "jpeg"
     # Its JPEG quality (None: device.sender.jpeg_quality's default).
     jpeg_quality: int | None = None
+    # A third run, the reference's through the cascade's JPEG: uniform spacing as a user
+    # lowering the frame rate would send it (its kept frames pay the codec too).
+    through_codec: bool = False
 
 
 def scaled_reference(model_input: tuple[int, int] | None) -> dict[str, Any]:
@@ -371,13 +379,12 @@ def measure_clip(
     paced = merge(merge(extra, GATES_OFF), reference_overrides(*clip_shape(clip)))
     paced = merge(paced, scaled_reference(setup.model_input))
     ref = run_once(workdir / "reference", clip, paced, setup.timeout_s)
-    decoded = int(value(ref.scrapes, COUNTS["decoded"]))
     ref_boxes = boxes_of(ref.results, labels)
-    total = decoded or (max(ref_boxes, default=-1) + 1)
+    total = int(value(ref.scrapes, COUNTS["decoded"])) or (max(ref_boxes, default=-1) + 1)
     # Refused before the cascade runs: its figures would be scored against holes.
     reference = reference_frames(clip.name, ref_boxes, total, drops(ref.scrapes))
-    cascade = cascade_config(setup.encoding, extra, setup.jpeg_quality)
-    cascade = merge(cascade, clips_overrides(workdir / "cascade"))
+    clips_at = clips_overrides(workdir / "cascade")
+    cascade = merge(cascade_config(setup.encoding, extra, setup.jpeg_quality), clips_at)
     cas = run_once(workdir / "cascade", clip, cascade, setup.timeout_s)
     cas_boxes = boxes_of(cas.results, labels)
     # Every frame is scored with what the edge published for it (detected or answered by
@@ -387,8 +394,7 @@ def measure_clip(
     detected = detected_frames(cas.results)
     kept = {i: b for i, b in cas_boxes.items() if i in detected}
     tracking = TrackingConfig(answer="interpolate")
-    tracks = reference_tracks(reference, tracking)
-    recall = object_recall(reference, tracks, kept)
+    recall = object_recall(reference, reference_tracks(reference, tracking), kept)
     size = _frame_size(cas.results)
     fraction = len(detected) / total if total else 0.0
     uniform_a, uniform_kept = uniform_agreement(reference, fraction, tracking, *size)
@@ -396,6 +402,7 @@ def measure_clip(
     sent = sorted(i for i in detected if i < total)
     second = max(1, round(clip_fps(clip)))
     uniform_out = replay(reference, uniform_kept, tracking, *size)
+    codec = codec_reference(clip, workdir, paced, setup, labels, total)
     result = ClipResult(
         clip=clip.name,
         frames_total=total,
@@ -431,6 +438,7 @@ def measure_clip(
     )
     if unanswered:
         result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")
+    _through_codec(result, reference, codec, uniform_kept, size)
     _count_crops(result, cas)
     _device_target(result, cas)
     if setup.curve:
@@ -438,6 +446,62 @@ def measure_clip(
     if truth is not None:
         _score_truth(result, truth[:total], reference, detected)
     return result
+
+
+def codec_reference(
+    clip: Path,
+    workdir: Path,
+    paced: dict[str, Any],
+    setup: ClipSetup,
+    labels: Labels,
+    total: int,
+) -> list[FrameBoxes] | None:
+    """With `setup.through_codec`: the reference run again (`paced`), its device sending
+    every frame as the cascade's sends its kept ones (JPEG from the decoder's planes at
+    the model's input); the boxes of frames 0..total-1. None without it."""
+    if not setup.through_codec:
+        return None
+    if setup.encoding != "jpeg":
+        raise ValueError(
+            f"through_codec takes the cascade's JPEG, not {setup.encoding!r}: an H.264 "
+            "stream of every frame is not what uniform spacing would send (leave "
+            "--uniform-through-codec out, or measure --encoding jpeg)"
+        )
+    sender: dict[str, Any] = {"encoding": "jpeg"}
+    if setup.jpeg_quality is not None:
+        sender["jpeg_quality"] = setup.jpeg_quality
+    run = run_once(
+        workdir / "through-codec",
+        clip,
+        merge(paced, {"device": {"sender": sender}}),
+        setup.timeout_s,
+    )
+    return reference_frames(clip.name, boxes_of(run.results, labels), total, drops(run.scrapes))
+
+
+def _through_codec(
+    result: ClipResult,
+    reference: list[FrameBoxes],
+    codec: list[FrameBoxes] | None,
+    kept: np.ndarray,
+    size: tuple[int, int],
+) -> None:
+    """The codec run's figures (`codec_reference`), when it ran."""
+    if codec is not None:
+        result.through_codec = agreement(reference, codec)
+        result.uniform_through_codec = uniform_over(reference, codec, kept, size)
+
+
+def uniform_over(
+    reference: list[FrameBoxes],
+    frames: list[FrameBoxes],
+    kept: np.ndarray,
+    size: tuple[int, int],
+) -> Agreement:
+    """Uniform spacing (`kept`) over `frames` (the detector's boxes on every frame as some
+    other path sent them), the tracker answering the rest, against `reference`."""
+    out = replay(frames, kept, TrackingConfig(answer="interpolate"), *size)
+    return agreement(reference, [class_boxes(o) for o in out])
 
 
 def _curves(

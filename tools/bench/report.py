@@ -179,6 +179,10 @@ def build(
             if c.detected_vs_reference
             else None,
             "pipeline_reference_fps": _num(c.reference_fps),
+            "through_codec": asdict(c.through_codec) if c.through_codec else None,
+            "uniform_through_codec": asdict(c.uniform_through_codec)
+            if c.uniform_through_codec
+            else None,
             "notes": c.notes,
         }
         for c in clips
