@@ -114,7 +114,8 @@ def _vtest_clips(work: Path, opts: CascadeOptions, setup: ClipSetup) -> list[Cli
 
 def _measure(path: Path, work: Path, setup: ClipSetup) -> ClipResult:
     """One clip's reference and cascade runs, and its verdict said."""
-    say(f"cascade on {path.name}: reference run, then cascade run ...")
+    third = ", then the reference through the JPEG" if setup.through_codec else ""
+    say(f"cascade on {path.name}: reference run, then cascade run{third} ...")
     result = measure_clip(path, work, replace(setup, curve=True))
     say(promise(result).line())
     return result
