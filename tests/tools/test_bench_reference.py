@@ -56,7 +56,7 @@ def test_the_bench_prints_the_holes_instead_of_figures_and_fails(
     args = Namespace(out=str(tmp_path), quick=True, vtest=None, no_vtest=True, json=None, clip=None)
     args.frames, args.model_repository, args.model = 0, "", "yolov8n"
     args.encoding, args.footage, args.footage_fps = "jpeg", [], 0.0
-    args.jpeg_quality = None
+    args.jpeg_quality, args.uniform_through_codec = None, False
     args.command_line = "strata bench cascade"
     assert accuracy.run(args) == 2
     doc = json.loads(capsys.readouterr().out)
