@@ -29,6 +29,7 @@ from strata.tools.bench.cascade import (
     ReferenceHolesError,
     measure_clip,
     synthetic_truth,
+    through_codec_refusal,
 )
 from strata.tools.bench.clip_args import CLIPS, add_clip_arguments, clips_of
 from strata.tools.bench.detector import BenchDetector, resolve
@@ -208,8 +209,9 @@ def run(args: argparse.Namespace) -> int:
         jpeg_quality=args.jpeg_quality,
         through_codec=args.uniform_through_codec,
     )
-    if opts.through_codec and opts.encoding != "jpeg":
-        say(f"--uniform-through-codec takes the cascade's JPEG, not --encoding {opts.encoding}")
+    refusal = through_codec_refusal(opts.encoding) if opts.through_codec else None
+    if refusal:
+        say(refusal)
         return 2
     try:
         clips = run_cascade(out, opts)

@@ -1,10 +1,9 @@
 """The capacity search: the most cameras a trial carries, with a stopping rule.
 
 Doubling from `start` cameras (one unless told) until a trial fails (or `limit` is
-reached), then bisection
-between the last count carried and the first that failed. It assumes more cameras never
-do better (monotonic); a noisy machine can break that, and the trials are all kept so a
-reader sees it. It stops on the first of:
+reached), then bisection between the last count carried and the first that failed. It
+assumes more cameras never do better (monotonic); a noisy machine can break that, and the
+trials are all kept so a reader sees it. It stops on the first of:
 
 1. `exact`: the bracket closed (the most carried is one under the least that failed);
 2. `limit`: `limit` cameras were carried (the figure is a lower bound);

@@ -357,6 +357,21 @@ class ClipSetup:
     # lowering the frame rate would send it (its kept frames pay the codec too).
     through_codec: bool = False
 
+    def __post_init__(self) -> None:
+        refusal = through_codec_refusal(self.encoding) if self.through_codec else None
+        if refusal:
+            raise ValueError(refusal)
+
+
+def through_codec_refusal(encoding: str) -> str | None:
+    """Why the through-codec run cannot take `encoding` (None: it can)."""
+    if encoding == "jpeg":
+        return None
+    return (
+        f"--uniform-through-codec takes the cascade's JPEG, not --encoding {encoding}: a "
+        "stream of every frame is not what uniform spacing would send"
+    )
+
 
 def scaled_reference(model_input: tuple[int, int] | None) -> dict[str, Any]:
     """The reference's payload: fit to `model_input` (raw, uncompressed) when given."""
@@ -438,7 +453,7 @@ def measure_clip(
     )
     if unanswered:
         result.notes.append(f"{unanswered} frames had no cascade result (counted as empty)")
-    _through_codec(result, reference, codec, uniform_kept, size)
+    _through_codec(result, reference, codec, fraction, size)
     _count_crops(result, cas)
     _device_target(result, cas)
     if setup.curve:
@@ -461,12 +476,6 @@ def codec_reference(
     the model's input); the boxes of frames 0..total-1. None without it."""
     if not setup.through_codec:
         return None
-    if setup.encoding != "jpeg":
-        raise ValueError(
-            f"through_codec takes the cascade's JPEG, not {setup.encoding!r}: an H.264 "
-            "stream of every frame is not what uniform spacing would send (leave "
-            "--uniform-through-codec out, or measure --encoding jpeg)"
-        )
     sender: dict[str, Any] = {"encoding": "jpeg"}
     if setup.jpeg_quality is not None:
         sender["jpeg_quality"] = setup.jpeg_quality
@@ -483,25 +492,16 @@ def _through_codec(
     result: ClipResult,
     reference: list[FrameBoxes],
     codec: list[FrameBoxes] | None,
-    kept: np.ndarray,
+    fraction: float,
     size: tuple[int, int],
 ) -> None:
     """The codec run's figures (`codec_reference`), when it ran."""
     if codec is not None:
         result.through_codec = agreement(reference, codec)
-        result.uniform_through_codec = uniform_over(reference, codec, kept, size)
-
-
-def uniform_over(
-    reference: list[FrameBoxes],
-    frames: list[FrameBoxes],
-    kept: np.ndarray,
-    size: tuple[int, int],
-) -> Agreement:
-    """Uniform spacing (`kept`) over `frames` (the detector's boxes on every frame as some
-    other path sent them), the tracker answering the rest, against `reference`."""
-    out = replay(frames, kept, TrackingConfig(answer="interpolate"), *size)
-    return agreement(reference, [class_boxes(o) for o in out])
+        tracking = TrackingConfig(answer="interpolate")
+        result.uniform_through_codec, _ = uniform_agreement(
+            reference, fraction, tracking, *size, frames=codec
+        )
 
 
 def _curves(

@@ -89,11 +89,13 @@ def uniform_agreement(
     cfg: TrackingConfig,
     width: int,
     height: int,
+    frames: Sequence[FrameBoxes] | None = None,
 ) -> tuple[Agreement, np.ndarray]:
     """Keeping every k-th frame (`fraction` of them) with the node's tracker answering the
-    rest: agreement with the reference, and the kept mask."""
+    rest: agreement with the reference, and the kept mask. `frames`: the detector's boxes
+    as some other path sent every frame (default: the reference's own)."""
     kept = uniform(len(reference), fraction)
-    out = replay(reference, kept, cfg, width, height)
+    out = replay(reference if frames is None else frames, kept, cfg, width, height)
     ref = [class_boxes(r) for r in reference]
     return agreement(ref, [class_boxes(o) for o in out]), kept
 
